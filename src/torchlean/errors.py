@@ -1,0 +1,37 @@
+"""The exceptions torchlean raises for bad input.
+
+Every user-facing error is a ``TorchLeanError`` (itself a ``ValueError``, so generic handlers still
+catch it). Messages name the op or file first, then what was expected and what was found.
+"""
+
+
+class TorchLeanError(ValueError):
+    """Base class of every error torchlean raises for bad input."""
+
+
+class ShapeError(TorchLeanError):
+    """Shapes, axes, indices or dtypes that an op cannot accept."""
+
+
+class TapeError(TorchLeanError):
+    """Invalid node ids, seeds or backward requests on a tape or graph."""
+
+
+class UnsupportedJvpError(TorchLeanError):
+    """Forward mode asked of an op that declares itself reverse-only."""
+
+
+class DeviceError(TorchLeanError):
+    """Unknown device, or CUDA asked for where CuPy or a GPU is missing."""
+
+
+class CheckpointError(TorchLeanError):
+    """A checkpoint that cannot be written, read, or does not fit its target."""
+
+
+class TraceError(TorchLeanError):
+    """A function that cannot be traced into a graph (non-ref result, control flow on values)."""
+
+
+class DomainError(TorchLeanError):
+    """Values outside an op's domain (log of non-positive entries, non-finite values)."""

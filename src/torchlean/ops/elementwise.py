@@ -1,0 +1,362 @@
+"""Elementwise primitives: arithmetic, activations, and the masks their derivatives need.
+
+Binary arithmetic broadcasts like NumPy inside one node; the registry undoes broadcasting of
+cotangents centrally. Each unary op is declared from its forward and its derivative, which gives
+both the VJP (``g * f'``) and the JVP (``t * f'``). Derivatives are written with registered
+primitives so they can be differentiated again; the masks (``sign``, ``positive_mask``,
+``interval_mask``, ``max_weight``) are piecewise constant and carry zero derivatives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import DomainError, ShapeError
+from ..shape import broadcast_shapes
+from .registry import Primitive, Sample, elementwise_unary, register, same_shape
+
+# ---------------------------------------------------------------------------------------------
+# Sample makers (float64; tests cast as needed).
+
+
+def _normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def _positive(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.uniform(0.5, 2.0, size=shape)
+
+
+def _away_from_zero(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    # Kinks at 0 make finite differences meaningless there; keep samples a margin away.
+    x = rng.uniform(0.1, 2.0, size=shape)
+    return x * rng.choice([-1.0, 1.0], size=shape)
+
+
+def unary_samples(make: Any = _normal) -> Any:
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        return [Sample((make(rng, 5),)), Sample((make(rng, 3, 4),)), Sample((make(rng, 2, 3, 2),))]
+
+    return samples
+
+
+def binary_samples(make: Any = _normal) -> Any:
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        return [
+            Sample((make(rng, 4), make(rng, 4))),
+            Sample((make(rng, 3, 4), make(rng, 3, 4))),
+            Sample((make(rng, 3, 4), make(rng, 4)), note="broadcast"),
+            Sample((make(rng, 2, 1, 3), make(rng, 4, 1)), note="broadcast both"),
+        ]
+
+    return samples
+
+
+def _binary_infer(name: str) -> Any:
+    def infer(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return broadcast_shapes(name, a, b)
+
+    return infer
+
+
+def _expand(ops: Any, t: Any, shape: tuple[int, ...]) -> Any:
+    """A tangent of a broadcast input, expanded to the output shape."""
+    return t if t.shape == shape else ops.broadcast_to(t, shape=shape)
+
+
+def _sum_tangents(ops: Any, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
+    if a is None:
+        return _expand(ops, b, shape)
+    if b is None:
+        return _expand(ops, a, shape)
+    return _expand(ops, ops.add(a, b), shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary arithmetic.
+
+register(Primitive(
+    "add", ("a", "b"), _binary_infer("add"), np.add,
+    vjp=lambda ops, g, xs, out: (g, g),
+    jvp=lambda ops, ts, xs, out: _sum_tangents(ops, ts[0], ts[1], out.shape),
+    broadcasting=True,
+    semantics="a + b elementwise, NumPy broadcasting. VJP: (g, g), each summed to its input's "
+              "shape.",
+    samples=binary_samples(), torch_ref=lambda torch, a, b: a + b,
+))
+
+register(Primitive(
+    "sub", ("a", "b"), _binary_infer("sub"), np.subtract,
+    vjp=lambda ops, g, xs, out: (g, ops.scale(g, c=-1.0)),
+    jvp=lambda ops, ts, xs, out: _sum_tangents(
+        ops, ts[0], None if ts[1] is None else ops.scale(ts[1], c=-1.0), out.shape),
+    broadcasting=True,
+    semantics="a - b elementwise, NumPy broadcasting. VJP: (g, -g).",
+    samples=binary_samples(), torch_ref=lambda torch, a, b: a - b,
+))
+
+
+def _mul_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
+    ta, tb = ts
+    a, b = xs
+    left = None if ta is None else ops.mul(ta, b)
+    right = None if tb is None else ops.mul(a, tb)
+    return _sum_tangents(ops, left, right, out.shape)
+
+
+register(Primitive(
+    "mul", ("a", "b"), _binary_infer("mul"), np.multiply,
+    vjp=lambda ops, g, xs, out: (ops.mul(g, xs[1]), ops.mul(g, xs[0])),
+    jvp=_mul_jvp, broadcasting=True,
+    semantics="a * b elementwise, NumPy broadcasting. VJP: (g * b, g * a).",
+    samples=binary_samples(), torch_ref=lambda torch, a, b: a * b,
+))
+
+
+def max_weight(a: Any, b: Any) -> Any:
+    """1 where a > b, 0.5 where a == b, 0 where a < b (in a's dtype)."""
+    dtype = np.result_type(a, b)
+    return (a > b).astype(dtype) + 0.5 * (a == b).astype(dtype)
+
+
+register(Primitive(
+    "max_weight", ("a", "b"), _binary_infer("max_weight"), max_weight, nondiff=True,
+    semantics="1 where a > b, 0.5 where a == b, 0 where a < b. The tie-splitting weight of max "
+              "and min; piecewise constant, so its derivatives are zero.",
+    samples=binary_samples(),
+))
+
+
+def _minmax(name: str, forward: Any, pick_first: Any) -> Primitive:
+    def vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any]:
+        ga = ops.mul(g, pick_first(ops, xs[0], xs[1]))
+        return ga, ops.sub(g, ga)
+
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
+        w = pick_first(ops, xs[0], xs[1])
+        ta = None if ts[0] is None else ops.mul(ts[0], w)
+        tb = None if ts[1] is None else ops.sub(ts[1], ops.mul(ts[1], w))
+        return _sum_tangents(ops, ta, tb, out.shape)
+
+    return register(Primitive(
+        name, ("a", "b"), _binary_infer(name), forward, vjp=vjp, jvp=jvp, broadcasting=True,
+        semantics=f"Elementwise {name}imum, NumPy broadcasting. At a tie (a == b) the upstream "
+                  "gradient is split 0.5 / 0.5 between the inputs, in reverse and forward mode "
+                  "alike (PyTorch also splits ties evenly for maximum/minimum).",
+        samples=binary_samples(_away_from_zero),
+        torch_ref=lambda torch, a, b: getattr(torch, f"{name}imum")(a, b),
+    ))
+
+
+_minmax("max", np.maximum, lambda ops, a, b: ops.max_weight(a, b))
+_minmax("min", np.minimum, lambda ops, a, b: ops.max_weight(b, a))
+
+# ---------------------------------------------------------------------------------------------
+# Scalar-attribute arithmetic.
+
+register(Primitive(
+    "scale", ("x",), same_shape, lambda x, c: x * c, attrs=("c",),
+    vjp=lambda ops, g, xs, out, c: (ops.scale(g, c=c),), linear=True,
+    semantics="x * c for a Python scalar c. Linear: VJP g * c.",
+    samples=lambda rng: [Sample((_normal(rng, 4),), {"c": 2.5}),
+                         Sample((_normal(rng, 2, 3),), {"c": -0.5})],
+    torch_ref=lambda torch, x, c: x * c,
+))
+
+register(Primitive(
+    "add_scalar", ("x",), same_shape, lambda x, c: x + c, attrs=("c",),
+    vjp=lambda ops, g, xs, out, c: (g,),
+    jvp=lambda ops, ts, xs, out, c: ts[0],
+    semantics="x + c for a Python scalar c. VJP: g.",
+    samples=lambda rng: [Sample((_normal(rng, 4),), {"c": 1.5})],
+    torch_ref=lambda torch, x, c: x + c,
+))
+
+# ---------------------------------------------------------------------------------------------
+# Piecewise-constant masks used by derivative rules.
+
+
+def _mask_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((_away_from_zero(rng, 6),))]
+
+
+register(Primitive(
+    "sign", ("x",), same_shape, np.sign, nondiff=True,
+    semantics="sign(x): -1, 0 or 1; the subgradient of abs (0 at 0). Zero derivative.",
+    samples=_mask_samples, torch_ref=lambda torch, x: torch.sign(x),
+))
+
+register(Primitive(
+    "positive_mask", ("x",), same_shape, lambda x: (x > 0).astype(x.dtype), nondiff=True,
+    semantics="1 where x > 0, else 0 (so relu has derivative 0 at 0). Zero derivative.",
+    samples=_mask_samples, torch_ref=lambda torch, x: (x > 0).to(x.dtype),
+))
+
+
+def _interval_mask(x: Any, lo: float, hi: float) -> Any:
+    return ((x > lo) & (x < hi)).astype(x.dtype)
+
+
+register(Primitive(
+    "interval_mask", ("x",), same_shape, _interval_mask, attrs=("lo", "hi"), nondiff=True,
+    semantics="1 where lo < x < hi (open interval), else 0: clamp's derivative, 0 at the "
+              "boundaries. Zero derivative.",
+    samples=lambda rng: [Sample((_away_from_zero(rng, 6),), {"lo": -0.5, "hi": 0.5})],
+    torch_ref=lambda torch, x, lo, hi: ((x > lo) & (x < hi)).to(x.dtype),
+))
+
+register(Primitive(
+    "zeros_like", ("x",), same_shape, np.zeros_like, nondiff=True,
+    semantics="Zeros of x's shape and dtype (the zero cotangent / tangent). Zero derivative.",
+    samples=unary_samples(), torch_ref=lambda torch, x: torch.zeros_like(x),
+))
+
+register(Primitive(
+    "detach", ("x",), same_shape, lambda x: x, nondiff=True,
+    semantics="Identity forward; receives and passes no gradient (torch.Tensor.detach).",
+    samples=unary_samples(), torch_ref=lambda torch, x: x.detach(),
+))
+
+# ---------------------------------------------------------------------------------------------
+# Unary ops declared by forward and derivative.
+
+elementwise_unary(
+    "square", np.square, lambda ops, x, y: ops.scale(x, c=2.0),
+    semantics="x * x. Derivative 2x.",
+    samples=unary_samples(), torch_ref=lambda torch, x: x * x,
+)
+
+elementwise_unary(
+    "abs", np.abs, lambda ops, x, y: ops.sign(x),
+    semantics="|x|. Subgradient sign(x), which is 0 at 0 (PyTorch agrees).",
+    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: torch.abs(x),
+)
+
+elementwise_unary(
+    "relu", lambda x: np.maximum(x, 0), lambda ops, x, y: ops.positive_mask(x),
+    semantics="max(x, 0). Derivative 1 for x > 0 and 0 for x <= 0 (0 at 0, as PyTorch).",
+    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: torch.relu(x),
+)
+
+
+def _sqrt(x: Any) -> Any:
+    return np.sqrt(np.maximum(x, 0))
+
+
+def _sqrt_deriv(x: Any) -> Any:
+    """1 / (2 sqrt x) for x > 0, else 0, without dividing by zero."""
+    positive = x > 0
+    safe = np.where(positive, x, 1)
+    return np.where(positive, 0.5 / np.sqrt(safe), 0).astype(x.dtype)
+
+
+elementwise_unary(
+    "sqrt_deriv", _sqrt_deriv,
+    # d/dx (x^-1/2 / 2) = -x^-3/2 / 4 = -2 * d^3, and 0 where x <= 0 as d is.
+    lambda ops, x, y: ops.scale(ops.mul(y, ops.square(y)), c=-2.0),
+    semantics="1 / (2 sqrt x) for x > 0, else 0: the derivative of sqrt, as a primitive so that "
+              "it can be differentiated again (its own derivative is -2 d^3).",
+    samples=unary_samples(_positive),
+    torch_ref=lambda torch, x: 0.5 / torch.sqrt(x),
+)
+
+elementwise_unary(
+    "sqrt", _sqrt, lambda ops, x, y: ops.sqrt_deriv(x),
+    semantics="sqrt(max(x, 0)). Derivative 1 / (2 sqrt x) for x > 0 and 0 otherwise (PyTorch "
+              "gives NaN/inf for x <= 0; TorchLean totalises to 0).",
+    samples=unary_samples(_positive), torch_ref=lambda torch, x: torch.sqrt(x),
+)
+
+
+def _clamp_infer(shape: tuple[int, ...], lo: float, hi: float) -> tuple[int, ...]:
+    if not lo <= hi:
+        raise ShapeError(f"clamp: lo must be <= hi, found lo={lo}, hi={hi}")
+    return shape
+
+
+elementwise_unary(
+    "clamp", lambda x, lo, hi: np.clip(x, lo, hi),
+    lambda ops, x, y, lo, hi: ops.interval_mask(x, lo=lo, hi=hi),
+    attrs=("lo", "hi"), infer=_clamp_infer,
+    semantics="min(max(x, lo), hi). Derivative: the indicator of the open interval (lo, hi), 0 at "
+              "the boundaries (PyTorch passes gradient at the boundaries: an intended difference).",
+    samples=lambda rng: [Sample((_away_from_zero(rng, 8),), {"lo": -0.5, "hi": 0.75})],
+    torch_ref=lambda torch, x, lo, hi: torch.clamp(x, lo, hi),
+)
+
+
+def _sigmoid(x: Any) -> Any:
+    # exp(-|x|) never overflows; the two branches agree where both are finite.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+elementwise_unary(
+    "sigmoid", _sigmoid,
+    lambda ops, x, y: ops.mul(y, ops.add_scalar(ops.scale(y, c=-1.0), c=1.0)),
+    semantics="1 / (1 + exp(-x)), computed without overflow. Derivative y (1 - y).",
+    samples=unary_samples(), torch_ref=lambda torch, x: torch.sigmoid(x),
+)
+
+elementwise_unary(
+    "tanh", np.tanh, lambda ops, x, y: ops.add_scalar(ops.scale(ops.square(y), c=-1.0), c=1.0),
+    semantics="tanh(x). Derivative 1 - y^2.",
+    samples=unary_samples(), torch_ref=lambda torch, x: torch.tanh(x),
+)
+
+elementwise_unary(
+    "exp", np.exp, lambda ops, x, y: y,
+    semantics="exp(x). Derivative exp(x) (the output itself).",
+    samples=unary_samples(), torch_ref=lambda torch, x: torch.exp(x),
+)
+
+
+def _softplus(x: Any) -> Any:
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+elementwise_unary(
+    "softplus", _softplus, lambda ops, x, y: ops.sigmoid(x),
+    semantics="log(1 + exp(x)) in the stable form max(x, 0) + log1p(exp(-|x|)). Derivative "
+              "sigmoid(x).",
+    samples=unary_samples(), torch_ref=lambda torch, x: torch.nn.functional.softplus(x),
+)
+
+
+def _log(x: Any) -> Any:
+    bad = ~(x > 0)
+    if bad.any():
+        raise DomainError(f"log: {int(bad.sum())} of {x.size} entries are <= 0 or NaN; "
+                          "log needs positive input (safe_log is total)")
+    return np.log(x)
+
+
+elementwise_unary(
+    "log", _log, lambda ops, x, y: ops.inv(x),
+    semantics="Natural log. Raises DomainError naming how many entries are <= 0 or NaN. "
+              "Derivative 1/x.",
+    samples=unary_samples(_positive), torch_ref=lambda torch, x: torch.log(x),
+)
+
+elementwise_unary(
+    "inv", lambda x: 1 / x, lambda ops, x, y: ops.scale(ops.square(y), c=-1.0),
+    semantics="1 / x. Derivative -1/x^2 (written -y^2).",
+    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: 1 / x,
+)
+
+
+def _safe_log(x: Any, eps: float) -> Any:
+    return np.log(_softplus(x) + eps)
+
+
+elementwise_unary(
+    "safe_log", _safe_log,
+    lambda ops, x, y, eps: ops.mul(ops.sigmoid(x), ops.inv(ops.add_scalar(ops.softplus(x), c=eps))),
+    attrs={"eps": 1e-6},
+    semantics="log(softplus(x) + eps), total on all reals (eps defaults to 1e-6). Derivative "
+              "sigmoid(x) / (softplus(x) + eps).",
+    samples=lambda rng: [Sample((_normal(rng, 5),), {"eps": 1e-6})],
+    torch_ref=lambda torch, x, eps: torch.log(torch.nn.functional.softplus(x) + eps),
+)

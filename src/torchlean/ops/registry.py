@@ -1,0 +1,234 @@
+"""The op registry: one declaration per primitive, every rule side by side.
+
+A ``Primitive`` holds an op's whole story: its shape rule, forward kernel, VJP rule, JVP rule (or
+the reverse-only marker), documented semantics and sample inputs. The eager tape, the compiled
+graph, the tests and the docs all read this one record.
+
+Rules are written against an *Ops interpreter* ``ops`` rather than NumPy: ``ops.mul(g, b)`` runs
+the ``mul`` kernel when ``ops`` is ``ARRAY_OPS``, and records a ``mul`` node when it is a graph
+builder's interpreter. That is what makes the backward pass of a graph itself a differentiable
+graph (hvp = jvp of grad).
+
+Conventions for rules (``ops`` is the interpreter, values are arrays or graph variables):
+
+- ``vjp(ops, g, inputs, out, **attrs) -> tuple`` with one cotangent per input, ``None`` for an
+  input that receives nothing (the driver skips it). For ``broadcasting`` primitives a cotangent may
+  have the output's shape; the driver reduces it to the input's shape in one central place.
+- ``jvp(ops, tangents, inputs, out, **attrs) -> tangent | None`` where ``tangents`` holds ``None``
+  for zero tangents. ``linear`` primitives get theirs for free (apply the op to the tangents);
+  ``nondiff`` primitives (masks, comparisons, random draws) have zero derivatives everywhere they
+  are defined, so both rules return nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import UnsupportedJvpError
+
+Array = Any
+Rule = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample call of a primitive: input arrays (float64) and static attributes."""
+
+    inputs: tuple[np.ndarray, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+_REQUIRED = object()
+
+
+class Primitive:
+    """The declaration of one primitive op. See the module docstring for the rule conventions."""
+
+    __slots__ = (
+        "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
+        "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
+        "fd_smooth",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        inputs: Sequence[str],
+        infer: Rule,
+        forward: Rule,
+        *,
+        attrs: dict[str, Any] | Sequence[str] = (),
+        vjp: Rule | None = None,
+        jvp: Rule | None = None,
+        semantics: str,
+        samples: Callable[[np.random.Generator], list[Sample]],
+        broadcasting: bool = False,
+        linear: bool = False,
+        nondiff: bool = False,
+        reverse_only: bool = False,
+        torch_ref: Rule | None = None,
+        fd_smooth: bool = True,
+    ) -> None:
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.attrs = (
+            dict(attrs) if isinstance(attrs, dict) else {a: _REQUIRED for a in attrs}
+        )
+        self.infer = infer
+        self.forward = forward
+        self.vjp = vjp
+        self.jvp = jvp
+        self.semantics = semantics.strip()
+        self.samples = samples
+        self.broadcasting = broadcasting
+        self.linear = linear
+        self.nondiff = nondiff
+        self.reverse_only = reverse_only
+        self.torch_ref = torch_ref
+        # Whether central finite differences are meaningful on random samples (false for ops whose
+        # forward is piecewise constant in a way that random samples can straddle).
+        self.fd_smooth = fd_smooth
+        if not nondiff and vjp is None:
+            raise TypeError(f"primitive {name}: a differentiable op needs a vjp rule")
+        if not (nondiff or linear or reverse_only) and jvp is None:
+            raise TypeError(f"primitive {name}: declare a jvp rule, linear=True or reverse_only")
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+    def bind_attrs(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Attributes from positional-after-inputs and keyword arguments, defaults filled."""
+        names = list(self.attrs)
+        if len(args) > len(names):
+            raise TypeError(f"{self.name}: takes {len(names)} attributes {names}, got {len(args)}")
+        bound = dict(zip(names, args, strict=False))
+        for key, value in kwargs.items():
+            if key not in self.attrs:
+                raise TypeError(f"{self.name}: unknown attribute {key!r}; expected one of {names}")
+            if key in bound:
+                raise TypeError(f"{self.name}: attribute {key!r} given twice")
+            bound[key] = value
+        for key, default in self.attrs.items():
+            if key not in bound:
+                if default is _REQUIRED:
+                    raise TypeError(f"{self.name}: missing attribute {key!r}")
+                bound[key] = default
+        return bound
+
+    def apply_jvp(self, ops: Any, tangents: Sequence[Any], inputs: Sequence[Any], out: Any,
+                  attrs: dict[str, Any]) -> Any:
+        """The output tangent, ``None`` when it is zero. Raises for reverse-only ops."""
+        if self.nondiff or all(t is None for t in tangents):
+            return None
+        if self.reverse_only:
+            raise UnsupportedJvpError(
+                f"{self.name}: this op has no forward-mode (JVP) rule; "
+                "use reverse mode (vjp / grad) for it"
+            )
+        if self.linear:
+            filled = [
+                ops.zeros_like(x) if t is None else t for t, x in zip(tangents, inputs, strict=True)
+            ]
+            return getattr(ops, self.name)(*filled, **attrs)
+        assert self.jvp is not None
+        return self.jvp(ops, tangents, inputs, out, **attrs)
+
+    def apply_vjp(self, ops: Any, g: Any, inputs: Sequence[Any], out: Any,
+                  attrs: dict[str, Any]) -> Sequence[Any]:
+        """One cotangent per input (``None`` for none), already reduced to each input's shape."""
+        if self.nondiff:
+            return (None,) * len(inputs)
+        assert self.vjp is not None
+        cotangents = self.vjp(ops, g, inputs, out, **attrs)
+        if self.broadcasting:
+            cotangents = tuple(
+                None if c is None else unbroadcast(ops, c, x.shape)
+                for c, x in zip(cotangents, inputs, strict=True)
+            )
+        return cotangents
+
+
+def unbroadcast(ops: Any, cotangent: Any, shape: tuple[int, ...]) -> Any:
+    """Sum a broadcast cotangent back to ``shape`` (the one place broadcasting is undone)."""
+    if cotangent.shape == shape:
+        return cotangent
+    return ops.sum_to(cotangent, shape=shape)
+
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+class ArrayOps:
+    """The Ops interpreter over concrete arrays: each method runs a primitive's forward kernel.
+
+    Methods are attached as primitives register (``ARRAY_OPS.mul is mul's forward``), so a rule's
+    ``ops.mul(a, b)`` costs one call. ``zeros_like`` is the one helper rules may use that is not
+    itself a primitive call on every interpreter.
+    """
+
+    name = "array"
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        raise AttributeError(f"no primitive named {name!r} is registered")
+
+
+ARRAY_OPS = ArrayOps()
+
+
+def register(prim: Primitive) -> Primitive:
+    """Add a primitive to the registry and to the array interpreter."""
+    if prim.name in REGISTRY:
+        raise TypeError(f"primitive {prim.name} registered twice")
+    REGISTRY[prim.name] = prim
+    setattr(ARRAY_OPS, prim.name, prim.forward)
+    return prim
+
+
+def get(name: str) -> Primitive:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no primitive named {name!r}; known: {sorted(REGISTRY)}") from None
+
+
+# --- Helpers for declaring whole kinds of primitive -------------------------------------------
+
+
+def elementwise_unary(
+    name: str,
+    forward: Rule,
+    derivative: Rule,
+    *,
+    semantics: str,
+    samples: Callable[[np.random.Generator], list[Sample]],
+    attrs: dict[str, Any] | Sequence[str] = (),
+    torch_ref: Rule | None = None,
+    fd_smooth: bool = True,
+    infer: Rule | None = None,
+) -> Primitive:
+    """Declare an elementwise op from its forward and its derivative ``f'(x)``.
+
+    ``derivative(ops, x, y, **attrs)`` returns f' at x (``y`` is the forward value, handy for tanh
+    or sigmoid). The VJP is ``g * f'`` and the JVP is ``t * f'``: one derivative, both modes.
+    """
+
+    def vjp(ops: Any, g: Any, inputs: Sequence[Any], out: Any, **kw: Any) -> tuple[Any]:
+        return (ops.mul(g, derivative(ops, inputs[0], out, **kw)),)
+
+    def jvp(ops: Any, tangents: Sequence[Any], inputs: Sequence[Any], out: Any, **kw: Any) -> Any:
+        return ops.mul(tangents[0], derivative(ops, inputs[0], out, **kw))
+
+    return register(Primitive(
+        name, ("x",), infer or same_shape, forward, attrs=attrs, vjp=vjp, jvp=jvp,
+        semantics=semantics, samples=samples, torch_ref=torch_ref, fd_smooth=fd_smooth,
+    ))
+
+
+def same_shape(shape: tuple[int, ...], **_: Any) -> tuple[int, ...]:
+    """Shape rule of elementwise unary ops."""
+    return shape

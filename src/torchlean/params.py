@@ -1,0 +1,71 @@
+"""Parameters: named arrays that live across steps, with the gradient of the last backward.
+
+A ``Param`` is what optimisers update and checkpoints save. Sessions read ``param.value`` when a
+forward pass uses the parameter and write ``param.grad`` on backward (accumulating, like
+PyTorch's ``.grad``, until ``zero_grad``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .backend import as_dtype, to_host
+from .errors import ShapeError
+
+
+class Param:
+    """A trainable (or frozen) tensor: ``value``, ``name``, ``requires_grad`` and ``grad``."""
+
+    __slots__ = ("_value", "name", "requires_grad", "grad")
+
+    def __init__(self, value: Any, name: str | None = None, requires_grad: bool = True,
+                 dtype: Any = None) -> None:
+        arr = np.asarray(value) if not hasattr(value, "__array_namespace__") else value
+        if dtype is not None:
+            arr = arr.astype(as_dtype(dtype))
+        elif arr.dtype.kind != "f":
+            arr = arr.astype(np.float32)
+        as_dtype(arr.dtype)  # float32 or float64 only
+        self._value = arr.copy()
+        self.name = name
+        self.requires_grad = bool(requires_grad)
+        self.grad: Any = None
+
+    @property
+    def value(self) -> Any:
+        """The current value (a host NumPy array, synchronised from the device if needed)."""
+        return to_host(self._value)
+
+    @value.setter
+    def value(self, new: Any) -> None:
+        self.assign(new)
+
+    @property
+    def data(self) -> Any:
+        """The current value where it lives (NumPy or CuPy); optimisers update this in place."""
+        return self._value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._value.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._value.dtype)
+
+    def assign(self, new: Any) -> None:
+        """Replace the value; the shape must stay the same (dtype is converted)."""
+        arr = np.asarray(new) if isinstance(new, list | tuple | float | int) else new
+        if tuple(arr.shape) != self.shape:
+            raise ShapeError(f"Param {self.name or ''}: cannot assign shape {tuple(arr.shape)} "
+                             f"to a parameter of shape {self.shape}")
+        self._value = arr.astype(self._value.dtype, copy=True)
+
+    def zero_grad(self) -> None:
+        self.grad = None
+
+    def __repr__(self) -> str:
+        return (f"Param(name={self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
+                f"requires_grad={self.requires_grad})")

@@ -1,0 +1,267 @@
+"""The eager autograd tape (TorchLean's ``Engine.Core``).
+
+A tape is a grow-only list of nodes. Every op checks its inputs with the primitive's shape rule,
+runs the forward kernel at once, appends exactly one node and returns its id (an int). Reverse mode
+walks ids backwards (``autodiff.reverse_pass``); forward mode walks them forwards.
+
+There is one method per registered primitive (``tape.relu(x)``, ``tape.linear(w, b, x)``,
+``tape.reduce_sum(x, axis)``): node ids first, then the op's static attributes. The methods are
+generated from the registry, so the tape can never fall out of step with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import ops as _ops  # noqa: F401  (registers every primitive)
+from .autodiff import forward_tangents, reverse_pass
+from .backend import as_dtype, check_device, namespace_for
+from .errors import DomainError, ShapeError, TapeError
+from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
+
+
+class Node:
+    """One recorded value: the op that made it (``None`` for a leaf), its parents and attributes."""
+
+    __slots__ = ("op", "parents", "attrs", "value", "requires_grad", "name")
+
+    def __init__(self, op: Primitive | None, parents: tuple[int, ...], attrs: dict[str, Any],
+                 value: Any, requires_grad: bool, name: str | None = None) -> None:
+        self.op = op
+        self.parents = parents
+        self.attrs = attrs
+        self.value = value
+        self.requires_grad = requires_grad
+        self.name = name
+
+    @property
+    def op_name(self) -> str:
+        return "leaf" if self.op is None else self.op.name
+
+    def __repr__(self) -> str:
+        shape = tuple(self.value.shape)
+        return (f"Node({self.op_name}, parents={self.parents}, shape={shape}, "
+                f"requires_grad={self.requires_grad}, name={self.name!r})")
+
+
+class Tape:
+    """An eager tape over one dtype (float32 by default) and device."""
+
+    def __init__(self, dtype: Any = "float32", device: str = "cpu",
+                 check_finite: bool = False) -> None:
+        self.dtype = as_dtype(dtype)
+        self.device = check_device(device)
+        self.xp = namespace_for(device)
+        self.check_finite = check_finite
+        self._nodes: list[Node] = []
+
+    # --- reading -------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of nodes on the tape."""
+        return len(self._nodes)
+
+    @property
+    def nodes(self) -> Sequence[Node]:
+        return self._nodes
+
+    def node(self, i: int) -> Node:
+        return self._nodes[self._check_id("node", i)]
+
+    def value(self, i: int) -> Any:
+        return self._nodes[self._check_id("value", i)].value
+
+    def require_value(self, i: int, shape: Sequence[int]) -> Any:
+        """The value of node ``i``, checked to have ``shape`` (TorchLean's ``requireValue``)."""
+        value = self.value(i)
+        if tuple(value.shape) != tuple(shape):
+            raise ShapeError(f"require_value: node {i} has shape {tuple(value.shape)}, "
+                             f"expected {tuple(shape)}")
+        return value
+
+    def _check_id(self, op: str, i: Any) -> int:
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TapeError(f"{op}: node ids are ints, found {type(i).__name__} {i!r}")
+        if not 0 <= i < len(self._nodes):
+            raise TapeError(f"{op}: node id {i} out of range (tape has {len(self._nodes)} nodes)")
+        return int(i)
+
+    # --- building ------------------------------------------------------------------------------
+
+    def as_array(self, op: str, array: Any) -> Any:
+        """Convert user data to this tape's array type; float arrays keep their dtype."""
+        xp = self.xp
+        if isinstance(array, xp.ndarray) and array.dtype in (np.float32, np.float64):
+            return array
+        arr = xp.asarray(array)
+        if arr.dtype.kind not in "biuf":
+            raise ShapeError(f"{op}: expected numeric data, found dtype {arr.dtype}")
+        if arr.dtype.kind == "f" and arr.dtype in (np.float32, np.float64):
+            return arr
+        return arr.astype(self.dtype)
+
+    def leaf(self, array: Any, name: str | None = None, requires_grad: bool = True) -> int:
+        """Append a leaf holding ``array`` (copied, so later edits to it cannot change the tape)."""
+        value = self.as_array("leaf", array).copy()
+        if self.check_finite:
+            _check_finite("leaf", value)
+        self._nodes.append(Node(None, (), {}, value, bool(requires_grad), name))
+        return len(self._nodes) - 1
+
+    def apply(self, op: str | Primitive, *args: Any, **kwargs: Any) -> int:
+        """Record primitive ``op`` on node ids ``args[:arity]`` with the remaining attributes."""
+        prim = REGISTRY[op] if isinstance(op, str) else op
+        arity = len(prim.inputs)
+        if len(args) < arity:
+            raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
+                            f"found {len(args)}")
+        attrs = prim.bind_attrs(args[arity:], kwargs) if prim.attrs else {}
+        if not prim.attrs and (len(args) > arity or kwargs):
+            raise TypeError(f"{prim.name}: takes only node ids {prim.inputs}")
+        return self.record(prim, args[:arity], attrs)
+
+    def record(self, prim: Primitive, ids: Sequence[int], attrs: dict[str, Any],
+               name: str | None = None) -> int:
+        """Check, compute and append one node. Nothing changes when a check fails."""
+        nodes = self._nodes
+        n = len(nodes)
+        parents = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+                raise TapeError(f"{prim.name}: node id {i!r} is not on the tape "
+                                f"(ids run 0..{n - 1})")
+            parents.append(nodes[i])
+        values = [p.value for p in parents]
+        prim.infer(*[v.shape for v in values], **attrs)
+        if len(values) > 1:
+            dtype = values[0].dtype
+            for v in values:
+                if v.dtype != dtype:
+                    raise ShapeError(f"{prim.name}: dtypes differ: "
+                                     f"{', '.join(str(w.dtype) for w in values)}")
+        elif not values:
+            attrs = {**attrs, "dtype": self.dtype} if "dtype" in prim.attrs else attrs
+        out = prim.forward(*values, **attrs)
+        if self.check_finite:
+            _check_finite(prim.name, out)
+        requires_grad = not prim.nondiff and any(p.requires_grad for p in parents)
+        nodes.append(Node(prim, tuple(ids), attrs, out, requires_grad, name))
+        return n
+
+    # --- reverse mode --------------------------------------------------------------------------
+
+    def _seed(self, op: str, out: int, seed: Any) -> Any:
+        value = self.value(out)
+        seed_arr = self.xp.asarray(seed, dtype=value.dtype)
+        if seed_arr.shape != value.shape:
+            raise ShapeError(f"{op}: seed has shape {tuple(seed_arr.shape)}, output node {out} "
+                             f"has shape {tuple(value.shape)}")
+        return seed_arr
+
+    def backward_dense(self, out: int, seed: Any) -> list[Any]:
+        """Cotangent of every node (``None`` where the reverse pass did not reach it)."""
+        seed_arr = self._seed("backward_dense", self._check_id("backward_dense", out), seed)
+        nodes = self._nodes
+        values = [node.value for node in nodes]
+        return reverse_pass(nodes, values, out, seed_arr, ARRAY_OPS)
+
+    def backward_dense_all(self, out: int, seed: Any) -> list[Any]:
+        """Cotangent of every node, zeros where the reverse pass did not reach it."""
+        dense = self.backward_dense(out, seed)
+        xp = self.xp
+        return [xp.zeros_like(node.value) if g is None else g
+                for g, node in zip(dense, self._nodes, strict=True)]
+
+    def backward(self, out: int, seed: Any) -> dict[int, Any]:
+        """Cotangents of the reached nodes only, keyed by node id."""
+        return {i: g for i, g in enumerate(self.backward_dense(out, seed)) if g is not None}
+
+    def backward_scalar(self, out: int) -> dict[int, Any]:
+        """``backward`` with seed 1 for a scalar output (like ``loss.backward()``)."""
+        value = self.value(self._check_id("backward_scalar", out))
+        if value.shape != ():
+            raise ShapeError(f"backward_scalar: output node {out} has shape {tuple(value.shape)}, "
+                             "expected a scalar (); use backward(out, seed) for tensors")
+        return self.backward(out, self.xp.ones((), dtype=value.dtype))
+
+    # --- forward mode --------------------------------------------------------------------------
+
+    def jvp(self, out: int, tangents: dict[int, Any]) -> Any:
+        """Tangent of node ``out`` given tangents of some nodes (usually leaves); zeros if none."""
+        out = self._check_id("jvp", out)
+        nodes = self._nodes
+        seeds: dict[int, Any] = {}
+        for i, t in tangents.items():
+            value = self.value(self._check_id("jvp", i))
+            t_arr = self.xp.asarray(t, dtype=value.dtype)
+            if t_arr.shape != value.shape:
+                raise ShapeError(f"jvp: tangent for node {i} has shape {tuple(t_arr.shape)}, "
+                                 f"node has shape {tuple(value.shape)}")
+            seeds[i] = t_arr
+        # Treat seeded interior nodes as leaves of the forward pass: their tangent is given.
+        values = [node.value for node in nodes]
+        view = [_SeededNode(n) if i in seeds and n.op is not None else n
+                for i, n in enumerate(nodes[: out + 1])]
+        result = forward_tangents(view, values, seeds, ARRAY_OPS, upto=out)[out]
+        return self.xp.zeros_like(values[out]) if result is None else result
+
+    def __getattr__(self, name: str) -> Callable[..., int]:
+        # Only reached for names that are not primitives (those are real methods, set below).
+        raise AttributeError(f"Tape has no op or attribute {name!r}")
+
+
+class _SeededNode:
+    """A node viewed as a leaf, so forward mode can start from a given interior tangent."""
+
+    __slots__ = ("op", "parents", "attrs", "requires_grad")
+
+    def __init__(self, node: Node) -> None:
+        self.op = None
+        self.parents: tuple[int, ...] = ()
+        self.attrs: dict[str, Any] = {}
+        self.requires_grad = node.requires_grad
+
+
+def _check_finite(op: str, value: Any) -> None:
+    xp = namespace_for("cpu") if isinstance(value, np.ndarray) else None
+    finite = (xp or np).isfinite(value)
+    if not bool(finite.all()):
+        bad = int(value.size - int(finite.sum()))
+        raise DomainError(f"{op}: {bad} of {value.size} entries are NaN or infinite")
+
+
+def _make_method(prim: Primitive) -> Callable[..., int]:
+    arity = len(prim.inputs)
+
+    if not prim.attrs:
+        def method(self: Tape, *ids: int) -> int:
+            if len(ids) != arity:
+                raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
+                                f"found {len(ids)}")
+            return self.record(prim, ids, {})
+    else:
+        def method(self: Tape, *args: Any, **kwargs: Any) -> int:
+            if len(args) < arity:
+                raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
+                                f"found {len(args)}")
+            return self.record(prim, args[:arity], prim.bind_attrs(args[arity:], kwargs))
+
+    attrs = ", ".join(prim.inputs + tuple(prim.attrs))
+    method.__name__ = prim.name
+    method.__qualname__ = f"Tape.{prim.name}"
+    method.__doc__ = f"tape.{prim.name}({attrs}) -> node id\n\n{prim.semantics}"
+    return method
+
+
+def install_primitive_methods() -> None:
+    """Give ``Tape`` one method per registered primitive (idempotent)."""
+    for name, prim in REGISTRY.items():
+        if name not in Tape.__dict__:
+            setattr(Tape, name, _make_method(prim))
+
+
+install_primitive_methods()
