@@ -14,10 +14,14 @@ from .errors import (
     TraceError,
     UnsupportedJvpError,
 )
+from .graph import Graph, GraphError
+from .params import Param
 from .tape import Node, Tape
+from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
     "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError",
-    "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape",
+    "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
+    "Param", "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"

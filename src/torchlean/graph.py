@@ -1,0 +1,325 @@
+"""The compiled graph (TorchLean's GraphM) and its link to the runtime tape (LinkedSession).
+
+A ``Graph`` is an SSA list of nodes over its input leaves and constants: node ``i`` applies a
+registered primitive to earlier nodes. It is traced once from a function written with ``F`` and
+operators (``GraphBuilder``), verified (``verify``), and then run many times on new inputs: no
+input value is baked in, so reuse across inputs is sound.
+
+Execution reads the same registry as the eager tape and runs the same passes
+(``autodiff.reverse_pass`` / ``forward_tangents``), which is why ``to_tape(xs)`` followed by
+``tape.backward_dense_all`` equals ``graph.backprop_all`` bitwise.
+
+``grad_graph`` records the reverse pass itself as graph nodes (the rules run on a
+``GraphOps`` interpreter), so gradients are again a graph: forward mode over it gives
+Hessian-vector products (forward-over-reverse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .autodiff import forward_tangents, reverse_pass
+from .backend import as_dtype
+from .errors import ShapeError, TapeError, TraceError
+from .functional import Ref
+from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
+from .tape import Tape
+
+
+class GraphError(TapeError):
+    """A malformed graph (found by ``Graph.verify``)."""
+
+
+class GraphNode:
+    """One SSA node. ``kind`` is "input", "const" or "op"."""
+
+    __slots__ = ("kind", "op", "parents", "attrs", "shape", "dtype", "requires_grad", "index")
+
+    def __init__(self, kind: str, op: Primitive | None, parents: tuple[int, ...],
+                 attrs: dict[str, Any], shape: tuple[int, ...], dtype: np.dtype,
+                 requires_grad: bool, index: int = -1) -> None:
+        self.kind = kind
+        self.op = op
+        self.parents = parents
+        self.attrs = attrs
+        self.shape = shape
+        self.dtype = dtype
+        self.requires_grad = requires_grad
+        self.index = index  # position among the inputs, for input nodes
+
+
+class Var(Ref):
+    """A traced graph value; F.* and operators on it record nodes."""
+
+    __slots__ = ()
+
+
+class Graph:
+    """An SSA graph: input leaves, constants, primitive nodes, and output ids."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = as_dtype(dtype)
+        self.nodes: list[GraphNode] = []
+        self.inputs: list[int] = []
+        self.consts: dict[int, Any] = {}
+        self.outputs: list[int] = []
+
+    @property
+    def output(self) -> int:
+        if len(self.outputs) != 1:
+            raise GraphError(f"graph has {len(self.outputs)} outputs, expected one")
+        return self.outputs[0]
+
+    @property
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        return [self.nodes[i].shape for i in self.inputs]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    # --- listing and checking ----------------------------------------------------------------
+
+    def __str__(self) -> str:
+        lines = [f"graph({', '.join(f'%{i}' for i in self.inputs)}) dtype={self.dtype.name}"]
+        for i, node in enumerate(self.nodes):
+            shape = f"{node.shape} {node.dtype.name}"
+            if node.kind == "input":
+                lines.append(f"  %{i} = input[{node.index}] : {shape}")
+            elif node.kind == "const":
+                lines.append(f"  %{i} = const : {shape}")
+            else:
+                assert node.op is not None
+                args = ", ".join(f"%{p}" for p in node.parents)
+                attrs = ", ".join(f"{k}={_short(v)}" for k, v in node.attrs.items() if k != "dtype")
+                lines.append(f"  %{i} = {node.op.name}({args}{'; ' + attrs if attrs else ''})"
+                             f" : {shape}")
+        lines.append(f"  return {', '.join(f'%{o}' for o in self.outputs)}")
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the graph (one box per node, edges from parents)."""
+        out = ["digraph torchlean {", "  rankdir=TB;", "  node [shape=box, fontname=monospace];"]
+        for i, node in enumerate(self.nodes):
+            label = (f"input[{node.index}]" if node.kind == "input" else
+                     "const" if node.kind == "const" else node.op.name if node.op else "?")
+            style = ", style=filled, fillcolor=lightblue" if node.kind == "input" else ""
+            if i in self.outputs:
+                style = ", style=filled, fillcolor=lightpink"
+            out.append(f'  n{i} [label="%{i} {label}\\n{node.shape}"{style}];')
+            for p in node.parents:
+                out.append(f"  n{p} -> n{i};")
+        out.append("}")
+        return "\n".join(out)
+
+    def verify(self) -> None:
+        """Check ids, shapes and dtypes of every node against its primitive's shape rule."""
+        for i, node in enumerate(self.nodes):
+            if node.kind == "op":
+                if node.op is None or node.op.name not in REGISTRY:
+                    raise GraphError(f"node %{i}: unknown op")
+                for p in node.parents:
+                    if not 0 <= p < i:
+                        raise GraphError(f"node %{i} ({node.op.name}): parent %{p} is not earlier")
+                if len(node.parents) != len(node.op.inputs):
+                    raise GraphError(f"node %{i} ({node.op.name}): {len(node.parents)} parents, "
+                                     f"op takes {len(node.op.inputs)}")
+                attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}
+                try:
+                    shape = node.op.infer(*[self.nodes[p].shape for p in node.parents], **attrs)
+                except ShapeError as exc:
+                    raise GraphError(f"node %{i}: {exc}") from None
+                if tuple(shape) != node.shape:
+                    raise GraphError(f"node %{i} ({node.op.name}): recorded shape {node.shape}, "
+                                     f"shape rule gives {tuple(shape)}")
+            elif node.parents:
+                raise GraphError(f"node %{i}: {node.kind} nodes have no parents")
+            if node.dtype != self.dtype:
+                raise GraphError(f"node %{i}: dtype {node.dtype} differs from graph {self.dtype}")
+        for k, i in enumerate(self.inputs):
+            if self.nodes[i].kind != "input" or self.nodes[i].index != k:
+                raise GraphError(f"input {k} (%{i}) is not an input node")
+        for i in self.consts:
+            if self.nodes[i].kind != "const":
+                raise GraphError(f"const %{i} is not a const node")
+        for o in self.outputs:
+            if not 0 <= o < len(self.nodes):
+                raise GraphError(f"output %{o} is not a node")
+
+    # --- execution ---------------------------------------------------------------------------
+
+    def check_inputs(self, op: str, xs: Sequence[Any]) -> list[Any]:
+        if len(xs) != len(self.inputs):
+            raise ShapeError(f"{op}: graph takes {len(self.inputs)} inputs, found {len(xs)}")
+        arrays = []
+        for k, (x, i) in enumerate(zip(xs, self.inputs, strict=True)):
+            arr = np.asarray(x, dtype=self.dtype) if not isinstance(x, np.ndarray) or \
+                x.dtype != self.dtype else x
+            if arr.shape != self.nodes[i].shape:
+                raise ShapeError(f"{op}: input {k} has shape {arr.shape}, the graph was traced "
+                                 f"with {self.nodes[i].shape}")
+            arrays.append(arr)
+        return arrays
+
+    def evaluate(self, xs: Sequence[Any]) -> list[Any]:
+        """The value of every node for inputs ``xs`` (already checked)."""
+        values: list[Any] = [None] * len(self.nodes)
+        for i, x in zip(self.inputs, xs, strict=True):
+            values[i] = x
+        for i, c in self.consts.items():
+            values[i] = c
+        for i, forward, parents, attrs in self._plan():
+            values[i] = forward(*[values[p] for p in parents], **attrs)
+        return values
+
+    def _plan(self) -> list[tuple[int, Callable[..., Any], tuple[int, ...], dict[str, Any]]]:
+        plan = getattr(self, "_cached_plan", None)
+        if plan is None or len(plan[1]) != len(self.nodes):
+            steps = [(i, n.op.forward, n.parents, n.attrs) for i, n in enumerate(self.nodes)
+                     if n.kind == "op" and n.op is not None]
+            self._cached_plan = plan = (steps, list(self.nodes))
+        return plan[0]
+
+    def backprop(self, values: Sequence[Any], out: int, seed: Any) -> list[Any]:
+        """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``."""
+        return reverse_pass(self.nodes, values, out, seed, ARRAY_OPS)
+
+    def tangents(self, values: Sequence[Any], input_tangents: Sequence[Any]) -> list[Any]:
+        seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
+        return forward_tangents(self.nodes, values, seeds, ARRAY_OPS)
+
+    def to_tape(self, xs: Sequence[Any]) -> tuple[Tape, list[int], list[int]]:
+        """Replay the graph on a fresh eager tape; node ids coincide with graph ids."""
+        arrays = self.check_inputs("to_tape", xs)
+        tape = Tape(dtype=self.dtype)
+        leaf_ids: list[int] = []
+        for i, node in enumerate(self.nodes):
+            if node.kind == "input":
+                tid = tape.leaf(arrays[node.index], requires_grad=True)
+                leaf_ids.append(tid)
+            elif node.kind == "const":
+                tid = tape.leaf(self.consts[i], requires_grad=False)
+            else:
+                assert node.op is not None
+                tid = tape.record(node.op, node.parents, node.attrs)
+            assert tid == i
+        return tape, leaf_ids, list(self.outputs)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array{value.shape}"
+    return repr(value)
+
+
+class GraphBuilder:
+    """Records ops on ``Var``s into a ``Graph`` (the owner of those refs)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.ops = GraphOps(self)
+
+    def var(self, i: int) -> Var:
+        node = self.graph.nodes[i]
+        return Var(self, i, node.shape, node.dtype)
+
+    def input(self, shape: Sequence[int]) -> Var:
+        g = self.graph
+        shape_t = tuple(int(d) for d in shape)
+        g.nodes.append(GraphNode("input", None, (), {}, shape_t, g.dtype, True, len(g.inputs)))
+        g.inputs.append(len(g.nodes) - 1)
+        return self.var(len(g.nodes) - 1)
+
+    def const(self, value: Any) -> Var:
+        g = self.graph
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f" and arr.dtype != g.dtype:
+            raise ShapeError(f"const: dtype {arr.dtype} differs from the graph's {g.dtype}")
+        arr = arr.astype(g.dtype)
+        g.nodes.append(GraphNode("const", None, (), {}, tuple(arr.shape), g.dtype, False))
+        g.consts[len(g.nodes) - 1] = arr
+        return self.var(len(g.nodes) - 1)
+
+    def apply(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Var:
+        g = self.graph
+        for r in refs:
+            if r._owner is not self:
+                raise TraceError(f"{prim.name}: a ref from another graph or session was used")
+        if not refs and "dtype" in prim.attrs:
+            attrs = {**attrs, "dtype": g.dtype}
+        shape = tuple(prim.infer(*[r.shape for r in refs],
+                                 **{k: v for k, v in attrs.items() if k != "dtype"}))
+        requires_grad = not prim.nondiff and any(g.nodes[r._id].requires_grad for r in refs)
+        g.nodes.append(GraphNode("op", prim, tuple(r._id for r in refs), attrs, shape, g.dtype,
+                                 requires_grad))
+        return self.var(len(g.nodes) - 1)
+
+
+class GraphOps:
+    """The Ops interpreter that records: ``ops.mul(a, b)`` appends a ``mul`` node."""
+
+    name = "graph"
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Callable[..., Var]:
+        prim = REGISTRY.get(name)
+        if prim is None:
+            raise AttributeError(f"no primitive named {name!r} is registered")
+        builder = self._builder
+
+        def record(*inputs: Any, **attrs: Any) -> Var:
+            return builder.apply(prim, inputs, attrs)
+
+        setattr(self, name, record)  # cache: later lookups skip __getattr__
+        return record
+
+
+def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any) -> Graph:
+    """Trace ``fn`` on fresh input leaves of the given shapes into a verified graph."""
+    graph = Graph(dtype)
+    builder = GraphBuilder(graph)
+    leaves = [builder.input(s) for s in shapes]
+    result = fn(*leaves)
+    outs = result if isinstance(result, tuple | list) else (result,)
+    if not outs:
+        raise TraceError("trace: the function returned nothing; return a ref computed with F.*")
+    for o in outs:
+        if not isinstance(o, Ref):
+            raise TraceError(f"trace: the function must return refs computed from its inputs "
+                             f"with F.* / operators, found {type(o).__name__}")
+        if o._owner is not builder:
+            raise TraceError("trace: the function returned a ref from another graph or session")
+    graph.outputs = [o._id for o in outs]
+    graph.verify()
+    return graph
+
+
+def grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
+    """A graph computing the gradient of ``graph``'s scalar output w.r.t. its inputs.
+
+    The forward nodes are copied, then the reverse pass is *recorded* (rules run on ``GraphOps``),
+    so the result is itself differentiable. Outputs: one gradient per requested input.
+    """
+    out = graph.output
+    if graph.nodes[out].shape != ():
+        raise ShapeError(f"grad: the function's output has shape {graph.nodes[out].shape}, "
+                         "expected a scalar ()")
+    g2 = Graph(graph.dtype)
+    g2.nodes = list(graph.nodes)
+    g2.inputs = list(graph.inputs)
+    g2.consts = dict(graph.consts)
+    builder = GraphBuilder(g2)
+    values = [builder.var(i) for i in range(len(graph.nodes))]
+    seed = builder.const(np.ones((), dtype=graph.dtype))
+    cotangents = reverse_pass(g2.nodes, values, out, seed, builder.ops)
+    outputs = []
+    for k in (range(len(graph.inputs)) if wrt is None else wrt):
+        i = graph.inputs[k]
+        c = cotangents[i]
+        outputs.append((builder.ops.zeros_like(values[i]) if c is None else c)._id)
+    g2.outputs = outputs
+    return g2

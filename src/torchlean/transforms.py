@@ -1,0 +1,261 @@
+"""Functional transforms over plain arrays, and compile-once wrappers.
+
+``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``hvp`` and ``hessian`` follow torch.func / JAX
+conventions (``argnums`` an int or tuple; ``primals`` and ``tangents`` tuples). Each call traces
+the function into a graph (cheap: one pass of Python) and runs it; ``compile`` traces once and
+returns a ``Compiled`` object (TorchLean's CompiledScalar / CompiledOut) to run many times.
+
+Higher derivatives are forward-over-reverse: ``grad_graph`` records the reverse pass as graph
+nodes, and forward mode over that graph gives H v. An op without a JVP rule raises
+``UnsupportedJvpError`` naming it; there is never a silent zero tangent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ShapeError, TraceError
+from .graph import Graph, grad_graph, trace
+from .tape import Tape
+
+
+def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[list[Any], Any]:
+    """Convert inputs to arrays of one float dtype: the inputs' own, or float64 for non-floats."""
+    arrays = [np.asarray(x) for x in xs]
+    if dtype is None:
+        floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
+        if len(floats) > 1:
+            raise ShapeError(f"{op}: inputs mix dtypes {sorted(d.name for d in floats)}; cast "
+                             "them to one float dtype first")
+        dtype = floats.pop() if floats else np.dtype(np.float64)
+    return [a.astype(dtype, copy=False) for a in arrays], np.dtype(dtype)
+
+
+def _argnums(op: str, argnums: int | Sequence[int], n: int) -> tuple[tuple[int, ...], bool]:
+    single = isinstance(argnums, int)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for a in nums:
+        if not -n <= a < n:
+            raise ShapeError(f"{op}: argnums {argnums} out of range for {n} arguments")
+    return tuple(a % n for a in nums), single
+
+
+class Compiled:
+    """A function traced once into a graph; run it many times (forward, jvp, vjp, backward).
+
+    Inputs must have the traced shapes (checked). ``to_tape`` replays the graph on an eager tape
+    whose reverse pass equals ``backprop_all`` bitwise (the seed-004 link).
+    """
+
+    def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
+                 dtype: Any = "float32") -> None:
+        self.graph: Graph = trace(fn, [tuple(s) for s in shapes], dtype)
+        self.dtype = self.graph.dtype
+        self._grad_graph: Graph | None = None
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.graph.nodes[self.graph.output].shape
+
+    def forward(self, *xs: Any) -> Any:
+        g = self.graph
+        return g.evaluate(g.check_inputs("forward", xs))[g.output]
+
+    __call__ = forward
+
+    def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
+        """Output tangent for input tangents ``dxs`` (one per input)."""
+        g = self.graph
+        arrays = g.check_inputs("jvp", xs)
+        tangents = g.check_inputs("jvp tangents", dxs)
+        values = g.evaluate(arrays)
+        out = g.tangents(values, tangents)[g.output]
+        return np.zeros_like(values[g.output]) if out is None else out
+
+    def _leaf_cotangents(self, dense: list[Any], values: list[Any]) -> tuple[Any, ...]:
+        return tuple(np.zeros_like(values[i]) if dense[i] is None else dense[i]
+                     for i in self.graph.inputs)
+
+    def _seed(self, op: str, seed: Any) -> Any:
+        arr = np.asarray(seed, dtype=self.dtype)
+        if arr.shape != self.out_shape:
+            raise ShapeError(f"{op}: seed has shape {arr.shape}, output has {self.out_shape}")
+        return arr
+
+    def vjp(self, xs: Sequence[Any], seed: Any) -> tuple[Any, ...]:
+        """One cotangent per input for output cotangent ``seed``."""
+        g = self.graph
+        values = g.evaluate(g.check_inputs("vjp", xs))
+        dense = g.backprop(values, g.output, self._seed("vjp", seed))
+        return self._leaf_cotangents(dense, values)
+
+    def backward(self, *xs: Any) -> tuple[Any, ...]:
+        """Gradients of a scalar output (seed 1), one per input."""
+        if self.out_shape != ():
+            raise ShapeError(f"backward: output has shape {self.out_shape}, expected a scalar; "
+                             "use vjp(xs, seed) for tensor outputs")
+        return self.vjp(xs, np.ones((), dtype=self.dtype))
+
+    def value_and_backward(self, *xs: Any) -> tuple[Any, tuple[Any, ...]]:
+        """The scalar output and its gradients in one forward pass."""
+        if self.out_shape != ():
+            raise ShapeError(f"value_and_backward: output has shape {self.out_shape}, expected a "
+                             "scalar")
+        g = self.graph
+        values = g.evaluate(g.check_inputs("value_and_backward", xs))
+        dense = g.backprop(values, g.output, np.ones((), dtype=self.dtype))
+        return values[g.output], self._leaf_cotangents(dense, values)
+
+    def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
+        """One cotangent per node, in graph order (zeros where unreached)."""
+        g = self.graph
+        values = g.evaluate(g.check_inputs("backprop_all", xs))
+        dense = g.backprop(values, g.output, self._seed("backprop_all", seed))
+        return [np.zeros_like(v) if d is None else d for d, v in zip(dense, values, strict=True)]
+
+    def to_tape(self, *xs: Any) -> tuple[Tape, list[int], int]:
+        tape, leaf_ids, outs = self.graph.to_tape(xs)
+        return tape, leaf_ids, outs[0]
+
+    def hvp(self, xs: Sequence[Any], vs: Sequence[Any]) -> tuple[Any, ...]:
+        """Hessian-vector products of a scalar output, one per input (forward-over-reverse)."""
+        if self._grad_graph is None:
+            self._grad_graph = grad_graph(self.graph)
+        gg = self._grad_graph
+        arrays = gg.check_inputs("hvp", xs)
+        tangents = gg.check_inputs("hvp tangents", vs)
+        values = gg.evaluate(arrays)
+        out = gg.tangents(values, tangents)
+        return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
+
+
+def compile(fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32") -> Compiled:  # noqa: A001
+    """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``."""
+    return Compiled(fn, leaf_shapes, dtype)
+
+
+def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Graph, list[Any]]:
+    arrays, dtype = _arrays_and_dtype(op, xs)
+    graph = trace(fn, [a.shape for a in arrays], dtype)
+    if len(graph.outputs) != 1:
+        raise TraceError(f"{op}: the function must return one ref, found {len(graph.outputs)}")
+    return graph, arrays
+
+
+def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
+                   ) -> Callable[..., tuple[Any, Any]]:
+    """``f(*xs) -> (value, gradient)`` for a scalar-valued ``fn`` (torch.func conventions)."""
+
+    def wrapped(*xs: Any) -> tuple[Any, Any]:
+        nums, single = _argnums("grad", argnums, len(xs))
+        graph, arrays = _trace_for("grad", fn, xs)
+        out = graph.output
+        if graph.nodes[out].shape != ():
+            raise ShapeError(f"grad: the function's output has shape {graph.nodes[out].shape}, "
+                             "expected a scalar (); use vjp for tensor outputs")
+        values = graph.evaluate(arrays)
+        dense = graph.backprop(values, out, np.ones((), dtype=graph.dtype))
+        grads = tuple(np.zeros_like(values[graph.inputs[k]]) if dense[graph.inputs[k]] is None
+                      else dense[graph.inputs[k]] for k in nums)
+        return values[out], grads[0] if single else grads
+
+    return wrapped
+
+
+def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """Gradient of a scalar-valued ``fn`` w.r.t. argument(s) ``argnums``."""
+    inner = value_and_grad(fn, argnums)
+
+    def wrapped(*xs: Any) -> Any:
+        return inner(*xs)[1]
+
+    return wrapped
+
+
+def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+    """``(out, vjp_fn)`` where ``vjp_fn(seed)`` returns one cotangent per argument."""
+    graph, arrays = _trace_for("vjp", fn, xs)
+    values = graph.evaluate(arrays)
+    out = graph.output
+
+    def vjp_fn(seed: Any) -> tuple[Any, ...]:
+        s = np.asarray(seed, dtype=graph.dtype)
+        if s.shape != graph.nodes[out].shape:
+            raise ShapeError(f"vjp: seed has shape {s.shape}, output has "
+                             f"{graph.nodes[out].shape}")
+        dense = graph.backprop(values, out, s)
+        return tuple(np.zeros_like(values[i]) if dense[i] is None else dense[i]
+                     for i in graph.inputs)
+
+    return values[out], vjp_fn
+
+
+def _tuple(op: str, name: str, value: Any) -> tuple[Any, ...]:
+    if not isinstance(value, tuple | list):
+        raise ShapeError(f"{op}: {name} must be a tuple (torch.func convention), found "
+                         f"{type(value).__name__}")
+    return tuple(value)
+
+
+def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
+        ) -> tuple[Any, Any]:
+    """``(out, tangent_out)``: forward-mode derivative of ``fn`` at ``primals`` along ``tangents``."""
+    primals = _tuple("jvp", "primals", primals)
+    tangents = _tuple("jvp", "tangents", tangents)
+    if len(primals) != len(tangents):
+        raise ShapeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    graph, arrays = _trace_for("jvp", fn, primals)
+    ts = graph.check_inputs("jvp tangents", tangents)
+    values = graph.evaluate(arrays)
+    out = graph.output
+    t = graph.tangents(values, ts)[out]
+    return values[out], np.zeros_like(values[out]) if t is None else t
+
+
+def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
+        ) -> tuple[Any, ...]:
+    """Hessian-vector product H v of a scalar ``fn``, one entry per primal (forward-over-reverse).
+
+    Equals ``torch.func.jvp(torch.func.grad(fn), primals, tangents)[1]``.
+    """
+    primals = _tuple("hvp", "primals", primals)
+    tangents = _tuple("hvp", "tangents", tangents)
+    if len(primals) != len(tangents):
+        raise ShapeError(f"hvp: {len(primals)} primals but {len(tangents)} tangents")
+    graph, arrays = _trace_for("hvp", fn, primals)
+    gg = grad_graph(graph)
+    ts = gg.check_inputs("hvp tangents", tangents)
+    values = gg.evaluate(arrays)
+    out = gg.tangents(values, ts)
+    return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
+
+
+def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+    """The Hessian of a scalar ``fn`` w.r.t. one argument: shape ``x.shape + x.shape``."""
+
+    def wrapped(*xs: Any) -> Any:
+        (k,), _ = _argnums("hessian", argnums, len(xs))
+        graph, arrays = _trace_for("hessian", fn, xs)
+        gg = grad_graph(graph, wrt=[k])
+        values = gg.evaluate(arrays)
+        x = arrays[k]
+        n = x.size
+        rows = np.empty((n,) + x.shape, dtype=gg.dtype)
+        seeds: list[Any] = [None] * len(arrays)
+        for j in range(n):
+            basis = np.zeros(n, dtype=gg.dtype)
+            basis[j] = 1
+            seeds[k] = basis.reshape(x.shape)
+            t = gg.tangents(values, seeds)[gg.outputs[0]]
+            rows[j] = 0 if t is None else t
+        # rows[j] = H e_j is column j; H is symmetric for smooth fn, but keep the convention
+        # H[i, j] = d^2 f / dx_i dx_j = (H e_j)_i.
+        return np.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
+
+    return wrapped
+
+
+__all__ = ["Compiled", "compile", "grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian"]
