@@ -3,7 +3,8 @@
 One module per op family; each declares its primitives with ``registry.register``.
 """
 
-from . import elementwise, layout, reductions  # noqa: F401  (registration side effects)
+# Imported for their side effect: each module registers its primitives.
+from . import elementwise, indexing, layout, linalg, random, reductions  # noqa: F401
 from .registry import ARRAY_OPS, REGISTRY, Primitive, Sample, get, register
 
 __all__ = ["ARRAY_OPS", "REGISTRY", "Primitive", "Sample", "get", "register"]

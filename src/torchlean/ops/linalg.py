@@ -1,0 +1,152 @@
+"""Linear algebra primitives: linear (affine layer), matmul and bmm.
+
+All three are bilinear (linear is affine: bilinear in (w, x) plus b), so each JVP is the sum of the
+op applied with one tangent at a time, and each VJP is made of matmuls with transposed operands.
+``linear`` over a batch ``(..., in)`` flattens the leading axes so its forward and each cotangent
+is a single GEMM, never a Python loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..shape import Shape, size
+from .registry import Primitive, Sample, register
+
+
+def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def _dim(rng: np.random.Generator, lo: int = 1, hi: int = 4) -> int:
+    return int(rng.integers(lo, hi + 1))
+
+
+def _add_tangents(ops: Any, a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.add(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# linear(w, b, x) = x @ w.T + b
+
+
+def _linear_infer(w: Shape, b: Shape, x: Shape) -> Shape:
+    if len(w) != 2:
+        raise ShapeError(f"linear: weight must be 2-D (out, in), found {w}")
+    out_f, in_f = w
+    if b != (out_f,):
+        raise ShapeError(f"linear: bias must have shape ({out_f},) for weight {w}, found {b}")
+    if len(x) == 0 or x[-1] != in_f:
+        raise ShapeError(f"linear: input must have shape (..., {in_f}) for weight {w}, "
+                         f"found {x}")
+    return x[:-1] + (out_f,)
+
+
+def _linear(w: Any, b: Any, x: Any) -> Any:
+    if x.ndim == 1:
+        return w @ x + b
+    return x @ w.T + b
+
+
+def _linear_vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any, Any]:
+    w, b, x = xs
+    out_f, in_f = w.shape
+    rows = size(tuple(x.shape[:-1]))
+    g2 = ops.reshape(g, shape=(rows, out_f))  # (N, out): one GEMM per cotangent
+    x2 = ops.reshape(x, shape=(rows, in_f))
+    gw = ops.matmul(ops.transpose2d(g2), x2)
+    gb = g if len(x.shape) == 1 else ops.reduce_sum(g2, axis=0)
+    gx = ops.reshape(ops.matmul(g2, w), shape=x.shape)
+    return gw, gb, gx
+
+
+def _linear_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
+    w, b, x = xs
+    tw, tb, tx = ts
+    affine = None
+    if tw is not None or tb is not None:
+        affine = ops.linear(ops.zeros_like(w) if tw is None else tw,
+                            ops.zeros_like(b) if tb is None else tb, x)
+    through_x = None if tx is None else ops.linear(w, ops.zeros_like(b), tx)
+    return _add_tangents(ops, affine, through_x)
+
+
+def _linear_samples(rng: np.random.Generator) -> list[Sample]:
+    o, i = _dim(rng), _dim(rng)
+    return [
+        Sample((_n(rng, o, i), _n(rng, o), _n(rng, i)), note="matvec"),
+        Sample((_n(rng, o, i), _n(rng, o), _n(rng, _dim(rng), i)), note="batch"),
+        Sample((_n(rng, 3, 2), _n(rng, 3), _n(rng, 2, _dim(rng), 2)), note="two batch axes"),
+    ]
+
+
+register(Primitive(
+    "linear", ("w", "b", "x"), _linear_infer, _linear, vjp=_linear_vjp, jvp=_linear_jvp,
+    semantics="w @ x + b for w (out, in), b (out,), x (in,); over x (..., in) it is "
+              "x @ w.T + b -> (..., out) (torch.nn.functional.linear). VJP: g x^T (summed over "
+              "the batch), sum of g, and g @ w, each one GEMM.",
+    samples=_linear_samples,
+    torch_ref=lambda torch, w, b, x: torch.nn.functional.linear(x, w, b),
+))
+
+# ---------------------------------------------------------------------------------------------
+# matmul and bmm
+
+
+def _matmul_infer(a: Shape, b: Shape) -> Shape:
+    if len(a) != 2 or len(b) != 2:
+        raise ShapeError(f"matmul: both inputs must be 2-D, found {a} @ {b}")
+    if a[1] != b[0]:
+        raise ShapeError(f"matmul: inner dimensions differ: {a} @ {b}")
+    return (a[0], b[1])
+
+
+def _bmm_infer(a: Shape, b: Shape) -> Shape:
+    if len(a) != 3 or len(b) != 3:
+        raise ShapeError(f"bmm: both inputs must be 3-D (batch, m, n), found {a} @ {b}")
+    if a[0] != b[0]:
+        raise ShapeError(f"bmm: batch sizes differ: {a} @ {b}")
+    if a[2] != b[1]:
+        raise ShapeError(f"bmm: inner dimensions differ: {a} @ {b}")
+    return (a[0], a[1], b[2])
+
+
+def _bilinear_jvp(name: str) -> Any:
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
+        op = getattr(ops, name)
+        left = None if ts[0] is None else op(ts[0], xs[1])
+        right = None if ts[1] is None else op(xs[0], ts[1])
+        return _add_tangents(ops, left, right)
+
+    return jvp
+
+
+register(Primitive(
+    "matmul", ("a", "b"), _matmul_infer, np.matmul,
+    vjp=lambda ops, g, xs, out: (ops.matmul(g, ops.transpose2d(xs[1])),
+                                 ops.matmul(ops.transpose2d(xs[0]), g)),
+    jvp=_bilinear_jvp("matmul"),
+    semantics="Matrix product (m, n) @ (n, p) -> (m, p). VJP: (g b^T, a^T g). JVP: "
+              "ta b + a tb.",
+    samples=lambda rng: [Sample((_n(rng, _dim(rng), 3), _n(rng, 3, _dim(rng)))),
+                         Sample((_n(rng, 1, 4), _n(rng, 4, 1)))],
+    torch_ref=lambda torch, a, b: a @ b,
+))
+
+register(Primitive(
+    "bmm", ("a", "b"), _bmm_infer, np.matmul,
+    vjp=lambda ops, g, xs, out: (ops.bmm(g, ops.transpose3d_last_two(xs[1])),
+                                 ops.bmm(ops.transpose3d_last_two(xs[0]), g)),
+    jvp=_bilinear_jvp("bmm"),
+    semantics="Batched matrix product (B, m, n) @ (B, n, p) -> (B, m, p) (torch.bmm). "
+              "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",
+    samples=lambda rng: [Sample((_n(rng, 2, _dim(rng), 3), _n(rng, 2, 3, _dim(rng))))],
+    torch_ref=lambda torch, a, b: torch.bmm(a, b),
+))
