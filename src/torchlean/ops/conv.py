@@ -1,0 +1,566 @@
+"""Convolution and transposed convolution (N-D, d = 1, 2, 3), as GEMMs over strided windows.
+
+Public primitives: ``conv`` / ``conv2d`` (cross-correlation plus bias, kernel ``(outC, inC, k...)``)
+and ``conv_transpose`` / ``conv_transpose2d`` (kernel ``(inC, outC, k...)``). Inputs are
+``(C, spatial...)`` or ``(N, C, spatial...)``; stride and padding are ints or per-axis tuples;
+padding is zeros.
+
+The derivative rules close over three bias-free bilinear primitives, each the adjoint of the
+others in one argument, so every derivative of a convolution is again a convolution and hvp /
+hessian work through them:
+
+- ``conv_core(w, x)``: cross-correlation (im2col view + one batched matmul);
+- ``conv_transpose_core(w, x)``: its adjoint in ``x`` (one matmul + col2im scatter);
+- ``conv_weight_grad(a, b)``: its adjoint in ``w`` (im2col of ``b`` + one batched matmul).
+
+The window helpers here (``pad_spatial``, ``window_view``, ``scatter_windows``) are shared with
+``pool.py``. The only Python loop is col2im's loop over the ``prod(k)`` kernel offsets.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import ShapeError
+from ..shape import Shape, conv_out_size, per_axis, size
+from .registry import Primitive, Sample, register
+
+# ---------------------------------------------------------------------------------------------
+# Window helpers (shared with pooling).
+
+
+def axes_tuple(value: int | Sequence[int], d: int) -> tuple[int, ...]:
+    """An int or per-axis sequence as ``d`` ints (already validated by the shape rule)."""
+    return (int(value),) * d if isinstance(value, int | np.integer) else tuple(int(v) for v in value)
+
+
+def pad_spatial(x: Any, padding: tuple[int, ...], fill: float = 0.0) -> Any:
+    """Pad the trailing ``len(padding)`` axes symmetrically with ``fill`` (no copy if no pad)."""
+    if not any(padding):
+        return x
+    d = len(padding)
+    lead = x.shape[: x.ndim - d]
+    spatial = x.shape[x.ndim - d:]
+    shape = lead + tuple(n + 2 * p for n, p in zip(spatial, padding, strict=True))
+    buf = np.full(shape, fill, dtype=x.dtype) if fill else np.zeros(shape, dtype=x.dtype)
+    inner = (Ellipsis,) + tuple(slice(p, p + n) for n, p in zip(spatial, padding, strict=True))
+    buf[inner] = x
+    return buf
+
+
+def window_view(xp: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
+                kernel_first: bool) -> Any:
+    """A read-only strided view of the sliding windows over the trailing ``d`` axes of ``xp``.
+
+    Shape ``lead + kernel + out`` when ``kernel_first`` (im2col order) else ``lead + out +
+    kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied.
+    """
+    d = len(kernel)
+    lead = xp.shape[: xp.ndim - d]
+    spatial = xp.shape[xp.ndim - d:]
+    strides = xp.strides
+    lead_st, sp_st = strides[: xp.ndim - d], strides[xp.ndim - d:]
+    out = tuple((n - k) // s + 1 for n, k, s in zip(spatial, kernel, stride, strict=True))
+    out_st = tuple(st * s for st, s in zip(sp_st, stride, strict=True))
+    if kernel_first:
+        shape, st = lead + kernel + out, lead_st + sp_st + out_st
+    else:
+        shape, st = lead + out + kernel, lead_st + out_st + sp_st
+    return as_strided(xp, shape=shape, strides=st, writeable=False)
+
+
+def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
+                    kernel_first: bool) -> Any:
+    """col2im: sum window entries back into an array whose trailing axes have size ``full``.
+
+    ``cols`` has shape ``lead + kernel + out`` (``kernel_first``) or ``lead + out + kernel``.
+    Non-overlapping windows (stride == kernel) are written in one strided copy; otherwise one
+    strided add per kernel offset.
+    """
+    d = len(full)
+    if kernel_first:
+        lead = cols.shape[: cols.ndim - 2 * d]
+        kernel = cols.shape[cols.ndim - 2 * d: cols.ndim - d]
+        out = cols.shape[cols.ndim - d:]
+    else:
+        lead = cols.shape[: cols.ndim - 2 * d]
+        out = cols.shape[cols.ndim - 2 * d: cols.ndim - d]
+        kernel = cols.shape[cols.ndim - d:]
+    nl = len(lead)
+    covered = tuple(o * k for o, k in zip(out, kernel, strict=True))
+    buf = np.zeros(lead + tuple(full), dtype=cols.dtype)
+    if tuple(stride) == tuple(kernel):
+        # Windows tile a leading block exactly: split each axis (n -> o, k) and copy once.
+        region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
+        split = region.reshape(lead + tuple(itertools.chain.from_iterable(zip(out, kernel,
+                                                                              strict=True))))
+        # split axes: lead, o0, k0, o1, k1, ...; bring them to the order of ``cols``.
+        o_axes = tuple(nl + 2 * i for i in range(d))
+        k_axes = tuple(nl + 2 * i + 1 for i in range(d))
+        order = tuple(range(nl)) + (k_axes + o_axes if kernel_first else o_axes + k_axes)
+        split.transpose(order)[...] = cols
+        return buf
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        target = (Ellipsis,) + tuple(
+            slice(i, i + s * (o - 1) + 1, s) for i, s, o in zip(offset, stride, out, strict=True))
+        if kernel_first:
+            source = (Ellipsis,) + offset + (slice(None),) * d
+        else:
+            source = (Ellipsis,) + offset
+        buf[target] += cols[source]
+    return buf
+
+
+def crop_spatial(x: Any, padding: tuple[int, ...], out: tuple[int, ...]) -> Any:
+    """The inner block ``[p : p + out]`` of the trailing axes (a view when nothing to crop)."""
+    if not any(padding) and tuple(x.shape[x.ndim - len(out):]) == tuple(out):
+        return x
+    return x[(Ellipsis,) + tuple(slice(p, p + o) for p, o in zip(padding, out, strict=True))]
+
+
+def _im2col(xb: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
+            padding: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+    """Columns ``(N, C * prod(k), prod(out))`` of a batched input, and the output size."""
+    xp = pad_spatial(xb, padding)
+    view = window_view(xp, kernel, stride, kernel_first=True)
+    d = len(kernel)
+    out = view.shape[view.ndim - d:]
+    n, c = xb.shape[0], xb.shape[1]
+    return view.reshape(n, c * size(kernel), size(out)), out
+
+
+def _batched(x: Any, d: int) -> tuple[Any, bool]:
+    return (x, True) if x.ndim == d + 2 else (x[None], False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels.
+
+
+def _conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
+    d = w.ndim - 2
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    xb, batched = _batched(x, d)
+    cols, out = _im2col(xb, tuple(w.shape[2:]), s, p)
+    y = np.matmul(w.reshape(w.shape[0], -1), cols).reshape((xb.shape[0], w.shape[0]) + out)
+    return y if batched else y[0]
+
+
+def _conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
+                         output_padding: Any = 0) -> Any:
+    d = w.ndim - 2
+    s, p, op = axes_tuple(stride, d), axes_tuple(padding, d), axes_tuple(output_padding, d)
+    xb, batched = _batched(x, d)
+    n, ci = xb.shape[0], xb.shape[1]
+    co, kernel = w.shape[1], tuple(w.shape[2:])
+    spatial = tuple(xb.shape[2:])
+    cols = np.matmul(w.reshape(ci, -1).T, xb.reshape(n, ci, -1))  # (N, Co * K, P_in)
+    full = tuple((i - 1) * st + k + o for i, st, k, o in zip(spatial, s, kernel, op, strict=True))
+    buf = scatter_windows(cols.reshape((n, co) + kernel + spatial), full, s, kernel_first=True)
+    out = tuple(f - 2 * q for f, q in zip(full, p, strict=True))
+    y = crop_spatial(buf, p, out)
+    return y if batched else y[0]
+
+
+def _conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any = 0) -> Any:
+    kernel = tuple(kernel)
+    d = len(kernel)
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    ab, _ = _batched(a, d)
+    bb, _ = _batched(b, d)
+    cols, _ = _im2col(bb, kernel, s, p)  # (N, B * K, P)
+    n, ca = ab.shape[0], ab.shape[1]
+    a2 = ab.reshape(n, ca, -1)
+    if n == 1:
+        dw = a2[0] @ cols[0].T
+    else:
+        dw = np.matmul(a2, cols.transpose(0, 2, 1)).sum(axis=0)
+    return dw.reshape((ca, bb.shape[1]) + kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape rules.
+
+
+def _check_input(op: str, x: Shape, d: int) -> None:
+    if len(x) not in (d + 1, d + 2):
+        raise ShapeError(f"{op}: input must be (C, spatial x{d}) or (N, C, spatial x{d}) for a "
+                         f"{d}-D kernel, found shape {x}")
+
+
+def _kernel_d(op: str, w: Shape, only: int | None) -> int:
+    d = len(w) - 2
+    if d not in (1, 2, 3) or (only is not None and d != only):
+        want = f"{only}" if only is not None else "1, 2 or 3"
+        raise ShapeError(f"{op}: kernel must have {want} spatial dims (outC, inC, k...), "
+                         f"found shape {w}")
+    if any(k <= 0 for k in w[2:]) or w[0] <= 0 or w[1] <= 0:
+        raise ShapeError(f"{op}: kernel dims must be positive, found shape {w}")
+    return d
+
+
+def _conv_geometry(op: str, w: Shape, x: Shape, stride: Any, padding: Any,
+                   only: int | None = None) -> Shape:
+    """Output shape of a (bias-free) convolution; every check before any compute."""
+    d = _kernel_d(op, w, only)
+    _check_input(op, x, d)
+    s = per_axis(op, "stride", stride, d, 1)
+    p = per_axis(op, "padding", padding, d, 0)
+    cin = x[-d - 1]
+    if cin != w[1]:
+        raise ShapeError(f"{op}: channel mismatch: input {x} has {cin} channels, kernel {w} "
+                         f"expects {w[1]}")
+    spatial = x[-d:]
+    for n, k, pp in zip(spatial, w[2:], p, strict=True):
+        if n + 2 * pp < k:
+            raise ShapeError(f"{op}: kernel {tuple(w[2:])} larger than padded input "
+                             f"{tuple(spatial)} with padding {p} (input {x}, kernel {w})")
+    out = tuple(conv_out_size(op, n, k, ss, pp)
+                for n, k, ss, pp in zip(spatial, w[2:], s, p, strict=True))
+    return x[:-d - 1] + (w[0],) + out
+
+
+def _conv_transpose_geometry(op: str, w: Shape, x: Shape, stride: Any, padding: Any,
+                             output_padding: Any, only: int | None = None) -> Shape:
+    d = _kernel_d(op, w, only)
+    _check_input(op, x, d)
+    s = per_axis(op, "stride", stride, d, 1)
+    p = per_axis(op, "padding", padding, d, 0)
+    op_ = per_axis(op, "output_padding", output_padding, d, 0)
+    if any(o >= ss for o, ss in zip(op_, s, strict=True)):
+        raise ShapeError(f"{op}: output_padding {op_} must be smaller than stride {s}")
+    cin = x[-d - 1]
+    if cin != w[0]:
+        raise ShapeError(f"{op}: channel mismatch: input {x} has {cin} channels, kernel {w} "
+                         f"(inC, outC, k...) expects {w[0]}")
+    spatial = x[-d:]
+    if any(n <= 0 for n in spatial):
+        raise ShapeError(f"{op}: spatial dims must be positive, found input {x}")
+    out = []
+    for n, k, ss, pp, o in zip(spatial, w[2:], s, p, op_, strict=True):
+        size_ = (n - 1) * ss - 2 * pp + k + o
+        if size_ <= 0:
+            raise ShapeError(f"{op}: output size ({n} - 1)*{ss} - 2*{pp} + {k} = {size_} is not "
+                             f"positive (input {x}, kernel {w})")
+        out.append(size_)
+    return x[:-d - 1] + (w[1],) + tuple(out)
+
+
+def _check_bias(op: str, b: Shape, channels: int) -> None:
+    if b != (channels,):
+        raise ShapeError(f"{op}: bias must have shape ({channels},), found {b}")
+
+
+def _output_padding_for(x_spatial: Shape, g_spatial: Shape, kernel: Shape,
+                        s: tuple[int, ...], p: tuple[int, ...]) -> tuple[int, ...]:
+    """The output_padding that makes conv_transpose recover the conv input's exact size."""
+    return tuple(n + 2 * pp - k - (o - 1) * ss
+                 for n, o, k, ss, pp in zip(x_spatial, g_spatial, kernel, s, p, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# The bias-free bilinear cores.
+
+
+def _conv_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any) -> Any:
+    w, x = xs
+    d = len(w.shape) - 2
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    kernel = tuple(w.shape[2:])
+    op = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
+    gw = ops.conv_weight_grad(g, x, kernel=kernel, stride=s, padding=p)
+    gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=op)
+    return gw, gx
+
+
+def _bilinear_jvp(name: str) -> Any:
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
+        f = getattr(ops, name)
+        left = None if ts[0] is None else f(ts[0], xs[1], **attrs)
+        right = None if ts[1] is None else f(xs[0], ts[1], **attrs)
+        if left is None:
+            return right
+        return left if right is None else ops.add(left, right)
+
+    return jvp
+
+
+def _conv_transpose_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+                             output_padding: Any) -> Any:
+    w, x = xs
+    d = len(w.shape) - 2
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    kernel = tuple(w.shape[2:])
+    gw = ops.conv_weight_grad(x, g, kernel=kernel, stride=s, padding=p)
+    gx = ops.conv_core(w, g, stride=s, padding=p)
+    return gw, gx
+
+
+def _conv_weight_grad_vjp(ops: Any, g: Any, xs: Any, out: Any, kernel: Any, stride: Any,
+                          padding: Any) -> Any:
+    a, b = xs
+    d = len(kernel)
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    op = _output_padding_for(tuple(b.shape[-d:]), tuple(a.shape[-d:]), tuple(kernel), s, p)
+    ga = ops.conv_core(g, b, stride=s, padding=p)
+    gb = ops.conv_transpose_core(g, a, stride=s, padding=p, output_padding=op)
+    return ga, gb
+
+
+def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def _core_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample((_n(rng, 3, 2, 3, 3), _n(rng, 2, 5, 6)), {"stride": 1, "padding": 1}),
+        Sample((_n(rng, 2, 3, 2, 2), _n(rng, 2, 3, 5, 4)), {"stride": (2, 1), "padding": (0, 1)},
+               note="batch, per-axis stride/padding"),
+        Sample((_n(rng, 2, 2, 3), _n(rng, 2, 2, 7)), {"stride": 2, "padding": 1}, note="1-D"),
+        Sample((_n(rng, 2, 1, 2, 2, 2), _n(rng, 1, 3, 3, 4)), {"stride": 1, "padding": 0},
+               note="3-D"),
+    ]
+
+
+def _torch_conv(torch: Any, w: Any, x: Any, b: Any, stride: Any, padding: Any) -> Any:
+    d = w.dim() - 2
+    f = getattr(torch.nn.functional, f"conv{d}d")
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    batched = x.dim() == d + 2
+    y = f(x if batched else x.unsqueeze(0), w, b, stride=s, padding=p)
+    return y if batched else y.squeeze(0)
+
+
+def _torch_conv_transpose(torch: Any, w: Any, x: Any, b: Any, stride: Any, padding: Any,
+                          output_padding: Any = 0) -> Any:
+    d = w.dim() - 2
+    f = getattr(torch.nn.functional, f"conv_transpose{d}d")
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    o = axes_tuple(output_padding, d)
+    batched = x.dim() == d + 2
+    y = f(x if batched else x.unsqueeze(0), w, b, stride=s, padding=p, output_padding=o)
+    return y if batched else y.squeeze(0)
+
+
+def _torch_weight_grad(torch: Any, a: Any, b: Any, kernel: Any, stride: Any,
+                       padding: Any) -> Any:
+    # The adjoint of conv in its kernel: d/dW <a, conv(W, b)>, kept differentiable.
+    w = torch.zeros((a.shape[-len(kernel) - 1], b.shape[-len(kernel) - 1]) + tuple(kernel),
+                    dtype=a.dtype, requires_grad=True)
+    with torch.enable_grad():
+        y = _torch_conv(torch, w, b, None, stride, padding)
+        (gw,) = torch.autograd.grad((y * a).sum(), w, create_graph=True)
+    return gw
+
+
+register(Primitive(
+    "conv_core", ("w", "x"),
+    lambda w, x, stride, padding: _conv_geometry("conv_core", w, x, stride, padding),
+    _conv_core, attrs={"stride": 1, "padding": 0},
+    vjp=_conv_core_vjp, jvp=_bilinear_jvp("conv_core"),
+    semantics="Bias-free N-D cross-correlation (the bilinear core of conv): kernel (outC, inC, "
+              "k...), input (inC, ...) or (N, inC, ...), zero padding, out = (n + 2p - k)//s + 1. "
+              "VJP: conv_weight_grad to w, conv_transpose_core to x (its exact adjoint).",
+    samples=_core_samples,
+    torch_ref=lambda torch, w, x, stride, padding: _torch_conv(torch, w, x, None, stride, padding),
+))
+
+
+def _ct_core_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample((_n(rng, 2, 3, 3, 3), _n(rng, 2, 3, 4)),
+               {"stride": 2, "padding": 1, "output_padding": 1}),
+        Sample((_n(rng, 3, 2, 2, 3), _n(rng, 2, 3, 3, 2)),
+               {"stride": (1, 2), "padding": 0, "output_padding": 0}, note="batch"),
+        Sample((_n(rng, 2, 2, 3), _n(rng, 2, 4)), {"stride": 1, "padding": 1,
+                                                   "output_padding": 0}, note="1-D"),
+    ]
+
+
+register(Primitive(
+    "conv_transpose_core", ("w", "x"),
+    lambda w, x, stride, padding, output_padding: _conv_transpose_geometry(
+        "conv_transpose_core", w, x, stride, padding, output_padding),
+    _conv_transpose_core, attrs={"stride": 1, "padding": 0, "output_padding": 0},
+    vjp=_conv_transpose_core_vjp, jvp=_bilinear_jvp("conv_transpose_core"),
+    semantics="Bias-free N-D transposed convolution: kernel (inC, outC, k...), out = (n - 1)*s - "
+              "2p + k + output_padding (output_padding < stride, added at the far end). The "
+              "exact adjoint of conv_core in x. VJP: conv_core to x, conv_weight_grad(x, g) to w.",
+    samples=_ct_core_samples,
+    torch_ref=lambda torch, w, x, stride, padding, output_padding: _torch_conv_transpose(
+        torch, w, x, None, stride, padding, output_padding),
+))
+
+
+def _wg_infer(a: Shape, b: Shape, kernel: Any, stride: Any, padding: Any) -> Shape:
+    op = "conv_weight_grad"
+    if not isinstance(kernel, tuple | list) or not all(isinstance(k, int) for k in kernel):
+        raise ShapeError(f"{op}: kernel must be a tuple of ints, found {kernel!r}")
+    d = len(kernel)
+    if d not in (1, 2, 3) or len(a) != len(b):
+        raise ShapeError(f"{op}: a {a} and b {b} must both be (C, ...) or (N, C, ...) for a "
+                         f"{d}-D kernel {tuple(kernel)}")
+    if len(a) == d + 2 and a[0] != b[0]:
+        raise ShapeError(f"{op}: batch sizes differ: {a} and {b}")
+    w = (a[-d - 1], b[-d - 1]) + tuple(kernel)
+    out = _conv_geometry(op, w, b, stride, padding)
+    if out != a:
+        raise ShapeError(f"{op}: a has shape {a}, but convolving b {b} with a {w} kernel gives "
+                         f"{out}")
+    return w
+
+
+def _wg_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample((_n(rng, 3, 5, 6), _n(rng, 2, 5, 6)),
+               {"kernel": (3, 3), "stride": 1, "padding": 1}),
+        Sample((_n(rng, 2, 2, 2, 3), _n(rng, 2, 3, 5, 4)),
+               {"kernel": (2, 2), "stride": (2, 1), "padding": (0, 0)}, note="batch"),
+        Sample((_n(rng, 2, 3), _n(rng, 3, 6)), {"kernel": (2,), "stride": 2, "padding": 0},
+               note="1-D, uneven"),
+    ]
+
+
+register(Primitive(
+    "conv_weight_grad", ("a", "b"), _wg_infer, _conv_weight_grad,
+    attrs={"kernel": (1, 1), "stride": 1, "padding": 0},
+    vjp=_conv_weight_grad_vjp, jvp=_bilinear_jvp("conv_weight_grad"),
+    semantics="dW[o, i, k] = sum over batch and output positions of a[o, pos] * pad(b)[i, pos*s "
+              "+ k]: the adjoint of conv_core in its kernel (a is conv's output cotangent, b its "
+              "input). Bilinear. VJP: conv_core(G, b) to a, conv_transpose_core(G, a) to b.",
+    samples=_wg_samples, torch_ref=_torch_weight_grad,
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# Public conv / conv_transpose (with bias).
+
+
+def _add_bias(y: Any, b: Any, d: int) -> Any:
+    return y + b.reshape((b.shape[0],) + (1,) * d)
+
+
+def _conv_forward(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
+    return _add_bias(_conv_core(w, x, stride, padding), b, w.ndim - 2)
+
+
+def _conv_transpose_forward(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0,
+                            output_padding: Any = 0) -> Any:
+    return _add_bias(_conv_transpose_core(w, x, stride, padding, output_padding), b, w.ndim - 2)
+
+
+def _bias_grad(ops: Any, g: Any, d: int) -> Any:
+    c = g.shape[-d - 1]
+    return ops.reshape(ops.sum_to(g, shape=(c,) + (1,) * d), shape=(c,))
+
+
+def _bias_tangent(ops: Any, tb: Any, out: Any, d: int) -> Any:
+    return ops.broadcast_to(ops.reshape(tb, shape=(tb.shape[0],) + (1,) * d), shape=out.shape)
+
+
+def _affine_jvp(core: str) -> Any:
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
+        tw, tb, tx = ts
+        w, _, x = xs
+        d = len(w.shape) - 2
+        f = getattr(ops, core)
+        parts = []
+        if tw is not None:
+            parts.append(f(tw, x, **attrs))
+        if tx is not None:
+            parts.append(f(w, tx, **attrs))
+        if tb is not None:
+            parts.append(_bias_tangent(ops, tb, out, d))
+        total = parts[0]
+        for p in parts[1:]:
+            total = ops.add(total, p)
+        return total
+
+    return jvp
+
+
+def _conv_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any) -> Any:
+    w, _, x = xs
+    gw, gx = _conv_core_vjp(ops, g, (w, x), out, stride, padding)
+    return gw, _bias_grad(ops, g, len(w.shape) - 2), gx
+
+
+def _conv_transpose_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+                        output_padding: Any = 0) -> Any:
+    w, _, x = xs
+    gw, gx = _conv_transpose_core_vjp(ops, g, (w, x), out, stride, padding, output_padding)
+    return gw, _bias_grad(ops, g, len(w.shape) - 2), gx
+
+
+def _conv_infer(op: str, only: int | None) -> Any:
+    def infer(w: Shape, b: Shape, x: Shape, stride: Any = 1, padding: Any = 0) -> Shape:
+        out = _conv_geometry(op, w, x, stride, padding, only)
+        _check_bias(op, b, w[0])
+        return out
+
+    return infer
+
+
+def _conv_transpose_infer(op: str, only: int | None) -> Any:
+    def infer(w: Shape, b: Shape, x: Shape, stride: Any = 1, padding: Any = 0,
+              output_padding: Any = 0) -> Shape:
+        out = _conv_transpose_geometry(op, w, x, stride, padding, output_padding, only)
+        _check_bias(op, b, w[1])
+        return out
+
+    return infer
+
+
+def _with_bias(samples: Any, channel_axis: int) -> Any:
+    def make(rng: np.random.Generator) -> list[Sample]:
+        return [Sample((s.inputs[0], _n(rng, s.inputs[0].shape[channel_axis]), s.inputs[1]),
+                       s.attrs, s.note) for s in samples(rng)]
+
+    return make
+
+
+def _only_2d(samples: Any) -> Any:
+    def make(rng: np.random.Generator) -> list[Sample]:
+        return [s for s in samples(rng) if s.inputs[0].ndim == 4]
+
+    return make
+
+
+_CONV_SEMANTICS = (
+    "Cross-correlation plus bias (torch.nn.functional.conv{d}d): kernel (outC, inC, k...), bias "
+    "(outC,), input (inC, ...) or (N, inC, ...); stride and padding are ints or per-axis tuples; "
+    "zero padding; out = (n + 2p - k)//s + 1. VJP: conv_weight_grad to w, sum of g to b, "
+    "conv_transpose_core to x. ShapeError for kernel larger than padded input, stride < 1, "
+    "channel mismatch, wrong bias."
+)
+_CT_SEMANTICS = (
+    "Transposed convolution plus bias (torch.nn.functional.conv_transpose{d}d): kernel (inC, "
+    "outC, k...), bias (outC,), out = (n - 1)*s - 2p + k (+ output_padding). The exact adjoint "
+    "of conv in its input. VJP: conv_weight_grad(x, g) to w, sum of g to b, conv_core to x."
+)
+
+for _name, _only in (("conv", None), ("conv2d", 2)):
+    register(Primitive(
+        _name, ("w", "b", "x"), _conv_infer(_name, _only), _conv_forward,
+        attrs={"stride": 1, "padding": 0}, vjp=_conv_vjp, jvp=_affine_jvp("conv_core"),
+        semantics=_CONV_SEMANTICS.format(d="N" if _only is None else "2"),
+        samples=_with_bias(_core_samples if _only is None else _only_2d(_core_samples), 0),
+        torch_ref=lambda torch, w, b, x, stride, padding: _torch_conv(
+            torch, w, x, b, stride, padding),
+    ))
+
+for _name, _only in (("conv_transpose", None), ("conv_transpose2d", 2)):
+    register(Primitive(
+        _name, ("w", "b", "x"), _conv_transpose_infer(_name, _only), _conv_transpose_forward,
+        attrs={"stride": 1, "padding": 0, "output_padding": 0}, vjp=_conv_transpose_vjp,
+        jvp=_affine_jvp("conv_transpose_core"),
+        semantics=_CT_SEMANTICS.format(d="N" if _only is None else "2"),
+        samples=_with_bias(_ct_core_samples if _only is None else _only_2d(_ct_core_samples), 1),
+        torch_ref=lambda torch, w, b, x, stride, padding, output_padding=0: _torch_conv_transpose(
+            torch, w, x, b, stride, padding, output_padding),
+    ))
