@@ -1,0 +1,311 @@
+"""Checkpoints: safetensors files for modules, parameter lists and optimiser state.
+
+``save(path, obj)`` flattens ``obj`` into named arrays and writes them with ``safetensors.numpy``
+(imported lazily, so the core package needs only NumPy); ``load(path, into)`` reads them back into
+an object of the same structure. The format holds raw arrays and a JSON header only, so loading
+never unpickles or executes anything.
+
+What can be saved or loaded into (``into`` must have the structure that was saved):
+
+- anything with ``state_dict()`` / ``load_state_dict()`` (modules, optimisers, parameter lists):
+  its state dict's keys;
+- a list or tuple of ``Param`` (or a list of arrays): keys ``"0"``, ``"1"``, ...;
+- a dict of arrays or Params: its keys (a bare Param or array has no name: wrap it in a dict);
+- a dict of named objects, e.g. ``{"model": model, "optim": opt}``: each object's keys
+  prefixed with ``"model."``, ``"optim."`` (nesting works the same way at every level).
+
+Writes are atomic: the file is written to a temporary file in the same directory, flushed and
+fsynced, moved over ``path`` with ``os.replace``, and the directory is fsynced. If anything fails
+the temporary file is removed and an existing file at ``path`` is untouched.
+
+Loads check the file against ``into`` first (key set, shapes, dtypes) and report every mismatch
+in one ``CheckpointError`` naming the file; nothing in ``into`` changes unless everything fits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .backend import namespace_of, to_host
+from .errors import CheckpointError
+
+__all__ = ["describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
+
+_INSTALL_HINT = "safetensors is not installed (pip install safetensors, or torchlean[examples])"
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.numpy as st_numpy
+    except ImportError:
+        raise CheckpointError(f"checkpoint: {_INSTALL_HINT}") from None
+    return st_numpy
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray | np.generic) or hasattr(x, "__array_namespace__")
+
+
+def _is_param(x: Any) -> bool:
+    return hasattr(x, "assign") and hasattr(x, "value") and hasattr(x, "grad")
+
+
+def _has_state(x: Any) -> bool:
+    return callable(getattr(x, "state_dict", None)) and callable(getattr(x, "load_state_dict",
+                                                                         None))
+
+
+def _join(prefix: str, key: Any) -> str:
+    if not isinstance(key, str):
+        raise CheckpointError(f"checkpoint: keys must be strings, found {key!r}")
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
+             loaders: list[tuple[str, Any, list[str]]] | None = None) -> None:
+    """Add ``obj``'s arrays (host copies or views) to ``out`` under ``prefix``.
+
+    ``loaders`` (when given) collects ``(key, target, keys)`` for every place a load writes to:
+    an object with ``load_state_dict`` (``keys`` its flattened keys), a Param, a ``(container,
+    slot)`` pair for an array held in a dict or list, or ``None`` where nothing can be written
+    (an array inside a tuple).
+    """
+
+    def add(key: str, value: Any) -> None:
+        if not key:
+            raise CheckpointError("checkpoint: a bare array or Param has no name; "
+                                  "wrap it in a dict, e.g. {'w': w}")
+        if key in out:
+            raise CheckpointError(f"checkpoint: two entries flatten to the key {key!r}")
+        out[key] = np.asarray(to_host(value))
+
+    def leaf(key: str, value: Any, target: Any) -> None:
+        add(key, value)
+        if loaders is not None:
+            loaders.append((key, target, [key]))
+
+    if _has_state(obj):
+        state = obj.state_dict()
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"checkpoint: {type(obj).__name__}.state_dict() returned a "
+                                  f"{type(state).__name__}, expected a dict of arrays")
+        names = [_join(prefix, key) for key in state]
+        for name, value in zip(names, state.values(), strict=True):
+            add(name, value)
+        if loaders is not None:
+            loaders.append((prefix, obj, names))
+    elif _is_param(obj):
+        leaf(prefix, obj.value, obj)
+    elif _is_scalar_or_array(obj):
+        leaf(prefix, obj, None)
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if _is_scalar_or_array(value):
+                leaf(_join(prefix, key), value, (obj, key))
+            else:
+                _flatten(value, _join(prefix, key), out, loaders)
+    elif isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            if _is_scalar_or_array(value) and isinstance(obj, list):
+                leaf(_join(prefix, str(i)), value, (obj, i))
+            else:
+                _flatten(value, _join(prefix, str(i)), out, loaders)
+    else:
+        raise CheckpointError(f"checkpoint: cannot save or load a {type(obj).__name__} "
+                              f"(at {prefix or 'top level'}): expected an object with "
+                              "state_dict()/load_state_dict(), a Param, a list of Params, "
+                              "or a dict of arrays or named objects")
+
+
+def _is_scalar_or_array(x: Any) -> bool:
+    return _is_array(x) or isinstance(x, int | float | bool)
+
+
+def flatten(obj: Any) -> dict[str, np.ndarray]:
+    """The flat ``{key: host array}`` view of ``obj`` that ``save`` writes."""
+    out: dict[str, np.ndarray] = {}
+    _flatten(obj, "", out)
+    return out
+
+
+def describe_mismatches(expected: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
+    """One line per difference in key set, shape or dtype between two flat array dicts."""
+    problems: list[str] = []
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if missing:
+        problems.append(f"missing keys: {', '.join(sorted(missing))}")
+    if unexpected:
+        problems.append(f"unexpected keys: {', '.join(sorted(unexpected))}")
+    for key in expected:
+        if key not in found:
+            continue
+        want, got = expected[key], found[key]
+        if tuple(want.shape) != tuple(got.shape):
+            problems.append(f"{key}: shape mismatch: expected {tuple(want.shape)}, "
+                            f"found {tuple(got.shape)}")
+        if np.dtype(want.dtype) != np.dtype(got.dtype):
+            problems.append(f"{key}: dtype mismatch: expected {np.dtype(want.dtype).name}, "
+                            f"found {np.dtype(got.dtype).name}")
+    return problems
+
+
+def _check_metadata(metadata: Any, path: str) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise CheckpointError(f"checkpoint {path}: metadata must be a dict of str to str "
+                              "(serialise configs with json.dumps)")
+    return dict(metadata)
+
+
+def _fsync_directory(directory: str) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _file_mode(path: str) -> int:
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def save(path: str | os.PathLike[str], obj: Any, metadata: Mapping[str, str] | None = None
+         ) -> None:
+    """Write ``obj`` to ``path`` as safetensors, atomically (see the module doc).
+
+    ``metadata`` is optional text stored in the header (``read_metadata`` returns it).
+    """
+    path = os.fspath(path)
+    meta = _check_metadata(metadata, path)
+    tensors = {key: np.ascontiguousarray(value) for key, value in flatten(obj).items()}
+    st_numpy = _safetensors()
+    try:
+        payload = st_numpy.save(tensors, metadata=meta)
+    except Exception as exc:  # safetensors rejects e.g. object dtypes with its own errors
+        raise CheckpointError(f"checkpoint {path}: cannot serialise ({exc})") from exc
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {path}: cannot create a file in {directory} "
+                              f"({exc})") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(path))
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise CheckpointError(f"checkpoint {path}: write failed, previous file left "
+                                  f"intact ({exc})") from exc
+        raise
+    try:
+        _fsync_directory(directory)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {path}: written, but fsync of the directory "
+                              f"failed ({exc})") from exc
+
+
+def _open(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    _safetensors()
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path}: no such file")
+    try:
+        with safe_open(path, framework="np") as f:
+            metadata = f.metadata() or {}
+            arrays = {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as exc:  # SafetensorError, OSError, bad JSON headers...
+        raise CheckpointError(f"checkpoint {path}: not a valid safetensors file "
+                              f"(truncated or corrupt?): {exc}") from exc
+    return arrays, dict(metadata)
+
+
+def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every array in the checkpoint at ``path``, by key, without a target to check against."""
+    return _open(os.fspath(path))[0]
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The text metadata stored with the checkpoint at ``path`` (``{}`` if none)."""
+    return _open(os.fspath(path))[1]
+
+
+def load(path: str | os.PathLike[str], into: Any) -> dict[str, str]:
+    """Load the checkpoint at ``path`` into ``into``; returns the file's metadata.
+
+    The file must hold exactly ``into``'s keys with the same shapes and dtypes; otherwise a
+    ``CheckpointError`` lists every mismatch and ``into`` is unchanged.
+    """
+    path = os.fspath(path)
+    expected: dict[str, np.ndarray] = {}
+    loaders: list[tuple[str, Any, list[str]]] = []
+    _flatten(into, "", expected, loaders)
+    for key, target, _ in loaders:
+        if target is None:
+            raise CheckpointError(f"checkpoint {path}: cannot load into {key!r}: arrays held in "
+                                  "a tuple cannot be replaced (use a list or dict)")
+    found, metadata = _open(path)
+    problems = describe_mismatches(expected, found)
+    if problems:
+        raise CheckpointError(f"checkpoint {path} does not fit the target:\n  "
+                              + "\n  ".join(problems))
+
+    # Everything fits. Writing can still fail inside a target's own load_state_dict; then the
+    # targets already written are restored (only needed when there is more than one).
+    undo: list[Callable[[], None]] = []
+    keep_undo = len(loaders) > 1
+    try:
+        for key, target, names in loaders:
+            if isinstance(target, tuple):
+                container, slot = target
+                old = container[slot]
+                value: Any = found[key]
+                if isinstance(old, bool | int | float):
+                    value = value.item()
+                elif not isinstance(old, np.ndarray | np.generic):
+                    value = namespace_of(old).asarray(value)
+                container[slot] = value
+                undo.append(functools.partial(container.__setitem__, slot, old))
+            elif _has_state(target):
+                cut = len(key) + 1 if key else 0
+                sub = {name[cut:]: found[name] for name in names}
+                if keep_undo:
+                    backup = {k: np.array(to_host(v), copy=True)
+                              for k, v in target.state_dict().items()}
+                    undo.append(functools.partial(target.load_state_dict, backup))
+                target.load_state_dict(sub)
+            else:  # a Param
+                old_value = np.array(target.value, copy=True)
+                target.assign(found[key])
+                undo.append(functools.partial(target.assign, old_value))
+    except Exception as exc:
+        for restore in reversed(undo):
+            with contextlib.suppress(Exception):
+                restore()
+        raise CheckpointError(f"checkpoint {path}: loading into the target failed, target "
+                              f"restored ({type(exc).__name__}: {exc})") from exc
+    return metadata
