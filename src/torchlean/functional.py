@@ -295,31 +295,39 @@ def global_avg_pool2d(x: Any) -> Any:
     return apply("reduce_mean", flat, axis=-1)
 
 
-def one_hot(labels: Any, num_classes: int, dtype: Any = np.float32) -> np.ndarray:
+def one_hot_array(labels: Any, num_classes: int, dtype: Any = np.float32) -> np.ndarray:
     """Integer labels (any shape) to a one-hot float array with a trailing class axis."""
     idx = np.asarray(labels)
     if idx.dtype.kind not in "iu":
-        raise ShapeError(f"one_hot: labels must be integers, found dtype {idx.dtype}")
+        raise ShapeError(f"one_hot_array: labels must be integers, found dtype {idx.dtype}")
     if idx.size and (idx.min() < 0 or idx.max() >= num_classes):
-        raise ShapeError(f"one_hot: labels must lie in [0, {num_classes}), found range "
+        raise ShapeError(f"one_hot_array: labels must lie in [0, {num_classes}), found range "
                          f"[{idx.min()}, {idx.max()}]")
     return np.eye(num_classes, dtype=dtype)[idx]
 
 
 def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
+    """Targets as class probabilities of the logits' shape.
+
+    Accepted: integer labels (array or NatRef-like ``.value``), a ref of class indices stored as
+    floats (shape without the class axis), or probabilities (a ref or array of the logits' shape).
+    """
     shape = tuple(logits.shape if isinstance(logits, Ref) else np.shape(logits))
     if isinstance(targets, Ref):
+        if targets.shape == shape[:-1]:
+            return apply("one_hot", targets, num_classes=shape[-1])
         if targets.shape != shape:
-            raise ShapeError(f"{op}: target probabilities {targets.shape} must match {shape}")
+            raise ShapeError(f"{op}: targets of shape {targets.shape} fit neither labels "
+                             f"{shape[:-1]} nor probabilities {shape}")
         return targets
-    labels = np.asarray(targets)
+    labels = np.asarray(getattr(targets, "value", targets))
     if labels.dtype.kind not in "iu":
         probs = labels
     else:
         if labels.shape != shape[:-1]:
             raise ShapeError(f"{op}: labels shape {labels.shape} must be the logits shape "
                              f"{shape} without its class axis")
-        probs = one_hot(labels, shape[-1], dtype=logits.dtype)
+        probs = one_hot_array(labels, shape[-1], dtype=logits.dtype)
     if probs.shape != shape:
         raise ShapeError(f"{op}: target shape {probs.shape} must match {shape}")
     return probs

@@ -66,6 +66,9 @@ class Graph:
         self.inputs: list[int] = []
         self.consts: dict[int, Any] = {}
         self.outputs: list[int] = []
+        # Parameters met while tracing (``builder.use(param)``): inputs after the traced leaves,
+        # whose current values a ``Compiled`` supplies itself on every run.
+        self.params: list[Any] = []
 
     @property
     def output(self) -> int:
@@ -232,6 +235,29 @@ class GraphBuilder:
         g.inputs.append(len(g.nodes) - 1)
         return self.var(len(g.nodes) - 1)
 
+    def use(self, param: Any) -> Var:
+        """A parameter as a graph input (the same input if used twice)."""
+        g = self.graph
+        for k, p in enumerate(g.params):
+            if p is param:
+                return self.var(g.inputs[len(g.inputs) - len(g.params) + k])
+        if param.dtype != g.dtype:
+            raise ShapeError(f"use: parameter {param.name!r} is {param.dtype}, the graph is "
+                             f"{g.dtype}")
+        var = self.input(param.shape)
+        g.params.append(param)
+        return var
+
+    def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
+        if training and p > 0:
+            raise TraceError("dropout: a traced graph would bake one random mask into every run; "
+                             "train with dropout on the eager backend, or trace in eval mode")
+        return x
+
+    def value(self, ref: Ref) -> Any:
+        raise TraceError("value: a traced value has no value while tracing; run the compiled "
+                         "graph and read its outputs")
+
     def const(self, value: Any) -> Var:
         g = self.graph
         arr = np.asarray(value)
@@ -312,6 +338,7 @@ def grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
     g2.nodes = list(graph.nodes)
     g2.inputs = list(graph.inputs)
     g2.consts = dict(graph.consts)
+    g2.params = list(graph.params)
     builder = GraphBuilder(g2)
     values = [builder.var(i) for i in range(len(graph.nodes))]
     seed = builder.const(np.ones((), dtype=graph.dtype))

@@ -46,7 +46,10 @@ def _argnums(op: str, argnums: int | Sequence[int], n: int) -> tuple[tuple[int, 
 class Compiled:
     """A function traced once into a graph; run it many times (forward, jvp, vjp, backward).
 
-    Inputs must have the traced shapes (checked). ``to_tape`` replays the graph on an eager tape
+    Inputs must have the traced shapes (checked). Parameters the function used through modules
+    (``Param``s met while tracing) become extra inputs after the traced leaves; their current
+    values are supplied automatically, and ``vjp``/``backward`` return their gradients last.
+    ``to_tape`` replays the graph on an eager tape
     whose reverse pass equals ``backprop_all`` bitwise (the seed-004 link).
     """
 
@@ -60,17 +63,28 @@ class Compiled:
     def out_shape(self) -> tuple[int, ...]:
         return self.graph.nodes[self.graph.output].shape
 
+    @property
+    def params(self) -> list[Any]:
+        return self.graph.params
+
+    def _full(self, xs: Sequence[Any]) -> list[Any]:
+        n = len(self.graph.inputs) - len(self.graph.params)
+        if len(xs) != n:
+            raise ShapeError(f"compiled function takes {n} inputs, found {len(xs)}")
+        return list(xs) + [p.data for p in self.graph.params]
+
     def forward(self, *xs: Any) -> Any:
         g = self.graph
-        return g.evaluate(g.check_inputs("forward", xs))[g.output]
+        return g.evaluate(g.check_inputs("forward", self._full(xs)))[g.output]
 
     __call__ = forward
 
     def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
         """Output tangent for input tangents ``dxs`` (one per input)."""
         g = self.graph
-        arrays = g.check_inputs("jvp", xs)
-        tangents = g.check_inputs("jvp tangents", dxs)
+        arrays = g.check_inputs("jvp", self._full(xs))
+        tangents = g.check_inputs("jvp tangents", list(dxs) + [np.zeros(p.shape, self.dtype)
+                                                               for p in self.params])
         values = g.evaluate(arrays)
         out = g.tangents(values, tangents)[g.output]
         return np.zeros_like(values[g.output]) if out is None else out
@@ -88,7 +102,7 @@ class Compiled:
     def vjp(self, xs: Sequence[Any], seed: Any) -> tuple[Any, ...]:
         """One cotangent per input for output cotangent ``seed``."""
         g = self.graph
-        values = g.evaluate(g.check_inputs("vjp", xs))
+        values = g.evaluate(g.check_inputs("vjp", self._full(xs)))
         dense = g.backprop(values, g.output, self._seed("vjp", seed))
         return self._leaf_cotangents(dense, values)
 
@@ -105,19 +119,19 @@ class Compiled:
             raise ShapeError(f"value_and_backward: output has shape {self.out_shape}, expected a "
                              "scalar")
         g = self.graph
-        values = g.evaluate(g.check_inputs("value_and_backward", xs))
+        values = g.evaluate(g.check_inputs("value_and_backward", self._full(xs)))
         dense = g.backprop(values, g.output, np.ones((), dtype=self.dtype))
         return values[g.output], self._leaf_cotangents(dense, values)
 
     def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
         """One cotangent per node, in graph order (zeros where unreached)."""
         g = self.graph
-        values = g.evaluate(g.check_inputs("backprop_all", xs))
+        values = g.evaluate(g.check_inputs("backprop_all", self._full(xs)))
         dense = g.backprop(values, g.output, self._seed("backprop_all", seed))
         return [np.zeros_like(v) if d is None else d for d, v in zip(dense, values, strict=True)]
 
     def to_tape(self, *xs: Any) -> tuple[Tape, list[int], int]:
-        tape, leaf_ids, outs = self.graph.to_tape(xs)
+        tape, leaf_ids, outs = self.graph.to_tape(self._full(xs))
         return tape, leaf_ids, outs[0]
 
     def hvp(self, xs: Sequence[Any], vs: Sequence[Any]) -> tuple[Any, ...]:
@@ -125,8 +139,9 @@ class Compiled:
         if self._grad_graph is None:
             self._grad_graph = grad_graph(self.graph)
         gg = self._grad_graph
-        arrays = gg.check_inputs("hvp", xs)
-        tangents = gg.check_inputs("hvp tangents", vs)
+        arrays = gg.check_inputs("hvp", self._full(xs))
+        tangents = gg.check_inputs("hvp tangents", list(vs) + [np.zeros(p.shape, self.dtype)
+                                                               for p in self.params])
         values = gg.evaluate(arrays)
         out = gg.tangents(values, tangents)
         return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
@@ -142,7 +157,12 @@ def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Grap
     graph = trace(fn, [a.shape for a in arrays], dtype)
     if len(graph.outputs) != 1:
         raise TraceError(f"{op}: the function must return one ref, found {len(graph.outputs)}")
-    return graph, arrays
+    # Parameters used through modules are held fixed: extra inputs with their current values.
+    return graph, arrays + [p.data for p in graph.params]
+
+
+def _pad_tangents(graph: Graph, tangents: Sequence[Any]) -> list[Any]:
+    return list(tangents) + [np.zeros(p.shape, graph.dtype) for p in graph.params]
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
@@ -208,7 +228,7 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     if len(primals) != len(tangents):
         raise ShapeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     graph, arrays = _trace_for("jvp", fn, primals)
-    ts = graph.check_inputs("jvp tangents", tangents)
+    ts = graph.check_inputs("jvp tangents", _pad_tangents(graph, tangents))
     values = graph.evaluate(arrays)
     out = graph.output
     t = graph.tangents(values, ts)[out]
@@ -227,10 +247,11 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
         raise ShapeError(f"hvp: {len(primals)} primals but {len(tangents)} tangents")
     graph, arrays = _trace_for("hvp", fn, primals)
     gg = grad_graph(graph)
-    ts = gg.check_inputs("hvp tangents", tangents)
+    ts = gg.check_inputs("hvp tangents", _pad_tangents(gg, tangents))
     values = gg.evaluate(arrays)
     out = gg.tangents(values, ts)
-    return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
+    return tuple(np.zeros_like(values[o]) if out[o] is None else out[o]
+                 for o in gg.outputs[: len(primals)])
 
 
 def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:

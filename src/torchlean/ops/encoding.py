@@ -1,0 +1,37 @@
+"""Encoding primitives: ``one_hot`` of class indices stored as floats.
+
+Labels travel as float leaves (class indices as integer-valued floats) so that one compiled graph
+serves every batch: the labels are an input, not a constant baked into the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..shape import Shape
+from .registry import Primitive, Sample, register
+
+
+def _one_hot(labels: Any, num_classes: int) -> Any:
+    classes = np.arange(num_classes, dtype=labels.dtype)
+    return (labels[..., None] == classes).astype(labels.dtype)
+
+
+def _one_hot_infer(s: Shape, num_classes: int) -> Shape:
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ShapeError(f"one_hot: num_classes must be a positive int, found {num_classes!r}")
+    return s + (num_classes,)
+
+
+register(Primitive(
+    "one_hot", ("labels",), _one_hot_infer, _one_hot, attrs=("num_classes",), nondiff=True,
+    semantics="Class indices (integer-valued floats) to one-hot rows along a new last axis. An "
+              "index outside [0, num_classes) gives a zero row. Zero derivative.",
+    samples=lambda rng: [Sample((rng.integers(0, 4, size=5).astype(np.float64),),
+                                {"num_classes": 4})],
+    torch_ref=lambda torch, labels, num_classes: torch.nn.functional.one_hot(
+        labels.long(), num_classes).to(labels.dtype),
+))
