@@ -36,7 +36,9 @@ from .registry import Primitive, Sample, register
 
 def axes_tuple(value: int | Sequence[int], d: int) -> tuple[int, ...]:
     """An int or per-axis sequence as ``d`` ints (already validated by the shape rule)."""
-    return (int(value),) * d if isinstance(value, int | np.integer) else tuple(int(v) for v in value)
+    if isinstance(value, int | np.integer):
+        return (int(value),) * d
+    return tuple(int(v) for v in value)
 
 
 def pad_spatial(x: Any, padding: tuple[int, ...], fill: float = 0.0) -> Any:

@@ -1,0 +1,538 @@
+"""Pooling (N-D, d = 1, 2, 3): max, average and smooth (log-sum-exp) max, over strided windows.
+
+Public primitives: ``max_pool`` / ``max_pool2d`` / ``max_pool2d_pad``, ``avg_pool`` /
+``avg_pool2d`` / ``avg_pool2d_pad`` and ``smooth_max_pool`` / ``smooth_max_pool2d``. Inputs are
+``(C, spatial...)`` or ``(N, C, spatial...)``; kernel, stride and padding are ints or per-axis
+tuples; stride defaults to the kernel size. An int ``kernel_size`` for the N-D ops means 2-D
+pooling for 3-D and 4-D inputs, 1-D for 2-D inputs and 3-D for 5-D inputs; pass a tuple to say
+which.
+
+Padding semantics differ by op, as PyTorch's do: max pooling *ignores* padded cells (they never
+win; padding may be at most half the kernel so every window holds a real cell); average pooling
+counts them as zeros in the divisor (count_include_pad=True); smooth max pooling enters them as
+zeros in the log-sum-exp.
+
+Derivative rules close over four helper primitives so that every derivative is again
+differentiable (hvp / hessian work through pooling):
+
+- ``max_pool_backward(x, g)``: routes g to each window's first maximum (row-major window order);
+  linear in g. ``max_pool_gather(x, h)``: reads h at the same positions, its adjoint in h and
+  max_pool's JVP. Both treat x as piecewise constant (zero derivative in x).
+- ``pool_unfold(x)``: the windows of zero-padded x, flattened to a last axis of size prod(k).
+  ``pool_fold(c)``: its adjoint (col2im). Both linear; avg and smooth max pooling use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..shape import Shape, conv_out_size, per_axis, size
+from .conv import crop_spatial, pad_spatial, scatter_windows, window_view
+from .registry import _REQUIRED, Primitive, Sample, register
+
+Geometry = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry: every check before any compute.
+
+
+def _infer_d(op: str, x: Shape, kernel_size: Any, only: int | None) -> int:
+    if only is not None:
+        return only
+    if isinstance(kernel_size, int | np.integer):
+        return {2: 1, 3: 2, 4: 2, 5: 3}.get(len(x), 2)
+    try:
+        return len(tuple(kernel_size))
+    except TypeError:
+        raise ShapeError(f"{op}: kernel_size must be an int or a tuple of ints, found "
+                         f"{kernel_size!r}") from None
+
+
+def geometry(op: str, x: Shape, kernel_size: Any, stride: Any, padding: Any,
+             only: int | None = None, max_pad_half: bool = False) -> tuple[Geometry, Shape]:
+    """``(d, kernel, stride, padding)`` as tuples, and the output shape; ``ShapeError`` if bad."""
+    d = _infer_d(op, x, kernel_size, only)
+    if d not in (1, 2, 3):
+        raise ShapeError(f"{op}: pooling is 1-, 2- or 3-D, found kernel_size {kernel_size!r}")
+    if len(x) not in (d + 1, d + 2):
+        raise ShapeError(f"{op}: input must be (C, spatial x{d}) or (N, C, spatial x{d}), "
+                         f"found shape {x}")
+    k = per_axis(op, "kernel_size", kernel_size, d, 1)
+    s = k if stride is None else per_axis(op, "stride", stride, d, 1)
+    p = per_axis(op, "padding", padding, d, 0)
+    if max_pad_half and any(pp > kk // 2 for pp, kk in zip(p, k, strict=True)):
+        raise ShapeError(f"{op}: padding {p} must be at most half the kernel {k} (so every "
+                         "window holds a real cell)")
+    spatial = x[-d:]
+    for n, kk, pp in zip(spatial, k, p, strict=True):
+        if n + 2 * pp < kk:
+            raise ShapeError(f"{op}: kernel {k} larger than padded input {spatial} with padding "
+                             f"{p} (input {x})")
+    out = tuple(conv_out_size(op, n, kk, ss, pp) for n, kk, ss, pp in zip(spatial, k, s, p,
+                                                                           strict=True))
+    return (d, k, s, p), x[:-d] + out
+
+
+def _geom_of(op: str, shape: Shape, attrs: dict[str, Any], only: int | None,
+             max_pad_half: bool = False) -> Geometry:
+    return geometry(op, tuple(shape), attrs["kernel_size"], attrs.get("stride"),
+                    attrs.get("padding", 0), only, max_pad_half)[0]
+
+
+def _helper_attrs(geom: Geometry) -> dict[str, Any]:
+    _, k, s, p = geom
+    return {"kernel_size": k, "stride": s, "padding": p}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels.
+
+
+def _window_cols(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...],
+                 fill: float) -> Any:
+    """Windows of the padded input as ``lead + out + (prod(k),)`` (one strided copy)."""
+    view = window_view(pad_spatial(x, p, fill), k, s, kernel_first=False)
+    d = len(k)
+    return view.reshape(view.shape[: view.ndim - d] + (size(k),))
+
+
+def _argmax(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]) -> Any:
+    # -inf padding: padded cells never win; argmax returns the first maximum (row-major order).
+    return _window_cols(x, k, s, p, -np.inf).argmax(axis=-1)
+
+
+def _fold(cols: Any, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int, ...],
+          p: tuple[int, ...]) -> Any:
+    """Adjoint of ``_window_cols`` with zero padding: sum window entries back, crop padding."""
+    full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
+    buf = scatter_windows(cols.reshape(cols.shape[:-1] + k), full, s, kernel_first=False)
+    y = crop_spatial(buf, p, spatial)
+    return y if not any(p) else np.ascontiguousarray(y)
+
+
+def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
+    d, k, s, p = geometry("max_pool", x.shape, kernel_size, stride, padding, only)[0]
+    view = window_view(pad_spatial(x, p, -np.inf), k, s, kernel_first=False)
+    return view.max(axis=tuple(range(view.ndim - d, view.ndim)))
+
+
+def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    k, s, p = tuple(kernel_size), tuple(stride), tuple(padding)
+    idx = _argmax(x, k, s, p)
+    onehot = idx[..., None] == np.arange(size(k))
+    cols = np.multiply(onehot, g[..., None], dtype=g.dtype)
+    return _fold(cols, tuple(x.shape[x.ndim - len(k):]), k, s, p)
+
+
+def _max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    k, s, p = tuple(kernel_size), tuple(stride), tuple(padding)
+    idx = _argmax(x, k, s, p)
+    cols = _window_cols(h, k, s, p, 0.0)
+    return np.take_along_axis(cols, idx[..., None], axis=-1)[..., 0]
+
+
+def _pool_unfold(x: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    return _window_cols(x, tuple(kernel_size), tuple(stride), tuple(padding), 0.0)
+
+
+def _pool_fold(c: Any, spatial: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    return _fold(c, tuple(spatial), tuple(kernel_size), tuple(stride), tuple(padding))
+
+
+def _avg_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
+    d, k, s, p = geometry("avg_pool", x.shape, kernel_size, stride, padding, only)[0]
+    view = window_view(pad_spatial(x, p, 0.0), k, s, kernel_first=False)
+    out = view.sum(axis=tuple(range(view.ndim - d, view.ndim)))
+    out *= 1.0 / size(k)
+    return out
+
+
+def _smooth_max_pool(x: Any, beta: float, kernel_size: Any, stride: Any, padding: Any,
+                     only: int | None) -> Any:
+    _, k, s, p = geometry("smooth_max_pool", x.shape, kernel_size, stride, padding, only)[0]
+    cols = _window_cols(x, k, s, p, 0.0)
+    m = cols.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp((cols - m) * beta).sum(axis=-1)) / beta
+    return (m[..., 0] + lse).astype(x.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helper primitives.
+
+
+def _helper_geometry(op: str, x: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
+    if not isinstance(kernel_size, tuple | list):
+        raise ShapeError(f"{op}: kernel_size must be a tuple, found {kernel_size!r}")
+    return geometry(op, x, tuple(kernel_size), stride, padding, len(kernel_size))[1]
+
+
+def _same_shapes(op: str, x: Shape, other: Shape, what: str) -> None:
+    if x != other:
+        raise ShapeError(f"{op}: {what} {other} must have the input's shape {x}")
+
+
+def _mpb_infer(x: Shape, g: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
+    out = _helper_geometry("max_pool_backward", x, kernel_size, stride, padding)
+    _same_shapes("max_pool_backward", out, g, "cotangent")
+    return x
+
+
+def _mpg_infer(x: Shape, h: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
+    out = _helper_geometry("max_pool_gather", x, kernel_size, stride, padding)
+    _same_shapes("max_pool_gather", x, h, "h")
+    return out
+
+
+def _distinct(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Entries 0.1 apart in random order: no ties, and finite differences never flip a max."""
+    return (rng.permutation(size(shape)).reshape(shape) - size(shape) / 2) * 0.1
+
+
+def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+_HELPER_GEOMS = (
+    ((2, 5, 5), {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0)}),
+    ((2, 2, 5, 4), {"kernel_size": (3, 2), "stride": (1, 2), "padding": (1, 1)}),
+    ((2, 7), {"kernel_size": (3,), "stride": (2,), "padding": (1,)}),
+    ((1, 3, 4, 3), {"kernel_size": (2, 2, 2), "stride": (1, 2, 1), "padding": (0, 1, 0)}),
+)
+
+
+def _helper_samples(second: str) -> Any:
+    def make(rng: np.random.Generator) -> list[Sample]:
+        out = []
+        for shape, attrs in _HELPER_GEOMS:
+            x = _distinct(rng, *shape)
+            if second == "out":
+                other = _n(rng, *_helper_geometry("s", shape, **attrs))
+            else:
+                other = _n(rng, *shape)
+            out.append(Sample((x, other), dict(attrs)))
+        return out
+
+    return make
+
+
+def _torch_batch(x: Any, d: int) -> tuple[Any, bool]:
+    return (x, True) if x.dim() == d + 2 else (x.unsqueeze(0), False)
+
+
+def _torch_max_pool(torch: Any, x: Any, k: Any, s: Any, p: Any, d: int,
+                    return_indices: bool = False) -> Any:
+    f = getattr(torch.nn.functional, f"max_pool{d}d")
+    xb, batched = _torch_batch(x, d)
+    res = f(xb, k, s, p, return_indices=return_indices)
+    if return_indices:
+        y, idx = res
+        return (y, idx) if batched else (y[0], idx[0])
+    return res if batched else res[0]
+
+
+def _torch_max_pool_backward(torch: Any, x: Any, g: Any, kernel_size: Any, stride: Any,
+                             padding: Any) -> Any:
+    z = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        y = _torch_max_pool(torch, z, kernel_size, stride, padding, len(kernel_size))
+        (gx,) = torch.autograd.grad((y * g).sum(), z, create_graph=True)
+    return gx
+
+
+def _torch_max_pool_gather(torch: Any, x: Any, h: Any, kernel_size: Any, stride: Any,
+                           padding: Any) -> Any:
+    d = len(kernel_size)
+    y, idx = _torch_max_pool(torch, x.detach(), kernel_size, stride, padding, d, True)
+    lead = h.shape[:-d]
+    flat = h.reshape(lead + (-1,))
+    return torch.gather(flat, -1, idx.reshape(lead + (-1,))).reshape(y.shape)
+
+
+register(Primitive(
+    "max_pool_backward", ("x", "g"), _mpb_infer, _max_pool_backward,
+    attrs=("kernel_size", "stride", "padding"),
+    vjp=lambda ops, g, xs, out, **a: (None, ops.max_pool_gather(xs[0], g, **a)),
+    jvp=lambda ops, ts, xs, out, **a: (
+        None if ts[1] is None else ops.max_pool_backward(xs[0], ts[1], **a)),
+    semantics="The VJP of max pooling: each window's g goes to the window's first maximum in "
+              "row-major order (padded cells never win); contributions of overlapping windows "
+              "add. Linear in g; x only selects positions (zero derivative in x). VJP in g: "
+              "max_pool_gather.",
+    samples=_helper_samples("out"), torch_ref=_torch_max_pool_backward,
+))
+
+register(Primitive(
+    "max_pool_gather", ("x", "h"), _mpg_infer, _max_pool_gather,
+    attrs=("kernel_size", "stride", "padding"),
+    vjp=lambda ops, g, xs, out, **a: (None, ops.max_pool_backward(xs[0], g, **a)),
+    jvp=lambda ops, ts, xs, out, **a: (
+        None if ts[1] is None else ops.max_pool_gather(xs[0], ts[1], **a)),
+    semantics="h read at each window's first maximum of x (row-major order, padded cells never "
+              "win): max pooling's JVP and the adjoint of max_pool_backward in g. Linear in h; "
+              "zero derivative in x.",
+    samples=_helper_samples("in"), torch_ref=_torch_max_pool_gather,
+))
+
+
+def _unfold_infer(x: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
+    out = _helper_geometry("pool_unfold", x, kernel_size, stride, padding)
+    return out + (size(tuple(kernel_size)),)
+
+
+def _fold_infer(c: Shape, spatial: Any, kernel_size: Any, stride: Any, padding: Any) -> Shape:
+    op = "pool_fold"
+    d = len(kernel_size)
+    spatial = tuple(spatial)
+    if len(spatial) != d or len(c) < d + 2:
+        raise ShapeError(f"{op}: columns {c} do not fit spatial size {spatial} and kernel "
+                         f"{tuple(kernel_size)}")
+    x = c[: len(c) - d - 1] + spatial
+    out = _helper_geometry(op, x, kernel_size, stride, padding)
+    if out + (size(tuple(kernel_size)),) != c:
+        raise ShapeError(f"{op}: columns have shape {c}, expected {out + (size(kernel_size),)} "
+                         f"for input {x}")
+    return x
+
+
+def _torch_unfold_axes(torch: Any, x: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    """Windows of zero-padded x, lead + out + (prod(k),), with torch's Tensor.unfold."""
+    d = len(kernel_size)
+    pad: list[int] = []
+    for pp in reversed(padding):
+        pad += [pp, pp]
+    z = torch.nn.functional.pad(x, pad) if any(padding) else x
+    first = x.dim() - d
+    for i in range(d):
+        z = z.unfold(first + i, kernel_size[i], stride[i])
+    return z.reshape(tuple(z.shape[: x.dim()]) + (-1,))
+
+
+def _torch_fold(torch: Any, c: Any, spatial: Any, kernel_size: Any, stride: Any,
+                padding: Any) -> Any:
+    d = len(kernel_size)
+    z = torch.zeros(tuple(c.shape[: c.dim() - d - 1]) + tuple(spatial), dtype=c.dtype,
+                    requires_grad=True)
+    with torch.enable_grad():
+        cols = _torch_unfold_axes(torch, z, kernel_size, stride, padding)
+        (gz,) = torch.autograd.grad((cols * c).sum(), z, create_graph=True)
+    return gz
+
+
+def _unfold_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((_n(rng, *shape),), dict(attrs)) for shape, attrs in _HELPER_GEOMS]
+
+
+def _fold_samples(rng: np.random.Generator) -> list[Sample]:
+    out = []
+    for shape, attrs in _HELPER_GEOMS:
+        c = _n(rng, *_unfold_infer(shape, **attrs))
+        out.append(Sample((c,), {"spatial": shape[len(shape) - len(attrs["kernel_size"]):],
+                                 **attrs}))
+    return out
+
+
+register(Primitive(
+    "pool_unfold", ("x",), _unfold_infer, _pool_unfold,
+    attrs=("kernel_size", "stride", "padding"), linear=True,
+    vjp=lambda ops, g, xs, out, **a: (ops.pool_fold(
+        g, spatial=tuple(xs[0].shape[len(xs[0].shape) - len(a["kernel_size"]):]), **a),),
+    semantics="The pooling windows of zero-padded x, each flattened row-major into a last axis "
+              "of size prod(kernel): lead + out + (prod(k),). Linear; VJP: pool_fold.",
+    samples=_unfold_samples, torch_ref=_torch_unfold_axes,
+))
+
+register(Primitive(
+    "pool_fold", ("c",), _fold_infer, _pool_fold,
+    attrs=("spatial", "kernel_size", "stride", "padding"), linear=True,
+    vjp=lambda ops, g, xs, out, spatial, **a: (ops.pool_unfold(g, **a),),
+    semantics="The adjoint of pool_unfold (col2im): each window entry is added back at its "
+              "input position, padding cropped away. Linear; VJP: pool_unfold.",
+    samples=_fold_samples, torch_ref=_torch_fold,
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# Public pooling primitives.
+
+
+def _keep_last(ops: Any, v: Any) -> Any:
+    return ops.reshape(v, shape=tuple(v.shape) + (1,))
+
+
+def _max_rules(only: int | None) -> tuple[Any, Any]:
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
+        geom = _geom_of("max_pool", xs[0].shape, attrs, only)
+        return (ops.max_pool_backward(xs[0], g, **_helper_attrs(geom)),)
+
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
+        geom = _geom_of("max_pool", xs[0].shape, attrs, only)
+        return ops.max_pool_gather(xs[0], ts[0], **_helper_attrs(geom))
+
+    return vjp, jvp
+
+
+def _avg_vjp(only: int | None) -> Any:
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
+        geom = _geom_of("avg_pool", xs[0].shape, attrs, only)
+        d, k = geom[0], geom[1]
+        kk = size(k)
+        spread = ops.broadcast_to(_keep_last(ops, ops.scale(g, c=1.0 / kk)),
+                                  shape=tuple(g.shape) + (kk,))
+        spatial = tuple(xs[0].shape[len(xs[0].shape) - d:])
+        return (ops.pool_fold(spread, spatial=spatial, **_helper_attrs(geom)),)
+
+    return vjp
+
+
+def _smooth_rules(only: int | None) -> tuple[Any, Any]:
+    def weights(ops: Any, x: Any, beta: float, geom: Geometry) -> Any:
+        return ops.softmax(ops.scale(ops.pool_unfold(x, **_helper_attrs(geom)), c=beta))
+
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, beta: float, **attrs: Any) -> tuple[Any]:
+        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, only)
+        w = weights(ops, xs[0], beta, geom)
+        spatial = tuple(xs[0].shape[len(xs[0].shape) - geom[0]:])
+        return (ops.pool_fold(ops.mul(w, _keep_last(ops, g)), spatial=spatial,
+                              **_helper_attrs(geom)),)
+
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any, beta: float, **attrs: Any) -> Any:
+        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, only)
+        w = weights(ops, xs[0], beta, geom)
+        return ops.reduce_sum(ops.mul(w, ops.pool_unfold(ts[0], **_helper_attrs(geom))), axis=-1)
+
+    return vjp, jvp
+
+
+def _pool_samples(make: Any, names: tuple[str, ...], nd: bool, extra: dict[str, Any]) -> Any:
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        cases: list[tuple[tuple[int, ...], dict[str, Any]]] = [
+            ((2, 4, 4), {"kernel_size": 2}),
+            ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1)}),
+        ]
+        if "padding" in names:
+            cases.append(((2, 5, 4), {"kernel_size": 3, "stride": 2, "padding": 1}))
+        if nd:
+            cases.append(((2, 7), {"kernel_size": (3,), "stride": 2, "padding": 1}))
+            cases.append(((1, 4, 3, 4), {"kernel_size": (2, 2, 2), "stride": 1}))
+        out = []
+        for shape, case in cases:
+            attrs = dict(extra)
+            attrs["kernel_size"] = case["kernel_size"]
+            if "stride" in names:
+                attrs["stride"] = case.get("stride", None if nd or "padding" not in names
+                                           else case["kernel_size"])
+            if "padding" in names:
+                attrs["padding"] = case.get("padding", 0)
+            out.append(Sample((make(rng, *shape),), attrs))
+        return out
+
+    return samples
+
+
+def _torch_pool(kind: str, only: int | None) -> Any:
+    def ref(torch: Any, x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Any:
+        (d, k, s, p), _ = geometry(kind, tuple(x.shape), kernel_size, stride, padding, only)
+        xb, batched = _torch_batch(x, d)
+        if kind == "max_pool":
+            y = getattr(torch.nn.functional, f"max_pool{d}d")(xb, k, s, p)
+        else:
+            y = getattr(torch.nn.functional, f"avg_pool{d}d")(xb, k, s, p,
+                                                              count_include_pad=True)
+        return y if batched else y[0]
+
+    return ref
+
+
+def _torch_smooth(only: int | None) -> Any:
+    def ref(torch: Any, x: Any, beta: float, kernel_size: Any, stride: Any = None,
+            padding: Any = 0) -> Any:
+        (d, k, s, p), _ = geometry("smooth_max_pool", tuple(x.shape), kernel_size, stride,
+                                   padding, only)
+        cols = _torch_unfold_axes(torch, x, k, s, p)
+        return torch.logsumexp(cols * beta, dim=-1) / beta
+
+    return ref
+
+
+def _declare_pool(name: str, kind: str, only: int | None, padded: bool) -> None:
+    attrs: dict[str, Any] = {"kernel_size": _REQUIRED, "stride": None}
+    if only is None:
+        attrs["padding"] = 0
+    elif padded:
+        attrs = {"kernel_size": _REQUIRED, "stride": _REQUIRED, "padding": _REQUIRED}
+    if kind == "smooth_max_pool":
+        attrs = {"beta": _REQUIRED, **attrs}
+    names = tuple(attrs)
+    dims = "N-D" if only is None else "2-D"
+
+    if kind == "max_pool":
+        def infer(x: Shape, **a: Any) -> Shape:
+            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                            only, max_pad_half=True)[1]
+
+        def forward(x: Any, **a: Any) -> Any:
+            return _max_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0), only)
+
+        vjp, jvp = _max_rules(only)
+        register(Primitive(
+            name, ("x",), infer, forward, attrs=attrs, vjp=vjp, jvp=jvp,
+            semantics=f"{dims} max pooling (torch.nn.functional.max_pool{{1,2,3}}d). Padded "
+                      "cells are ignored (never win; padding <= kernel // 2). The gradient goes "
+                      "to the first maximum of each window in row-major window order; "
+                      "overlapping windows add. VJP: max_pool_backward; JVP: max_pool_gather.",
+            samples=_pool_samples(_distinct, names, only is None, {}),
+            torch_ref=_torch_pool("max_pool", only),
+        ))
+    elif kind == "avg_pool":
+        def infer(x: Shape, **a: Any) -> Shape:
+            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                            only)[1]
+
+        def forward(x: Any, **a: Any) -> Any:
+            return _avg_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0), only)
+
+        register(Primitive(
+            name, ("x",), infer, forward, attrs=attrs, vjp=_avg_vjp(only), linear=True,
+            semantics=f"{dims} average pooling with zero padding counted in the divisor "
+                      "(count_include_pad=True): each window's sum / prod(kernel). Linear; "
+                      "VJP: g / prod(k) spread over each window (pool_fold).",
+            samples=_pool_samples(_n, names, only is None, {}),
+            torch_ref=_torch_pool("avg_pool", only),
+        ))
+    else:
+        def infer(x: Shape, **a: Any) -> Shape:
+            beta = a["beta"]
+            if isinstance(beta, bool) or not isinstance(beta, int | float) or not beta > 0:
+                raise ShapeError(f"{name}: beta must be a positive number, found {beta!r}")
+            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                            only)[1]
+
+        def forward(x: Any, **a: Any) -> Any:
+            return _smooth_max_pool(x, a["beta"], a["kernel_size"], a.get("stride"),
+                                    a.get("padding", 0), only)
+
+        vjp, jvp = _smooth_rules(only)
+        register(Primitive(
+            name, ("x",), infer, forward, attrs=attrs, vjp=vjp, jvp=jvp,
+            semantics=f"{dims} smooth max pooling: (1/beta) log sum exp(beta x) over each "
+                      "window, padded cells entering as 0, computed max-shifted (no overflow "
+                      "for large beta x). beta > 0. Gradient: softmax(beta x) over each window "
+                      "times g (pool_unfold / softmax / pool_fold, so it differentiates again). "
+                      "Not a PyTorch op; compared with torch.logsumexp over unfolded windows.",
+            samples=_pool_samples(_n, names, only is None, {"beta": 2.0}),
+            torch_ref=_torch_smooth(only),
+        ))
+
+
+_declare_pool("max_pool", "max_pool", None, True)
+_declare_pool("max_pool2d", "max_pool", 2, False)
+_declare_pool("max_pool2d_pad", "max_pool", 2, True)
+_declare_pool("avg_pool", "avg_pool", None, True)
+_declare_pool("avg_pool2d", "avg_pool", 2, False)
+_declare_pool("avg_pool2d_pad", "avg_pool", 2, True)
+_declare_pool("smooth_max_pool", "smooth_max_pool", None, True)
+_declare_pool("smooth_max_pool2d", "smooth_max_pool", 2, False)
