@@ -4,7 +4,7 @@ One module per op family; each declares its primitives with ``registry.register`
 """
 
 # Imported for their side effect: each module registers its primitives.
-from . import conv, elementwise, encoding, indexing, layout, linalg, pool, random, reductions  # noqa: F401
+from . import conv, elementwise, encoding, indexing, layout, linalg, norm, pool, random, reductions  # noqa: F401
 from .registry import ARRAY_OPS, REGISTRY, Primitive, Sample, get, register
 
 __all__ = ["ARRAY_OPS", "REGISTRY", "Primitive", "Sample", "get", "register"]

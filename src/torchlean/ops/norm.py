@@ -1,0 +1,339 @@
+"""Normalisation: layer_norm (last axis) and batch_norm (per channel), population variance.
+
+Both are ``gamma * standardize(x) + beta`` for a set of statistic axes: the last axis for layer
+norm; H x W for a ``(C, H, W)`` batch norm and N x H x W for ``(N, C, H, W)`` (PyTorch training
+semantics; running statistics and eval mode belong to the ``nn.BatchNorm2d`` layer).
+
+Their rules close over two helper primitives:
+
+- ``standardize(x, axes, eps)``: ``xhat = (x - mean) / sqrt(var + eps)`` over ``axes``;
+- ``standardize_backward(x, g, axes, eps)``: ``J(x) g`` where ``J`` is standardize's Jacobian,
+  ``rstd * (g - mean(g) - xhat * mean(g * xhat))``. ``J`` is symmetric, so this one primitive is
+  both standardize's VJP and its JVP. Its own derivative in ``x`` is written below with primitives,
+  so hvp / hessian work through normalisation.
+
+Means over the statistic axes are ``sum_to`` a keep-dims shape, scaled by 1/count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..shape import Shape, size
+from .registry import Primitive, Sample, register
+
+
+def _keep_shape(shape: Shape, axes: tuple[int, ...]) -> Shape:
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _count(shape: Shape, axes: tuple[int, ...]) -> int:
+    return size(tuple(shape[a] for a in axes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels.
+
+
+def _centred(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
+    """``x - mean`` and ``1 / sqrt(var + eps)`` (keep-dims) over ``axes``."""
+    c = x - x.mean(axis=axes, keepdims=True)
+    var = np.square(c).mean(axis=axes, keepdims=True)
+    return c, 1.0 / np.sqrt(var + eps)
+
+
+def _standardize(x: Any, axes: Any, eps: float) -> Any:
+    c, rstd = _centred(x, tuple(axes), eps)
+    c *= rstd
+    return c
+
+
+def _standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> Any:
+    axes = tuple(axes)
+    xhat, rstd = _centred(x, axes, eps)
+    xhat *= rstd
+    a = g.mean(axis=axes, keepdims=True)
+    b = (g * xhat).mean(axis=axes, keepdims=True)
+    xhat *= b
+    out = g - a
+    out -= xhat
+    out *= rstd
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules, written with primitives.
+
+
+def _mean_keep(ops: Any, v: Any, axes: tuple[int, ...]) -> Any:
+    shape = tuple(v.shape)
+    return ops.scale(ops.sum_to(v, shape=_keep_shape(shape, axes)), c=1.0 / _count(shape, axes))
+
+
+def _rstd(ops: Any, x: Any, axes: tuple[int, ...], eps: float) -> Any:
+    c = ops.sub(x, _mean_keep(ops, x, axes))
+    return ops.inv(ops.sqrt(ops.add_scalar(_mean_keep(ops, ops.square(c), axes), c=eps)))
+
+
+def _sb_dx(ops: Any, x: Any, g: Any, h: Any, u: Any, axes: tuple[int, ...], eps: float,
+           transpose: bool) -> Any:
+    """Derivative of h = J(x) g in x: along tangent u (JVP) or against cotangent u (VJP).
+
+    With s = rstd, xh = standardize(x), b = mean(g xh) and h = J g:
+      JVP: dh[u] = -s (mean(xh u) h + b J u + mean(g J u) xh)
+      VJP:         -s (mean(u h) xh + b J u + mean(u xh) h)
+    """
+    s = _rstd(ops, x, axes, eps)
+    xh = ops.standardize(x, axes=axes, eps=eps)
+    b = _mean_keep(ops, ops.mul(g, xh), axes)
+    ju = ops.standardize_backward(x, u, axes=axes, eps=eps)
+    if transpose:
+        first = ops.mul(_mean_keep(ops, ops.mul(u, h), axes), xh)
+        third = ops.mul(_mean_keep(ops, ops.mul(u, xh), axes), h)
+    else:
+        first = ops.mul(_mean_keep(ops, ops.mul(xh, u), axes), h)
+        third = ops.mul(_mean_keep(ops, ops.mul(g, ju), axes), xh)
+    total = ops.add(ops.add(first, ops.mul(b, ju)), third)
+    return ops.scale(ops.mul(s, total), c=-1.0)
+
+
+def _sb_vjp(ops: Any, cot: Any, xs: Any, out: Any, axes: Any, eps: float) -> tuple[Any, Any]:
+    x, g = xs
+    axes = tuple(axes)
+    gx = _sb_dx(ops, x, g, out, cot, axes, eps, transpose=True)
+    gg = ops.standardize_backward(x, cot, axes=axes, eps=eps)
+    return gx, gg
+
+
+def _sb_jvp(ops: Any, ts: Any, xs: Any, out: Any, axes: Any, eps: float) -> Any:
+    x, g = xs
+    tx, tg = ts
+    axes = tuple(axes)
+    parts = []
+    if tg is not None:
+        parts.append(ops.standardize_backward(x, tg, axes=axes, eps=eps))
+    if tx is not None:
+        parts.append(_sb_dx(ops, x, g, out, tx, axes, eps, transpose=False))
+    return parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape rules.
+
+
+def _check_eps(op: str, eps: Any) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
+        raise ShapeError(f"{op}: eps must be a non-negative number, found {eps!r}")
+
+
+def _check_axes(op: str, x: Shape, axes: Any) -> tuple[int, ...]:
+    axes = tuple(axes)
+    if not axes or any(not isinstance(a, int) or not 0 <= a < len(x) for a in axes):
+        raise ShapeError(f"{op}: axes {axes} must be non-negative axes of shape {x}")
+    if any(x[a] == 0 for a in axes):
+        raise ShapeError(f"{op}: statistics need non-empty axes {axes}, found shape {x}")
+    return axes
+
+
+def _standardize_infer(x: Shape, axes: Any, eps: float) -> Shape:
+    _check_axes("standardize", x, axes)
+    _check_eps("standardize", eps)
+    return x
+
+
+def _sb_infer(x: Shape, g: Shape, axes: Any, eps: float) -> Shape:
+    _check_axes("standardize_backward", x, axes)
+    _check_eps("standardize_backward", eps)
+    if g != x:
+        raise ShapeError(f"standardize_backward: g {g} must have x's shape {x}")
+    return x
+
+
+def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def _std_samples(two: bool) -> Any:
+    def make(rng: np.random.Generator) -> list[Sample]:
+        cases = [((3, 4), (1,)), ((2, 3, 2, 2), (0, 2, 3)), ((3, 2, 2), (1, 2))]
+        return [Sample((_n(rng, *shape),) + ((_n(rng, *shape),) if two else ()),
+                       {"axes": axes, "eps": 1e-3}) for shape, axes in cases]
+
+    return make
+
+
+def _torch_standardize(torch: Any, x: Any, axes: Any, eps: float) -> Any:
+    dims = tuple(axes)
+    mu = x.mean(dim=dims, keepdim=True)
+    var = ((x - mu) ** 2).mean(dim=dims, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps)
+
+
+def _torch_sb(torch: Any, x: Any, g: Any, axes: Any, eps: float) -> Any:
+    with torch.enable_grad():
+        z = x if x.requires_grad else x.detach().requires_grad_(True)
+        y = _torch_standardize(torch, z, axes, eps)
+        (gz,) = torch.autograd.grad((y * g).sum(), z, create_graph=True)
+    return gz
+
+
+register(Primitive(
+    "standardize", ("x",), _standardize_infer, _standardize, attrs=("axes", "eps"),
+    vjp=lambda ops, g, xs, out, axes, eps: (
+        ops.standardize_backward(xs[0], g, axes=tuple(axes), eps=eps),),
+    jvp=lambda ops, ts, xs, out, axes, eps: ops.standardize_backward(
+        xs[0], ts[0], axes=tuple(axes), eps=eps),
+    semantics="(x - mean) / sqrt(var + eps) over the given axes (population variance). Its "
+              "Jacobian is symmetric: VJP and JVP are both standardize_backward.",
+    samples=_std_samples(False), torch_ref=_torch_standardize,
+))
+
+register(Primitive(
+    "standardize_backward", ("x", "g"), _sb_infer, _standardize_backward,
+    attrs=("axes", "eps"), vjp=_sb_vjp, jvp=_sb_jvp,
+    semantics="J(x) g for standardize's (symmetric) Jacobian J: rstd * (g - mean(g) - xhat * "
+              "mean(g * xhat)) over the axes. Linear in g; its derivative in x is written with "
+              "primitives (see norm.py), so second derivatives of normalisation work.",
+    samples=_std_samples(True), torch_ref=_torch_sb,
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm and batch_norm.
+
+
+def _ln_infer(x: Shape, gamma: Shape, beta: Shape, eps: float = 1e-6) -> Shape:
+    op = "layer_norm"
+    if len(x) == 0 or x[-1] == 0:
+        raise ShapeError(f"layer_norm: needs a non-empty last axis, found shape {x}")
+    for name, s in (("gamma", gamma), ("beta", beta)):
+        if s != (x[-1],):
+            raise ShapeError(f"{op}: {name} must have shape ({x[-1]},) for input {x}, found {s}")
+    _check_eps(op, eps)
+    return x
+
+
+def _bn_axes(shape: Shape) -> tuple[int, ...]:
+    return (1, 2) if len(shape) == 3 else (0, 2, 3)
+
+
+def _bn_infer(x: Shape, gamma: Shape, beta: Shape, eps: float = 1e-6) -> Shape:
+    op = "batch_norm"
+    if len(x) not in (3, 4):
+        raise ShapeError(f"{op}: input must be (C, H, W) or (N, C, H, W), found shape {x}")
+    if any(n == 0 for n in x):
+        raise ShapeError(f"{op}: statistics need non-empty dims, found shape {x}")
+    c = x[-3]
+    for name, s in (("gamma", gamma), ("beta", beta)):
+        if s != (c,):
+            raise ShapeError(f"{op}: {name} must have shape ({c},) for input {x}, found {s}")
+    _check_eps(op, eps)
+    return x
+
+
+def _ln_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
+    y = _standardize(x, (x.ndim - 1,), eps)
+    y *= gamma
+    y += beta
+    return y
+
+
+def _bn_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
+    y = _standardize(x, _bn_axes(x.shape), eps)
+    y *= gamma.reshape(-1, 1, 1)
+    y += beta.reshape(-1, 1, 1)
+    return y
+
+
+def _affine_norm_rules(axes_of: Any, param_shape_of: Any) -> tuple[Any, Any]:
+    """VJP and JVP of ``gamma * standardize(x) + beta`` with gamma broadcast as ``pshape``."""
+
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, eps: float = 1e-6) -> tuple[Any, Any, Any]:
+        x, gamma, _ = xs
+        shape = tuple(x.shape)
+        axes = axes_of(shape)
+        pshape = param_shape_of(shape)
+        c = gamma.shape[0]
+        gam = gamma if pshape == (c,) else ops.reshape(gamma, shape=pshape)
+        gx = ops.standardize_backward(x, ops.mul(g, gam), axes=axes, eps=eps)
+        xh = ops.standardize(x, axes=axes, eps=eps)
+        ggamma = ops.sum_to(ops.mul(g, xh), shape=pshape)
+        gbeta = ops.sum_to(g, shape=pshape)
+        if pshape != (c,):
+            ggamma = ops.reshape(ggamma, shape=(c,))
+            gbeta = ops.reshape(gbeta, shape=(c,))
+        return gx, ggamma, gbeta
+
+    def jvp(ops: Any, ts: Any, xs: Any, out: Any, eps: float = 1e-6) -> Any:
+        x, gamma, _ = xs
+        tx, tgamma, tbeta = ts
+        shape = tuple(x.shape)
+        axes = axes_of(shape)
+        pshape = param_shape_of(shape)
+
+        def param(p: Any) -> Any:
+            return p if pshape == (p.shape[0],) else ops.reshape(p, shape=pshape)
+
+        parts = []
+        if tx is not None:
+            parts.append(ops.mul(ops.standardize_backward(x, tx, axes=axes, eps=eps),
+                                 param(gamma)))
+        if tgamma is not None:
+            parts.append(ops.mul(ops.standardize(x, axes=axes, eps=eps), param(tgamma)))
+        if tbeta is not None:
+            parts.append(ops.broadcast_to(param(tbeta), shape=shape))
+        total = parts[0]
+        for p in parts[1:]:
+            total = ops.add(total, p)
+        if tuple(total.shape) != shape:
+            total = ops.broadcast_to(total, shape=shape)
+        return total
+
+    return vjp, jvp
+
+
+_ln_vjp, _ln_jvp = _affine_norm_rules(lambda s: (len(s) - 1,), lambda s: (s[-1],))
+_bn_vjp, _bn_jvp = _affine_norm_rules(_bn_axes, lambda s: (s[-3], 1, 1))
+
+
+def _ln_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((_n(rng, 3, 5), _n(rng, 5), _n(rng, 5)), {"eps": 1e-6}),
+            Sample((_n(rng, 2, 3, 4), _n(rng, 4), _n(rng, 4)), {"eps": 1e-3}, note="3-D"),
+            Sample((_n(rng, 6), _n(rng, 6), _n(rng, 6)), {"eps": 1e-6}, note="1-D")]
+
+
+def _bn_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((_n(rng, 2, 3, 3), _n(rng, 2), _n(rng, 2)), {"eps": 1e-6}, note="CHW"),
+            Sample((_n(rng, 2, 3, 2, 2), _n(rng, 3), _n(rng, 3)), {"eps": 1e-3}, note="NCHW")]
+
+
+def _torch_bn(torch: Any, x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
+    xb = x if x.dim() == 4 else x.unsqueeze(0)
+    y = torch.nn.functional.batch_norm(xb, None, None, gamma, beta, training=True, eps=eps)
+    return y if x.dim() == 4 else y[0]
+
+
+register(Primitive(
+    "layer_norm", ("x", "gamma", "beta"), _ln_infer, _ln_forward, attrs={"eps": 1e-6},
+    vjp=_ln_vjp, jvp=_ln_jvp,
+    semantics="gamma * (x - mean) / sqrt(var + eps) + beta over the last axis, population "
+              "variance; gamma, beta: (D,). eps defaults to 1e-6 (PyTorch's default is 1e-5: an "
+              "intended difference; with equal eps the results agree). VJP: "
+              "standardize_backward(x, g * gamma) to x, sum(g * xhat) to gamma, sum(g) to beta.",
+    samples=_ln_samples,
+    torch_ref=lambda torch, x, gamma, beta, eps=1e-6: torch.nn.functional.layer_norm(
+        x, (x.shape[-1],), gamma, beta, eps=eps),
+))
+
+register(Primitive(
+    "batch_norm", ("x", "gamma", "beta"), _bn_infer, _bn_forward, attrs={"eps": 1e-6},
+    vjp=_bn_vjp, jvp=_bn_jvp,
+    semantics="Per-channel batch normalisation with batch statistics (PyTorch training mode, "
+              "population variance): on (C, H, W) statistics over H x W (the seed's single "
+              "image); on (N, C, H, W) over N x H x W. gamma, beta: (C,). eps defaults to 1e-6 "
+              "(PyTorch: 1e-5). No running statistics here (nn.BatchNorm2d keeps them).",
+    samples=_bn_samples, torch_ref=_torch_bn,
+))
