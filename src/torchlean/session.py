@@ -293,7 +293,11 @@ class Session:
             opt = getattr(optim, kind)(params, **hyper)
             self._optimizers[key] = opt
         else:
-            opt.set_hyperparameters(**hyper)
+            # Same parameters as before: keep the state, take this call's hyper-parameters.
+            flat = dict(hyper)
+            if "betas" in flat:
+                flat["beta1"], flat["beta2"] = flat.pop("betas")
+            opt._set_hyper({**opt.hyper, **flat})
         return opt
 
     def sgd_step(self, lr: float, grads: dict[int, Any]) -> None:

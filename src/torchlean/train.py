@@ -1,0 +1,217 @@
+"""Training helpers (TorchLean's Train.TapeM) and a small ``fit`` loop.
+
+``mean_scalar_over`` is the seed's mean of per-sample scalar losses: a left-to-right sum scaled by
+1/N. ``fit`` trains a module on a ``Dataset`` with any optimiser, on the eager tape or on a graph
+compiled once per batch shape, and reports per-epoch metrics (with a tqdm progress bar when tqdm
+is installed and the output is a terminal).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .data import Dataset
+from .errors import ShapeError, TorchLeanError
+from .functional import Ref
+from .session import Options, Session
+from .transforms import Compiled
+
+__all__ = ["Dataset", "mean_scalar_over", "fit", "evaluate", "EpochMetrics"]
+
+
+def mean_scalar_over(xs: Iterable[Any], loss_of: Callable[[Any], Any]) -> Any:
+    """(loss_of(x_1) + ... + loss_of(x_N)) / N, summed left to right; an empty input raises."""
+    total = None
+    count = 0
+    for x in xs:
+        loss = loss_of(x)
+        shape = loss.shape if isinstance(loss, Ref) else np.shape(loss)
+        if tuple(shape) != ():
+            raise ShapeError(f"mean_scalar_over: loss_of returned shape {tuple(shape)}, expected "
+                             "a scalar")
+        total = loss if total is None else total + loss
+        count += 1
+    if total is None:
+        raise TorchLeanError("mean_scalar_over: empty input; the mean of no losses is undefined")
+    return total * (1.0 / count)
+
+
+@dataclass
+class EpochMetrics:
+    """What one epoch of ``fit`` measured."""
+
+    epoch: int
+    train_loss: float
+    test_loss: float | None = None
+    test_accuracy: float | None = None
+    examples_per_second: float = 0.0
+    seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+def _labels_as_floats(y: np.ndarray, dtype: Any) -> np.ndarray:
+    # Integer labels travel as float class indices so one compiled graph serves every batch.
+    return y.astype(dtype) if y.dtype.kind in "iub" else y.astype(dtype, copy=False)
+
+
+class _Stepper:
+    """Computes loss and parameter gradients for a batch on the chosen backend."""
+
+    def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], backend: str,
+                 dtype: Any) -> None:
+        if backend not in ("eager", "compiled"):
+            raise TorchLeanError(f"fit: backend must be 'eager' or 'compiled', found {backend!r}")
+        self.model = model
+        self.loss_fn = loss_fn
+        self.backend = backend
+        self.dtype = np.dtype(dtype)
+        self._compiled: dict[tuple[Any, ...], Compiled] = {}
+        self._session = Session(Options(dtype=self.dtype.name))
+
+    def _compiled_for(self, kind: str, x: np.ndarray, y: np.ndarray) -> Compiled:
+        key = (kind, x.shape, y.shape, self.model.training)
+        c = self._compiled.get(key)
+        if c is None:
+            if kind == "loss":
+                def fn(xr: Any, yr: Any) -> Any:
+                    return self.loss_fn(self.model(xr), yr)
+                c = Compiled(fn, [x.shape, y.shape], dtype=self.dtype)
+            else:
+                c = Compiled(lambda xr: self.model(xr), [x.shape], dtype=self.dtype)
+            self._compiled[key] = c
+        return c
+
+    def loss_and_grads(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Loss of the batch; gradients are accumulated into each parameter's ``.grad``."""
+        yf = _labels_as_floats(y, self.dtype)
+        if self.backend == "compiled":
+            c = self._compiled_for("loss", x, yf)
+            loss, grads = c.value_and_backward(x, yf)
+            for p, g in zip(c.params, grads[2:], strict=True):
+                if p.requires_grad:
+                    p.grad = g if p.grad is None else p.grad + g
+            return float(loss)
+        s = self._session
+        s.reset()
+        loss = self.loss_fn(self.model(s.input(x, requires_grad=False)),
+                            s.input(yf, requires_grad=False))
+        s.backward(loss)
+        return float(s.value(loss))
+
+    def outputs(self, x: np.ndarray) -> np.ndarray:
+        if self.backend == "compiled":
+            return np.asarray(self._compiled_for("outputs", x, x[:0]).forward(x))
+        s = self._session
+        s.reset()
+        return np.asarray(s.value(self.model(s.input(x, requires_grad=False))))
+
+
+def _default_metrics(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+    """Loss-independent metrics: accuracy when targets are class labels."""
+    if targets.dtype.kind in "iu" and outputs.shape[:-1] == targets.shape:
+        return {"accuracy": float((outputs.argmax(axis=-1) == targets).mean())}
+    return {}
+
+
+def evaluate(model: Any, loss_fn: Callable[[Any, Any], Any], data: Dataset,
+             batch_size: int = 256, backend: str = "eager", dtype: Any = "float32",
+             metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
+             _stepper: _Stepper | None = None) -> dict[str, float]:
+    """Mean loss and metrics of ``model`` (in eval mode) over ``data``."""
+    stepper = _stepper or _Stepper(model, loss_fn, backend, dtype)
+    was_training = model.training
+    model.eval()
+    try:
+        outs = []
+        for x, _ in data.batches(batch_size):
+            outs.append(stepper.outputs(np.asarray(x, dtype=stepper.dtype)))
+        outputs = np.concatenate(outs, axis=0)
+        targets = np.asarray(data.targets)
+        session = Session(Options(dtype=stepper.dtype.name))
+        loss_ref = loss_fn(session.const(outputs),
+                           session.input(_labels_as_floats(targets, stepper.dtype),
+                                         requires_grad=False))
+        result = {"loss": float(session.value(loss_ref))}
+        result.update(metrics(outputs, targets))
+        return result
+    finally:
+        if was_training:
+            model.train()
+
+
+def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_data: Dataset,
+        epochs: int, batch_size: int = 32, *, test_data: Dataset | None = None,
+        backend: str = "eager", seed: int = 0, shuffle: bool = True, progress: bool = True,
+        metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
+        on_epoch: Callable[[EpochMetrics], None] | None = None,
+        should_stop: Callable[[], bool] | None = None) -> list[EpochMetrics]:
+    """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
+
+    ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
+    integer labels arrive as float class indices, which it accepts). Epoch k shuffles with seed
+    ``seed + k``, so a run is reproducible.
+    """
+    if not isinstance(epochs, int) or epochs < 1:
+        raise TorchLeanError(f"fit: epochs must be a positive int, found {epochs!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise TorchLeanError(f"fit: batch_size must be a positive int, found {batch_size!r}")
+    params = list(model.parameters())
+    dtype = params[0].dtype if params else np.dtype(np.float32)
+    stepper = _Stepper(model, loss_fn, backend, dtype)
+    history: list[EpochMetrics] = []
+    for epoch in range(1, epochs + 1):
+        model.train()
+        data = train_data.shuffle(seed + epoch) if shuffle else train_data
+        start = time.perf_counter()
+        total, seen = 0.0, 0
+        batches = _progress(data.batches(batch_size), -(-len(data) // batch_size),
+                            f"epoch {epoch}/{epochs}", progress)
+        for x, y in batches:
+            optimizer.zero_grad()
+            loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
+            optimizer.step()
+            total += loss * len(x)
+            seen += len(x)
+            if hasattr(batches, "set_postfix"):
+                batches.set_postfix(loss=f"{loss:.4f}")
+            if should_stop is not None and should_stop():
+                break
+        seconds = time.perf_counter() - start
+        record = EpochMetrics(epoch, total / max(seen, 1), seconds=seconds,
+                              examples_per_second=seen / seconds if seconds > 0 else 0.0)
+        if test_data is not None:
+            result = evaluate(model, loss_fn, test_data, backend=backend, dtype=dtype,
+                              metrics=metrics, _stepper=stepper)
+            record.test_loss = result.pop("loss")
+            record.test_accuracy = result.pop("accuracy", None)
+            record.extra = result
+        history.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if should_stop is not None and should_stop():
+            break
+    return history
+
+
+def _progress(items: Iterable[Any], total: int, desc: str, enabled: bool) -> Any:
+    """A tqdm bar on a terminal when tqdm is installed; the plain iterable otherwise."""
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, total=total, desc=desc, leave=False)
+

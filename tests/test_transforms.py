@@ -1,0 +1,172 @@
+"""grad / value_and_grad / vjp / jvp / hvp / hessian against finite differences and torch.func."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import torchlean as tl
+import torchlean.functional as F
+from torchlean.ops.registry import REGISTRY, Primitive, Sample, register
+
+
+def mlp_loss(x: object, w1: object, w2: object) -> object:
+    h = F.tanh(x @ w1)
+    return F.mean(F.square(F.softplus(h @ w2)))
+
+
+def torch_mlp_loss(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    h = torch.tanh(x @ w1)
+    return torch.nn.functional.softplus(h @ w2).square().mean()
+
+
+def _inputs(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((4, 3)), rng.standard_normal((3, 5)) * 0.5,
+            rng.standard_normal((5, 2)) * 0.5]
+
+
+def test_grad_matches_torch_and_argnums() -> None:
+    xs = _inputs(0)
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    torch_mlp_loss(*ts).backward()
+    g1 = tl.grad(mlp_loss, argnums=1)(*xs)
+    np.testing.assert_allclose(g1, ts[1].grad.numpy(), rtol=1e-12, atol=1e-14)
+    both = tl.grad(mlp_loss, argnums=(0, 2))(*xs)
+    assert isinstance(both, tuple) and len(both) == 2
+    np.testing.assert_allclose(both[0], ts[0].grad.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(both[1], ts[2].grad.numpy(), rtol=1e-12, atol=1e-14)
+    value, g = tl.value_and_grad(mlp_loss)(*xs)
+    assert value == pytest.approx(float(torch_mlp_loss(*[torch.tensor(x) for x in xs])))
+    np.testing.assert_allclose(g, ts[0].grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_vjp_and_jvp_match_torch_func() -> None:
+    xs = _inputs(1)
+    rng = np.random.default_rng(2)
+
+    def f(x: object, w1: object, w2: object) -> object:
+        return F.tanh(x @ w1) @ w2
+
+    def tf(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ w1) @ w2
+
+    out, vjp_fn = tl.vjp(f, *xs)
+    seed = rng.standard_normal(out.shape)
+    t_out, t_vjp = torch.func.vjp(tf, *[torch.tensor(x) for x in xs])
+    np.testing.assert_allclose(out, t_out.numpy(), rtol=1e-12)
+    for a, b in zip(vjp_fn(seed), t_vjp(torch.tensor(seed)), strict=True):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-10, atol=1e-12)
+    tangents = tuple(rng.standard_normal(x.shape) for x in xs)
+    out2, tangent = tl.jvp(f, tuple(xs), tangents)
+    _, t_tangent = torch.func.jvp(tf, tuple(torch.tensor(x) for x in xs),
+                                  tuple(torch.tensor(t) for t in tangents))
+    np.testing.assert_allclose(tangent, t_tangent.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**16))
+def test_hvp_matches_torch_and_finite_differences(seed: int) -> None:
+    xs = _inputs(seed)
+    rng = np.random.default_rng(seed + 1)
+    vs = tuple(rng.standard_normal(x.shape) for x in xs)
+    hv = tl.hvp(mlp_loss, tuple(xs), vs)
+    _, t_hv = torch.func.jvp(torch.func.grad(torch_mlp_loss, argnums=(0, 1, 2)),
+                             tuple(torch.tensor(x) for x in xs), tuple(torch.tensor(v) for v in vs))
+    for a, b in zip(hv, t_hv, strict=True):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-9, atol=1e-11)
+    # Central differences of the gradient along v.
+    h = 1e-5
+    plus = tl.grad(mlp_loss, argnums=(0, 1, 2))(*[x + h * v for x, v in zip(xs, vs, strict=True)])
+    minus = tl.grad(mlp_loss, argnums=(0, 1, 2))(*[x - h * v for x, v in zip(xs, vs, strict=True)])
+    for a, p, m in zip(hv, plus, minus, strict=True):
+        np.testing.assert_allclose(a, (p - m) / (2 * h), rtol=1e-5, atol=1e-7)
+
+
+def test_hessian_matches_torch_func() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3))
+    a = rng.standard_normal((3, 3))
+
+    def f(x: object) -> object:
+        return F.sum(F.log_softmax(F.sigmoid(x @ a))) + F.sum(F.square(F.tanh(x)))
+
+    def tf(x: torch.Tensor) -> torch.Tensor:
+        t = torch.tensor(a)
+        return torch.log_softmax(torch.sigmoid(x @ t), -1).sum() + torch.tanh(x).square().sum()
+
+    hess = tl.hessian(f)(x)
+    assert hess.shape == (2, 3, 2, 3)
+    np.testing.assert_allclose(hess, torch.func.hessian(tf)(torch.tensor(x)).numpy(),
+                               rtol=1e-9, atol=1e-11)
+
+
+def test_compiled_hvp_matches_functional() -> None:
+    xs = _inputs(5)
+    vs = [np.ones_like(x) for x in xs]
+    c = tl.compile(mlp_loss, *[x.shape for x in xs], dtype="float64")
+    for a, b in zip(c.hvp(xs, vs), tl.hvp(mlp_loss, tuple(xs), tuple(vs)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ties_split_evenly_in_every_path() -> None:
+    x = np.array([1.0, 2.0, 3.0])
+    y = np.array([1.0, 0.0, 3.0])
+
+    def f(a: object, b: object) -> object:
+        return F.sum(F.max(a, b))
+
+    ga, gb = tl.grad(f, argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(ga, [0.5, 1.0, 0.5])
+    np.testing.assert_array_equal(gb, [0.5, 0.0, 0.5])
+    # Forward mode: the tangent of max at a tie is the mean of the two tangents.
+    _, t = tl.jvp(lambda a, b: F.max(a, b), (x, y), (np.ones(3), np.zeros(3)))
+    np.testing.assert_array_equal(t, [0.5, 1.0, 0.5])
+    # Second order through the recorded backward pass uses the same weights.
+    def g(a: object, b: object) -> object:
+        return F.sum(F.square(F.max(a, b)))
+
+    # d/da sum(max^2) = 2 max w with w the tie weight, so H v (v on a) = 2 w^2: 0.5 at ties.
+    hv = tl.hvp(g, (x, y), (np.ones(3), np.zeros(3)))
+    np.testing.assert_array_equal(hv[0], [0.5, 2.0, 0.5])
+
+
+def test_reverse_only_op_raises_in_forward_modes() -> None:
+    prim = register(Primitive(
+        "test_reverse_only_cube", ("x",), lambda s: s, lambda x: x ** 3,
+        vjp=lambda ops, g, xs, out: (ops.mul(g, ops.scale(ops.square(xs[0]), c=3.0)),),
+        reverse_only=True, semantics="x^3 without a JVP (test fixture).",
+        samples=lambda rng: [Sample((rng.standard_normal(3),))],
+    ))
+    try:
+        def f(x: object) -> object:
+            return F.sum(F.apply(prim, x))
+
+        x = np.array([1.0, 2.0, 3.0])
+        np.testing.assert_allclose(tl.grad(f)(x), 3 * x ** 2)
+        with pytest.raises(tl.UnsupportedJvpError, match="test_reverse_only_cube"):
+            tl.jvp(f, (x,), (np.ones(3),))
+        with pytest.raises(tl.UnsupportedJvpError, match="test_reverse_only_cube"):
+            tl.hvp(f, (x,), (np.ones(3),))
+        with pytest.raises(tl.UnsupportedJvpError, match="test_reverse_only_cube"):
+            tl.hessian(f)(x)
+    finally:
+        del REGISTRY["test_reverse_only_cube"]
+
+
+def test_no_primitive_is_reverse_only() -> None:
+    assert [n for n, p in REGISTRY.items() if p.reverse_only] == []
+
+
+def test_transform_errors() -> None:
+    with pytest.raises(tl.ShapeError, match="expected a scalar"):
+        tl.grad(lambda x: F.tanh(x))(np.ones(3))
+    with pytest.raises(tl.ShapeError, match="must be a tuple"):
+        tl.jvp(lambda x: x, np.ones(3), np.ones(3))
+    with pytest.raises(tl.ShapeError, match="mix dtypes"):
+        tl.grad(lambda x, y: F.sum(x * y))(np.ones(3, np.float32), np.ones(3))
+    with pytest.raises(tl.ShapeError, match="argnums"):
+        tl.grad(lambda x: F.sum(x), argnums=3)(np.ones(3))
