@@ -194,7 +194,9 @@ def save(path: str | os.PathLike[str], obj: Any, metadata: Mapping[str, str] | N
     """
     path = os.fspath(path)
     meta = _check_metadata(metadata, path)
-    tensors = {key: np.ascontiguousarray(value) for key, value in flatten(obj).items()}
+    # safetensors writes an array's buffer as if it were C-ordered: copy the others first.
+    # (np.asarray(order="C"), not np.ascontiguousarray, which turns 0-d arrays into shape (1,).)
+    tensors = {key: np.asarray(value, order="C") for key, value in flatten(obj).items()}
     st_numpy = _safetensors()
     try:
         payload = st_numpy.save(tensors, metadata=meta)
