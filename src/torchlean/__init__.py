@@ -14,14 +14,19 @@ from .errors import (
     TraceError,
     UnsupportedJvpError,
 )
+from . import optim, train
+from .checkpoint import load, save
+from .data import Dataset
 from .graph import Graph, GraphError
 from .params import Param
+from .session import NatRef, Options, ParamList, ScalarTrainer, Session, TensorRef
 from .tape import Node, Tape
 from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
     "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError",
     "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
-    "Param", "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
+    "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer",
+    "Dataset", "optim", "train", "save", "load", "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"
