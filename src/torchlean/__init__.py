@@ -4,6 +4,9 @@ A shape-checked autodiff runtime whose eager tape, compiled graph and derivative
 one op registry. This module only re-exports the public names.
 """
 
+from . import optim, train
+from .checkpoint import load, save
+from .data import Dataset
 from .errors import (
     CheckpointError,
     DeviceError,
@@ -14,9 +17,6 @@ from .errors import (
     TraceError,
     UnsupportedJvpError,
 )
-from . import optim, train
-from .checkpoint import load, save
-from .data import Dataset
 from .graph import Graph, GraphError
 from .params import Param
 from .session import NatRef, Options, ParamList, ScalarTrainer, Session, TensorRef
@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError",
     "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer",
-    "Dataset", "optim", "train", "save", "load", "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
+    "Dataset", "optim", "train", "save", "load", "Compiled", "compile", "grad", "hessian", "hvp",
+    "jvp", "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"

@@ -39,7 +39,9 @@ def cupy_module() -> ModuleType:
     try:
         import cupy  # type: ignore[import-not-found]
     except ImportError:
-        raise DeviceError("device 'cuda': CuPy is not installed (pip install cupy-cuda12x)") from None
+        raise DeviceError(
+            "device 'cuda': CuPy is not installed (pip install cupy-cuda12x)"
+        ) from None
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise DeviceError("device 'cuda': no CUDA GPU is visible")

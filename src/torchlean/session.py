@@ -432,8 +432,8 @@ class ScalarTrainer:
         loss = self.loss_fn(*refs, *[s.input(x, requires_grad=False) for x in inputs])
         if not isinstance(loss, Ref) or loss.shape != ():
             raise ShapeError("ScalarTrainer: loss_fn must return a scalar ref")
-        grads = s.tape.backward_scalar(loss._id) if s.tape is not None else {}
-        return float(s.value(loss)), [grads.get(r._id) if p.requires_grad else None
+        by_id = s.tape.backward_scalar(loss._id) if s.tape is not None else {}
+        return float(s.value(loss)), [by_id.get(r._id) if p.requires_grad else None
                                       for p, r in zip(self.param_list, refs, strict=True)]
 
     def forward(self, *inputs: Any) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .autodiff import forward_tangents, reverse_pass
-from .backend import as_dtype, check_device, namespace_for
+from .backend import as_dtype, check_device, namespace_for, namespace_of
 from .errors import DomainError, ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 
@@ -204,8 +204,8 @@ class Tape:
             seeds[i] = t_arr
         # Treat seeded interior nodes as leaves of the forward pass: their tangent is given.
         values = [node.value for node in nodes]
-        view = [_SeededNode(n) if i in seeds and n.op is not None else n
-                for i, n in enumerate(nodes[: out + 1])]
+        view: list[Any] = [_SeededNode(n) if i in seeds and n.op is not None else n
+                           for i, n in enumerate(nodes[: out + 1])]
         result = forward_tangents(view, values, seeds, ARRAY_OPS, upto=out)[out]
         return self.xp.zeros_like(values[out]) if result is None else result
 
@@ -227,8 +227,7 @@ class _SeededNode:
 
 
 def _check_finite(op: str, value: Any) -> None:
-    xp = namespace_for("cpu") if isinstance(value, np.ndarray) else None
-    finite = (xp or np).isfinite(value)
+    finite = namespace_of(value).isfinite(value)
     if not bool(finite.all()):
         bad = int(value.size - int(finite.sum()))
         raise DomainError(f"{op}: {bad} of {value.size} entries are NaN or infinite")
@@ -237,18 +236,13 @@ def _check_finite(op: str, value: Any) -> None:
 def _make_method(prim: Primitive) -> Callable[..., int]:
     arity = len(prim.inputs)
 
-    if not prim.attrs:
-        def method(self: Tape, *ids: int) -> int:
-            if len(ids) != arity:
-                raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
-                                f"found {len(ids)}")
-            return self.record(prim, ids, {})
-    else:
-        def method(self: Tape, *args: Any, **kwargs: Any) -> int:
-            if len(args) < arity:
-                raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
-                                f"found {len(args)}")
-            return self.record(prim, args[:arity], prim.bind_attrs(args[arity:], kwargs))
+    def method(self: Tape, *args: Any, **kwargs: Any) -> int:
+        if len(args) < arity or (not prim.attrs and (len(args) > arity or kwargs)):
+            raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}"
+                            f"{' then attributes ' + str(list(prim.attrs)) if prim.attrs else ''}"
+                            f", found {len(args)} arguments")
+        attrs = prim.bind_attrs(args[arity:], kwargs) if prim.attrs else {}
+        return self.record(prim, args[:arity], attrs)
 
     attrs = ", ".join(prim.inputs + tuple(prim.attrs))
     method.__name__ = prim.name

@@ -147,7 +147,9 @@ class Compiled:
         return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
 
 
-def compile(fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32") -> Compiled:  # noqa: A001
+def compile(  # noqa: A001  (the public name, as torch.compile)
+    fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32"
+) -> Compiled:
     """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``."""
     return Compiled(fn, leaf_shapes, dtype)
 
@@ -222,7 +224,8 @@ def _tuple(op: str, name: str, value: Any) -> tuple[Any, ...]:
 
 def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
         ) -> tuple[Any, Any]:
-    """``(out, tangent_out)``: forward-mode derivative of ``fn`` at ``primals`` along ``tangents``."""
+    """``(out, tangent_out)``: the forward-mode derivative of ``fn`` at ``primals`` along
+    ``tangents``."""
     primals = _tuple("jvp", "primals", primals)
     tangents = _tuple("jvp", "tangents", tangents)
     if len(primals) != len(tangents):
