@@ -5,7 +5,7 @@ one op registry. This module only re-exports the public names.
 """
 
 from . import optim, train
-from .checkpoint import load, save
+from .checkpoint import load, read_metadata, save
 from .data import Dataset
 from .errors import (
     CheckpointError,
@@ -24,10 +24,10 @@ from .tape import Node, Tape
 from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
-    "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError",
-    "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
-    "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer",
-    "Dataset", "optim", "train", "save", "load", "Compiled", "compile", "grad", "hessian", "hvp",
-    "jvp", "value_and_grad", "vjp",
+    "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError", "TorchLeanError",
+    "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError", "Param", "Options",
+    "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset", "optim", "train",
+    "save", "load", "read_metadata", "Compiled", "compile", "grad", "hessian", "hvp", "jvp",
+    "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"
