@@ -54,7 +54,10 @@ def reverse_pass(
             continue
         parents = node.parents
         contributions = op.apply_vjp(ops, g, [values[p] for p in parents], values[i], node.attrs)
-        for p, c in zip(parents, contributions, strict=True):
+        if len(contributions) != len(parents):
+            raise TypeError(f"{op.name}: vjp rule returned {len(contributions)} cotangents for "
+                            f"{len(parents)} inputs")
+        for p, c in zip(parents, contributions):  # noqa: B905  (lengths checked just above)
             if c is None or not nodes[p].requires_grad:
                 continue
             prev = grads[p]

@@ -129,14 +129,22 @@ class Tape:
         """Check, compute and append one node. Nothing changes when a check fails."""
         nodes = self._nodes
         n = len(nodes)
-        parents = []
+        values = []
+        shapes = []
+        requires_grad = False
         for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            # Plain ints skip the isinstance checks (this loop is the per-op hot path).
+            if (type(i) is not int and (isinstance(i, bool) or not isinstance(i, int))
+                    or not 0 <= i < n):
                 raise TapeError(f"{prim.name}: node id {i!r} is not on the tape "
                                 f"(ids run 0..{n - 1})")
-            parents.append(nodes[i])
-        values = [p.value for p in parents]
-        prim.infer(*[v.shape for v in values], **attrs)
+            node = nodes[i]
+            value = node.value
+            values.append(value)
+            shapes.append(value.shape)
+            if node.requires_grad:
+                requires_grad = True
+        prim.infer(*shapes, **attrs)
         if len(values) > 1:
             dtype = values[0].dtype
             for v in values:
@@ -148,7 +156,7 @@ class Tape:
         out = prim.forward(*values, **attrs)
         if self.check_finite:
             _check_finite(prim.name, out)
-        requires_grad = not prim.nondiff and any(p.requires_grad for p in parents)
+        requires_grad = requires_grad and not prim.nondiff
         nodes.append(Node(prim, tuple(ids), attrs, out, requires_grad, name))
         return n
 

@@ -146,10 +146,13 @@ class Primitive:
         assert self.vjp is not None
         cotangents = self.vjp(ops, g, inputs, out, **attrs)
         if self.broadcasting:
-            cotangents = tuple(
-                None if c is None else unbroadcast(ops, c, x.shape)
-                for c, x in zip(cotangents, inputs, strict=True)
-            )
+            # Most calls broadcast nothing: look before building a new tuple (per-op hot path).
+            for c, x in zip(cotangents, inputs):  # noqa: B905  (arity checked by the caller)
+                if c is not None and c.shape != x.shape:
+                    return tuple(
+                        None if c is None else unbroadcast(ops, c, x.shape)
+                        for c, x in zip(cotangents, inputs, strict=True)
+                    )
         return cotangents
 
 
