@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError
-from ..shape import Shape, size
+from ..shape import Shape, can_broadcast_to, size
 from .registry import Primitive, Sample, register
 
 
@@ -38,23 +38,64 @@ def _count(shape: Shape, axes: tuple[int, ...]) -> int:
 # Kernels.
 
 
-def _centred(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
-    """``x - mean`` and ``1 / sqrt(var + eps)`` (keep-dims) over ``axes``."""
+def _trailing(x: Any, axes: tuple[int, ...]) -> bool:
+    return axes == tuple(range(x.ndim - len(axes), x.ndim))
+
+
+def _rows_centred(x2: Any, eps: float) -> tuple[Any, Any]:
+    """Row-wise ``x - mean`` and ``rstd`` (a vector) of a 2-D array; means are BLAS matvecs."""
+    d = x2.shape[1]
+    inv_d = np.full(d, 1.0 / d, dtype=x2.dtype)
+    c = x2 - (x2 @ inv_d)[:, None]
+    var = np.einsum("ij,ij->i", c, c)
+    var *= 1.0 / d
+    var += eps
+    rstd = np.sqrt(var)
+    np.divide(1.0, rstd, out=rstd)
+    return c, rstd
+
+
+def _rows_stats(x2: Any, eps: float) -> tuple[Any, Any]:
+    c, rstd = _rows_centred(x2, eps)
+    rstd = rstd[:, None]
+    c *= rstd
+    return c, rstd
+
+
+def _stats(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
+    """``xhat`` (x's shape) and ``rstd`` (keep-dims) over ``axes``."""
+    if _trailing(x, axes):
+        lead = x.shape[: x.ndim - len(axes)]
+        xhat, rstd = _rows_stats(x.reshape(size(lead), -1), eps)
+        return xhat.reshape(x.shape), rstd.reshape(lead + (1,) * len(axes))
     c = x - x.mean(axis=axes, keepdims=True)
     var = np.square(c).mean(axis=axes, keepdims=True)
-    return c, 1.0 / np.sqrt(var + eps)
+    rstd = (1.0 / np.sqrt(var + eps)).astype(x.dtype, copy=False)
+    c *= rstd
+    return c, rstd
 
 
 def _standardize(x: Any, axes: Any, eps: float) -> Any:
-    c, rstd = _centred(x, tuple(axes), eps)
-    c *= rstd
-    return c
+    return _stats(x, tuple(axes), eps)[0]
 
 
 def _standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> Any:
     axes = tuple(axes)
-    xhat, rstd = _centred(x, axes, eps)
-    xhat *= rstd
+    if _trailing(x, axes):
+        # rstd (g - mean g) - c * (mean(g c) rstd^3), with c = x - mean x: five passes.
+        lead = x.shape[: x.ndim - len(axes)]
+        x2 = x.reshape(size(lead), -1)
+        g2 = g.reshape(x2.shape)
+        c, rstd = _rows_centred(x2, eps)
+        inv_d = np.full(x2.shape[1], 1.0 / x2.shape[1], dtype=x.dtype)
+        coef = np.einsum("ij,ij->i", g2, c)
+        coef *= (1.0 / x2.shape[1]) * rstd * rstd * rstd
+        out = g2 - (g2 @ inv_d)[:, None]
+        out *= rstd[:, None]
+        c *= coef[:, None]
+        out -= c
+        return out.reshape(x.shape)
+    xhat, rstd = _stats(x, axes, eps)
     a = g.mean(axis=axes, keepdims=True)
     b = (g * xhat).mean(axis=axes, keepdims=True)
     xhat *= b
@@ -62,6 +103,22 @@ def _standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> Any:
     out -= xhat
     out *= rstd
     return out
+
+
+def _norm_param_grad(x: Any, g: Any, axes: Any, eps: float, shape: Any) -> Any:
+    axes, shape = tuple(axes), tuple(shape)
+    if _trailing(x, axes) and shape == x.shape[x.ndim - len(axes):]:
+        # Layer norm's parameter gradient: sum over rows of (g rstd) * (x - mean).
+        x2 = x.reshape(-1, size(shape))
+        c, rstd = _rows_centred(x2, eps)
+        gr = g.reshape(x2.shape) * rstd[:, None]
+        return np.einsum("ij,ij->j", gr, c).reshape(shape)
+    xhat = _stats(x, axes, eps)[0]
+    xhat *= g
+    lead = x.ndim - len(shape)
+    red = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                     if n == 1 and x.shape[lead + i] != 1)
+    return xhat.sum(axis=red, keepdims=True).reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +258,64 @@ register(Primitive(
 ))
 
 
+def _npg_infer(x: Shape, g: Shape, axes: Any, eps: float, shape: Any) -> Shape:
+    op = "norm_param_grad"
+    _check_axes(op, x, axes)
+    _check_eps(op, eps)
+    if g != x:
+        raise ShapeError(f"{op}: g {g} must have x's shape {x}")
+    shape = tuple(shape)
+    if not can_broadcast_to(shape, x):
+        raise ShapeError(f"{op}: parameter shape {shape} does not broadcast to {x}")
+    return shape
+
+
+def _npg_vjp(ops: Any, cot: Any, xs: Any, out: Any, axes: Any, eps: float,
+             shape: Any) -> tuple[Any, Any]:
+    x, g = xs
+    axes = tuple(axes)
+    gx = ops.standardize_backward(x, ops.mul(g, cot), axes=axes, eps=eps)
+    gg = ops.mul(ops.standardize(x, axes=axes, eps=eps), cot)
+    return gx, gg
+
+
+def _npg_jvp(ops: Any, ts: Any, xs: Any, out: Any, axes: Any, eps: float, shape: Any) -> Any:
+    x, g = xs
+    tx, tg = ts
+    axes, shape = tuple(axes), tuple(shape)
+    parts = []
+    if tg is not None:
+        parts.append(ops.sum_to(ops.mul(tg, ops.standardize(x, axes=axes, eps=eps)),
+                                shape=shape))
+    if tx is not None:
+        parts.append(ops.sum_to(ops.mul(g, ops.standardize_backward(x, tx, axes=axes, eps=eps)),
+                                shape=shape))
+    return parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1])
+
+
+def _npg_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((_n(rng, 3, 4), _n(rng, 3, 4)), {"axes": (1,), "eps": 1e-3, "shape": (4,)}),
+            Sample((_n(rng, 2, 3, 2, 2), _n(rng, 2, 3, 2, 2)),
+                   {"axes": (0, 2, 3), "eps": 1e-3, "shape": (3, 1, 1)})]
+
+
+def _torch_npg(torch: Any, x: Any, g: Any, axes: Any, eps: float, shape: Any) -> Any:
+    y = _torch_standardize(torch, x, axes, eps) * g
+    lead = y.dim() - len(shape)
+    y = y.sum(dim=tuple(range(lead))) if lead else y
+    return y.sum_to_size(*shape)
+
+
+register(Primitive(
+    "norm_param_grad", ("x", "g"), _npg_infer, _norm_param_grad,
+    attrs=("axes", "eps", "shape"), vjp=_npg_vjp, jvp=_npg_jvp,
+    semantics="sum_to(g * standardize(x, axes, eps), shape): the gradient of a normalisation's "
+              "scale parameter (gamma), fused. Linear in g. VJP: standardize_backward(x, g * G) "
+              "to x, standardize(x) * G to g.",
+    samples=_npg_samples, torch_ref=_torch_npg,
+))
+
+
 # ---------------------------------------------------------------------------------------------
 # layer_norm and batch_norm.
 
@@ -235,7 +350,7 @@ def _bn_infer(x: Shape, gamma: Shape, beta: Shape, eps: float = 1e-6) -> Shape:
 
 
 def _ln_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
-    y = _standardize(x, (x.ndim - 1,), eps)
+    y = _stats(x, (x.ndim - 1,), eps)[0]
     y *= gamma
     y += beta
     return y
@@ -259,8 +374,7 @@ def _affine_norm_rules(axes_of: Any, param_shape_of: Any) -> tuple[Any, Any]:
         c = gamma.shape[0]
         gam = gamma if pshape == (c,) else ops.reshape(gamma, shape=pshape)
         gx = ops.standardize_backward(x, ops.mul(g, gam), axes=axes, eps=eps)
-        xh = ops.standardize(x, axes=axes, eps=eps)
-        ggamma = ops.sum_to(ops.mul(g, xh), shape=pshape)
+        ggamma = ops.norm_param_grad(x, g, axes=axes, eps=eps, shape=pshape)
         gbeta = ops.sum_to(g, shape=pshape)
         if pshape != (c,):
             ggamma = ops.reshape(ggamma, shape=(c,))
