@@ -1,0 +1,794 @@
+"""``tl.nn``: PyTorch-style modules (layers with parameters, buffers and train/eval mode).
+
+A ``Module`` owns ``Param``s and sub-modules (registered by attribute assignment, in order) and
+array buffers (such as BatchNorm's running statistics). Its ``forward`` is written once with ``F``
+and runs wherever its input ref lives: a layer asks the input's owner for its parameters with
+``x._owner.use(param)``, so the same model runs eagerly in a ``Session`` and traced by
+``tl.compile`` (where the parameters become graph inputs). Plain arrays work too: then the layer
+reads the parameters' current values and computes the output directly (no autodiff).
+
+Parameter and buffer names, shapes and layouts follow ``torch.nn`` (``"0.weight"``,
+``"bn.running_mean"``, conv-transpose kernels ``(in, out, kH, kW)``, attention's
+``in_proj_weight``), so ``load_state_dict`` accepts a converted PyTorch state dict.
+
+Initialisation follows PyTorch's defaults and draws from a counter-based generator (the
+``rand_uniform`` kernel: SplitMix64 of ``(seed, counter)``): ``manual_seed(seed)`` resets it, and
+every parameter draw takes the next counter, so a model's initial weights depend only on the seed
+and the order in which its layers are built. Draws are made in float64 and rounded once to the
+layer's dtype.
+
+Intended differences from torch.nn: ``GELU`` is the tanh approximation (torch's
+``approximate="tanh"``); ``Embedding`` takes class indices as a float ref (what
+``Session.input`` makes of an integer array); ``MultiheadAttention`` has no biases and takes
+``(n, d)`` or batch-first ``(B, n, d)`` self-attention input, with boolean masks where ``True``
+means *allowed* (torch's boolean ``attn_mask`` marks the *forbidden* pairs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import functional as F
+from .backend import as_dtype, to_host
+from .errors import CheckpointError, ShapeError, TorchLeanError, TraceError
+from .functional import Ref
+from .ops.registry import REGISTRY
+from .params import Param
+
+__all__ = [
+    "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
+    "GELU", "LayerNorm", "Linear", "MaxPool2d", "Module", "MultiheadAttention", "ReLU",
+    "Sequential", "SiLU", "Sigmoid", "Tanh", "initial_seed", "manual_seed",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeded initialisation
+
+
+class _InitGenerator:
+    """The (seed, counter) state that parameter initialisation draws from."""
+
+    def __init__(self) -> None:
+        self.seed = 0
+        self.counter = 0
+
+    def uniform(self, shape: tuple[int, ...]) -> np.ndarray:
+        """U[0, 1) draws (float64) of ``shape`` from the next counter."""
+        counter = self.counter
+        self.counter += 1
+        return REGISTRY["rand_uniform"].forward(shape=shape, seed=self.seed, counter=counter,
+                                                dtype="float64")
+
+
+_GENERATOR = _InitGenerator()
+
+
+def manual_seed(seed: int) -> None:
+    """Restart parameter initialisation from ``seed`` (and counter 0)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise TorchLeanError(f"manual_seed: seed must be a non-negative int, found {seed!r}")
+    _GENERATOR.seed = int(seed)
+    _GENERATOR.counter = 0
+
+
+def initial_seed() -> int:
+    """The seed given to the last ``manual_seed`` (0 before any)."""
+    return _GENERATOR.seed
+
+
+def uniform_init(shape: tuple[int, ...], bound: float, dtype: Any) -> np.ndarray:
+    """U(-bound, bound) from the init generator."""
+    return ((2.0 * _GENERATOR.uniform(shape) - 1.0) * bound).astype(as_dtype(dtype))
+
+
+def normal_init(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """N(0, 1) from two uniform draws (Box-Muller; 1 - u lies in (0, 1], so the log is finite)."""
+    u1, u2 = _GENERATOR.uniform(shape), _GENERATOR.uniform(shape)
+    z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * math.pi * u2)
+    return z.astype(as_dtype(dtype))
+
+
+def kaiming_uniform_bound(fan_in: int) -> float:
+    """PyTorch's default Linear/Conv bound: kaiming_uniform(a=sqrt(5)) gives 1/sqrt(fan_in)."""
+    return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Module
+
+
+class LoadResult(NamedTuple):
+    """What ``load_state_dict(strict=False)`` skipped (empty lists under ``strict=True``)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def _use(x: Any, param: Param) -> Any:
+    """The parameter where ``x`` lives: a ref from x's owner, or the value for plain arrays."""
+    return x._owner.use(param) if isinstance(x, Ref) else param.data
+
+
+def _const(x: Any, array: Any) -> Any:
+    """A constant next to ``x`` (in x's dtype): a const ref of x's owner, or the array itself."""
+    dtype = x.dtype if isinstance(x, Ref) else np.asarray(x).dtype
+    arr = np.asarray(array, dtype=dtype)
+    return x._owner.const(arr) if isinstance(x, Ref) else arr
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Ref) else tuple(np.shape(x))
+
+
+def _pair(name: str, value: Any) -> tuple[int, int]:
+    """An int or a pair of ints as a pair (kernel sizes, strides, paddings)."""
+    pair = (value, value) if isinstance(value, int | np.integer) else tuple(value)
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
+                             for v in pair):
+        raise TorchLeanError(f"{name}: expected an int or a pair of ints, found {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _positive(layer: str, **sizes: int) -> None:
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise TorchLeanError(f"{layer}: {name} must be a positive int, found {v!r}")
+
+
+class Module:
+    """Base class of layers and models: parameters, buffers, sub-modules and train/eval mode.
+
+    Assigning a ``Param`` or a ``Module`` to an attribute registers it (in assignment order);
+    ``register_buffer`` adds a non-trainable array that ``state_dict`` saves. Subclasses
+    implement ``forward``; calling the module calls it.
+    """
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    # --- registration ------------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        registries = self.__dict__.get("_parameters")
+        if registries is None:
+            raise TorchLeanError(f"{type(self).__name__}: call Module.__init__() before "
+                                 "assigning attributes")
+        if isinstance(value, Param):
+            self._forget(name)
+            if value.name is None:
+                value.name = name
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._forget(name)
+            self._modules[name] = value
+        elif name in self._buffers:
+            self._buffers[name] = self._as_buffer(name, value)
+        else:
+            self._forget(name)
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: the registered parameters, buffers, modules.
+        for registry in ("_parameters", "_buffers", "_modules"):
+            table = self.__dict__.get(registry)
+            if table is not None and name in table:
+                return table[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        if not self._forget(name):
+            object.__delattr__(self, name)
+
+    def _forget(self, name: str) -> bool:
+        found = False
+        for table in (self._parameters, self._buffers, self._modules):
+            if name in table:
+                del table[name]
+                found = True
+        if name in self.__dict__ and name not in ("_parameters", "_buffers", "_modules"):
+            object.__delattr__(self, name)
+        return found
+
+    @staticmethod
+    def _as_buffer(name: str, value: Any) -> np.ndarray:
+        if isinstance(value, Param | Module | Ref):
+            raise TorchLeanError(f"register_buffer: {name!r} must be an array, found "
+                                 f"{type(value).__name__}")
+        return np.array(to_host(value), copy=True)
+
+    def register_buffer(self, name: str, value: Any) -> None:
+        """A named non-trainable array saved in ``state_dict`` (e.g. running statistics)."""
+        self._forget(name)
+        self._buffers[name] = self._as_buffer(name, value)
+
+    # --- traversal ---------------------------------------------------------------------------
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        yield from self._modules.items()
+
+    def children(self) -> Iterator[Module]:
+        yield from self._modules.values()
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """This module and every descendant, depth first in registration order."""
+        stack: list[tuple[str, Module]] = [(prefix, self)]
+        seen: set[int] = set()
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = [(f"{name}.{k}" if name else k, m) for k, m in module._modules.items()]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_parameters(self) -> Iterator[tuple[str, Param]]:
+        """``(dotted name, Param)`` pairs as torch names them; a shared Param appears once."""
+        seen: set[int] = set()
+        for prefix, module in self.named_modules():
+            for name, p in module._parameters.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{prefix}.{name}" if prefix else name), p
+
+    def parameters(self) -> list[Param]:
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+        for prefix, module in self.named_modules():
+            for name, b in module._buffers.items():
+                yield (f"{prefix}.{name}" if prefix else name), b
+
+    # --- state -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of every parameter and buffer value, keyed by torch-style dotted names."""
+        state: dict[str, np.ndarray] = {}
+        for prefix, module in self.named_modules():
+            for name, p in module._parameters.items():
+                state[f"{prefix}.{name}" if prefix else name] = np.array(p.value, copy=True)
+            for name, b in module._buffers.items():
+                state[f"{prefix}.{name}" if prefix else name] = np.array(b, copy=True)
+        return state
+
+    def _state_slots(self) -> dict[str, tuple[Module, str, bool]]:
+        """Every state key -> (owning module, local name, is_param)."""
+        slots: dict[str, tuple[Module, str, bool]] = {}
+        for prefix, module in self.named_modules():
+            for name in module._parameters:
+                slots[f"{prefix}.{name}" if prefix else name] = (module, name, True)
+            for name in module._buffers:
+                slots[f"{prefix}.{name}" if prefix else name] = (module, name, False)
+        return slots
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> LoadResult:
+        """Copy values from ``state`` into the parameters and buffers.
+
+        Everything is checked first; every missing key, unexpected key and mis-shaped or
+        non-numeric value is reported at once in a ``CheckpointError``, and nothing changes
+        unless all fit. With ``strict=False`` missing and unexpected keys are allowed (and
+        returned); shapes must still match.
+        """
+        slots = self._state_slots()
+        missing = [k for k in slots if k not in state]
+        unexpected = [k for k in state if k not in slots]
+        problems: list[str] = []
+        if strict:
+            problems += [f"missing key {k!r}" for k in missing]
+            problems += [f"unexpected key {k!r}" for k in unexpected]
+        arrays: dict[str, np.ndarray] = {}
+        for key, (module, name, is_param) in slots.items():
+            if key not in state:
+                continue
+            try:
+                arr = np.asarray(to_host(state[key]))
+            except Exception as exc:  # noqa: BLE001  (any unconvertible value is reported)
+                problems.append(f"{key!r}: not an array ({type(exc).__name__}: {exc})")
+                continue
+            target = module._parameters[name].value if is_param else module._buffers[name]
+            if arr.dtype.kind not in "fiub":
+                problems.append(f"{key!r}: dtype {arr.dtype} is not numeric")
+            elif arr.shape != target.shape:
+                problems.append(f"{key!r}: shape {arr.shape}, expected {target.shape}")
+            else:
+                arrays[key] = arr
+        if problems:
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: "
+                                  f"{len(problems)} problem(s): " + "; ".join(problems))
+        for key, arr in arrays.items():
+            module, name, is_param = slots[key]
+            if is_param:
+                module._parameters[name].assign(arr)
+            else:
+                module._buffers[name] = arr.astype(module._buffers[name].dtype, copy=True)
+        return LoadResult(missing if not strict else [], unexpected if not strict else [])
+
+    # --- modes and gradients -----------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> Module:
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.zero_grad()
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Freeze (False) or unfreeze every parameter."""
+        for p in self.parameters():
+            p.requires_grad = bool(requires_grad)
+        return self
+
+    # --- calling -----------------------------------------------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"  ({name}): " + repr(m).replace("\n", "\n  ")
+                 for name, m in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+
+
+class Sequential(Module):
+    """Modules applied in order; registered as ``"0"``, ``"1"``, ... (torch's names)."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module: Module) -> Sequential:
+        if not isinstance(module, Module):
+            raise TorchLeanError(f"Sequential: expected a Module, found {type(module).__name__}")
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, i: int) -> Module:
+        modules = list(self._modules.values())
+        return modules[i]
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+    def forward(self, x: Any) -> Any:
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers with parameters
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias`` over ``x (..., in_features)``; weight ``(out, in)``."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("Linear", in_features=in_features, out_features=out_features)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        bound = kaiming_uniform_bound(in_features)
+        self.weight = Param(uniform_init((out_features, in_features), bound, dtype), "weight")
+        self.bias = Param(uniform_init((out_features,), bound, dtype), "bias") if bias else None
+
+    def forward(self, x: Any) -> Any:
+        bias = (_use(x, self.bias) if self.bias is not None
+                else _const(x, np.zeros(self.out_features)))
+        return F.linear(_use(x, self.weight), bias, x)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Conv2d(Module):
+    """2-D convolution over ``(C, H, W)`` or ``(N, C, H, W)``; weight ``(out, in, kH, kW)``."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, bias: bool = True, dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("Conv2d", in_channels=in_channels, out_channels=out_channels)
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _pair("Conv2d kernel_size", kernel_size)
+        self.stride = _pair("Conv2d stride", stride)
+        self.padding = _pair("Conv2d padding", padding)
+        kh, kw = self.kernel_size
+        bound = kaiming_uniform_bound(in_channels * kh * kw)
+        self.weight = Param(uniform_init((out_channels, in_channels, kh, kw), bound, dtype),
+                            "weight")
+        self.bias = Param(uniform_init((out_channels,), bound, dtype), "bias") if bias else None
+
+    def forward(self, x: Any) -> Any:
+        bias = (_use(x, self.bias) if self.bias is not None
+                else _const(x, np.zeros(self.out_channels)))
+        return F.conv2d(_use(x, self.weight), bias, x, stride=self.stride, padding=self.padding)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+
+
+class ConvTranspose2d(Module):
+    """2-D transposed convolution; weight ``(in, out, kH, kW)`` as in torch.
+
+    PyTorch computes the init fan-in of this weight from its second axis (``out * kH * kW``);
+    so does this layer, to draw from the same distribution.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, output_padding: Any = 0, bias: bool = True,
+                 dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels)
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _pair("ConvTranspose2d kernel_size", kernel_size)
+        self.stride = _pair("ConvTranspose2d stride", stride)
+        self.padding = _pair("ConvTranspose2d padding", padding)
+        self.output_padding = _pair("ConvTranspose2d output_padding", output_padding)
+        kh, kw = self.kernel_size
+        bound = kaiming_uniform_bound(out_channels * kh * kw)
+        self.weight = Param(uniform_init((in_channels, out_channels, kh, kw), bound, dtype),
+                            "weight")
+        self.bias = Param(uniform_init((out_channels,), bound, dtype), "bias") if bias else None
+
+    def forward(self, x: Any) -> Any:
+        bias = (_use(x, self.bias) if self.bias is not None
+                else _const(x, np.zeros(self.out_channels)))
+        return F.conv_transpose2d(_use(x, self.weight), bias, x, stride=self.stride,
+                                  padding=self.padding, output_padding=self.output_padding)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+
+
+class LayerNorm(Module):
+    """Normalise over the last axis (size ``normalized_shape``), then ``* weight + bias``."""
+
+    weight: Param | None
+    bias: Param | None
+
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5,
+                 elementwise_affine: bool = True, dtype: Any = "float32") -> None:
+        super().__init__()
+        shape = ((normalized_shape,) if isinstance(normalized_shape, int | np.integer)
+                 else tuple(normalized_shape))
+        if len(shape) != 1:
+            raise TorchLeanError(f"LayerNorm: only the last axis can be normalised; "
+                                 f"normalized_shape must be an int, found {normalized_shape!r}")
+        _positive("LayerNorm", normalized_shape=shape[0])
+        self.normalized_shape = (int(shape[0]),)
+        self.eps = float(eps)
+        dt = as_dtype(dtype)
+        weight, bias = np.ones(shape, dt), np.zeros(shape, dt)
+        if elementwise_affine:
+            self.weight = Param(weight, "weight")
+            self.bias = Param(bias, "bias")
+        else:
+            self.weight, self.bias = None, None
+            self._fixed = (weight, bias)
+
+    def forward(self, x: Any) -> Any:
+        if self.weight is None:
+            gamma, beta = (_const(x, a) for a in self._fixed)
+        else:
+            assert self.bias is not None
+            gamma, beta = _use(x, self.weight), _use(x, self.bias)
+        return F.layer_norm(x, gamma, beta, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class BatchNorm2d(Module):
+    """Batch normalisation over ``(N, C, H, W)`` (or one sample ``(C, H, W)``) per channel.
+
+    Training mode normalises with the batch statistics (the ``batch_norm`` primitive: biased
+    variance) and updates ``running_mean`` / ``running_var`` with ``momentum`` (the running
+    variance uses the unbiased batch variance, as torch). That update needs the input's values,
+    so it runs eagerly only. Eval mode normalises with the running statistics.
+    """
+
+    weight: Param | None
+    bias: Param | None
+    running_mean: np.ndarray
+    running_var: np.ndarray
+    num_batches_tracked: np.ndarray
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("BatchNorm2d", num_features=num_features)
+        self.num_features = int(num_features)
+        self.eps, self.momentum = float(eps), float(momentum)
+        self.track_running_stats = bool(track_running_stats)
+        dt = as_dtype(dtype)
+        c = self.num_features
+        if affine:
+            self.weight = Param(np.ones(c, dt), "weight")
+            self.bias = Param(np.zeros(c, dt), "bias")
+        else:
+            self.weight, self.bias = None, None
+        if self.track_running_stats:
+            self.register_buffer("running_mean", np.zeros(c, dt))
+            self.register_buffer("running_var", np.ones(c, dt))
+            self.register_buffer("num_batches_tracked", np.array(0, dtype=np.int64))
+
+    def _affine(self, x: Any) -> tuple[Any, Any]:
+        if self.weight is None or self.bias is None:
+            return _const(x, np.ones(self.num_features)), _const(x, np.zeros(self.num_features))
+        return _use(x, self.weight), _use(x, self.bias)
+
+    def forward(self, x: Any) -> Any:
+        shape = _shape(x)
+        if len(shape) not in (3, 4) or shape[-3] != self.num_features:
+            raise ShapeError(f"BatchNorm2d: expected (C, H, W) or (N, C, H, W) with C = "
+                             f"{self.num_features}, found {shape}")
+        if self.training or not self.track_running_stats:
+            stats = self._batch_stats(x) if self.training and self.track_running_stats else None
+            gamma, beta = self._affine(x)
+            out = F.batch_norm(x, gamma, beta, eps=self.eps)
+            if stats is not None:  # after the op was recorded: a failure changes nothing
+                self._update_running(*stats)
+            return out
+        # Eval: (x - running_mean) / sqrt(running_var + eps) * weight + bias, per channel; the
+        # statistics are constants, the affine parameters still receive gradients.
+        per_channel = (self.num_features, 1, 1)
+        inv_std = 1.0 / np.sqrt(self.running_var.astype(np.float64) + self.eps)
+        centred = x - _const(x, self.running_mean.reshape(per_channel))
+        normalised = centred * _const(x, inv_std.reshape(per_channel))
+        gamma, beta = self._affine(x)
+        return (normalised * F.reshape(gamma, shape=per_channel)
+                + F.reshape(beta, shape=per_channel))
+
+    def _batch_stats(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(x, Ref):
+            try:
+                value = x._owner.value(x)
+            except TraceError as exc:
+                raise TraceError(
+                    "BatchNorm2d: training mode updates the running statistics from the batch's "
+                    "values, which a traced graph does not have; call model.eval() before "
+                    "tracing, or train on the eager backend") from exc
+        else:
+            value = x
+        value = np.asarray(to_host(value), dtype=np.float64)
+        axes = (0, 2, 3) if value.ndim == 4 else (1, 2)
+        if value.size // self.num_features < 2:
+            raise ShapeError(f"BatchNorm2d: training needs more than one value per channel, "
+                             f"found input shape {value.shape}")
+        return value.mean(axis=axes), value.var(axis=axes, ddof=1)
+
+    def _update_running(self, mean: np.ndarray, var: np.ndarray) -> None:
+        m = self.momentum
+        dt = self.running_mean.dtype
+        self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(dt)
+        self.running_var = ((1 - m) * self.running_var + m * var).astype(dt)
+        self.num_batches_tracked = self.num_batches_tracked + 1
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class MultiheadAttention(Module):
+    """Multi-head self-attention without biases over ``(n, d_model)`` or ``(B, n, d_model)``.
+
+    Parameters as torch with ``bias=False``: ``in_proj_weight (3 d, d)`` holds the query, key and
+    value projections stacked (each applied as ``x @ W.T``), ``out_proj.weight (d, d)``. Masks
+    are boolean ``(n, n)`` with ``True`` = may attend; ``causal=True`` also forbids the future.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, causal: bool = False,
+                 dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("MultiheadAttention", embed_dim=embed_dim, num_heads=num_heads)
+        if embed_dim % num_heads:
+            raise TorchLeanError(f"MultiheadAttention: embed_dim {embed_dim} is not divisible by "
+                                 f"num_heads {num_heads}")
+        self.embed_dim, self.num_heads, self.causal = int(embed_dim), int(num_heads), bool(causal)
+        d = self.embed_dim
+        # torch: xavier_uniform_ on in_proj_weight, Linear's default init for out_proj.
+        self.in_proj_weight = Param(uniform_init((3 * d, d), math.sqrt(6.0 / (4 * d)), dtype),
+                                    "in_proj_weight")
+        self.out_proj = Linear(d, d, bias=False, dtype=dtype)
+
+    def forward(self, x: Any, mask: Any = None) -> Any:
+        shape = _shape(x)
+        if len(shape) not in (2, 3) or shape[-1] != self.embed_dim:
+            raise ShapeError(f"MultiheadAttention: expected (n, {self.embed_dim}) or "
+                             f"(B, n, {self.embed_dim}), found {shape}")
+        n = shape[-2]
+        allowed = None if mask is None else np.asarray(mask)
+        if allowed is not None and (allowed.dtype != np.bool_ or allowed.shape != (n, n)):
+            raise ShapeError(f"MultiheadAttention: mask must be a boolean ({n}, {n}) array "
+                             f"(True = may attend), found {allowed.dtype} {allowed.shape}")
+        if self.causal:
+            tril = np.tril(np.ones((n, n), dtype=bool))
+            allowed = tril if allowed is None else allowed & tril
+        d = self.embed_dim
+        w_in = _use(x, self.in_proj_weight)
+        wq, wk, wv = (F.transpose2d(F.slice_range0(w_in, start=k * d, length=d))
+                      for k in range(3))
+        wo = F.transpose2d(_use(x, self.out_proj.weight))
+        return F.multi_head_attention(wq, wk, wv, wo, x, mask=allowed, num_heads=self.num_heads)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}"
+
+
+class Embedding(Module):
+    """Rows of ``weight (num_embeddings, embedding_dim)`` picked by class indices.
+
+    ``forward(ids)`` takes the indices as a float ref (``Session.input`` turns an integer array
+    into one; in a compiled graph they are an input like any other), and computes
+    ``one_hot(ids) @ weight``, so the weight's gradient is the scatter-add of the upstream rows.
+    An index outside ``[0, num_embeddings)`` gives a zero row.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.weight = Param(normal_init((num_embeddings, embedding_dim), dtype), "weight")
+
+    def forward(self, ids: Any) -> Any:
+        if not isinstance(ids, Ref):
+            ids = np.asarray(ids, dtype=self.weight.dtype)
+        one_hot = F.one_hot(ids, num_classes=self.num_embeddings)
+        return one_hot @ _use(ids, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers without parameters
+
+
+class MaxPool2d(Module):
+    """2-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size = _pair("MaxPool2d kernel_size", kernel_size)
+        self.stride = self.kernel_size if stride is None else _pair("MaxPool2d stride", stride)
+        self.padding = _pair("MaxPool2d padding", padding)
+
+    def forward(self, x: Any) -> Any:
+        if self.padding == (0, 0):
+            return F.max_pool2d(x, kernel_size=self.kernel_size, stride=self.stride)
+        return F.max_pool2d_pad(x, kernel_size=self.kernel_size, stride=self.stride,
+                                padding=self.padding)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    """2-D average pooling; zero padding counts in the divisor (torch's default)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size = _pair("AvgPool2d kernel_size", kernel_size)
+        self.stride = self.kernel_size if stride is None else _pair("AvgPool2d stride", stride)
+        self.padding = _pair("AvgPool2d padding", padding)
+
+    def forward(self, x: Any) -> Any:
+        if self.padding == (0, 0):
+            return F.avg_pool2d(x, kernel_size=self.kernel_size, stride=self.stride)
+        return F.avg_pool2d_pad(x, kernel_size=self.kernel_size, stride=self.stride,
+                                padding=self.padding)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class Dropout(Module):
+    """Inverted dropout in training mode (the owner's seeded mask); identity in eval mode."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0 <= p < 1:
+            raise TorchLeanError(f"Dropout: p must be in [0, 1), found {p}")
+        self.p = float(p)
+
+    def forward(self, x: Any) -> Any:
+        if isinstance(x, Ref):
+            return x._owner.dropout(x, self.p, self.training)
+        if self.training and self.p > 0:
+            raise TorchLeanError("Dropout: training-mode dropout needs a session (its seeded "
+                                 "random stream); call model.eval() for plain arrays")
+        return x
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Flatten(Module):
+    """Merge axes ``start_dim .. end_dim`` into one (torch's default keeps the batch axis)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = int(start_dim), int(end_dim)
+
+    def forward(self, x: Any) -> Any:
+        shape = _shape(x)
+        n = len(shape)
+        start = self.start_dim + n if self.start_dim < 0 else self.start_dim
+        end = self.end_dim + n if self.end_dim < 0 else self.end_dim
+        if not 0 <= start <= end < n:
+            raise ShapeError(f"Flatten: dims {self.start_dim}..{self.end_dim} out of range for "
+                             f"shape {shape}")
+        merged = int(np.prod(shape[start:end + 1], dtype=np.int64))
+        return F.reshape(x, shape=shape[:start] + (merged,) + shape[end + 1:])
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class ReLU(Module):
+    def forward(self, x: Any) -> Any:
+        return F.relu(x)
+
+
+class GELU(Module):
+    """GELU, tanh approximation (torch's ``GELU(approximate="tanh")``): there is no erf op."""
+
+    def __init__(self, approximate: str = "tanh") -> None:
+        super().__init__()
+        if approximate != "tanh":
+            raise TorchLeanError(f"GELU: only approximate='tanh' is available (no erf primitive), "
+                                 f"found {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Any) -> Any:
+        return F.gelu(x)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    def forward(self, x: Any) -> Any:
+        return F.silu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Any) -> Any:
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Any) -> Any:
+        return F.sigmoid(x)
