@@ -35,20 +35,26 @@ def _away_from_zero(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return x * rng.choice([-1.0, 1.0], size=shape)
 
 
+def _dims(rng: np.random.Generator, k: int) -> list[int]:
+    """k dims drawn from the rng, so hypothesis-drawn seeds give varied shapes."""
+    return [int(d) for d in rng.integers(1, 5, size=k)]
+
+
 def unary_samples(make: Any = _normal) -> Any:
     def samples(rng: np.random.Generator) -> list[Sample]:
-        return [Sample((make(rng, 5),)), Sample((make(rng, 3, 4),)), Sample((make(rng, 2, 3, 2),))]
+        return [Sample((make(rng, *_dims(rng, k)),)) for k in (1, 2, 3)]
 
     return samples
 
 
 def binary_samples(make: Any = _normal) -> Any:
     def samples(rng: np.random.Generator) -> list[Sample]:
+        n, m, k = _dims(rng, 3)
         return [
-            Sample((make(rng, 4), make(rng, 4))),
-            Sample((make(rng, 3, 4), make(rng, 3, 4))),
-            Sample((make(rng, 3, 4), make(rng, 4)), note="broadcast"),
-            Sample((make(rng, 2, 1, 3), make(rng, 4, 1)), note="broadcast both"),
+            Sample((make(rng, n), make(rng, n))),
+            Sample((make(rng, m, n), make(rng, m, n))),
+            Sample((make(rng, m, n), make(rng, n)), note="broadcast"),
+            Sample((make(rng, k, 1, n), make(rng, m, 1)), note="broadcast both"),
         ]
 
     return samples

@@ -36,8 +36,9 @@ def _keep_axis(ops: Any, g: Any, shape: Shape, axis: int) -> Any:
 
 
 def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, 3, 4),), {"axis": 0}), Sample((_n(rng, 2, 3, 4),), {"axis": -1}),
-            Sample((_n(rng, 5),), {"axis": 0})]
+    a, b, c = (int(d) for d in rng.integers(1, 5, size=3))
+    return [Sample((_n(rng, a, b),), {"axis": 0}), Sample((_n(rng, a, b, c),), {"axis": -1}),
+            Sample((_n(rng, c),), {"axis": 0}), Sample((_n(rng, a, b, c),), {"axis": 1})]
 
 
 register(Primitive(
@@ -117,7 +118,8 @@ def _log_softmax_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
 
 
 def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, 5),)), Sample((_n(rng, 3, 4),)), Sample((_n(rng, 2, 2, 3),))]
+    a, b, c = (int(d) for d in rng.integers(1, 5, size=3))
+    return [Sample((_n(rng, c),)), Sample((_n(rng, a, c),)), Sample((_n(rng, a, b, c),))]
 
 
 register(Primitive(
