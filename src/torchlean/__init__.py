@@ -4,7 +4,7 @@ A shape-checked autodiff runtime whose eager tape, compiled graph and derivative
 one op registry. This module only re-exports the public names.
 """
 
-from . import optim, train
+from . import nn, optim, train
 from .checkpoint import load, read_metadata, save
 from .data import Dataset
 from .errors import (
@@ -18,6 +18,8 @@ from .errors import (
     UnsupportedJvpError,
 )
 from .graph import Graph, GraphError
+from .nn import manual_seed
+from .optim import OptimizerError
 from .params import Param
 from .session import NatRef, Options, ParamList, ScalarTrainer, Session, TensorRef
 from .tape import Node, Tape
@@ -27,7 +29,7 @@ __all__ = [
     "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError", "TorchLeanError",
     "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError", "Param", "Options",
     "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset", "optim", "train",
-    "save", "load", "read_metadata", "Compiled", "compile", "grad", "hessian", "hvp", "jvp",
-    "value_and_grad", "vjp",
+    "nn", "manual_seed", "save", "load", "read_metadata", "OptimizerError", "Compiled", "compile",
+    "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,101 @@
+"""fit on both backends, reproducibility, save/load/resume, and the README's examples."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+import torchlean.functional as F
+
+
+def _blobs(seed: int = 0, n: int = 120) -> tl.Dataset:
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, size=n)
+    centers = np.array([[2.0, 0.0], [-1.0, 1.7], [-1.0, -1.7]])
+    x = centers[labels] + 0.5 * rng.standard_normal((n, 2))
+    return tl.Dataset(x.astype(np.float32), labels)
+
+
+def _model(seed: int = 0) -> tl.nn.Module:
+    tl.manual_seed(seed)
+    return tl.nn.Sequential(tl.nn.Linear(2, 16), tl.nn.Tanh(), tl.nn.Linear(16, 3))
+
+
+def _train(backend: str, epochs: int = 3) -> tuple[list[tl.train.EpochMetrics], tl.nn.Module]:
+    train, test = _blobs().split(0.75, seed=1)
+    model = _model()
+    opt = tl.optim.Adam(model.parameters(), lr=0.05)
+    history = tl.train.fit(model, F.cross_entropy, opt, train, epochs=epochs, batch_size=16,
+                           test_data=test, backend=backend, seed=3, progress=False)
+    return history, model
+
+
+def test_fit_learns_and_backends_agree_bitwise() -> None:
+    eager, m1 = _train("eager")
+    compiled, m2 = _train("compiled")
+    assert eager[-1].train_loss < eager[0].train_loss
+    assert eager[-1].test_accuracy is not None and eager[-1].test_accuracy > 0.9
+    assert [e.train_loss for e in eager] == [c.train_loss for c in compiled]
+    assert [e.test_accuracy for e in eager] == [c.test_accuracy for c in compiled]
+    for (k, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items(), strict=True):
+        assert np.array_equal(a, b), k
+
+
+def test_fit_is_reproducible_and_reports_metrics() -> None:
+    h1, _ = _train("eager", epochs=2)
+    h2, _ = _train("eager", epochs=2)
+    assert [m.as_dict()["train_loss"] for m in h1] == [m.as_dict()["train_loss"] for m in h2]
+    record = h1[0].as_dict()
+    assert {"epoch", "train_loss", "test_loss", "test_accuracy", "examples_per_second"} <= set(
+        record)
+    assert record["examples_per_second"] > 0
+
+
+def test_fit_rejects_bad_arguments() -> None:
+    model = _model()
+    opt = tl.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(tl.TorchLeanError, match="epochs"):
+        tl.train.fit(model, F.cross_entropy, opt, _blobs(), epochs=0)
+    with pytest.raises(tl.TorchLeanError, match="backend"):
+        tl.train.fit(model, F.cross_entropy, opt, _blobs(), epochs=1, backend="jit")
+
+
+def test_save_load_resume_is_bitwise(tmp_path: Path) -> None:
+    train = _blobs(n=64)
+
+    def run(model: tl.nn.Module, opt: tl.optim.Optimizer, epochs: int, seed: int) -> None:
+        tl.train.fit(model, F.cross_entropy, opt, train, epochs=epochs, batch_size=8, seed=seed,
+                     progress=False)
+
+    model = _model()
+    opt = tl.optim.AdamW(model.parameters(), lr=0.02)
+    run(model, opt, 1, seed=0)
+    path = tmp_path / "ckpt.safetensors"
+    tl.save(path, {"model": model, "optim": opt})
+    run(model, opt, 2, seed=10)  # 16 more steps, uninterrupted
+
+    resumed = _model(seed=99)  # different initial weights, overwritten by the load
+    resumed_opt = tl.optim.AdamW(resumed.parameters(), lr=0.02)
+    tl.load(path, {"model": resumed, "optim": resumed_opt})
+    run(resumed, resumed_opt, 2, seed=10)
+    for (k, a), (_, b) in zip(model.state_dict().items(), resumed.state_dict().items(),
+                              strict=True):
+        assert np.array_equal(a, b), k
+
+
+def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    accuracy = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert accuracy > 0.9
+    assert (tmp_path / "digits.safetensors").exists()
