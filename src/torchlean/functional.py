@@ -216,16 +216,9 @@ def matmul_any(a: Any, b: Any) -> Any:
 
 
 def _make_function(prim: Primitive) -> Callable[..., Any]:
-    arity = len(prim.inputs)
-
     def function(*args: Any, **kwargs: Any) -> Any:
-        if len(args) < arity:
-            raise TypeError(f"F.{prim.name}: expected {arity} tensor inputs {prim.inputs}, "
-                            f"found {len(args)}")
-        attrs = prim.bind_attrs(args[arity:], kwargs) if prim.attrs else {}
-        if not prim.attrs and (len(args) > arity or kwargs):
-            raise TypeError(f"F.{prim.name}: takes only tensor inputs {prim.inputs}")
-        return apply(prim, *args[:arity], **attrs)
+        inputs, attrs = prim.split_call(args, kwargs, "tensor inputs")
+        return apply(prim, *inputs, **attrs)
 
     function.__name__ = prim.name
     function.__qualname__ = prim.name

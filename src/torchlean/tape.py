@@ -115,14 +115,8 @@ class Tape:
     def apply(self, op: str | Primitive, *args: Any, **kwargs: Any) -> int:
         """Record primitive ``op`` on node ids ``args[:arity]`` with the remaining attributes."""
         prim = REGISTRY[op] if isinstance(op, str) else op
-        arity = len(prim.inputs)
-        if len(args) < arity:
-            raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}, "
-                            f"found {len(args)}")
-        attrs = prim.bind_attrs(args[arity:], kwargs) if prim.attrs else {}
-        if not prim.attrs and (len(args) > arity or kwargs):
-            raise TypeError(f"{prim.name}: takes only node ids {prim.inputs}")
-        return self.record(prim, args[:arity], attrs)
+        ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
+        return self.record(prim, ids, attrs)
 
     def record(self, prim: Primitive, ids: Sequence[int], attrs: dict[str, Any],
                name: str | None = None) -> int:
@@ -242,15 +236,9 @@ def _check_finite(op: str, value: Any) -> None:
 
 
 def _make_method(prim: Primitive) -> Callable[..., int]:
-    arity = len(prim.inputs)
-
     def method(self: Tape, *args: Any, **kwargs: Any) -> int:
-        if len(args) < arity or (not prim.attrs and (len(args) > arity or kwargs)):
-            raise TapeError(f"{prim.name}: expected {arity} node ids {prim.inputs}"
-                            f"{' then attributes ' + str(list(prim.attrs)) if prim.attrs else ''}"
-                            f", found {len(args)} arguments")
-        attrs = prim.bind_attrs(args[arity:], kwargs) if prim.attrs else {}
-        return self.record(prim, args[:arity], attrs)
+        ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
+        return self.record(prim, ids, attrs)
 
     attrs = ", ".join(prim.inputs + tuple(prim.attrs))
     method.__name__ = prim.name

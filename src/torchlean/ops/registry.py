@@ -101,6 +101,17 @@ class Primitive:
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
 
+    def split_call(self, args: Sequence[Any], kwargs: dict[str, Any], what: str = "inputs",
+                   error: type[Exception] = TypeError) -> tuple[Sequence[Any], dict[str, Any]]:
+        """Split a call ``op(*inputs, *attrs, **attrs)`` into its inputs and bound attributes."""
+        arity = len(self.inputs)
+        if len(args) < arity or (not self.attrs and (len(args) > arity or kwargs)):
+            then = f" then attributes {list(self.attrs)}" if self.attrs else ""
+            raise error(f"{self.name}: expected {arity} {what} {list(self.inputs)}{then}, "
+                        f"found {len(args)} positional arguments")
+        attrs = self.bind_attrs(args[arity:], kwargs) if self.attrs else {}
+        return args[:arity], attrs
+
     def bind_attrs(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Attributes from positional-after-inputs and keyword arguments, defaults filled."""
         names = list(self.attrs)
