@@ -24,6 +24,7 @@ differentiable (hvp / hessian work through pooling):
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -100,9 +101,42 @@ def _window_cols(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, .
     return view.reshape(view.shape[: view.ndim - d] + (size(k),))
 
 
-def _argmax(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]) -> Any:
-    # -inf padding: padded cells never win; argmax returns the first maximum (row-major order).
-    return _window_cols(x, k, s, p, -np.inf).argmax(axis=-1)
+def _offsets(kernel: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Kernel offsets in row-major window order."""
+    return list(itertools.product(*(range(k) for k in kernel)))
+
+
+def _offset_views(xp: Any, k: tuple[int, ...], s: tuple[int, ...]) -> list[Any]:
+    """For each kernel offset, the strided view (lead + out) of the cells it reads."""
+    view = window_view(xp, k, s, kernel_first=True)
+    rest = (slice(None),) * len(k)
+    return [view[(Ellipsis,) + off + rest] for off in _offsets(k)]
+
+
+def _window_max(views: list[Any]) -> Any:
+    best = views[0].copy()
+    for v in views[1:]:
+        np.maximum(best, v, out=best)
+    return best
+
+
+def _first_max_masks(x: Any, k: tuple[int, ...], s: tuple[int, ...],
+                     p: tuple[int, ...]) -> list[Any]:
+    """One boolean mask (lead + out) per kernel offset, true where that offset holds its window's
+    first maximum in row-major order. -inf padding: padded cells never win."""
+    views = _offset_views(pad_spatial(x, p, -np.inf), k, s)
+    best = _window_max(views)
+    masks = []
+    taken = None
+    for v in views:
+        hit = v == best
+        if taken is None:
+            taken = hit.copy()
+        else:
+            hit &= ~taken
+            taken |= hit
+        masks.append(hit)
+    return masks
 
 
 def _fold(cols: Any, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int, ...],
@@ -115,24 +149,33 @@ def _fold(cols: Any, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int,
 
 
 def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
-    d, k, s, p = geometry("max_pool", x.shape, kernel_size, stride, padding, only)[0]
-    view = window_view(pad_spatial(x, p, -np.inf), k, s, kernel_first=False)
-    return view.max(axis=tuple(range(view.ndim - d, view.ndim)))
+    _, k, s, p = geometry("max_pool", x.shape, kernel_size, stride, padding, only)[0]
+    return _window_max(_offset_views(pad_spatial(x, p, -np.inf), k, s))
 
 
 def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
     k, s, p = tuple(kernel_size), tuple(stride), tuple(padding)
-    idx = _argmax(x, k, s, p)
-    onehot = idx[..., None] == np.arange(size(k))
-    cols = np.multiply(onehot, g[..., None], dtype=g.dtype)
-    return _fold(cols, tuple(x.shape[x.ndim - len(k):]), k, s, p)
+    d = len(k)
+    spatial = tuple(x.shape[x.ndim - d:])
+    full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
+    buf = np.zeros(x.shape[: x.ndim - d] + full, dtype=g.dtype)
+    out = g.shape[g.ndim - d:]
+    for off, mask in zip(_offsets(k), _first_max_masks(x, k, s, p), strict=True):
+        target = (Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
+                                     for o, ss, n in zip(off, s, out, strict=True))
+        buf[target] += np.multiply(g, mask, dtype=g.dtype)
+    y = crop_spatial(buf, p, spatial)
+    return y if not any(p) else np.ascontiguousarray(y)
 
 
 def _max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
     k, s, p = tuple(kernel_size), tuple(stride), tuple(padding)
-    idx = _argmax(x, k, s, p)
-    cols = _window_cols(h, k, s, p, 0.0)
-    return np.take_along_axis(cols, idx[..., None], axis=-1)[..., 0]
+    views = _offset_views(pad_spatial(h, p, 0.0), k, s)
+    masks = _first_max_masks(x, k, s, p)
+    out = np.zeros(masks[0].shape, dtype=h.dtype)
+    for v, mask in zip(views, masks, strict=True):
+        np.copyto(out, v, where=mask)
+    return out
 
 
 def _pool_unfold(x: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
@@ -144,9 +187,11 @@ def _pool_fold(c: Any, spatial: Any, kernel_size: Any, stride: Any, padding: Any
 
 
 def _avg_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
-    d, k, s, p = geometry("avg_pool", x.shape, kernel_size, stride, padding, only)[0]
-    view = window_view(pad_spatial(x, p, 0.0), k, s, kernel_first=False)
-    out = view.sum(axis=tuple(range(view.ndim - d, view.ndim)))
+    _, k, s, p = geometry("avg_pool", x.shape, kernel_size, stride, padding, only)[0]
+    views = _offset_views(pad_spatial(x, p, 0.0), k, s)
+    out = views[0].copy()
+    for v in views[1:]:
+        out += v
     out *= 1.0 / size(k)
     return out
 
