@@ -444,7 +444,9 @@ register(Primitive(
 
 
 def _add_bias(y: Any, b: Any, d: int) -> Any:
-    return y + b.reshape((b.shape[0],) + (1,) * d)
+    # y is freshly computed by a core kernel, so the bias can be added in place.
+    y += b.reshape((b.shape[0],) + (1,) * d)
+    return y
 
 
 def _conv_forward(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
