@@ -168,3 +168,16 @@ def test_mean_scalar_over() -> None:
         mean_scalar_over([], lambda v: v)
     with pytest.raises(tl.ShapeError, match="scalar"):
         mean_scalar_over([1], lambda v: x)
+
+
+def test_cuda_without_cupy_is_a_device_error() -> None:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed here; this test covers machines without it")
+    with pytest.raises(tl.DeviceError, match="CuPy is not installed"):
+        Session(Options(device="cuda"))
+    with pytest.raises(tl.DeviceError, match="CuPy is not installed"):
+        tl.Tape(device="cuda")
