@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -312,16 +313,19 @@ def _train(args: argparse.Namespace) -> int:
     model = models.build(config)
     optimizer = _make_optimizer(optimizer_name, model.parameters(), lr)
     settings = {"epochs": epochs, "batch_size": batch_size, "lr": lr,
-                "optimizer": optimizer_name, "backend": args.backend, "seed": args.seed}
+                "schedule": "cosine", "optimizer": optimizer_name, "backend": args.backend, "seed": args.seed}
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
     scored = " (accuracy = exact match of the whole sum)" if dataset_name == "adder" else ""
     print(f"training {model_name} ({n_params:,} parameters) on {dataset_name} "
           f"({len(data.train)} train / {len(data.test)} test){scored}", flush=True)
-    print(f"{optimizer_name} lr {lr:g}, {epochs} epochs, batch {batch_size}, "
+    print(f"{optimizer_name} lr {lr:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
           f"{args.backend} backend, seed {args.seed}", flush=True)
 
     def report(record: EpochMetrics) -> None:
         print(_epoch_line(record, epochs), flush=True)
+        # Cosine learning-rate decay, epoch by epoch, to lr * 0 after the last epoch: the late
+        # epochs take small steps, so the final accuracy does not hop around.
+        optimizer.lr = lr * 0.5 * (1.0 + math.cos(math.pi * record.epoch / epochs))
 
     start = time.perf_counter()
     with _StopFlag() as stop:

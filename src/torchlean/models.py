@@ -113,10 +113,10 @@ COMPATIBLE: dict[str, tuple[str, ...]] = {
 DEFAULT_DATASET = {"mlp": "digits", "cnn": "digits", "transformer": "adder"}
 
 RECIPES: dict[tuple[str, str], dict[str, Any]] = {
-    ("mlp", "digits"): {"epochs": 20, "batch_size": 32, "lr": 1e-3, "optimizer": "adam"},
+    ("mlp", "digits"): {"epochs": 30, "batch_size": 32, "lr": 3e-3, "optimizer": "adam"},
     ("mlp", "iris"): {"epochs": 60, "batch_size": 16, "lr": 1e-2, "optimizer": "adam"},
-    ("cnn", "digits"): {"epochs": 15, "batch_size": 32, "lr": 2e-3, "optimizer": "adam"},
-    ("transformer", "adder"): {"epochs": 30, "batch_size": 64, "lr": 3e-3,
+    ("cnn", "digits"): {"epochs": 30, "batch_size": 32, "lr": 2e-3, "optimizer": "adam"},
+    ("transformer", "adder"): {"epochs": 12, "batch_size": 64, "lr": 1e-3,
                                "optimizer": "adamw"},
 }
 """Default training settings per (model, dataset): what ``torchlean train`` uses unless told."""
@@ -149,7 +149,7 @@ def config_for(model: str, data: DatasetBundle, seed: int = 0) -> dict[str, Any]
     info = data.info
     config: dict[str, Any] = {"model": model, "dataset": data.name, "seed": int(seed)}
     if model == "mlp":
-        hidden = [128, 64] if data.name == "digits" else [16]
+        hidden = [256, 128] if data.name == "digits" else [16]
         config.update(in_features=info["features"], hidden=hidden,
                       num_classes=info["num_classes"])
     elif model == "cnn":
