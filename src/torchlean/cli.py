@@ -313,7 +313,8 @@ def _train(args: argparse.Namespace) -> int:
     model = models.build(config)
     optimizer = _make_optimizer(optimizer_name, model.parameters(), lr)
     settings = {"epochs": epochs, "batch_size": batch_size, "lr": lr,
-                "schedule": "cosine", "optimizer": optimizer_name, "backend": args.backend, "seed": args.seed}
+                "schedule": "cosine", "optimizer": optimizer_name, "backend": args.backend,
+                "seed": args.seed}
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
     scored = " (accuracy = exact match of the whole sum)" if dataset_name == "adder" else ""
     print(f"training {model_name} ({n_params:,} parameters) on {dataset_name} "
