@@ -63,7 +63,7 @@ def exact_match(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 tl.nn.manual_seed(0)
 model = TinyGPT()
-lr, epochs = 1e-3, 12
+lr, epochs = 2e-3, 12
 optimizer = tl.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
 

@@ -116,7 +116,7 @@ RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("mlp", "digits"): {"epochs": 30, "batch_size": 32, "lr": 3e-3, "optimizer": "adam"},
     ("mlp", "iris"): {"epochs": 60, "batch_size": 16, "lr": 1e-2, "optimizer": "adam"},
     ("cnn", "digits"): {"epochs": 30, "batch_size": 32, "lr": 2e-3, "optimizer": "adam"},
-    ("transformer", "adder"): {"epochs": 12, "batch_size": 64, "lr": 1e-3,
+    ("transformer", "adder"): {"epochs": 12, "batch_size": 64, "lr": 2e-3,
                                "optimizer": "adamw"},
 }
 """Default training settings per (model, dataset): what ``torchlean train`` uses unless told."""
