@@ -5,9 +5,10 @@ registered primitive to earlier nodes. It is traced once from a function written
 operators (``GraphBuilder``), verified (``verify``), and then run many times on new inputs: no
 input value is baked in, so reuse across inputs is sound.
 
-Execution reads the same registry as the eager tape and runs the same passes
-(``autodiff.reverse_pass`` / ``forward_tangents``), which is why ``to_tape(xs)`` followed by
-``tape.backward_dense_all`` equals ``graph.backprop_all`` bitwise.
+Execution reads the same registry as the eager tape and applies the same rules in the same order
+with the same accumulation (``autodiff.reverse_pass``, here driven by a plan precomputed from the
+static shapes), which is why ``to_tape(xs)`` followed by ``tape.backward_dense_all`` equals
+``graph.backprop_all`` bitwise.
 
 ``grad_graph`` records the reverse pass itself as graph nodes (the rules run on a
 ``GraphOps`` interpreter), so gradients are again a graph: forward mode over it gives
@@ -66,6 +67,7 @@ class Graph:
         self.inputs: list[int] = []
         self.consts: dict[int, Any] = {}
         self.outputs: list[int] = []
+        self._plans: dict[str, tuple[int, Any]] = {}  # execution plans, keyed by kind
         # Parameters met while tracing (``builder.use(param)``): inputs after the traced leaves,
         # whose current values a ``Compiled`` supplies itself on every run.
         self.params: list[Any] = []
@@ -178,16 +180,62 @@ class Graph:
         return values
 
     def _plan(self) -> list[tuple[int, Callable[..., Any], tuple[int, ...], dict[str, Any]]]:
-        plan = getattr(self, "_cached_plan", None)
-        if plan is None or len(plan[1]) != len(self.nodes):
+        """Forward steps ``(id, kernel, parents, attrs)``, built once per graph size."""
+        cached = self._plans.get("forward")
+        if cached is None or cached[0] != len(self.nodes):
             steps = [(i, n.op.forward, n.parents, n.attrs) for i, n in enumerate(self.nodes)
                      if n.kind == "op" and n.op is not None]
-            self._cached_plan = plan = (steps, list(self.nodes))
-        return plan[0]
+            cached = self._plans["forward"] = (len(self.nodes), steps)
+        return cached[1]
+
+    def _reverse_plan(self) -> list[tuple[Any, ...]]:
+        """Reverse steps for the nodes that can carry gradient, last node first.
+
+        Shapes are static in a graph, so what ``reverse_pass`` decides per node on every run is
+        decided here once: which nodes can receive gradient, which parents take it, and whether
+        a broadcasting op needs its cotangents reduced (if not, its VJP rule is called directly).
+        """
+        cached = self._plans.get("reverse")
+        if cached is None or cached[0] != len(self.nodes):
+            nodes = self.nodes
+            steps = []
+            for i in range(len(nodes) - 1, -1, -1):
+                n = nodes[i]
+                if n.op is None or not n.requires_grad or n.op.nondiff:
+                    continue
+                direct = not n.op.broadcasting or all(
+                    nodes[p].shape == n.shape for p in n.parents)
+                targets = tuple((k, p) for k, p in enumerate(n.parents) if nodes[p].requires_grad)
+                steps.append((i, n.op.vjp if direct else n.op.apply_vjp, direct, n.parents,
+                              n.attrs, targets))
+            cached = self._plans["reverse"] = (len(self.nodes), steps)
+        return cached[1]
 
     def backprop(self, values: Sequence[Any], out: int, seed: Any) -> list[Any]:
-        """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``."""
-        return reverse_pass(self.nodes, values, out, seed, ARRAY_OPS)
+        """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``.
+
+        The same rules, in the same order, with the same accumulation as ``reverse_pass`` (so
+        results equal the linked tape's bitwise), driven by the precomputed reverse plan.
+        """
+        grads: list[Any] = [None] * len(self.nodes)
+        if self.nodes[out].requires_grad:
+            grads[out] = seed
+        add = ARRAY_OPS.add
+        for i, rule, direct, parents, attrs, targets in self._reverse_plan():
+            g = grads[i]
+            if g is None or i > out:
+                continue
+            inputs = [values[p] for p in parents]
+            if direct:
+                contributions = rule(ARRAY_OPS, g, inputs, values[i], **attrs)
+            else:
+                contributions = rule(ARRAY_OPS, g, inputs, values[i], attrs)
+            for k, p in targets:
+                c = contributions[k]
+                if c is not None:
+                    prev = grads[p]
+                    grads[p] = c if prev is None else add(prev, c)
+        return grads
 
     def tangents(self, values: Sequence[Any], input_tangents: Sequence[Any]) -> list[Any]:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
