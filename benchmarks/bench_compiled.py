@@ -112,8 +112,8 @@ def bench_mlp(repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     hvp: dict[str, float] = {}
     c = tl.compile(mlp_loss, *[p.shape for p in params], x.shape, y.shape)
     vs = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
-    zeros = [np.zeros_like(x), np.zeros_like(y)]
-    hvp["torchlean hvp"] = best_time(lambda: c.hvp([*params, x, y], [*vs, *zeros]), repeat)
+    # The data are constants of the Hessian (None = zero direction), as in torch.func below.
+    hvp["torchlean hvp"] = best_time(lambda: c.hvp([*params, x, y], [*vs, None, None]), repeat)
     try:
         import torch
 

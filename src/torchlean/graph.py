@@ -155,11 +155,16 @@ class Graph:
 
     # --- execution ---------------------------------------------------------------------------
 
-    def check_inputs(self, op: str, xs: Sequence[Any]) -> list[Any]:
+    def check_inputs(self, op: str, xs: Sequence[Any], allow_none: bool = False) -> list[Any]:
+        """Inputs as arrays of the graph's dtype and traced shapes (``None`` kept if allowed:
+        a zero tangent that forward mode can skip)."""
         if len(xs) != len(self.inputs):
             raise ShapeError(f"{op}: graph takes {len(self.inputs)} inputs, found {len(xs)}")
         arrays = []
         for k, (x, i) in enumerate(zip(xs, self.inputs, strict=True)):
+            if x is None and allow_none:
+                arrays.append(None)
+                continue
             arr = np.asarray(x, dtype=self.dtype) if not isinstance(x, np.ndarray) or \
                 x.dtype != self.dtype else x
             if arr.shape != self.nodes[i].shape:

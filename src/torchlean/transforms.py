@@ -80,11 +80,10 @@ class Compiled:
     __call__ = forward
 
     def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
-        """Output tangent for input tangents ``dxs`` (one per input)."""
+        """Output tangent for input tangents ``dxs`` (one per input; ``None`` means zero)."""
         g = self.graph
         arrays = g.check_inputs("jvp", self._full(xs))
-        tangents = g.check_inputs("jvp tangents", list(dxs) + [np.zeros(p.shape, self.dtype)
-                                                               for p in self.params])
+        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True)
         values = g.evaluate(arrays)
         out = g.tangents(values, tangents)[g.output]
         return np.zeros_like(values[g.output]) if out is None else out
@@ -135,13 +134,15 @@ class Compiled:
         return tape, leaf_ids, outs[0]
 
     def hvp(self, xs: Sequence[Any], vs: Sequence[Any]) -> tuple[Any, ...]:
-        """Hessian-vector products of a scalar output, one per input (forward-over-reverse)."""
+        """Hessian-vector products of a scalar output, one per input (forward-over-reverse).
+
+        A ``None`` in ``vs`` is a zero direction, which forward mode skips entirely.
+        """
         if self._grad_graph is None:
             self._grad_graph = grad_graph(self.graph)
         gg = self._grad_graph
         arrays = gg.check_inputs("hvp", self._full(xs))
-        tangents = gg.check_inputs("hvp tangents", list(vs) + [np.zeros(p.shape, self.dtype)
-                                                               for p in self.params])
+        tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True)
         values = gg.evaluate(arrays)
         out = gg.tangents(values, tangents)
         return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
@@ -164,7 +165,8 @@ def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Grap
 
 
 def _pad_tangents(graph: Graph, tangents: Sequence[Any]) -> list[Any]:
-    return list(tangents) + [np.zeros(p.shape, graph.dtype) for p in graph.params]
+    """Tangents for the traced inputs, then ``None`` (zero) for parameters met while tracing."""
+    return list(tangents) + [None] * len(graph.params)
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
@@ -231,7 +233,7 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     if len(primals) != len(tangents):
         raise ShapeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     graph, arrays = _trace_for("jvp", fn, primals)
-    ts = graph.check_inputs("jvp tangents", _pad_tangents(graph, tangents))
+    ts = graph.check_inputs("jvp tangents", _pad_tangents(graph, tangents), allow_none=True)
     values = graph.evaluate(arrays)
     out = graph.output
     t = graph.tangents(values, ts)[out]
@@ -250,7 +252,7 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
         raise ShapeError(f"hvp: {len(primals)} primals but {len(tangents)} tangents")
     graph, arrays = _trace_for("hvp", fn, primals)
     gg = grad_graph(graph)
-    ts = gg.check_inputs("hvp tangents", _pad_tangents(gg, tangents))
+    ts = gg.check_inputs("hvp tangents", _pad_tangents(gg, tangents), allow_none=True)
     values = gg.evaluate(arrays)
     out = gg.tangents(values, ts)
     return tuple(np.zeros_like(values[o]) if out[o] is None else out[o]
