@@ -160,7 +160,7 @@ class Graph:
         a zero tangent that forward mode can skip)."""
         if len(xs) != len(self.inputs):
             raise ShapeError(f"{op}: graph takes {len(self.inputs)} inputs, found {len(xs)}")
-        arrays = []
+        arrays: list[Any] = []
         for k, (x, i) in enumerate(zip(xs, self.inputs, strict=True)):
             if x is None and allow_none:
                 arrays.append(None)
