@@ -41,7 +41,7 @@ class Block(tl.nn.Module):
 
 
 class TinyGPT(tl.nn.Module):
-    def __init__(self, d: int = 64, heads: int = 4, layers: int = 2) -> None:
+    def __init__(self, d: int = 64, heads: int = 4, layers: int = 3) -> None:
         super().__init__()
         self.tok = tl.nn.Embedding(VOCAB, d)
         self.pos = tl.nn.Embedding(SEQ, d)  # learned positions

@@ -344,7 +344,7 @@ def _train(args: argparse.Namespace) -> int:
 
     summary = {"model": model_name, "dataset": dataset_name, "config": config,
                "settings": settings, "interrupted": interrupted, "seconds": seconds,
-               "epochs_completed": len(history) - (1 if interrupted else 0),
+               "epochs_run": len(history),  # when interrupted, the last may be partial
                "final": last.as_dict(), "history": [r.as_dict() for r in history]}
     if args.save:
         metadata = {"format": CHECKPOINT_FORMAT, "config": json.dumps(config),

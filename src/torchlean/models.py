@@ -157,7 +157,7 @@ def config_for(model: str, data: DatasetBundle, seed: int = 0) -> dict[str, Any]
                       num_classes=info["num_classes"])
     else:
         config.update(vocab_size=info["vocab_size"], seq_len=info["seq_len"], d_model=64,
-                      num_heads=4, num_layers=2, d_ff=256,
+                      num_heads=4, num_layers=3, d_ff=256,
                       digits_per_operand=info["digits_per_operand"])
     return config
 
