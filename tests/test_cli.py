@@ -267,6 +267,18 @@ def test_unwritable_output_fails_before_training(option: str, tmp_path: Path,
     assert list(tmp_path.iterdir()) == []  # no probe or partial file left behind
 
 
+@pytest.mark.parametrize("option, module", [("--plot", "matplotlib"),
+                                             ("--save", "safetensors")])
+def test_missing_optional_library_fails_before_training(option: str, module: str,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    err = _bad(["train", option, str(tmp_path / "out")], capsys)
+    assert f"{option}: {module} is not installed" in err
+
+
 @pytest.mark.parametrize("argv", [["--epochs", "0"], ["--lr", "-1"], ["--batch-size", "x"]])
 def test_bad_numbers_are_usage_errors(argv: list[str],
                                       capsys: pytest.CaptureFixture[str]) -> None:

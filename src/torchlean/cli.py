@@ -182,6 +182,22 @@ def _write_text(path: str, text: str) -> None:
         raise
 
 
+def _check_libraries(save: bool, plot: bool) -> None:
+    """The optional libraries an output needs, checked before training rather than after."""
+    if save:
+        try:
+            import safetensors  # noqa: F401
+        except ImportError:
+            raise CliError("--save: safetensors is not installed (pip install "
+                           "'torchlean[examples]')") from None
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CliError("--plot: matplotlib is not installed (pip install "
+                           "'torchlean[examples]')") from None
+
+
 def _check_device(device: str) -> None:
     if device == "cuda":
         namespace_for("cuda")  # DeviceError naming what is missing (CuPy, a GPU)
@@ -307,6 +323,7 @@ def _train(args: argparse.Namespace) -> int:
     for path, what in outputs:
         if path:
             _check_writable(path, what)
+    _check_libraries(save=bool(args.save), plot=bool(args.plot))
 
     data = _load_data(model_name, dataset_name, args.seed)
     config = models.config_for(model_name, data, seed=args.seed)
@@ -337,7 +354,7 @@ def _train(args: argparse.Namespace) -> int:
     interrupted = stop.requested
     last = history[-1]
     if interrupted:
-        print(f"interrupted during epoch {last.epoch}: stopped after {len(history)} epoch(s)",
+        print(f"interrupted: stopped in epoch {last.epoch} (its metrics cover the batches run)",
               file=sys.stderr, flush=True)
     print(f"test accuracy {_fmt(last.test_accuracy)}, test loss {_fmt(last.test_loss)} after "
           f"{last.epoch} epoch(s) in {seconds:.1f}s", flush=True)
