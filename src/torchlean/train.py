@@ -106,7 +106,9 @@ class _Stepper:
         loss = self.loss_fn(self.model(s.input(x, requires_grad=False)),
                             s.input(yf, requires_grad=False))
         s.backward(loss)
-        return float(s.value(loss))
+        value = float(s.value(loss))
+        s.reset()  # free this step's arrays before the next allocates (see ScalarTrainer)
+        return value
 
     def outputs(self, x: np.ndarray) -> np.ndarray:
         if self.backend == "compiled":
