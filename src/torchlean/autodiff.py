@@ -53,7 +53,9 @@ def reverse_pass(
         if op is None:
             continue
         parents = node.parents
-        contributions = op.apply_vjp(ops, g, [values[p] for p in parents], values[i], node.attrs)
+        needed = tuple(nodes[p].requires_grad for p in parents) if op.selective else None
+        contributions = op.apply_vjp(ops, g, [values[p] for p in parents], values[i], node.attrs,
+                                     needed)
         if len(contributions) != len(parents):
             raise TypeError(f"{op.name}: vjp rule returned {len(contributions)} cotangents for "
                             f"{len(parents)} inputs")

@@ -194,11 +194,12 @@ class Graph:
         return cached[1]
 
     def _reverse_plan(self) -> list[tuple[Any, ...]]:
-        """Reverse steps for the nodes that can carry gradient, last node first.
+        """Reverse steps ``(id, rule, parents, kwargs, targets)``, last node first.
 
         Shapes are static in a graph, so what ``reverse_pass`` decides per node on every run is
-        decided here once: which nodes can receive gradient, which parents take it, and whether
-        a broadcasting op needs its cotangents reduced (if not, its VJP rule is called directly).
+        decided here once: which nodes can receive gradient, which parents take it (``targets``),
+        which inputs a selective rule must produce, and whether a broadcasting op needs its
+        cotangents reduced (if not, its VJP rule is called directly).
         """
         cached = self._plans.get("reverse")
         if cached is None or cached[0] != len(self.nodes):
@@ -206,13 +207,18 @@ class Graph:
             steps = []
             for i in range(len(nodes) - 1, -1, -1):
                 n = nodes[i]
-                if n.op is None or not n.requires_grad or n.op.nondiff:
+                op = n.op
+                if op is None or not n.requires_grad or op.nondiff:
                     continue
-                direct = not n.op.broadcasting or all(
-                    nodes[p].shape == n.shape for p in n.parents)
-                targets = tuple((k, p) for k, p in enumerate(n.parents) if nodes[p].requires_grad)
-                steps.append((i, n.op.vjp if direct else n.op.apply_vjp, direct, n.parents,
-                              n.attrs, targets))
+                needed = tuple(nodes[p].requires_grad for p in n.parents)
+                targets = tuple((k, p) for k, p in enumerate(n.parents) if needed[k])
+                if op.broadcasting and any(nodes[p].shape != n.shape for p in n.parents):
+                    rule, kwargs = _reducing_rule(op, n.attrs, needed), {}
+                else:
+                    assert op.vjp is not None
+                    rule = op.vjp
+                    kwargs = {**n.attrs, "needed": needed} if op.selective else n.attrs
+                steps.append((i, rule, n.parents, kwargs, targets))
             cached = self._plans["reverse"] = (len(self.nodes), steps)
         return cached[1]
 
@@ -226,15 +232,11 @@ class Graph:
         if self.nodes[out].requires_grad:
             grads[out] = seed
         add = ARRAY_OPS.add
-        for i, rule, direct, parents, attrs, targets in self._reverse_plan():
+        for i, rule, parents, kwargs, targets in self._reverse_plan():
             g = grads[i]
             if g is None or i > out:
                 continue
-            inputs = [values[p] for p in parents]
-            if direct:
-                contributions = rule(ARRAY_OPS, g, inputs, values[i], **attrs)
-            else:
-                contributions = rule(ARRAY_OPS, g, inputs, values[i], attrs)
+            contributions = rule(ARRAY_OPS, g, [values[p] for p in parents], values[i], **kwargs)
             for k, p in targets:
                 c = contributions[k]
                 if c is not None:
@@ -262,6 +264,16 @@ class Graph:
                 tid = tape.record(node.op, node.parents, node.attrs)
             assert tid == i
         return tape, leaf_ids, list(self.outputs)
+
+
+def _reducing_rule(prim: Primitive, attrs: dict[str, Any],
+                   needed: tuple[bool, ...]) -> Callable[..., Any]:
+    """A broadcasting op's rule with its cotangents summed back to the input shapes."""
+
+    def rule(ops: Any, g: Any, inputs: Any, out: Any) -> Any:
+        return prim.apply_vjp(ops, g, inputs, out, attrs, needed)
+
+    return rule
 
 
 def _short(value: Any) -> str:

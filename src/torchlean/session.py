@@ -422,10 +422,10 @@ class ScalarTrainer:
         if self.opts.backend == "compiled":
             xs = self._inputs(inputs)
             c = self._compiled_for(xs)
-            loss, grads = c.value_and_backward(*[p.data for p in self.param_list], *xs)
+            loss, all_grads = c.value_and_backward(*[p.data for p in self.param_list], *xs)
             n = len(self.param_list)
             return float(loss), [g if p.requires_grad else None
-                                 for p, g in zip(self.param_list, grads[:n], strict=True)]
+                                 for p, g in zip(self.param_list, all_grads[:n], strict=True)]
         s = self._session
         s.reset()
         refs = [s.use(p) for p in self.param_list]

@@ -269,14 +269,18 @@ def _output_padding_for(x_spatial: Shape, g_spatial: Shape, kernel: Shape,
 # The bias-free bilinear cores.
 
 
-def _conv_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any) -> Any:
+def _conv_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+                   needed: tuple[bool, ...] = (True, True)) -> Any:
     w, x = xs
     d = len(w.shape) - 2
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     kernel = tuple(w.shape[2:])
-    op = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
-    gw = ops.conv_weight_grad(g, x, kernel=kernel, stride=s, padding=p)
-    gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=op)
+    gw = gx = None
+    if needed[0]:
+        gw = ops.conv_weight_grad(g, x, kernel=kernel, stride=s, padding=p)
+    if needed[-1]:
+        op = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
+        gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=op)
     return gw, gx
 
 
@@ -293,13 +297,13 @@ def _bilinear_jvp(name: str) -> Any:
 
 
 def _conv_transpose_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
-                             output_padding: Any) -> Any:
+                             output_padding: Any, needed: tuple[bool, ...] = (True, True)) -> Any:
     w, x = xs
     d = len(w.shape) - 2
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     kernel = tuple(w.shape[2:])
-    gw = ops.conv_weight_grad(x, g, kernel=kernel, stride=s, padding=p)
-    gx = ops.conv_core(w, g, stride=s, padding=p)
+    gw = ops.conv_weight_grad(x, g, kernel=kernel, stride=s, padding=p) if needed[0] else None
+    gx = ops.conv_core(w, g, stride=s, padding=p) if needed[-1] else None
     return gw, gx
 
 
@@ -364,7 +368,7 @@ register(Primitive(
     "conv_core", ("w", "x"),
     lambda w, x, stride, padding: _conv_geometry("conv_core", w, x, stride, padding),
     _conv_core, attrs={"stride": 1, "padding": 0},
-    vjp=_conv_core_vjp, jvp=_bilinear_jvp("conv_core"),
+    vjp=_conv_core_vjp, jvp=_bilinear_jvp("conv_core"), selective=True,
     semantics="Bias-free N-D cross-correlation (the bilinear core of conv): kernel (outC, inC, "
               "k...), input (inC, ...) or (N, inC, ...), zero padding, out = (n + 2p - k)//s + 1. "
               "VJP: conv_weight_grad to w, conv_transpose_core to x (its exact adjoint).",
@@ -390,6 +394,7 @@ register(Primitive(
         "conv_transpose_core", w, x, stride, padding, output_padding),
     _conv_transpose_core, attrs={"stride": 1, "padding": 0, "output_padding": 0},
     vjp=_conv_transpose_core_vjp, jvp=_bilinear_jvp("conv_transpose_core"),
+    selective=True,
     semantics="Bias-free N-D transposed convolution: kernel (inC, outC, k...), out = (n - 1)*s - "
               "2p + k + output_padding (output_padding < stride, added at the far end). The "
               "exact adjoint of conv_core in x. VJP: conv_core to x, conv_weight_grad(x, g) to w.",
@@ -488,17 +493,20 @@ def _affine_jvp(core: str) -> Any:
     return jvp
 
 
-def _conv_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any) -> Any:
+def _conv_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+              needed: tuple[bool, ...] = (True, True, True)) -> Any:
     w, _, x = xs
-    gw, gx = _conv_core_vjp(ops, g, (w, x), out, stride, padding)
-    return gw, _bias_grad(ops, g, len(w.shape) - 2), gx
+    gw, gx = _conv_core_vjp(ops, g, (w, x), out, stride, padding, (needed[0], needed[2]))
+    return gw, _bias_grad(ops, g, len(w.shape) - 2) if needed[1] else None, gx
 
 
 def _conv_transpose_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
-                        output_padding: Any = 0) -> Any:
+                        output_padding: Any = 0, needed: tuple[bool, ...] = (True, True, True)
+                        ) -> Any:
     w, _, x = xs
-    gw, gx = _conv_transpose_core_vjp(ops, g, (w, x), out, stride, padding, output_padding)
-    return gw, _bias_grad(ops, g, len(w.shape) - 2), gx
+    gw, gx = _conv_transpose_core_vjp(ops, g, (w, x), out, stride, padding, output_padding,
+                                      (needed[0], needed[2]))
+    return gw, _bias_grad(ops, g, len(w.shape) - 2) if needed[1] else None, gx
 
 
 def _conv_infer(op: str, only: int | None) -> Any:
@@ -552,6 +560,7 @@ for _name, _only in (("conv", None), ("conv2d", 2)):
     register(Primitive(
         _name, ("w", "b", "x"), _conv_infer(_name, _only), _conv_forward,
         attrs={"stride": 1, "padding": 0}, vjp=_conv_vjp, jvp=_affine_jvp("conv_core"),
+        selective=True,
         semantics=_CONV_SEMANTICS.format(d="N" if _only is None else "2"),
         samples=_with_bias(_core_samples if _only is None else _only_2d(_core_samples), 0),
         torch_ref=lambda torch, w, b, x, stride, padding: _torch_conv(
@@ -562,7 +571,7 @@ for _name, _only in (("conv_transpose", None), ("conv_transpose2d", 2)):
     register(Primitive(
         _name, ("w", "b", "x"), _conv_transpose_infer(_name, _only), _conv_transpose_forward,
         attrs={"stride": 1, "padding": 0, "output_padding": 0}, vjp=_conv_transpose_vjp,
-        jvp=_affine_jvp("conv_transpose_core"),
+        jvp=_affine_jvp("conv_transpose_core"), selective=True,
         semantics=_CT_SEMANTICS.format(d="N" if _only is None else "2"),
         samples=_with_bias(_ct_core_samples if _only is None else _only_2d(_ct_core_samples), 1),
         torch_ref=lambda torch, w, b, x, stride, padding, output_padding=0: _torch_conv_transpose(

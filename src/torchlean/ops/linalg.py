@@ -55,15 +55,19 @@ def _linear(w: Any, b: Any, x: Any) -> Any:
     return x @ w.T + b
 
 
-def _linear_vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any, Any]:
+def _linear_vjp(ops: Any, g: Any, xs: Any, out: Any,
+                needed: tuple[bool, ...] = (True, True, True)) -> tuple[Any, Any, Any]:
     w, b, x = xs
     out_f, in_f = w.shape
     rows = size(tuple(x.shape[:-1]))
     g2 = ops.reshape(g, shape=(rows, out_f))  # (N, out): one GEMM per cotangent
-    x2 = ops.reshape(x, shape=(rows, in_f))
-    gw = ops.matmul(ops.transpose2d(g2), x2)
-    gb = g if len(x.shape) == 1 else ops.reduce_sum(g2, axis=0)
-    gx = ops.reshape(ops.matmul(g2, w), shape=x.shape)
+    gw = gb = gx = None
+    if needed[0]:
+        gw = ops.matmul(ops.transpose2d(g2), ops.reshape(x, shape=(rows, in_f)))
+    if needed[1]:
+        gb = g if len(x.shape) == 1 else ops.reduce_sum(g2, axis=0)
+    if needed[2]:
+        gx = ops.reshape(ops.matmul(g2, w), shape=x.shape)
     return gw, gb, gx
 
 
@@ -89,6 +93,7 @@ def _linear_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "linear", ("w", "b", "x"), _linear_infer, _linear, vjp=_linear_vjp, jvp=_linear_jvp,
+    selective=True,
     semantics="w @ x + b for w (out, in), b (out,), x (in,); over x (..., in) it is "
               "x @ w.T + b -> (..., out) (torch.nn.functional.linear). VJP: g x^T (summed over "
               "the batch), sum of g, and g @ w, each one GEMM.",
@@ -130,9 +135,10 @@ def _bilinear_jvp(name: str) -> Any:
 
 register(Primitive(
     "matmul", ("a", "b"), _matmul_infer, np.matmul,
-    vjp=lambda ops, g, xs, out: (ops.matmul(g, ops.transpose2d(xs[1])),
-                                 ops.matmul(ops.transpose2d(xs[0]), g)),
-    jvp=_bilinear_jvp("matmul"),
+    vjp=lambda ops, g, xs, out, needed=(True, True): (
+        ops.matmul(g, ops.transpose2d(xs[1])) if needed[0] else None,
+        ops.matmul(ops.transpose2d(xs[0]), g) if needed[1] else None),
+    jvp=_bilinear_jvp("matmul"), selective=True,
     semantics="Matrix product (m, n) @ (n, p) -> (m, p). VJP: (g b^T, a^T g). JVP: "
               "ta b + a tb.",
     samples=lambda rng: [Sample((_n(rng, _dim(rng), 3), _n(rng, 3, _dim(rng)))),
@@ -142,9 +148,10 @@ register(Primitive(
 
 register(Primitive(
     "bmm", ("a", "b"), _bmm_infer, np.matmul,
-    vjp=lambda ops, g, xs, out: (ops.bmm(g, ops.transpose3d_last_two(xs[1])),
-                                 ops.bmm(ops.transpose3d_last_two(xs[0]), g)),
-    jvp=_bilinear_jvp("bmm"),
+    vjp=lambda ops, g, xs, out, needed=(True, True): (
+        ops.bmm(g, ops.transpose3d_last_two(xs[1])) if needed[0] else None,
+        ops.bmm(ops.transpose3d_last_two(xs[0]), g) if needed[1] else None),
+    jvp=_bilinear_jvp("bmm"), selective=True,
     semantics="Batched matrix product (B, m, n) @ (B, n, p) -> (B, m, p) (torch.bmm). "
               "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",
     samples=lambda rng: [Sample((_n(rng, 2, _dim(rng), 3), _n(rng, 2, 3, _dim(rng))))],

@@ -18,6 +18,9 @@ Conventions for rules (``ops`` is the interpreter, values are arrays or graph va
   for zero tangents. ``linear`` primitives get theirs for free (apply the op to the tangents);
   ``nondiff`` primitives (masks, comparisons, random draws) have zero derivatives everywhere they
   are defined, so both rules return nothing.
+- A ``selective`` VJP rule also takes ``needed`` (one bool per input) and may return ``None``
+  for inputs that need nothing, so the driver never pays for a gradient nobody receives (the
+  input cotangent of a first layer, say). Rules per input, with "no gradient" as a value.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class Primitive:
     __slots__ = (
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
-        "fd_smooth",
+        "fd_smooth", "selective",
     )
 
     def __init__(
@@ -73,6 +76,7 @@ class Primitive:
         reverse_only: bool = False,
         torch_ref: Rule | None = None,
         fd_smooth: bool = True,
+        selective: bool = False,
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -93,6 +97,7 @@ class Primitive:
         # Whether central finite differences are meaningful on random samples (false for ops whose
         # forward is piecewise constant in a way that random samples can straddle).
         self.fd_smooth = fd_smooth
+        self.selective = selective
         if not nondiff and vjp is None:
             raise TypeError(f"primitive {name}: a differentiable op needs a vjp rule")
         if not (nondiff or linear or reverse_only) and jvp is None:
@@ -150,12 +155,19 @@ class Primitive:
         return self.jvp(ops, tangents, inputs, out, **attrs)
 
     def apply_vjp(self, ops: Any, g: Any, inputs: Sequence[Any], out: Any,
-                  attrs: dict[str, Any]) -> Sequence[Any]:
-        """One cotangent per input (``None`` for none), already reduced to each input's shape."""
+                  attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> Sequence[Any]:
+        """One cotangent per input (``None`` for none), already reduced to each input's shape.
+
+        ``needed`` (one bool per input, default all) lets a selective rule skip the rest.
+        """
         if self.nondiff:
             return (None,) * len(inputs)
         assert self.vjp is not None
-        cotangents = self.vjp(ops, g, inputs, out, **attrs)
+        if self.selective:
+            wanted = (True,) * len(inputs) if needed is None else tuple(needed)
+            cotangents = self.vjp(ops, g, inputs, out, needed=wanted, **attrs)
+        else:
+            cotangents = self.vjp(ops, g, inputs, out, **attrs)
         if self.broadcasting:
             # Most calls broadcast nothing: look before building a new tuple (per-op hot path).
             for c, x in zip(cotangents, inputs):  # noqa: B905  (arity checked by the caller)
