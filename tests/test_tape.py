@@ -286,3 +286,38 @@ def test_bernoulli_mask_is_keep_prob_greater_than_u() -> None:
     assert tape.jvp(m, {p: np.array(1.0)}).sum() == 0.0
     with pytest.raises(tl.ShapeError, match="keep_prob must be a scalar"):
         tape.bernoulli_mask(tape.leaf(np.ones(2)), (3,), 0)
+
+
+def test_selective_rules_skip_cotangents_nobody_receives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen input of linear / conv2d costs no GEMM, and the other gradients are unchanged."""
+    from torchlean.ops.registry import ARRAY_OPS
+
+    rng = np.random.default_rng(0)
+    w, b, x = rng.standard_normal((3, 4)), rng.standard_normal(3), rng.standard_normal((5, 4))
+    kw, kb, img = (rng.standard_normal((2, 3, 3, 3)), rng.standard_normal(2),
+                   rng.standard_normal((2, 3, 6, 6)))
+
+    def grads(frozen_input: bool) -> list[np.ndarray]:
+        tape = tl.Tape("float64")
+        wi, bi = tape.leaf(w), tape.leaf(b)
+        xi = tape.leaf(x, requires_grad=not frozen_input)
+        ki, kbi = tape.leaf(kw), tape.leaf(kb)
+        ii = tape.leaf(img, requires_grad=not frozen_input)
+        out = tape.add(tape.sum(tape.linear(wi, bi, xi)),
+                       tape.sum(tape.conv2d(ki, kbi, ii, 1, 1)))
+        result = tape.backward_scalar(out)
+        assert (xi in result, ii in result) == (not frozen_input, not frozen_input)
+        return [result[i] for i in (wi, bi, ki, kbi)]
+
+    full = grads(False)
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an input cotangent was computed for a frozen input")
+
+    monkeypatch.setattr(ARRAY_OPS, "conv_transpose_core", forbidden)
+    original_matmul = ARRAY_OPS.matmul
+    calls = []
+    monkeypatch.setattr(ARRAY_OPS, "matmul", lambda a, c: calls.append(1) or original_matmul(a, c))
+    for a, c in zip(grads(True), full, strict=True):
+        np.testing.assert_array_equal(a, c)
+    assert len(calls) == 1  # the weight gradient of linear only
