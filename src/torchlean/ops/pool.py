@@ -128,13 +128,14 @@ def _first_max_masks(x: Any, k: tuple[int, ...], s: tuple[int, ...],
     best = _window_max(views)
     masks = []
     taken = None
-    for v in views:
+    for j, v in enumerate(views):
         hit = v == best
         if taken is None:
             taken = hit.copy()
         else:
-            hit &= ~taken
-            taken |= hit
+            np.greater(hit, taken, out=hit)  # hit and not taken, in one pass
+            if j + 1 < len(views):
+                taken |= hit
         masks.append(hit)
     return masks
 
@@ -158,12 +159,18 @@ def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: A
     d = len(k)
     spatial = tuple(x.shape[x.ndim - d:])
     full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
-    buf = np.zeros(x.shape[: x.ndim - d] + full, dtype=g.dtype)
     out = g.shape[g.ndim - d:]
+    # Windows that tile the input exactly write each cell once: no zero fill, no accumulation.
+    tiled = s == k and not any(p) and all(
+        o * kk == n for o, kk, n in zip(out, k, spatial, strict=True))
+    buf = (np.empty if tiled else np.zeros)(x.shape[: x.ndim - d] + full, dtype=g.dtype)
     for off, mask in zip(_offsets(k), _first_max_masks(x, k, s, p), strict=True):
         target = (Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
                                      for o, ss, n in zip(off, s, out, strict=True))
-        buf[target] += np.multiply(g, mask, dtype=g.dtype)
+        if tiled:
+            np.multiply(g, mask, out=buf[target])
+        else:
+            buf[target] += np.multiply(g, mask, dtype=g.dtype)
     y = crop_spatial(buf, p, spatial)
     return y if not any(p) else np.ascontiguousarray(y)
 
