@@ -12,6 +12,7 @@ from .errors import (
     DeviceError,
     DomainError,
     ShapeError,
+    SignatureError,
     TapeError,
     TorchLeanError,
     TraceError,
@@ -26,10 +27,10 @@ from .tape import Node, Tape
 from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
-    "CheckpointError", "DeviceError", "DomainError", "ShapeError", "TapeError", "TorchLeanError",
-    "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError", "Param", "Options",
-    "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset", "optim", "train",
-    "nn", "manual_seed", "save", "load", "read_metadata", "OptimizerError", "Compiled", "compile",
-    "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
+    "CheckpointError", "DeviceError", "DomainError", "ShapeError", "SignatureError", "TapeError",
+    "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
+    "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
+    "optim", "train", "nn", "manual_seed", "save", "load", "read_metadata", "OptimizerError",
+    "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
 ]
 __version__ = "0.1.0"

@@ -35,3 +35,7 @@ class TraceError(TorchLeanError):
 
 class DomainError(TorchLeanError):
     """Values outside an op's domain (log of non-positive entries, non-finite values)."""
+
+
+class SignatureError(TorchLeanError, TypeError):
+    """An op called with the wrong number or names of arguments (also a ``TypeError``)."""

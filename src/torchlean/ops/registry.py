@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedJvpError
+from ..errors import SignatureError, UnsupportedJvpError
 
 Array = Any
 Rule = Callable[..., Any]
@@ -106,8 +106,10 @@ class Primitive:
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
 
-    def split_call(self, args: Sequence[Any], kwargs: dict[str, Any], what: str = "inputs",
-                   error: type[Exception] = TypeError) -> tuple[Sequence[Any], dict[str, Any]]:
+    def split_call(
+        self, args: Sequence[Any], kwargs: dict[str, Any], what: str = "inputs",
+        error: type[Exception] = SignatureError,
+    ) -> tuple[Sequence[Any], dict[str, Any]]:
         """Split a call ``op(*inputs, *attrs, **attrs)`` into its inputs and bound attributes."""
         arity = len(self.inputs)
         if len(args) < arity or (not self.attrs and (len(args) > arity or kwargs)):
@@ -121,18 +123,20 @@ class Primitive:
         """Attributes from positional-after-inputs and keyword arguments, defaults filled."""
         names = list(self.attrs)
         if len(args) > len(names):
-            raise TypeError(f"{self.name}: takes {len(names)} attributes {names}, got {len(args)}")
+            raise SignatureError(f"{self.name}: takes {len(names)} attributes {names}, "
+                                 f"got {len(args)}")
         bound = dict(zip(names, args, strict=False))
         for key, value in kwargs.items():
             if key not in self.attrs:
-                raise TypeError(f"{self.name}: unknown attribute {key!r}; expected one of {names}")
+                raise SignatureError(f"{self.name}: unknown attribute {key!r}; expected one of "
+                                     f"{names}")
             if key in bound:
-                raise TypeError(f"{self.name}: attribute {key!r} given twice")
+                raise SignatureError(f"{self.name}: attribute {key!r} given twice")
             bound[key] = value
         for key, default in self.attrs.items():
             if key not in bound:
                 if default is _REQUIRED:
-                    raise TypeError(f"{self.name}: missing attribute {key!r}")
+                    raise SignatureError(f"{self.name}: missing attribute {key!r}")
                 bound[key] = default
         return bound
 
