@@ -236,7 +236,12 @@ def _check_finite(op: str, value: Any) -> None:
 
 
 def _make_method(prim: Primitive) -> Callable[..., int]:
+    arity = len(prim.inputs)
+    plain = not prim.attrs
+
     def method(self: Tape, *args: Any, **kwargs: Any) -> int:
+        if plain and len(args) == arity and not kwargs:  # the common call, split for free
+            return self.record(prim, args, {})
         ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
         return self.record(prim, ids, attrs)
 
