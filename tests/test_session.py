@@ -181,3 +181,20 @@ def test_cuda_without_cupy_is_a_device_error() -> None:
         Session(Options(device="cuda"))
     with pytest.raises(tl.DeviceError, match="CuPy is not installed"):
         tl.Tape(device="cuda")
+
+
+def test_check_finite_and_requires_grad_by_default() -> None:
+    s = Session(Options(dtype="float64", check_finite=True))
+    x = s.input(np.array([1.0, 0.0]))
+    with pytest.raises(tl.DomainError, match="inv: 1 of 2 entries are NaN or infinite"):
+        _ = 1.0 / x
+    assert s.tape is not None and s.tape.size == 1  # the refused op left nothing behind
+    with pytest.raises(tl.DomainError, match="leaf"):
+        s.input(np.array([np.nan]))
+    loose = Session(Options(dtype="float64"))
+    y = loose.input(np.array([1.0]))
+    grads = loose.backward(F.sum(y * 2.0))
+    np.testing.assert_array_equal(loose.grad(grads, y), [2.0])  # inputs require grad by default
+    frozen = Session(Options(dtype="float64", requires_grad_by_default=False))
+    z = frozen.input(np.array([1.0]))
+    assert frozen.backward(F.sum(z * 2.0)).get(z.id) is None
