@@ -11,11 +11,13 @@ from .errors import (
     CheckpointError,
     DeviceError,
     DomainError,
+    IndexRangeError,
     ShapeError,
     SignatureError,
     TapeError,
     TorchLeanError,
     TraceError,
+    UnknownOpError,
     UnsupportedJvpError,
 )
 from .graph import Graph, GraphError
@@ -27,8 +29,9 @@ from .tape import Node, Tape
 from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
-    "CheckpointError", "DeviceError", "DomainError", "ShapeError", "SignatureError", "TapeError",
-    "TorchLeanError", "TraceError", "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
+    "CheckpointError", "DeviceError", "DomainError", "IndexRangeError", "ShapeError",
+    "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
+    "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
     "optim", "train", "nn", "manual_seed", "save", "load", "read_metadata", "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",

@@ -39,3 +39,13 @@ class DomainError(TorchLeanError):
 
 class SignatureError(TorchLeanError, TypeError):
     """An op called with the wrong number or names of arguments (also a ``TypeError``)."""
+
+
+class UnknownOpError(TorchLeanError, KeyError):
+    """An op name that no registered primitive has (also a ``KeyError``)."""
+
+    __str__ = Exception.__str__  # KeyError would quote the whole message
+
+
+class IndexRangeError(ShapeError, IndexError):
+    """An index outside its valid range (also an ``IndexError``, as Python indexing expects)."""

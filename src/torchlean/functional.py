@@ -23,6 +23,7 @@ import numpy as np
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .errors import ShapeError, TraceError
 from .ops.registry import REGISTRY, Primitive
+from .ops.registry import get as get_primitive
 
 
 class Ref:
@@ -186,7 +187,7 @@ def owner_of(args: Any) -> Any:
 
 def apply(name: str | Primitive, *inputs: Any, **attrs: Any) -> Any:
     """Apply a primitive to refs (recorded by their owner) or to plain arrays (computed now)."""
-    prim = REGISTRY[name] if isinstance(name, str) else name
+    prim = name if isinstance(name, Primitive) else get_primitive(name)
     owner = owner_of(inputs)
     if owner is None:
         arrays = [np.asarray(x) for x in inputs]

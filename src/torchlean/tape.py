@@ -21,6 +21,7 @@ from .autodiff import forward_tangents, reverse_pass
 from .backend import as_dtype, check_device, namespace_for, namespace_of
 from .errors import DomainError, ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
+from .ops.registry import get as get_primitive
 
 
 class Node:
@@ -114,7 +115,7 @@ class Tape:
 
     def apply(self, op: str | Primitive, *args: Any, **kwargs: Any) -> int:
         """Record primitive ``op`` on node ids ``args[:arity]`` with the remaining attributes."""
-        prim = REGISTRY[op] if isinstance(op, str) else op
+        prim = op if isinstance(op, Primitive) else get_primitive(op)
         ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
         return self.record(prim, ids, attrs)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SignatureError, UnsupportedJvpError
+from ..errors import SignatureError, UnknownOpError, UnsupportedJvpError
 
 Array = Any
 Rule = Callable[..., Any]
@@ -220,10 +220,11 @@ def register(prim: Primitive) -> Primitive:
 
 
 def get(name: str) -> Primitive:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"no primitive named {name!r}; known: {sorted(REGISTRY)}") from None
+    """The primitive registered as ``name``, or ``UnknownOpError`` (a ``KeyError``) listing them."""
+    prim = REGISTRY.get(name) if isinstance(name, str) else None
+    if prim is None:
+        raise UnknownOpError(f"no primitive named {name!r}; known: {sorted(REGISTRY)}")
+    return prim
 
 
 # --- Helpers for declaring whole kinds of primitive -------------------------------------------
