@@ -169,6 +169,21 @@ class Ref:
         return mean(self)
 
 
+class NatRef:
+    """A non-differentiable integer input (an index or index vector) for the ``*_nat`` gathers.
+
+    Made by ``Session.nat`` / ``Session.nat_vec``; an attribute, not a recorded value.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"NatRef({self.value!r})"
+
+
 def _is_scalar(x: Any) -> bool:
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
@@ -193,8 +208,21 @@ def apply(name: str | Primitive, *inputs: Any, **attrs: Any) -> Any:
         arrays = [np.asarray(x) for x in inputs]
         prim.infer(*[a.shape for a in arrays], **attrs)
         return prim.forward(*arrays, **attrs)
+    if all(isinstance(x, Ref) for x in inputs):
+        return owner.apply(prim, inputs, attrs)
+    # Arrays among the inputs become const leaves of the owner: check the op's shape rule first,
+    # so a failing call leaves no orphan constants behind (nothing changes when a check fails).
+    shapes = [x.shape if isinstance(x, Ref) else _data_shape(prim.name, x) for x in inputs]
+    prim.infer(*shapes, **{k: v.value if isinstance(v, NatRef) else v for k, v in attrs.items()})
     refs = [x if isinstance(x, Ref) else owner.const(x) for x in inputs]
     return owner.apply(prim, refs, attrs)
+
+
+def _data_shape(op: str, x: Any) -> tuple[int, ...]:
+    try:
+        return tuple(np.shape(x))
+    except ValueError:  # ragged nested lists
+        raise ShapeError(f"{op}: input data is not a rectangular array: {x!r}") from None
 
 
 def matmul_any(a: Any, b: Any) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 from . import functional as F
 from .backend import as_dtype, check_device, namespace_for, to_host
 from .errors import ShapeError, TapeError, TorchLeanError
-from .functional import Ref
+from .functional import NatRef, Ref
 from .graph import Graph, GraphBuilder
 from .ops.registry import Primitive
 from .params import Param
@@ -59,18 +59,6 @@ class TensorRef(Ref):
     """A value recorded in a session; use it with F.* and operators."""
 
     __slots__ = ()
-
-
-class NatRef:
-    """A non-differentiable integer input (an index or index vector) for the ``*_nat`` gathers."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"NatRef({self.value!r})"
 
 
 class Session:
