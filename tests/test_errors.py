@@ -42,3 +42,69 @@ def test_array_operand_with_bad_shape_records_nothing(backend: str) -> None:
     # Arrays that fit still become constants, NatRefs still work as attributes.
     assert s.value(x + np.ones(3)).tolist() == [2.0, 2.0, 2.0]
     assert F.gather_vec_nat(x, idx=s.nat_vec([0, 7])).shape == (2,)
+
+
+RAGGED = [[1.0], [1.0, 2.0]]
+
+
+def test_non_numeric_data_is_a_shape_error_everywhere() -> None:
+    tape = tl.Tape()
+    x = tape.leaf(np.ones(3))
+    for bad in (RAGGED, "abc", np.ones(2, complex)):
+        with pytest.raises(tl.ShapeError, match="leaf"):
+            tape.leaf(bad)
+    with pytest.raises(tl.ShapeError, match="backward_dense seed"):
+        tape.backward(x, "a")
+    with pytest.raises(tl.ShapeError, match="seed"):
+        tape.backward(tape.sum(x), None)  # used to become a NaN seed
+    with pytest.raises(tl.TapeError, match="tangents must be a dict"):
+        tape.jvp(x, [np.ones(3)])
+    with pytest.raises(tl.ShapeError, match="jvp tangent"):
+        tape.jvp(x, {x: "abc"})
+    for backend in ("eager", "compiled"):
+        s = tl.Session(tl.Options(backend=backend))
+        with pytest.raises(tl.ShapeError, match="input"):
+            s.input(RAGGED)
+        with pytest.raises(tl.ShapeError, match="input"):
+            s.input("abc")
+        r = s.input(np.ones(2))
+        with pytest.raises(tl.TapeError, match="tangents must be a dict"):
+            s.jvp(r, [np.ones(2)])
+
+
+def test_compiled_and_transforms_reject_non_numeric_data() -> None:
+    c = tl.compile(lambda x: F.sum(F.relu(x)), (3,))
+    with pytest.raises(tl.ShapeError, match="forward: input 0"):
+        c.forward("abc")
+    with pytest.raises(tl.ShapeError, match="vjp seed"):
+        c.vjp([np.ones(3)], "a")
+    with pytest.raises(tl.ShapeError, match="grad: argument 0"):
+        tl.grad(lambda x: F.sum(x))("abc")
+    with pytest.raises(tl.ShapeError, match="complex"):  # used to drop the imaginary part
+        tl.grad(lambda x: F.sum(x))(np.ones(3, complex))
+    _, vjp_fn = tl.vjp(F.relu, np.ones(3))
+    with pytest.raises(tl.ShapeError, match="vjp seed"):
+        vjp_fn("abc")
+
+
+def test_param_data_is_checked_and_left_unchanged() -> None:
+    for bad in (RAGGED, "abc", None, np.ones(2, complex)):
+        with pytest.raises(tl.ShapeError, match="Param"):
+            tl.Param(bad)
+    p = tl.Param(np.ones(3), name="w")
+    for bad in ("abc", None, np.array(["a", "b", "c"])):
+        with pytest.raises(tl.ShapeError, match="Param w"):
+            p.assign(bad)
+    np.testing.assert_array_equal(p.value, np.ones(3))
+
+
+def test_optimizer_step_and_dataset_reject_ragged_data() -> None:
+    p = tl.Param(np.ones(2))
+    opt = tl.optim.SGD([p], lr=0.1)
+    with pytest.raises(tl.ShapeError, match="SGD.step"):
+        opt.step([RAGGED])
+    with pytest.raises(tl.ShapeError, match="grads must be a list"):
+        opt.step(5)
+    np.testing.assert_array_equal(p.value, np.ones(2))
+    with pytest.raises(tl.ShapeError, match="Dataset"):
+        tl.Dataset(RAGGED, [1, 2])

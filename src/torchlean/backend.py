@@ -28,6 +28,22 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def numeric_array(op: str, data: Any, xp: Any = np, dtype: Any = None) -> Any:
+    """``data`` as an array of real numbers (bool, int or float; then ``dtype`` if given).
+
+    Ragged nested lists, strings, objects and complex numbers raise ``ShapeError`` naming ``op``
+    instead of whatever NumPy would raise (or, for complex, silently drop).
+    """
+    try:
+        arr = xp.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(f"{op}: expected a rectangular array of numbers, found "
+                         f"{type(data).__name__} ({exc})") from None
+    if arr.dtype.kind not in "biuf":
+        raise ShapeError(f"{op}: expected numeric data, found dtype {arr.dtype}")
+    return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
 def check_device(device: str) -> str:
     if device not in DEVICES:
         raise DeviceError(f"device: expected one of {DEVICES}, found {device!r}")

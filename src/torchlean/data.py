@@ -21,7 +21,13 @@ __all__ = ["Dataset"]
 
 
 def _as_array(x: Any) -> Any:
-    return x if hasattr(x, "__array_namespace__") else np.asarray(x)
+    if hasattr(x, "__array_namespace__"):
+        return x
+    try:
+        return np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ShapeError(f"Dataset: expected rectangular arrays, found {type(x).__name__} "
+                         f"({exc})") from None
 
 
 def _index_count(value: Any, name: str) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .autodiff import forward_tangents, reverse_pass
-from .backend import as_dtype
+from .backend import as_dtype, numeric_array
 from .errors import ShapeError, TapeError, TraceError
 from .functional import Ref
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
@@ -165,8 +165,8 @@ class Graph:
             if x is None and allow_none:
                 arrays.append(None)
                 continue
-            arr = np.asarray(x, dtype=self.dtype) if not isinstance(x, np.ndarray) or \
-                x.dtype != self.dtype else x
+            arr = numeric_array(f"{op}: input {k}", x, np, self.dtype) \
+                if not isinstance(x, np.ndarray) or x.dtype != self.dtype else x
             if arr.shape != self.nodes[i].shape:
                 raise ShapeError(f"{op}: input {k} has shape {arr.shape}, the graph was traced "
                                  f"with {self.nodes[i].shape}")
@@ -325,7 +325,7 @@ class GraphBuilder:
 
     def const(self, value: Any) -> Var:
         g = self.graph
-        arr = np.asarray(value)
+        arr = numeric_array("const", value)
         if arr.dtype.kind == "f" and arr.dtype != g.dtype:
             raise ShapeError(f"const: dtype {arr.dtype} differs from the graph's {g.dtype}")
         arr = arr.astype(g.dtype)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import namespace_of, to_host
+from .backend import namespace_of, numeric_array, to_host
 from .checkpoint import describe_mismatches
 from .errors import ShapeError, TorchLeanError
 
@@ -132,6 +132,9 @@ class Optimizer:
         if grads is None:
             grad_list = [p.grad for p in self.params]
         else:
+            if isinstance(grads, Mapping) or not isinstance(grads, Iterable):
+                raise ShapeError(f"{name}.step: grads must be a list aligned with the parameters, "
+                                 f"found {type(grads).__name__}")
             grad_list = list(grads)
             if len(grad_list) != len(self.params):
                 raise ShapeError(f"{name}.step: got {len(grad_list)} gradients for "
@@ -142,7 +145,7 @@ class Optimizer:
                 continue
             data = p.data
             xp = namespace_of(data)
-            g = xp.asarray(g)
+            g = numeric_array(f"{name}.step: gradient of parameter {_label(p, i)}", g, xp)
             if tuple(g.shape) != tuple(data.shape):
                 raise ShapeError(f"{name}.step: gradient of parameter {_label(p, i)} has shape "
                                  f"{tuple(g.shape)}, the parameter has shape {tuple(data.shape)}")

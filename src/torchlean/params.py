@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import as_dtype, to_host
+from .backend import as_dtype, numeric_array, to_host
 from .errors import ShapeError
 
 
@@ -22,7 +22,10 @@ class Param:
 
     def __init__(self, value: Any, name: str | None = None, requires_grad: bool = True,
                  dtype: Any = None) -> None:
-        arr = np.asarray(value) if not hasattr(value, "__array_namespace__") else value
+        arr = value if hasattr(value, "__array_namespace__") else numeric_array(
+            f"Param {name or ''}", value)
+        if arr.dtype.kind not in "biuf":
+            raise ShapeError(f"Param {name or ''}: expected numeric data, found dtype {arr.dtype}")
         if dtype is not None:
             arr = arr.astype(as_dtype(dtype))
         elif arr.dtype.kind != "f":
@@ -57,7 +60,10 @@ class Param:
 
     def assign(self, new: Any) -> None:
         """Replace the value; the shape must stay the same (dtype is converted)."""
-        arr = np.asarray(new) if isinstance(new, list | tuple | float | int) else new
+        label = f"Param {self.name or ''}"
+        arr = new if hasattr(new, "__array_namespace__") else numeric_array(label, new)
+        if arr.dtype.kind not in "biuf":
+            raise ShapeError(f"{label}: cannot assign data of dtype {arr.dtype}")
         if tuple(arr.shape) != self.shape:
             raise ShapeError(f"Param {self.name or ''}: cannot assign shape {tuple(arr.shape)} "
                              f"to a parameter of shape {self.shape}")

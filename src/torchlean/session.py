@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import functional as F
-from .backend import as_dtype, check_device, namespace_for, to_host
+from .backend import as_dtype, check_device, namespace_for, numeric_array, to_host
 from .errors import ShapeError, TapeError, TorchLeanError
 from .functional import NatRef, Ref
 from .graph import Graph, GraphBuilder
@@ -103,8 +103,8 @@ class Session:
                 arr = arr.astype(self.dtype)
             return self._ref(self.tape.leaf(arr, name=name, requires_grad=requires_grad))
         assert self._builder is not None
-        arr = np.asarray(to_host(array) if not isinstance(array, list | tuple | float | int)
-                         else array).astype(self.dtype)
+        arr = numeric_array(op, to_host(array) if not isinstance(array, list | tuple | float | int)
+                            else array).astype(self.dtype)
         graph = self._builder.graph
         if requires_grad:
             var = self._builder.input(arr.shape)
@@ -141,7 +141,8 @@ class Session:
 
     def input(self, array: Any, requires_grad: bool | None = None) -> TensorRef:
         """A data leaf. Integer arrays become float leaves (class labels) without gradient."""
-        arr = np.asarray(array) if isinstance(array, list | tuple | int | float) else array
+        arr = numeric_array("input", array) if isinstance(array, list | tuple | int | float) \
+            else array
         is_int = getattr(arr, "dtype", np.dtype(float)).kind in "iub"
         if requires_grad is None:
             requires_grad = self.opts.requires_grad_by_default and not is_int
@@ -260,6 +261,9 @@ class Session:
     def jvp(self, out: Ref, tangents: dict[Ref, Any]) -> Any:
         """Forward-mode tangent of ``out`` given tangents of some refs (both backends)."""
         out_id = self._check_ref("jvp", out)
+        if not isinstance(tangents, dict):
+            raise TapeError(f"jvp: tangents must be a dict {{ref: tangent}}, found "
+                            f"{type(tangents).__name__}")
         seeds = {self._check_ref("jvp", r): t for r, t in tangents.items()}
         return self._linked_tape().jvp(out_id, seeds)
 

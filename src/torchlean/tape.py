@@ -18,7 +18,7 @@ import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .autodiff import forward_tangents, reverse_pass
-from .backend import as_dtype, check_device, namespace_for, namespace_of
+from .backend import as_dtype, check_device, namespace_for, namespace_of, numeric_array
 from .errors import DomainError, ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .ops.registry import get as get_primitive
@@ -98,9 +98,7 @@ class Tape:
         xp = self.xp
         if isinstance(array, xp.ndarray) and array.dtype in (np.float32, np.float64):
             return array
-        arr = xp.asarray(array)
-        if arr.dtype.kind not in "biuf":
-            raise ShapeError(f"{op}: expected numeric data, found dtype {arr.dtype}")
+        arr = numeric_array(op, array, xp)
         if arr.dtype.kind == "f" and arr.dtype in (np.float32, np.float64):
             return arr
         return arr.astype(self.dtype)
@@ -159,7 +157,7 @@ class Tape:
 
     def _seed(self, op: str, out: int, seed: Any) -> Any:
         value = self.value(out)
-        seed_arr = self.xp.asarray(seed, dtype=value.dtype)
+        seed_arr = numeric_array(f"{op} seed", seed, self.xp, value.dtype)
         if seed_arr.shape != value.shape:
             raise ShapeError(f"{op}: seed has shape {tuple(seed_arr.shape)}, output node {out} "
                              f"has shape {tuple(value.shape)}")
@@ -197,10 +195,13 @@ class Tape:
         """Tangent of node ``out`` given tangents of some nodes (usually leaves); zeros if none."""
         out = self._check_id("jvp", out)
         nodes = self._nodes
+        if not isinstance(tangents, dict):
+            raise TapeError(f"jvp: tangents must be a dict {{node id: tangent}}, found "
+                            f"{type(tangents).__name__}")
         seeds: dict[int, Any] = {}
         for i, t in tangents.items():
             value = self.value(self._check_id("jvp", i))
-            t_arr = self.xp.asarray(t, dtype=value.dtype)
+            t_arr = numeric_array(f"jvp tangent for node {i}", t, self.xp, value.dtype)
             if t_arr.shape != value.shape:
                 raise ShapeError(f"jvp: tangent for node {i} has shape {tuple(t_arr.shape)}, "
                                  f"node has shape {tuple(value.shape)}")

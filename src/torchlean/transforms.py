@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .backend import numeric_array
 from .errors import ShapeError, TraceError
 from .graph import Graph, grad_graph, trace
 from .tape import Tape
@@ -24,7 +25,7 @@ from .tape import Tape
 
 def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[list[Any], Any]:
     """Convert inputs to arrays of one float dtype: the inputs' own, or float64 for non-floats."""
-    arrays = [np.asarray(x) for x in xs]
+    arrays = [numeric_array(f"{op}: argument {k}", x) for k, x in enumerate(xs)]
     if dtype is None:
         floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
         if len(floats) > 1:
@@ -93,7 +94,7 @@ class Compiled:
                      for i in self.graph.inputs)
 
     def _seed(self, op: str, seed: Any) -> Any:
-        arr = np.asarray(seed, dtype=self.dtype)
+        arr = numeric_array(f"{op} seed", seed, np, self.dtype)
         if arr.shape != self.out_shape:
             raise ShapeError(f"{op}: seed has shape {arr.shape}, output has {self.out_shape}")
         return arr
@@ -206,7 +207,7 @@ def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[An
     out = graph.output
 
     def vjp_fn(seed: Any) -> tuple[Any, ...]:
-        s = np.asarray(seed, dtype=graph.dtype)
+        s = numeric_array("vjp seed", seed, np, graph.dtype)
         if s.shape != graph.nodes[out].shape:
             raise ShapeError(f"vjp: seed has shape {s.shape}, output has "
                              f"{graph.nodes[out].shape}")
