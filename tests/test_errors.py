@@ -108,3 +108,27 @@ def test_optimizer_step_and_dataset_reject_ragged_data() -> None:
     np.testing.assert_array_equal(p.value, np.ones(2))
     with pytest.raises(tl.ShapeError, match="Dataset"):
         tl.Dataset(RAGGED, [1, 2])
+
+
+def test_compile_validates_leaf_shapes_and_argnums() -> None:
+    fn = lambda x: F.sum(F.relu(x))  # noqa: E731
+    for bad in ((-1,), (2.5,), ("a",), None):
+        with pytest.raises(tl.ShapeError, match="compile: leaf 0 shape"):
+            tl.compile(fn, bad)
+    with pytest.raises(tl.ShapeError, match="argnums must be an int or a tuple"):
+        tl.grad(fn, "a")(np.ones(3))
+    with pytest.raises(tl.ShapeError, match="argnums must be an int or a tuple"):
+        tl.grad(fn, True)(np.ones(3))
+    with pytest.raises(tl.ShapeError, match="hessian: argnums must be one int"):
+        tl.hessian(lambda x, y: F.sum(x * y), (0, 1))(np.ones(2), np.ones(2))
+    assert tl.grad(lambda x, y: F.sum(x * y), [0, 1])(np.ones(2), np.ones(2))[1].shape == (2,)
+
+
+def test_require_value_checks_its_shape_argument() -> None:
+    tape = tl.Tape()
+    x = tape.leaf(np.ones(3))
+    with pytest.raises(tl.ShapeError, match="require_value"):
+        tape.require_value(x, None)
+    with pytest.raises(tl.ShapeError, match="require_value"):
+        tape.require_value(x, (4,))
+    assert tape.require_value(x, (3,)).shape == (3,)

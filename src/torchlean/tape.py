@@ -22,6 +22,7 @@ from .backend import as_dtype, check_device, namespace_for, namespace_of, numeri
 from .errors import DomainError, ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .ops.registry import get as get_primitive
+from .shape import as_shape
 
 
 class Node:
@@ -79,9 +80,10 @@ class Tape:
     def require_value(self, i: int, shape: Sequence[int]) -> Any:
         """The value of node ``i``, checked to have ``shape`` (TorchLean's ``requireValue``)."""
         value = self.value(i)
-        if tuple(value.shape) != tuple(shape):
+        expected = as_shape("require_value", shape)
+        if tuple(value.shape) != expected:
             raise ShapeError(f"require_value: node {i} has shape {tuple(value.shape)}, "
-                             f"expected {tuple(shape)}")
+                             f"expected {expected}")
         return value
 
     def _check_id(self, op: str, i: Any) -> int:

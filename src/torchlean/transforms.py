@@ -20,6 +20,7 @@ import numpy as np
 from .backend import numeric_array
 from .errors import ShapeError, TraceError
 from .graph import Graph, grad_graph, trace
+from .shape import as_shape
 from .tape import Tape
 
 
@@ -37,7 +38,9 @@ def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[li
 
 def _argnums(op: str, argnums: int | Sequence[int], n: int) -> tuple[tuple[int, ...], bool]:
     single = isinstance(argnums, int)
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, tuple | list) else ()
+    if not nums or any(isinstance(a, bool) or not isinstance(a, int) for a in nums):
+        raise ShapeError(f"{op}: argnums must be an int or a tuple of ints, found {argnums!r}")
     for a in nums:
         if not -n <= a < n:
             raise ShapeError(f"{op}: argnums {argnums} out of range for {n} arguments")
@@ -56,7 +59,8 @@ class Compiled:
 
     def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
                  dtype: Any = "float32") -> None:
-        self.graph: Graph = trace(fn, [tuple(s) for s in shapes], dtype)
+        leaf_shapes = [as_shape(f"compile: leaf {k} shape", s) for k, s in enumerate(shapes)]
+        self.graph: Graph = trace(fn, leaf_shapes, dtype)
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
 
@@ -264,7 +268,10 @@ def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
     """The Hessian of a scalar ``fn`` w.r.t. one argument: shape ``x.shape + x.shape``."""
 
     def wrapped(*xs: Any) -> Any:
-        (k,), _ = _argnums("hessian", argnums, len(xs))
+        nums, single = _argnums("hessian", argnums, len(xs))
+        if not single:
+            raise ShapeError(f"hessian: argnums must be one int (one argument), found {argnums!r}")
+        (k,) = nums
         graph, arrays = _trace_for("hessian", fn, xs)
         gg = grad_graph(graph, wrt=[k])
         values = gg.evaluate(arrays)
