@@ -132,3 +132,23 @@ def test_require_value_checks_its_shape_argument() -> None:
     with pytest.raises(tl.ShapeError, match="require_value"):
         tape.require_value(x, (4,))
     assert tape.require_value(x, (3,)).shape == (3,)
+
+
+def test_scalar_attributes_must_be_real_numbers() -> None:
+    tape = tl.Tape()
+    x = tape.leaf(np.ones(3))
+    for call in (lambda: tape.scale(x, "a"), lambda: tape.scale(x, None),
+                 lambda: tape.add_scalar(x, "a"), lambda: tape.clamp(x, None, 1.0),
+                 lambda: tape.clamp(x, "a", "b"), lambda: tape.safe_log(x, "a")):
+        with pytest.raises(tl.ShapeError, match="must be a real number"):
+            call()
+    assert tape.size == 1
+    assert tape.value(tape.scale(x, np.float32(2.0))).tolist() == [2.0, 2.0, 2.0]
+    assert tape.value(tape.clamp(x, 0, 2)).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_layer_norm_rejects_an_empty_batch() -> None:
+    tape = tl.Tape()
+    x, g = tape.leaf(np.ones((0, 4))), tape.leaf(np.ones(4))
+    with pytest.raises(tl.ShapeError, match="layer_norm: needs a non-empty"):
+        tape.layer_norm(x, g, g)

@@ -60,6 +60,22 @@ def binary_samples(make: Any = _normal) -> Any:
     return samples
 
 
+def _check_real(op: str, name: str, value: Any) -> None:
+    """A scalar attribute must be a real number (not a string, bool, None or array)."""
+    if type(value) is float:  # the common case, checked on every recorded scale
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ShapeError(f"{op}: {name} must be a real number, found {value!r}")
+
+
+def _scalar_attr_infer(op: str, name: str) -> Any:
+    def infer(shape: tuple[int, ...], **attrs: Any) -> tuple[int, ...]:
+        _check_real(op, name, attrs[name])
+        return shape
+
+    return infer
+
+
 def _binary_infer(name: str) -> Any:
     def infer(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         return broadcast_shapes(name, a, b)
@@ -163,7 +179,7 @@ _minmax("min", np.minimum, lambda ops, a, b: ops.max_weight(b, a))
 # Scalar-attribute arithmetic.
 
 register(Primitive(
-    "scale", ("x",), same_shape, lambda x, c: x * c, attrs=("c",),
+    "scale", ("x",), _scalar_attr_infer("scale", "c"), lambda x, c: x * c, attrs=("c",),
     vjp=lambda ops, g, xs, out, c: (ops.scale(g, c=c),), linear=True,
     semantics="x * c for a Python scalar c. Linear: VJP g * c.",
     samples=lambda rng: [Sample((_normal(rng, 4),), {"c": 2.5}),
@@ -172,7 +188,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "add_scalar", ("x",), same_shape, lambda x, c: x + c, attrs=("c",),
+    "add_scalar", ("x",), _scalar_attr_infer("add_scalar", "c"), lambda x, c: x + c, attrs=("c",),
     vjp=lambda ops, g, xs, out, c: (g,),
     jvp=lambda ops, ts, xs, out, c: ts[0],
     semantics="x + c for a Python scalar c. VJP: g.",
@@ -277,6 +293,8 @@ elementwise_unary(
 
 
 def _clamp_infer(shape: tuple[int, ...], lo: float, hi: float) -> tuple[int, ...]:
+    _check_real("clamp", "lo", lo)
+    _check_real("clamp", "hi", hi)
     if not lo <= hi:
         raise ShapeError(f"clamp: lo must be <= hi, found lo={lo}, hi={hi}")
     return shape
@@ -360,7 +378,7 @@ def _safe_log(x: Any, eps: float) -> Any:
 elementwise_unary(
     "safe_log", _safe_log,
     lambda ops, x, y, eps: ops.mul(ops.sigmoid(x), ops.inv(ops.add_scalar(ops.softplus(x), c=eps))),
-    attrs={"eps": 1e-6},
+    attrs={"eps": 1e-6}, infer=_scalar_attr_infer("safe_log", "eps"),
     semantics="log(softplus(x) + eps), total on all reals (eps defaults to 1e-6). Derivative "
               "sigmoid(x) / (softplus(x) + eps).",
     samples=lambda rng: [Sample((_normal(rng, 5),), {"eps": 1e-6})],

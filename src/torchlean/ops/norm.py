@@ -322,8 +322,8 @@ register(Primitive(
 
 def _ln_infer(x: Shape, gamma: Shape, beta: Shape, eps: float = 1e-6) -> Shape:
     op = "layer_norm"
-    if len(x) == 0 or x[-1] == 0:
-        raise ShapeError(f"layer_norm: needs a non-empty last axis, found shape {x}")
+    if len(x) == 0 or 0 in x:
+        raise ShapeError(f"layer_norm: needs a non-empty last axis and batch, found shape {x}")
     for name, s in (("gamma", gamma), ("beta", beta)):
         if s != (x[-1],):
             raise ShapeError(f"{op}: {name} must have shape ({x[-1]},) for input {x}, found {s}")
