@@ -152,3 +152,61 @@ def test_layer_norm_rejects_an_empty_batch() -> None:
     x, g = tape.leaf(np.ones((0, 4))), tape.leaf(np.ones(4))
     with pytest.raises(tl.ShapeError, match="layer_norm: needs a non-empty"):
         tape.layer_norm(x, g, g)
+
+
+def test_ref_indexing_pow_and_reshape_errors() -> None:
+    s = tl.Session()
+    x, c = s.input(np.ones(3)), s.input(np.array(1.0))
+    size = s.tape.size
+    with pytest.raises(tl.ShapeError, match="scalar ref"):
+        c[0:1]
+    with pytest.raises(tl.ShapeError, match="indexing"):
+        x[True]
+    with pytest.raises(tl.ShapeError, match="pow: the exponent must be a number"):
+        x ** np.array([2, 2])
+    with pytest.raises(tl.ShapeError, match="reshape"):
+        x.reshape(None)
+    assert s.tape.size == size
+    assert s.value(x[-1]) == 1.0 and x.reshape(3, 1).shape == (3, 1)
+
+
+def test_session_helpers_check_arguments_before_recording() -> None:
+    s = tl.Session()
+    with pytest.raises(tl.TorchLeanError, match="nat_vec"):
+        s.nat_vec(5)
+    with pytest.raises(tl.ShapeError, match="rand_uniform"):
+        s.rand_uniform(None)
+    with pytest.raises(tl.ShapeError, match="bernoulli_mask: keep_prob must be a scalar"):
+        s.bernoulli_mask([0.5, 0.5], (2,))
+    with pytest.raises(tl.TorchLeanError, match="dropout: p must be a number"):
+        s.dropout(s.input(np.ones(2)), "a")
+    # Nothing but the one input was recorded and no random draw was used up.
+    assert s.tape.size == 1 and s._random_draws == 0
+    assert s.value(s.rand_uniform(3)).shape == (3,)
+
+
+def test_nn_constructors_and_sequential_indexing() -> None:
+    for build in (lambda: tl.nn.Conv2d(1, 1, 0), lambda: tl.nn.Conv2d(1, 1, 2, stride=0),
+                  lambda: tl.nn.MaxPool2d(0), lambda: tl.nn.AvgPool2d(2, stride=(1, 0)),
+                  lambda: tl.nn.Conv2d(1, 1, 2.5), lambda: tl.nn.Dropout("a"),
+                  lambda: tl.nn.Flatten("a")):
+        with pytest.raises(tl.TorchLeanError):
+            build()
+    seq = tl.nn.Sequential(tl.nn.ReLU(), tl.nn.ReLU())
+    with pytest.raises(tl.IndexRangeError, match="Sequential: index 5"):
+        seq[5]
+    with pytest.raises(IndexError):
+        seq[-3]
+    with pytest.raises(tl.TorchLeanError, match="Sequential: index with an int"):
+        seq["a"]
+    assert seq[-1] is list(seq)[-1]
+
+
+def test_dataset_index_errors_are_torchlean_errors() -> None:
+    ds = tl.Dataset(np.arange(4.0), np.arange(4))
+    with pytest.raises(tl.IndexRangeError):
+        ds[10]
+    with pytest.raises(tl.IndexRangeError):
+        ds[np.array([0, 12])]
+    with pytest.raises(tl.ShapeError, match="shuffle: seed must be non-negative"):
+        ds.shuffle(-1)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .backend import namespace_of
-from .errors import ShapeError
+from .errors import IndexRangeError, ShapeError
 
 __all__ = ["Dataset"]
 
@@ -61,7 +61,7 @@ class Dataset:
             n = len(self)
             i = int(index)
             if not -n <= i < n:
-                raise IndexError(f"Dataset: index {i} out of range for {n} examples")
+                raise IndexRangeError(f"Dataset: index {i} out of range for {n} examples")
             return self.inputs[i], self.targets[i]
         if isinstance(index, slice):
             return Dataset(self.inputs[index], self.targets[index])
@@ -74,7 +74,7 @@ class Dataset:
                              f"{len(self)} examples")
         if idx.dtype.kind != "b" and idx.size and not (-len(self) <= idx.min()
                                                        and idx.max() < len(self)):
-            raise IndexError(f"Dataset: indices out of range for {len(self)} examples")
+            raise IndexRangeError(f"Dataset: indices out of range for {len(self)} examples")
         return self._take(idx)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
@@ -89,6 +89,8 @@ class Dataset:
     def shuffle(self, seed: int) -> Dataset:
         """A new dataset in the order ``np.random.default_rng(seed).permutation(len(self))``."""
         seed = _index_count(seed, "shuffle")
+        if seed < 0:
+            raise ShapeError(f"Dataset.shuffle: seed must be non-negative, found {seed}")
         return self._take(np.random.default_rng(seed).permutation(len(self)))
 
     def batches(self, size: int, drop_last: bool = False) -> Iterator[tuple[Any, Any]]:

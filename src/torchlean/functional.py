@@ -24,6 +24,7 @@ from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .errors import ShapeError, TraceError
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
+from .shape import as_shape
 
 
 class Ref:
@@ -118,6 +119,9 @@ class Ref:
         return self
 
     def __pow__(self, exponent: Any) -> Ref:
+        if not _is_scalar(exponent):
+            raise ShapeError(f"pow: the exponent must be a number (2, 1, 0.5 or -1), found "
+                             f"{type(exponent).__name__}")
         if exponent == 2:
             return apply("square", self)
         if exponent == 1:
@@ -143,8 +147,11 @@ class Ref:
 
     def __getitem__(self, index: Any) -> Ref:
         """x[i] (Fin-checked gather on axis 0) and x[a:b] (slice_range0)."""
-        if isinstance(index, int | np.integer):
-            n = self.shape[0] if self.shape else 0
+        if not self.shape:
+            raise ShapeError(f"indexing: a scalar ref (shape ()) has no axis 0 to index, found "
+                             f"index {index!r}")
+        if isinstance(index, int | np.integer) and not isinstance(index, bool):
+            n = self.shape[0]
             i = int(index) + n if index < 0 else int(index)
             if self.ndim == 1:
                 return apply("gather_scalar", self, i=i)
@@ -160,7 +167,7 @@ class Ref:
 
     def reshape(self, *shape: Any) -> Ref:
         target = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return apply("reshape", self, shape=tuple(target))
+        return apply("reshape", self, shape=as_shape("reshape", target))
 
     def sum(self) -> Ref:
         return apply("sum", self)

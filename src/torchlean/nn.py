@@ -34,7 +34,7 @@ import numpy as np
 
 from . import functional as F
 from .backend import as_dtype, to_host
-from .errors import CheckpointError, ShapeError, TorchLeanError, TraceError
+from .errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
 from .functional import Ref
 from .ops.registry import REGISTRY
 from .params import Param
@@ -125,12 +125,15 @@ def _shape(x: Any) -> tuple[int, ...]:
     return tuple(x.shape) if isinstance(x, Ref) else tuple(np.shape(x))
 
 
-def _pair(name: str, value: Any) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (kernel sizes, strides, paddings)."""
-    pair = (value, value) if isinstance(value, int | np.integer) else tuple(value)
+def _pair(name: str, value: Any, minimum: int = 0) -> tuple[int, int]:
+    """An int or a pair of ints >= ``minimum`` as a pair (kernel sizes, strides, paddings)."""
+    pair = (value, value) if isinstance(value, int | np.integer) else (
+        tuple(value) if isinstance(value, tuple | list) else ())
     if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
                              for v in pair):
         raise TorchLeanError(f"{name}: expected an int or a pair of ints, found {value!r}")
+    if min(pair) < minimum:
+        raise TorchLeanError(f"{name}: must be >= {minimum}, found {value!r}")
     return int(pair[0]), int(pair[1])
 
 
@@ -374,6 +377,11 @@ class Sequential(Module):
 
     def __getitem__(self, i: int) -> Module:
         modules = list(self._modules.values())
+        if isinstance(i, bool) or not isinstance(i, int | np.integer | slice):
+            raise TorchLeanError(f"Sequential: index with an int, found {i!r}")
+        if not isinstance(i, slice) and not -len(modules) <= i < len(modules):
+            raise IndexRangeError(f"Sequential: index {i} out of range for {len(modules)} "
+                                  "modules")
         return modules[i]
 
     def __iter__(self) -> Iterator[Module]:
@@ -419,8 +427,8 @@ class Conv2d(Module):
         super().__init__()
         _positive("Conv2d", in_channels=in_channels, out_channels=out_channels)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair("Conv2d kernel_size", kernel_size)
-        self.stride = _pair("Conv2d stride", stride)
+        self.kernel_size = _pair("Conv2d kernel_size", kernel_size, 1)
+        self.stride = _pair("Conv2d stride", stride, 1)
         self.padding = _pair("Conv2d padding", padding)
         kh, kw = self.kernel_size
         bound = kaiming_uniform_bound(in_channels * kh * kw)
@@ -451,8 +459,8 @@ class ConvTranspose2d(Module):
         super().__init__()
         _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair("ConvTranspose2d kernel_size", kernel_size)
-        self.stride = _pair("ConvTranspose2d stride", stride)
+        self.kernel_size = _pair("ConvTranspose2d kernel_size", kernel_size, 1)
+        self.stride = _pair("ConvTranspose2d stride", stride, 1)
         self.padding = _pair("ConvTranspose2d padding", padding)
         self.output_padding = _pair("ConvTranspose2d output_padding", output_padding)
         kh, kw = self.kernel_size
@@ -681,8 +689,8 @@ class MaxPool2d(Module):
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
         super().__init__()
-        self.kernel_size = _pair("MaxPool2d kernel_size", kernel_size)
-        self.stride = self.kernel_size if stride is None else _pair("MaxPool2d stride", stride)
+        self.kernel_size = _pair("MaxPool2d kernel_size", kernel_size, 1)
+        self.stride = self.kernel_size if stride is None else _pair("MaxPool2d stride", stride, 1)
         self.padding = _pair("MaxPool2d padding", padding)
 
     def forward(self, x: Any) -> Any:
@@ -700,8 +708,8 @@ class AvgPool2d(Module):
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
         super().__init__()
-        self.kernel_size = _pair("AvgPool2d kernel_size", kernel_size)
-        self.stride = self.kernel_size if stride is None else _pair("AvgPool2d stride", stride)
+        self.kernel_size = _pair("AvgPool2d kernel_size", kernel_size, 1)
+        self.stride = self.kernel_size if stride is None else _pair("AvgPool2d stride", stride, 1)
         self.padding = _pair("AvgPool2d padding", padding)
 
     def forward(self, x: Any) -> Any:
@@ -719,8 +727,9 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0 <= p < 1:
-            raise TorchLeanError(f"Dropout: p must be in [0, 1), found {p}")
+        if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
+                or not 0 <= p < 1:
+            raise TorchLeanError(f"Dropout: p must be a number in [0, 1), found {p!r}")
         self.p = float(p)
 
     def forward(self, x: Any) -> Any:
@@ -740,6 +749,9 @@ class Flatten(Module):
 
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
+        for name, dim in (("start_dim", start_dim), ("end_dim", end_dim)):
+            if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
+                raise TorchLeanError(f"Flatten: {name} must be an int, found {dim!r}")
         self.start_dim, self.end_dim = int(start_dim), int(end_dim)
 
     def forward(self, x: Any) -> Any:

@@ -26,6 +26,7 @@ from .functional import NatRef, Ref
 from .graph import Graph, GraphBuilder
 from .ops.registry import Primitive
 from .params import Param
+from .shape import as_shape
 from .tape import Tape
 from .transforms import Compiled
 
@@ -160,7 +161,9 @@ class Session:
         return NatRef(int(i))
 
     def nat_vec(self, ints: Iterable[int]) -> NatRef:
-        arr = np.asarray(list(ints) if not isinstance(ints, np.ndarray) else ints)
+        if not isinstance(ints, np.ndarray | Iterable):
+            raise TorchLeanError(f"nat_vec: expected a vector of non-negative ints, found {ints!r}")
+        arr = numeric_array("nat_vec", list(ints) if not isinstance(ints, np.ndarray) else ints)
         if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0)):
             raise TorchLeanError(f"nat_vec: expected a vector of non-negative ints, found {ints!r}")
         return NatRef(arr.astype(np.int64))
@@ -187,13 +190,23 @@ class Session:
 
     def rand_uniform(self, shape: Sequence[int]) -> TensorRef:
         """U[0, 1) of ``shape`` from the session seed and its next draw counter."""
-        return self._nullary("rand_uniform", shape=tuple(shape), seed=self.opts.seed,
+        target = as_shape("rand_uniform", shape)  # checked before the draw counter moves
+        return self._nullary("rand_uniform", shape=target, seed=self.opts.seed,
                              counter=self._next_counter())
 
     def bernoulli_mask(self, keep_prob: Any, shape: Sequence[int]) -> TensorRef:
         """{0, 1} mask with P(1) = keep_prob (a scalar ref or number)."""
-        kp = keep_prob if isinstance(keep_prob, Ref) else self.const(np.asarray(keep_prob))
-        return F.apply("bernoulli_mask", kp, shape=tuple(shape), seed=self.opts.seed,
+        # Check everything before a keep_prob constant is recorded or the draw counter moves.
+        target = as_shape("bernoulli_mask", shape)
+        if isinstance(keep_prob, Ref):
+            self._check_ref("bernoulli_mask", keep_prob)
+        else:
+            keep_prob = numeric_array("bernoulli_mask", keep_prob)
+        if tuple(keep_prob.shape) != ():
+            raise ShapeError(f"bernoulli_mask: keep_prob must be a scalar (), found "
+                             f"{tuple(keep_prob.shape)}")
+        kp = keep_prob if isinstance(keep_prob, Ref) else self.const(keep_prob)
+        return F.apply("bernoulli_mask", kp, shape=target, seed=self.opts.seed,
                        counter=self._next_counter())
 
     def _nullary(self, name: str, **attrs: Any) -> TensorRef:
@@ -203,8 +216,9 @@ class Session:
 
     def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
         """Inverted dropout: zero each entry with probability p, scale the rest by 1/(1-p)."""
-        if not 0 <= p < 1:
-            raise TorchLeanError(f"dropout: p must be in [0, 1), found {p}")
+        if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
+                or not 0 <= p < 1:
+            raise TorchLeanError(f"dropout: p must be a number in [0, 1), found {p!r}")
         if not training or p == 0:
             return x
         mask = self.bernoulli_mask(1.0 - p, x.shape)
