@@ -125,7 +125,10 @@ def test_adam_hyperparameters_match_torch(lr, beta1, beta2, eps, wd, decoupled):
     kw = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd)
     diffs, _ = run_pair(lambda p: ours(p, **kw), lambda p: theirs(p, foreach=False, **kw),
                         steps=10)
-    assert diffs.max() < 1e-10
+    # With beta2 = 0 and eps ~ 1e-10 the step is ~ lr * sign(grad), whose rounding torch and
+    # NumPy may resolve one ulp apart, and the gap grows over the steps (7.9e-10 seen). The
+    # issue asks for 1e-6; this is still a hundred times tighter.
+    assert diffs.max() < 1e-8
 
 
 def _train(opt, params, prob, steps):
