@@ -184,3 +184,26 @@ def test_compiled_jvp_and_vjp_are_adjoint() -> None:
     lhs = float(np.sum(v * c.jvp(xs, us)))
     rhs = sum(float(np.sum(a * b)) for a, b in zip(c.vjp(xs, v), us, strict=True))
     assert lhs == pytest.approx(rhs, rel=1e-12)
+
+
+def test_wrt_marks_data_leaves_and_keeps_the_link() -> None:
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((5, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)]
+
+    def fn(x: object, w: object, b: object) -> object:
+        return F.sum(F.tanh(F.linear(w, b, x)))
+
+    full = tl.compile(fn, *[x.shape for x in xs], dtype="float64")
+    params_only = tl.compile(fn, *[x.shape for x in xs], dtype="float64", wrt=(1, 2))
+    assert [params_only.graph.nodes[i].requires_grad for i in params_only.graph.inputs] == [
+        False, True, True]
+    g_full, g_params = full.backward(*xs), params_only.backward(*xs)
+    np.testing.assert_array_equal(g_params[0], np.zeros((5, 3)))
+    for a, b in zip(g_full[1:], g_params[1:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    tape, _, out_id = params_only.to_tape(*xs)
+    for a, b in zip(tape.backward_dense_all(out_id, 1.0), params_only.backprop_all(xs, 1.0),
+                    strict=True):
+        assert np.array_equal(a, b)
+    with pytest.raises(tl.ShapeError, match="out of range"):
+        tl.compile(fn, *[x.shape for x in xs], wrt=(3,))

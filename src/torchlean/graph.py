@@ -255,7 +255,7 @@ class Graph:
         leaf_ids: list[int] = []
         for i, node in enumerate(self.nodes):
             if node.kind == "input":
-                tid = tape.leaf(arrays[node.index], requires_grad=True)
+                tid = tape.leaf(arrays[node.index], requires_grad=node.requires_grad)
                 leaf_ids.append(tid)
             elif node.kind == "const":
                 tid = tape.leaf(self.consts[i], requires_grad=False)
@@ -293,10 +293,13 @@ class GraphBuilder:
         node = self.graph.nodes[i]
         return Var(self, i, node.shape, node.dtype)
 
-    def input(self, shape: Sequence[int]) -> Var:
+    def input(self, shape: Sequence[int], requires_grad: bool = True) -> Var:
+        """A new input leaf; ``requires_grad=False`` marks data that never needs a gradient, so
+        no rule computes one for it."""
         g = self.graph
         shape_t = tuple(int(d) for d in shape)
-        g.nodes.append(GraphNode("input", None, (), {}, shape_t, g.dtype, True, len(g.inputs)))
+        g.nodes.append(GraphNode("input", None, (), {}, shape_t, g.dtype, bool(requires_grad),
+                                 len(g.inputs)))
         g.inputs.append(len(g.nodes) - 1)
         return self.var(len(g.nodes) - 1)
 
@@ -309,7 +312,7 @@ class GraphBuilder:
         if param.dtype != g.dtype:
             raise ShapeError(f"use: parameter {param.name!r} is {param.dtype}, the graph is "
                              f"{g.dtype}")
-        var = self.input(param.shape)
+        var = self.input(param.shape, requires_grad=param.requires_grad)
         g.params.append(param)
         return var
 
@@ -369,11 +372,16 @@ class GraphOps:
         return record
 
 
-def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any) -> Graph:
-    """Trace ``fn`` on fresh input leaves of the given shapes into a verified graph."""
+def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any,
+          wrt: Sequence[int] | None = None) -> Graph:
+    """Trace ``fn`` on fresh input leaves of the given shapes into a verified graph.
+
+    Only the leaves in ``wrt`` (default: all) are differentiable; the others are data.
+    """
     graph = Graph(dtype)
     builder = GraphBuilder(graph)
-    leaves = [builder.input(s) for s in shapes]
+    leaves = [builder.input(s, requires_grad=wrt is None or k in wrt)
+              for k, s in enumerate(shapes)]
     result = fn(*leaves)
     outs = result if isinstance(result, tuple | list) else (result,)
     if not outs:

@@ -418,7 +418,9 @@ class ScalarTrainer:
         shapes = tuple(p.shape for p in self.param_list) + tuple(x.shape for x in inputs)
         c = self._compiled.get(shapes)
         if c is None:
-            c = Compiled(self.loss_fn, shapes, dtype=self.opts.dtype)
+            # Only trainable parameters are differentiable: no rule computes a data cotangent.
+            wrt = [k for k, p in enumerate(self.param_list) if p.requires_grad]
+            c = Compiled(self.loss_fn, shapes, dtype=self.opts.dtype, wrt=wrt)
             if c.out_shape != ():
                 raise ShapeError(f"ScalarTrainer: loss has shape {c.out_shape}, expected scalar")
             self._compiled[shapes] = c

@@ -85,9 +85,10 @@ class _Stepper:
             if kind == "loss":
                 def fn(xr: Any, yr: Any) -> Any:
                     return self.loss_fn(self.model(xr), yr)
-                c = Compiled(fn, [x.shape, y.shape], dtype=self.dtype)
+                # The batch is data (wrt=()): only the parameters met while tracing get gradients.
+                c = Compiled(fn, [x.shape, y.shape], dtype=self.dtype, wrt=())
             else:
-                c = Compiled(lambda xr: self.model(xr), [x.shape], dtype=self.dtype)
+                c = Compiled(lambda xr: self.model(xr), [x.shape], dtype=self.dtype, wrt=())
             self._compiled[key] = c
         return c
 

@@ -58,9 +58,11 @@ class Compiled:
     """
 
     def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
-                 dtype: Any = "float32") -> None:
+                 dtype: Any = "float32", wrt: Sequence[int] | None = None) -> None:
         leaf_shapes = [as_shape(f"compile: leaf {k} shape", s) for k, s in enumerate(shapes)]
-        self.graph: Graph = trace(fn, leaf_shapes, dtype)
+        if wrt is not None:
+            wrt = _argnums("compile wrt", tuple(wrt), len(leaf_shapes))[0] if tuple(wrt) else ()
+        self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt)
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
 
@@ -154,10 +156,15 @@ class Compiled:
 
 
 def compile(  # noqa: A001  (the public name, as torch.compile)
-    fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32"
+    fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32",
+    wrt: Sequence[int] | None = None,
 ) -> Compiled:
-    """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``."""
-    return Compiled(fn, leaf_shapes, dtype)
+    """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``.
+
+    ``wrt`` names the differentiable leaves (default: all). The others are data: no rule
+    computes their cotangents, and ``vjp``/``backward`` report zeros for them.
+    """
+    return Compiled(fn, leaf_shapes, dtype, wrt)
 
 
 def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Graph, list[Any]]:
