@@ -98,6 +98,8 @@ class Session:
     # --- leaves ------------------------------------------------------------------------------
 
     def _leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None) -> TensorRef:
+        """A leaf holding ``array`` converted to the session's dtype (the one place data of
+        another dtype enters; inside ops, mixed dtypes are an error)."""
         if self.tape is not None:
             arr = self.tape.as_array(op, array)
             if arr.dtype.kind == "f" and arr.dtype != self.dtype:
@@ -106,15 +108,13 @@ class Session:
         assert self._builder is not None
         arr = numeric_array(op, to_host(array) if not isinstance(array, list | tuple | float | int)
                             else array).astype(self.dtype)
-        graph = self._builder.graph
         if requires_grad:
             var = self._builder.input(arr.shape)
+            self._leaf_values.append(arr)
         else:
             var = self._builder.const(arr)
-        if requires_grad:
-            self._leaf_values.append(arr)
         self._linked = None
-        return TensorRef(self, var._id, var.shape, graph.dtype)
+        return TensorRef(self, var._id, var.shape, var.dtype)
 
     def _ref(self, node_id: int) -> TensorRef:
         assert self.tape is not None
