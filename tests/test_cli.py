@@ -360,3 +360,21 @@ def test_build_rejects_unknown_or_incomplete_configs() -> None:
         models.build({"model": "lstm"})
     with pytest.raises(tl.TorchLeanError, match="lacks the entry 'hidden'"):
         models.build({"model": "mlp", "in_features": 4, "num_classes": 3})
+
+
+def test_ops_lists_every_primitive(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchlean.ops.registry import REGISTRY
+
+    assert cli.main(["ops"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(REGISTRY)
+    assert "| `relu` | `relu(x)` | vjp + jvp |" in out
+    assert "| `rand_uniform` |" in out and "zero derivative" in out
+
+
+def test_docs_ops_table_is_current() -> None:
+    from torchlean.ops.registry import markdown_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "OPS.md").read_text()
+    assert doc.rstrip().endswith(markdown_table()), "regenerate: torchlean ops > docs/OPS.md"

@@ -92,7 +92,7 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchlean", description="Train, evaluate and inspect small models with torchlean.")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops}")
     sub.required = True
 
     recipes = "; ".join(
@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batch size the graph is traced for (default 2)")
     graph.add_argument("--seed", type=_non_negative_int, default=0)
     graph.add_argument("--dot", metavar="PATH", help="also write the graph as Graphviz DOT")
+
+    sub.add_parser("ops", help="list every primitive op with its signature and semantics",
+                   description="Print the op registry as a Markdown table (one row per "
+                               "primitive: signature, how its derivatives are declared, "
+                               "documented semantics).")
     return parser
 
 
@@ -479,8 +484,15 @@ def _graph(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # entry point
 
+def _ops(args: argparse.Namespace) -> int:
+    from .ops.registry import markdown_table
+
+    print(markdown_table())
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "train": _train, "eval": _eval, "graph": _graph}
+    "train": _train, "eval": _eval, "graph": _graph, "ops": _ops}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

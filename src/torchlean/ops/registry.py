@@ -227,6 +227,26 @@ def get(name: str) -> Primitive:
     return prim
 
 
+def kind_of(prim: Primitive) -> str:
+    """How the primitive's derivatives are declared, in a word (for the docs table)."""
+    if prim.nondiff:
+        return "zero derivative"
+    if prim.reverse_only:
+        return "reverse only"
+    return "linear" if prim.linear else "vjp + jvp"
+
+
+def markdown_table() -> str:
+    """Every registered primitive as a Markdown table: signature, kind, semantics."""
+    rows = ["| op | signature | derivatives | semantics |", "|---|---|---|---|"]
+    for name in sorted(REGISTRY):
+        prim = REGISTRY[name]
+        signature = ", ".join(prim.inputs + tuple(prim.attrs))
+        semantics = " ".join(prim.semantics.split()).replace("|", "\\|")
+        rows.append(f"| `{name}` | `{name}({signature})` | {kind_of(prim)} | {semantics} |")
+    return "\n".join(rows)
+
+
 # --- Helpers for declaring whole kinds of primitive -------------------------------------------
 
 
