@@ -1,11 +1,13 @@
-"""The ``torchlean`` command: ``train``, ``eval`` and ``graph`` (also ``python -m torchlean``).
+"""The ``torchlean`` command: ``train``, ``eval``, ``graph`` and ``ops`` (also ``python -m
+torchlean``).
 
 ``torchlean train`` trains one of the models in ``torchlean.models`` on one of the datasets in
 ``torchlean.datasets`` with ``torchlean.train.fit``, printing one line per epoch, and optionally
 writes a safetensors checkpoint (``--save``, with the model config in its metadata), a PNG of the
 loss and accuracy curves (``--plot``) and the metrics history as JSON (``--json``).
 ``torchlean eval`` rebuilds a saved model from its checkpoint and reports the test metrics;
-``torchlean graph`` prints the compiled graph of a model's loss (and writes Graphviz DOT).
+``torchlean graph`` prints the compiled graph of a model's loss (and writes Graphviz DOT);
+``torchlean ops`` prints the op registry as a Markdown table.
 
 Every error is reported as one message on stderr with exit status 2 (no traceback); Ctrl-C
 during training stops after the current batch, writes what was asked for, and exits with 130.

@@ -9,8 +9,8 @@ The derivative rules close over three bias-free bilinear primitives, each the ad
 others in one argument, so every derivative of a convolution is again a convolution and hvp /
 hessian work through them:
 
-- ``conv_core(w, x)``: cross-correlation (im2col view + one batched matmul);
-- ``conv_transpose_core(w, x)``: its adjoint in ``x`` (one matmul + col2im scatter);
+- ``conv_core(w, x)``: cross-correlation (im2col of the whole batch + one GEMM);
+- ``conv_transpose_core(w, x)``: its adjoint in ``x`` (one whole-batch GEMM + col2im scatter);
 - ``conv_weight_grad(a, b)``: its adjoint in ``w`` (im2col of ``b`` + one batched matmul).
 
 The window helpers here (``pad_spatial``, ``window_view``, ``scatter_windows``) are shared with
