@@ -170,3 +170,18 @@ def test_transform_errors() -> None:
         tl.grad(lambda x, y: F.sum(x * y))(np.ones(3, np.float32), np.ones(3))
     with pytest.raises(tl.ShapeError, match="argnums"):
         tl.grad(lambda x: F.sum(x), argnums=3)(np.ones(3))
+
+
+def test_vjp_returns_one_cotangent_per_argument_with_modules() -> None:
+    tl.manual_seed(0)
+    layer = tl.nn.Linear(3, 2, dtype="float64")
+
+    def f(x: object) -> object:
+        return F.tanh(layer(x))
+
+    x = np.ones((4, 3))
+    out, vjp_fn = tl.vjp(f, x)
+    cotangents = vjp_fn(np.ones(out.shape))
+    assert len(cotangents) == 1 and cotangents[0].shape == (4, 3)
+    expected = (1 - out ** 2) @ layer.weight.value
+    np.testing.assert_allclose(cotangents[0], expected, rtol=1e-12)

@@ -92,12 +92,10 @@ class Compiled:
         arrays = g.check_inputs("jvp", self._full(xs))
         tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True)
         values = g.evaluate(arrays)
-        out = g.tangents(values, tangents)[g.output]
-        return np.zeros_like(values[g.output]) if out is None else out
+        return _or_zeros(g.tangents(values, tangents), values, [g.output])[0]
 
     def _leaf_cotangents(self, dense: list[Any], values: list[Any]) -> tuple[Any, ...]:
-        return tuple(np.zeros_like(values[i]) if dense[i] is None else dense[i]
-                     for i in self.graph.inputs)
+        return _or_zeros(dense, values, self.graph.inputs)
 
     def _seed(self, op: str, seed: Any) -> Any:
         arr = numeric_array(f"{op} seed", seed, np, self.dtype)
@@ -151,8 +149,7 @@ class Compiled:
         arrays = gg.check_inputs("hvp", self._full(xs))
         tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True)
         values = gg.evaluate(arrays)
-        out = gg.tangents(values, tangents)
-        return tuple(np.zeros_like(values[o]) if out[o] is None else out[o] for o in gg.outputs)
+        return _or_zeros(gg.tangents(values, tangents), values, gg.outputs)
 
 
 def compile(  # noqa: A001  (the public name, as torch.compile)
@@ -176,6 +173,11 @@ def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Grap
     return graph, arrays + [p.data for p in graph.params]
 
 
+def _or_zeros(found: Sequence[Any], values: Sequence[Any], ids: Sequence[int]) -> tuple[Any, ...]:
+    """``found[i]`` for each node id, or zeros of that node's shape where nothing arrived."""
+    return tuple(np.zeros_like(values[i]) if found[i] is None else found[i] for i in ids)
+
+
 def _pad_tangents(graph: Graph, tangents: Sequence[Any]) -> list[Any]:
     """Tangents for the traced inputs, then ``None`` (zero) for parameters met while tracing."""
     return list(tangents) + [None] * len(graph.params)
@@ -194,8 +196,7 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
                              "expected a scalar (); use vjp for tensor outputs")
         values = graph.evaluate(arrays)
         dense = graph.backprop(values, out, np.ones((), dtype=graph.dtype))
-        grads = tuple(np.zeros_like(values[graph.inputs[k]]) if dense[graph.inputs[k]] is None
-                      else dense[graph.inputs[k]] for k in nums)
+        grads = _or_zeros(dense, values, [graph.inputs[k] for k in nums])
         return values[out], grads[0] if single else grads
 
     return wrapped
@@ -222,9 +223,8 @@ def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[An
         if s.shape != graph.nodes[out].shape:
             raise ShapeError(f"vjp: seed has shape {s.shape}, output has "
                              f"{graph.nodes[out].shape}")
-        dense = graph.backprop(values, out, s)
-        return tuple(np.zeros_like(values[i]) if dense[i] is None else dense[i]
-                     for i in graph.inputs)
+        # One cotangent per argument (parameters met while tracing are held fixed).
+        return _or_zeros(graph.backprop(values, out, s), values, graph.inputs[: len(xs)])
 
     return values[out], vjp_fn
 
@@ -248,8 +248,7 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     ts = graph.check_inputs("jvp tangents", _pad_tangents(graph, tangents), allow_none=True)
     values = graph.evaluate(arrays)
     out = graph.output
-    t = graph.tangents(values, ts)[out]
-    return values[out], np.zeros_like(values[out]) if t is None else t
+    return values[out], _or_zeros(graph.tangents(values, ts), values, [out])[0]
 
 
 def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
@@ -266,9 +265,7 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     gg = grad_graph(graph)
     ts = gg.check_inputs("hvp tangents", _pad_tangents(gg, tangents), allow_none=True)
     values = gg.evaluate(arrays)
-    out = gg.tangents(values, ts)
-    return tuple(np.zeros_like(values[o]) if out[o] is None else out[o]
-                 for o in gg.outputs[: len(primals)])
+    return _or_zeros(gg.tangents(values, ts), values, gg.outputs[: len(primals)])
 
 
 def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
