@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sklearn  # noqa: F401  (a test dependency: missing means failing, not skipping)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchlean import datasets
 from torchlean.datasets import ADDER_VOCAB, IGNORE
 from torchlean.errors import TorchLeanError
-
-pytest.importorskip("sklearn")
 
 
 def _rows(a: np.ndarray) -> set[bytes]:

@@ -186,3 +186,6 @@ def test_assert_close_reports_shape_then_dtype_then_values() -> None:
         gc.assert_close(np.zeros(3, dtype=np.int64), np.zeros(3), 0, 0, "x")
     with pytest.raises(gc.GradcheckError, match="1 of 3 entries differ"):
         gc.assert_close(np.array([0.0, 0.0, 1.0]), np.zeros(3), 1e-6, 1e-6, "x")
+    # An inf in the reference does not stretch the tolerance of the finite entries.
+    with pytest.raises(gc.GradcheckError, match="1 of 2 entries differ"):
+        gc.assert_close(np.array([np.inf, 5.0]), np.array([np.inf, 0.0]), 1e-6, 1e-6, "x")

@@ -143,6 +143,7 @@ def test_scatter_add_semantics() -> None:
     m = np.zeros((2, 3))
     y, (gm, gr) = grads_of("scatter_add_row", m, x, i=1)
     np.testing.assert_array_equal(y, [[0, 0, 0], [1, 2, 3]])
+    np.testing.assert_array_equal(gm, np.ones((2, 3)))
     np.testing.assert_array_equal(gr, [1.0, 1.0, 1.0])
     assert x[1] == 2.0  # inputs are never written in place
 

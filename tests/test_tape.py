@@ -42,6 +42,9 @@ def test_diamond_accumulates_in_a_fixed_order() -> None:
 
     first = run()
     assert all(np.array_equal(first, run()) for _ in range(3))  # bitwise deterministic
+    x = np.linspace(-1, 1, 7)
+    sig = 1 / (1 + np.exp(-x))
+    np.testing.assert_allclose(first, np.exp(x) + 2 * x + sig * (1 - sig), rtol=1e-14)
 
 
 def test_frozen_leaf_receives_and_passes_nothing() -> None:
