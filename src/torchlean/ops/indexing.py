@@ -254,10 +254,15 @@ register(Primitive(
     torch_ref=lambda torch, x, i: x[i],
 ))
 
+def _gather_nat_vjp(ops: Any, g: Any, xs: Any, out: Any, idx: Any) -> tuple[Any]:
+    """Scatter-add g back at the in-range indices (repeats accumulate, out of range drops)."""
+    return (ops.scatter_add_nat(g, idx=idx, n=xs[0].shape[0]),)
+
+
 register(Primitive(
     "gather_vec_nat", ("x",), _gather_nat_infer("gather_vec_nat", 1), _gather_nat,
     attrs=("idx",), linear=True,
-    vjp=lambda ops, g, xs, out, idx: (ops.scatter_add_nat(g, idx=idx, n=xs[0].shape[0]),),
+    vjp=_gather_nat_vjp,
     semantics="x[idx] for a vector x and static Nat indices idx (an int, sequence or int array; "
               "output shape idx.shape). Out-of-range indices read 0 and receive nothing; "
               "repeated indices accumulate their gradients (scatter-add).",
@@ -268,7 +273,7 @@ register(Primitive(
 register(Primitive(
     "gather_rows_nat", ("x",), _gather_nat_infer("gather_rows_nat", 2), _gather_nat,
     attrs=("idx",), linear=True,
-    vjp=lambda ops, g, xs, out, idx: (ops.scatter_add_nat(g, idx=idx, n=xs[0].shape[0]),),
+    vjp=_gather_nat_vjp,
     semantics="Rows x[idx, :] of a matrix for static Nat indices idx (output idx.shape + "
               "(cols,)). Out-of-range indices read zero rows and receive nothing; repeated "
               "indices accumulate (scatter-add).",

@@ -133,12 +133,21 @@ def _bilinear_jvp(name: str) -> Any:
     return jvp
 
 
+def _product_vjp(name: str, transpose: str) -> Any:
+    """VJP of a matrix product ``a @ b``: ``(g b^T, a^T g)``, each only where needed."""
+
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, needed: tuple[bool, ...] = (True, True)
+            ) -> tuple[Any, Any]:
+        product, t = getattr(ops, name), getattr(ops, transpose)
+        return (product(g, t(xs[1])) if needed[0] else None,
+                product(t(xs[0]), g) if needed[1] else None)
+
+    return vjp
+
+
 register(Primitive(
     "matmul", ("a", "b"), _matmul_infer, np.matmul,
-    vjp=lambda ops, g, xs, out, needed=(True, True): (
-        ops.matmul(g, ops.transpose2d(xs[1])) if needed[0] else None,
-        ops.matmul(ops.transpose2d(xs[0]), g) if needed[1] else None),
-    jvp=_bilinear_jvp("matmul"), selective=True,
+    vjp=_product_vjp("matmul", "transpose2d"), jvp=_bilinear_jvp("matmul"), selective=True,
     semantics="Matrix product (m, n) @ (n, p) -> (m, p). VJP: (g b^T, a^T g). JVP: "
               "ta b + a tb.",
     samples=lambda rng: [Sample((_n(rng, _dim(rng), 3), _n(rng, 3, _dim(rng)))),
@@ -148,10 +157,7 @@ register(Primitive(
 
 register(Primitive(
     "bmm", ("a", "b"), _bmm_infer, np.matmul,
-    vjp=lambda ops, g, xs, out, needed=(True, True): (
-        ops.bmm(g, ops.transpose3d_last_two(xs[1])) if needed[0] else None,
-        ops.bmm(ops.transpose3d_last_two(xs[0]), g) if needed[1] else None),
-    jvp=_bilinear_jvp("bmm"), selective=True,
+    vjp=_product_vjp("bmm", "transpose3d_last_two"), jvp=_bilinear_jvp("bmm"), selective=True,
     semantics="Batched matrix product (B, m, n) @ (B, n, p) -> (B, m, p) (torch.bmm). "
               "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",
     samples=lambda rng: [Sample((_n(rng, 2, _dim(rng), 3), _n(rng, 2, 3, _dim(rng))))],
