@@ -55,7 +55,7 @@ class Primitive:
     __slots__ = (
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
-        "fd_smooth", "selective",
+        "fd_smooth", "selective", "spec", "bounds", "error_inputs",
     )
 
     def __init__(
@@ -98,6 +98,13 @@ class Primitive:
         # forward is piecewise constant in a way that random samples can straddle).
         self.fd_smooth = fd_smooth
         self.selective = selective
+        # Filled in by the modules that own them, never called by the runtime kernels:
+        # ``spec`` is the plain reference definition (``torchlean.spec``), ``bounds`` the interval
+        # rule used for certification (``torchlean.bounds``), ``error_inputs`` bad calls and the
+        # error each must raise (as PyTorch's OpInfo ``error_inputs``).
+        self.spec: Rule | None = None
+        self.bounds: Rule | None = None
+        self.error_inputs: Callable[[], list[Any]] | None = None
         if not nondiff and vjp is None:
             raise TypeError(f"primitive {name}: a differentiable op needs a vjp rule")
         if not (nondiff or linear or reverse_only) and jvp is None:
