@@ -58,17 +58,13 @@ def get_spec(name: str) -> SpecEntry | None:
 
 
 def _load_all() -> None:
-    # Imported for their side effect: each module defines the specs of one op family. A module
-    # that does not exist yet is skipped, so families can land one at a time.
+    # Imported for their side effect: each module of this package defines the specs of one op
+    # family (``scalar`` holds the shared scalar functions).
     import importlib
+    import pkgutil
 
-    for family in ("elementwise", "reductions", "linalg", "layout", "indexing", "encoding",
-                   "random", "conv", "pool", "norm", "attention"):
-        try:
-            importlib.import_module(f"{__name__}.{family}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{family}":
-                raise
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
 
 
 _load_all()
