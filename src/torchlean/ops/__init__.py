@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     conv,
     elementwise,
     encoding,
+    general,
     indexing,
     layout,
     linalg,
