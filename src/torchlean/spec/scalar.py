@@ -79,3 +79,25 @@ def to_int(x: Any) -> int:
     if value != int(value):
         raise ValueError(f"index {x!r} is not an integer")
     return int(value)
+
+
+def log1p(x: Any) -> Any:
+    """``log(1 + x)``; on floats ``math.log1p``, accurate for tiny x (softplus needs it)."""
+    if _is_number(x):
+        return math.log1p(float(x))
+    return _sympy().log(1 + _symbolic(x))
+
+
+def constant(value: int | float, like: Any) -> Any:
+    """``value`` (an int or a dyadic float such as 0.5) as a scalar of ``like``'s type.
+
+    Masks, zero fills and one-hot rows produce constants; this keeps an output's entries of one
+    scalar type (a ``Fraction`` input gives ``Fraction`` zeros, a sympy input sympy numbers).
+    """
+    if isinstance(like, Fraction):
+        return Fraction(value)
+    if isinstance(like, bool | int | np.integer):
+        return value
+    if _is_number(like):
+        return float(value)
+    return _sympy().Rational(value)  # exact for ints and dyadic floats
