@@ -4,7 +4,7 @@ A shape-checked autodiff runtime whose eager tape, compiled graph and derivative
 one op registry. This module only re-exports the public names.
 """
 
-from . import nn, optim, spec, train  # spec: links each primitive to its reference definition
+from . import nn, optim, train
 from .checkpoint import load, read_metadata, save
 from .data import Dataset
 from .errors import (
@@ -33,7 +33,7 @@ __all__ = [
     "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
     "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
-    "optim", "train", "nn", "spec", "manual_seed", "save", "load", "read_metadata",
+    "optim", "train", "nn", "manual_seed", "save", "load", "read_metadata",
     "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
 ]
