@@ -88,8 +88,8 @@ def log1p(x: Any) -> Any:
     return _sympy().log(1 + _symbolic(x))
 
 
-def constant(value: int | float, like: Any) -> Any:
-    """``value`` (an int or a dyadic float such as 0.5) as a scalar of ``like``'s type.
+def constant(value: int | float | Fraction, like: Any) -> Any:
+    """``value`` (an int, a float such as 0.5, or a Fraction) as a scalar of ``like``'s type.
 
     Masks, zero fills and one-hot rows produce constants; this keeps an output's entries of one
     scalar type (a ``Fraction`` input gives ``Fraction`` zeros, a sympy input sympy numbers).
@@ -100,4 +100,4 @@ def constant(value: int | float, like: Any) -> Any:
         return value
     if _is_number(like):
         return float(value)
-    return _sympy().Rational(value)  # exact for ints and dyadic floats
+    return _sympy().Rational(value)  # exact: every float and Fraction is a rational number
