@@ -71,18 +71,6 @@ def check_axis(op: str, axis: int, shape: Shape) -> int:
     return axis % ndim
 
 
-def require_ndim(op: str, name: str, shape: Shape, ndims: Sequence[int]) -> None:
-    """Require ``len(shape)`` to be one of ``ndims``."""
-    if len(shape) not in ndims:
-        want = " or ".join(str(n) for n in ndims)
-        raise ShapeError(f"{op}: {name} must have {want} dims, found shape {shape}")
-
-
-def require_same(op: str, a: Shape, b: Shape, what: str = "shapes differ") -> None:
-    if a != b:
-        raise ShapeError(f"{op}: {what}: {a} and {b}")
-
-
 def per_axis(op: str, name: str, value: int | Sequence[int], d: int, minimum: int) -> Shape:
     """Expand an int or per-axis sequence (stride, padding, kernel) to ``d`` ints >= minimum."""
     vals = (value,) * d if isinstance(value, int) else tuple(value)
@@ -99,10 +87,3 @@ def conv_out_size(op: str, n: int, k: int, s: int, p: int) -> int:
         raise ShapeError(f"{op}: kernel {k} larger than padded input {n} + 2*{p}")
     return (n + 2 * p - k) // s + 1
 
-
-def conv_transpose_out_size(op: str, n: int, k: int, s: int, p: int) -> int:
-    """Output length of a transposed convolution along one axis: (n - 1) * s - 2p + k."""
-    out = (n - 1) * s - 2 * p + k
-    if out <= 0:
-        raise ShapeError(f"{op}: output size {(n - 1)}*{s} - 2*{p} + {k} = {out} is not positive")
-    return out

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape
-from .registry import Primitive, Sample, register
+from .registry import Primitive, Sample, add_tangents, register
+from .samples import normal
 
 # ---------------------------------------------------------------------------------------------
 # masked_softmax
@@ -69,10 +70,6 @@ def _ms_infer(x: Shape, mask: Any = None) -> Shape:
     return x
 
 
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
 def _causal(n: int) -> np.ndarray:
     return np.tril(np.ones((n, n), dtype=bool))
 
@@ -102,10 +99,10 @@ register(Primitive(
               "(True = allowed; broadcast over leading axes; None = plain softmax). Masked "
               "entries get weight exactly 0; a row with nothing allowed is all 0 (PyTorch "
               "gives NaN there: an intended difference). VJP/JVP: y * (g - sum(g * y)).",
-    samples=lambda rng: [Sample((_n(rng, 2, 3, 3),), {"mask": _causal(3)}),
-                         Sample((_n(rng, 4, 4),), {"mask": _with_empty_row(4)},
+    samples=lambda rng: [Sample((normal(rng, 2, 3, 3),), {"mask": _causal(3)}),
+                         Sample((normal(rng, 4, 4),), {"mask": _with_empty_row(4)},
                                 note="fully masked row"),
-                         Sample((_n(rng, 2, 5),), {"mask": None})],
+                         Sample((normal(rng, 2, 5),), {"mask": None})],
     torch_ref=_torch_masked_softmax,
 ))
 
@@ -178,12 +175,6 @@ class _Layout:
                            shape=(self.b * self.n, self.hd))
 
 
-def _add(ops: Any, a: Any, b: Any) -> Any:
-    if a is None:
-        return b
-    return a if b is None else ops.add(a, b)
-
-
 def _recompute(ops: Any, xs: Any, mask: Any, num_heads: int) -> Any:
     wq, wk, wv, _, x = xs
     lay = _Layout(tuple(x.shape), wq.shape[1], num_heads)
@@ -226,18 +217,18 @@ def _mha_jvp(ops: Any, ts: Any, xs: Any, out: Any, mask: Any = None,
     tx2 = None if tx is None else ops.reshape(tx, shape=(lay.b * lay.n, lay.dm))
 
     def proj_tangent(w: Any, tw: Any) -> Any:
-        t = _add(ops, None if tx2 is None else ops.matmul(tx2, w),
+        t = add_tangents(ops, None if tx2 is None else ops.matmul(tx2, w),
                  None if tw is None else ops.matmul(x2, tw))
         return None if t is None else lay.heads(ops, t)
 
     tq, tk, tv = proj_tangent(wq, twq), proj_tangent(wk, twk), proj_tangent(wv, twv)
-    ts_ = _add(ops, None if tq is None else ops.bmm(tq, ops.transpose3d_last_two(k)),
+    ts_ = add_tangents(ops, None if tq is None else ops.bmm(tq, ops.transpose3d_last_two(k)),
                None if tk is None else ops.bmm(q, ops.transpose3d_last_two(tk)))
     tp = None if ts_ is None else _softmax_rule(
         ops, ops.scale(ts_, c=1.0 / math.sqrt(lay.d)), p)
-    to = _add(ops, None if tp is None else ops.bmm(tp, v),
+    to = add_tangents(ops, None if tp is None else ops.bmm(tp, v),
               None if tv is None else ops.bmm(p, tv))
-    ty = _add(ops, None if to is None else ops.matmul(lay.merge(ops, to), wo),
+    ty = add_tangents(ops, None if to is None else ops.matmul(lay.merge(ops, to), wo),
               None if two is None else ops.matmul(lay.merge(ops, ops.bmm(p, v)), two))
     return ops.reshape(ty, shape=tuple(x.shape))
 
@@ -260,15 +251,15 @@ def _torch_mha(torch: Any, wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any
 
 def _mha_samples(rng: np.random.Generator) -> list[Sample]:
     def weights(dm: int, hd: int) -> tuple[np.ndarray, ...]:
-        return tuple(_n(rng, dm, hd) * 0.5 for _ in range(3)) + (_n(rng, hd, dm) * 0.5,)
+        return tuple(normal(rng, dm, hd) * 0.5 for _ in range(3)) + (normal(rng, hd, dm) * 0.5,)
 
     return [
-        Sample(weights(4, 4) + (_n(rng, 3, 4),), {"mask": None, "num_heads": 2}),
-        Sample(weights(3, 4) + (_n(rng, 2, 4, 3),), {"mask": _causal(4), "num_heads": 2},
+        Sample(weights(4, 4) + (normal(rng, 3, 4),), {"mask": None, "num_heads": 2}),
+        Sample(weights(3, 4) + (normal(rng, 2, 4, 3),), {"mask": _causal(4), "num_heads": 2},
                note="batch, causal"),
-        Sample(weights(4, 6) + (_n(rng, 4, 4),), {"mask": _with_empty_row(4), "num_heads": 3},
+        Sample(weights(4, 6) + (normal(rng, 4, 4),), {"mask": _with_empty_row(4), "num_heads": 3},
                note="fully masked row"),
-        Sample(weights(2, 2) + (_n(rng, 3, 2),), {"mask": None, "num_heads": 1}),
+        Sample(weights(2, 2) + (normal(rng, 3, 2),), {"mask": None, "num_heads": 1}),
     ]
 
 

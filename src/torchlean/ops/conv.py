@@ -13,123 +13,30 @@ hessian work through them:
 - ``conv_transpose_core(w, x)``: its adjoint in ``x`` (one whole-batch GEMM + col2im scatter);
 - ``conv_weight_grad(a, b)``: its adjoint in ``w`` (im2col of ``b`` + one batched matmul).
 
-The window helpers here (``pad_spatial``, ``window_view``, ``scatter_windows``) are shared with
-``pool.py``. The only Python loop is col2im's loop over the ``prod(k)`` kernel offsets.
+The strided-window helpers live in ``windows.py`` (shared with pooling). The only Python loop is
+col2im's loop over the ``prod(k)`` kernel offsets.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ShapeError
-from ..shape import Shape, conv_out_size, per_axis, size
-from .registry import Primitive, Sample, register
+from ..shape import Shape, per_axis, size
+from .registry import Primitive, Sample, add_tangents, bilinear, bilinear_jvp, register
+from .samples import normal
+from .windows import axes_tuple, crop_spatial, out_sizes, pad_spatial, scatter_windows, window_view
 
 # ---------------------------------------------------------------------------------------------
-# Window helpers (shared with pooling).
-
-
-def axes_tuple(value: int | Sequence[int], d: int) -> tuple[int, ...]:
-    """An int or per-axis sequence as ``d`` ints (already validated by the shape rule)."""
-    if isinstance(value, int | np.integer):
-        return (int(value),) * d
-    return tuple(int(v) for v in value)
-
-
-def pad_spatial(x: Any, padding: tuple[int, ...], fill: float = 0.0) -> Any:
-    """Pad the trailing ``len(padding)`` axes symmetrically with ``fill`` (no copy if no pad)."""
-    if not any(padding):
-        return x
-    d = len(padding)
-    lead = x.shape[: x.ndim - d]
-    spatial = x.shape[x.ndim - d:]
-    shape = lead + tuple(n + 2 * p for n, p in zip(spatial, padding, strict=True))
-    buf = np.full(shape, fill, dtype=x.dtype) if fill else np.zeros(shape, dtype=x.dtype)
-    inner = (Ellipsis,) + tuple(slice(p, p + n) for n, p in zip(spatial, padding, strict=True))
-    buf[inner] = x
-    return buf
-
-
-def window_view(xp: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
-                kernel_first: bool) -> Any:
-    """A read-only strided view of the sliding windows over the trailing ``d`` axes of ``xp``.
-
-    Shape ``lead + kernel + out`` when ``kernel_first`` (im2col order) else ``lead + out +
-    kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied.
-    """
-    d = len(kernel)
-    lead = xp.shape[: xp.ndim - d]
-    spatial = xp.shape[xp.ndim - d:]
-    strides = xp.strides
-    lead_st, sp_st = strides[: xp.ndim - d], strides[xp.ndim - d:]
-    out = tuple((n - k) // s + 1 for n, k, s in zip(spatial, kernel, stride, strict=True))
-    out_st = tuple(st * s for st, s in zip(sp_st, stride, strict=True))
-    if kernel_first:
-        shape, st = lead + kernel + out, lead_st + sp_st + out_st
-    else:
-        shape, st = lead + out + kernel, lead_st + out_st + sp_st
-    return as_strided(xp, shape=shape, strides=st, writeable=False)
-
-
-def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
-                    kernel_first: bool) -> Any:
-    """col2im: sum window entries back into an array whose trailing axes have size ``full``.
-
-    ``cols`` has shape ``lead + kernel + out`` (``kernel_first``) or ``lead + out + kernel``.
-    Non-overlapping windows (stride == kernel) are written in one strided copy; otherwise one
-    strided add per kernel offset.
-    """
-    d = len(full)
-    if kernel_first:
-        lead = cols.shape[: cols.ndim - 2 * d]
-        kernel = cols.shape[cols.ndim - 2 * d: cols.ndim - d]
-        out = cols.shape[cols.ndim - d:]
-    else:
-        lead = cols.shape[: cols.ndim - 2 * d]
-        out = cols.shape[cols.ndim - 2 * d: cols.ndim - d]
-        kernel = cols.shape[cols.ndim - d:]
-    nl = len(lead)
-    covered = tuple(o * k for o, k in zip(out, kernel, strict=True))
-    buf = np.zeros(lead + tuple(full), dtype=cols.dtype)
-    if tuple(stride) == tuple(kernel):
-        # Windows tile a leading block exactly: split each axis (n -> o, k) and copy once.
-        region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
-        split = region.reshape(lead + tuple(itertools.chain.from_iterable(zip(out, kernel,
-                                                                              strict=True))))
-        # split axes: lead, o0, k0, o1, k1, ...; bring them to the order of ``cols``.
-        o_axes = tuple(nl + 2 * i for i in range(d))
-        k_axes = tuple(nl + 2 * i + 1 for i in range(d))
-        order = tuple(range(nl)) + (k_axes + o_axes if kernel_first else o_axes + k_axes)
-        split.transpose(order)[...] = cols
-        return buf
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        target = (Ellipsis,) + tuple(
-            slice(i, i + s * (o - 1) + 1, s) for i, s, o in zip(offset, stride, out, strict=True))
-        if kernel_first:
-            source = (Ellipsis,) + offset + (slice(None),) * d
-        else:
-            source = (Ellipsis,) + offset
-        buf[target] += cols[source]
-    return buf
-
-
-def crop_spatial(x: Any, padding: tuple[int, ...], out: tuple[int, ...]) -> Any:
-    """The inner block ``[p : p + out]`` of the trailing axes (a view when nothing to crop)."""
-    if not any(padding) and tuple(x.shape[x.ndim - len(out):]) == tuple(out):
-        return x
-    return x[(Ellipsis,) + tuple(slice(p, p + o) for p, o in zip(padding, out, strict=True))]
+# im2col over the whole batch.
 
 
 def _im2col(xb: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
             padding: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
     """Columns ``(N, C * prod(k), prod(out))`` of a batched input, and the output size."""
-    xp = pad_spatial(xb, padding)
-    view = window_view(xp, kernel, stride, kernel_first=True)
+    view = window_view(pad_spatial(xb, padding), kernel, stride, kernel_first=True)
     d = len(kernel)
     out = view.shape[view.ndim - d:]
     n, c = xb.shape[0], xb.shape[1]
@@ -140,8 +47,8 @@ def _im2col_rows(xb: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
                  padding: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
     """Columns ``(C * prod(k), N * prod(out))`` of a batched input: the whole batch as one
     GEMM operand (NumPy's batched matmul runs one small GEMM per image, about half as fast)."""
-    xp = pad_spatial(xb, padding)
-    view = window_view(xp, kernel, stride, kernel_first=True)  # (N, C, *k, *out)
+    # (N, C, *k, *out)
+    view = window_view(pad_spatial(xb, padding), kernel, stride, kernel_first=True)
     d = len(kernel)
     out = view.shape[view.ndim - d:]
     n, c = xb.shape[0], xb.shape[1]
@@ -170,7 +77,8 @@ def _conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
 def _conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
                          output_padding: Any = 0) -> Any:
     d = w.ndim - 2
-    s, p, op = axes_tuple(stride, d), axes_tuple(padding, d), axes_tuple(output_padding, d)
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    out_pad = axes_tuple(output_padding, d)
     xb, batched = _batched(x, d)
     n, ci = xb.shape[0], xb.shape[1]
     co, kernel = w.shape[1], tuple(w.shape[2:])
@@ -178,7 +86,8 @@ def _conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
     rows = xb.reshape(n, ci, -1).swapaxes(0, 1).reshape(ci, -1)  # (Ci, N * P_in), one GEMM
     cols = w.reshape(ci, -1).T @ rows  # (Co * K, N * P_in)
     windows = np.moveaxis(cols.reshape((co,) + kernel + (n,) + spatial), 1 + d, 0)
-    full = tuple((i - 1) * st + k + o for i, st, k, o in zip(spatial, s, kernel, op, strict=True))
+    full = tuple((i - 1) * st + k + o
+                 for i, st, k, o in zip(spatial, s, kernel, out_pad, strict=True))
     buf = scatter_windows(windows, full, s, kernel_first=True)
     out = tuple(f - 2 * q for f, q in zip(full, p, strict=True))
     y = crop_spatial(buf, p, out)
@@ -233,13 +142,7 @@ def _conv_geometry(op: str, w: Shape, x: Shape, stride: Any, padding: Any,
     if cin != w[1]:
         raise ShapeError(f"{op}: channel mismatch: input {x} has {cin} channels, kernel {w} "
                          f"expects {w[1]}")
-    spatial = x[-d:]
-    for n, k, pp in zip(spatial, w[2:], p, strict=True):
-        if n + 2 * pp < k:
-            raise ShapeError(f"{op}: kernel {tuple(w[2:])} larger than padded input "
-                             f"{tuple(spatial)} with padding {p} (input {x}, kernel {w})")
-    out = tuple(conv_out_size(op, n, k, ss, pp)
-                for n, k, ss, pp in zip(spatial, w[2:], s, p, strict=True))
+    out = out_sizes(op, x[-d:], w[2:], s, p, f"input {x}, kernel {w}")
     return x[:-d - 1] + (w[0],) + out
 
 
@@ -249,9 +152,9 @@ def _conv_transpose_geometry(op: str, w: Shape, x: Shape, stride: Any, padding: 
     _check_input(op, x, d)
     s = per_axis(op, "stride", stride, d, 1)
     p = per_axis(op, "padding", padding, d, 0)
-    op_ = per_axis(op, "output_padding", output_padding, d, 0)
-    if any(o >= ss for o, ss in zip(op_, s, strict=True)):
-        raise ShapeError(f"{op}: output_padding {op_} must be smaller than stride {s}")
+    out_pad = per_axis(op, "output_padding", output_padding, d, 0)
+    if any(o >= ss for o, ss in zip(out_pad, s, strict=True)):
+        raise ShapeError(f"{op}: output_padding {out_pad} must be smaller than stride {s}")
     cin = x[-d - 1]
     if cin != w[0]:
         raise ShapeError(f"{op}: channel mismatch: input {x} has {cin} channels, kernel {w} "
@@ -260,7 +163,7 @@ def _conv_transpose_geometry(op: str, w: Shape, x: Shape, stride: Any, padding: 
     if any(n <= 0 for n in spatial):
         raise ShapeError(f"{op}: spatial dims must be positive, found input {x}")
     out = []
-    for n, k, ss, pp, o in zip(spatial, w[2:], s, p, op_, strict=True):
+    for n, k, ss, pp, o in zip(spatial, w[2:], s, p, out_pad, strict=True):
         size_ = (n - 1) * ss - 2 * pp + k + o
         if size_ <= 0:
             raise ShapeError(f"{op}: output size ({n} - 1)*{ss} - 2*{pp} + {k} = {size_} is not "
@@ -295,21 +198,9 @@ def _conv_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: An
     if needed[0]:
         gw = ops.conv_weight_grad(g, x, kernel=kernel, stride=s, padding=p)
     if needed[-1]:
-        op = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
-        gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=op)
+        out_pad = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
+        gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=out_pad)
     return gw, gx
-
-
-def _bilinear_jvp(name: str) -> Any:
-    def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
-        f = getattr(ops, name)
-        left = None if ts[0] is None else f(ts[0], xs[1], **attrs)
-        right = None if ts[1] is None else f(xs[0], ts[1], **attrs)
-        if left is None:
-            return right
-        return left if right is None else ops.add(left, right)
-
-    return jvp
 
 
 def _conv_transpose_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
@@ -328,23 +219,20 @@ def _conv_weight_grad_vjp(ops: Any, g: Any, xs: Any, out: Any, kernel: Any, stri
     a, b = xs
     d = len(kernel)
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
-    op = _output_padding_for(tuple(b.shape[-d:]), tuple(a.shape[-d:]), tuple(kernel), s, p)
+    out_pad = _output_padding_for(tuple(b.shape[-d:]), tuple(a.shape[-d:]), tuple(kernel), s, p)
     ga = ops.conv_core(g, b, stride=s, padding=p)
-    gb = ops.conv_transpose_core(g, a, stride=s, padding=p, output_padding=op)
+    gb = ops.conv_transpose_core(g, a, stride=s, padding=p, output_padding=out_pad)
     return ga, gb
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
 
 
 def _core_samples(rng: np.random.Generator) -> list[Sample]:
     return [
-        Sample((_n(rng, 3, 2, 3, 3), _n(rng, 2, 5, 6)), {"stride": 1, "padding": 1}),
-        Sample((_n(rng, 2, 3, 2, 2), _n(rng, 2, 3, 5, 4)), {"stride": (2, 1), "padding": (0, 1)},
-               note="batch, per-axis stride/padding"),
-        Sample((_n(rng, 2, 2, 3), _n(rng, 2, 2, 7)), {"stride": 2, "padding": 1}, note="1-D"),
-        Sample((_n(rng, 2, 1, 2, 2, 2), _n(rng, 1, 3, 3, 4)), {"stride": 1, "padding": 0},
+        Sample((normal(rng, 3, 2, 3, 3), normal(rng, 2, 5, 6)), {"stride": 1, "padding": 1}),
+        Sample((normal(rng, 2, 3, 2, 2), normal(rng, 2, 3, 5, 4)),
+               {"stride": (2, 1), "padding": (0, 1)}, note="batch, per-axis stride/padding"),
+        Sample((normal(rng, 2, 2, 3), normal(rng, 2, 2, 7)), {"stride": 2, "padding": 1},
+               note="1-D"),
+        Sample((normal(rng, 2, 1, 2, 2, 2), normal(rng, 1, 3, 3, 4)), {"stride": 1, "padding": 0},
                note="3-D"),
     ]
 
@@ -384,7 +272,7 @@ register(Primitive(
     "conv_core", ("w", "x"),
     lambda w, x, stride, padding: _conv_geometry("conv_core", w, x, stride, padding),
     _conv_core, attrs={"stride": 1, "padding": 0},
-    vjp=_conv_core_vjp, jvp=_bilinear_jvp("conv_core"), selective=True,
+    vjp=_conv_core_vjp, jvp=bilinear_jvp("conv_core"), selective=True,
     semantics="Bias-free N-D cross-correlation (the bilinear core of conv): kernel (outC, inC, "
               "k...), input (inC, ...) or (N, inC, ...), zero padding, out = (n + 2p - k)//s + 1. "
               "VJP: conv_weight_grad to w, conv_transpose_core to x (its exact adjoint).",
@@ -395,11 +283,11 @@ register(Primitive(
 
 def _ct_core_samples(rng: np.random.Generator) -> list[Sample]:
     return [
-        Sample((_n(rng, 2, 3, 3, 3), _n(rng, 2, 3, 4)),
+        Sample((normal(rng, 2, 3, 3, 3), normal(rng, 2, 3, 4)),
                {"stride": 2, "padding": 1, "output_padding": 1}),
-        Sample((_n(rng, 3, 2, 2, 3), _n(rng, 2, 3, 3, 2)),
+        Sample((normal(rng, 3, 2, 2, 3), normal(rng, 2, 3, 3, 2)),
                {"stride": (1, 2), "padding": 0, "output_padding": 0}, note="batch"),
-        Sample((_n(rng, 2, 2, 3), _n(rng, 2, 4)), {"stride": 1, "padding": 1,
+        Sample((normal(rng, 2, 2, 3), normal(rng, 2, 4)), {"stride": 1, "padding": 1,
                                                    "output_padding": 0}, note="1-D"),
     ]
 
@@ -409,7 +297,7 @@ register(Primitive(
     lambda w, x, stride, padding, output_padding: _conv_transpose_geometry(
         "conv_transpose_core", w, x, stride, padding, output_padding),
     _conv_transpose_core, attrs={"stride": 1, "padding": 0, "output_padding": 0},
-    vjp=_conv_transpose_core_vjp, jvp=_bilinear_jvp("conv_transpose_core"),
+    vjp=_conv_transpose_core_vjp, jvp=bilinear_jvp("conv_transpose_core"),
     selective=True,
     semantics="Bias-free N-D transposed convolution: kernel (inC, outC, k...), out = (n - 1)*s - "
               "2p + k + output_padding (output_padding < stride, added at the far end). The "
@@ -440,11 +328,11 @@ def _wg_infer(a: Shape, b: Shape, kernel: Any, stride: Any, padding: Any) -> Sha
 
 def _wg_samples(rng: np.random.Generator) -> list[Sample]:
     return [
-        Sample((_n(rng, 3, 5, 6), _n(rng, 2, 5, 6)),
+        Sample((normal(rng, 3, 5, 6), normal(rng, 2, 5, 6)),
                {"kernel": (3, 3), "stride": 1, "padding": 1}),
-        Sample((_n(rng, 2, 2, 2, 3), _n(rng, 2, 3, 5, 4)),
+        Sample((normal(rng, 2, 2, 2, 3), normal(rng, 2, 3, 5, 4)),
                {"kernel": (2, 2), "stride": (2, 1), "padding": (0, 0)}, note="batch"),
-        Sample((_n(rng, 2, 3), _n(rng, 3, 6)), {"kernel": (2,), "stride": 2, "padding": 0},
+        Sample((normal(rng, 2, 3), normal(rng, 3, 6)), {"kernel": (2,), "stride": 2, "padding": 0},
                note="1-D, uneven"),
     ]
 
@@ -452,7 +340,7 @@ def _wg_samples(rng: np.random.Generator) -> list[Sample]:
 register(Primitive(
     "conv_weight_grad", ("a", "b"), _wg_infer, _conv_weight_grad,
     attrs={"kernel": (1, 1), "stride": 1, "padding": 0},
-    vjp=_conv_weight_grad_vjp, jvp=_bilinear_jvp("conv_weight_grad"),
+    vjp=_conv_weight_grad_vjp, jvp=bilinear_jvp("conv_weight_grad"),
     semantics="dW[o, i, k] = sum over batch and output positions of a[o, pos] * pad(b)[i, pos*s "
               "+ k]: the adjoint of conv_core in its kernel (a is conv's output cotangent, b its "
               "input). Bilinear. VJP: conv_core(G, b) to a, conv_transpose_core(G, a) to b.",
@@ -489,22 +377,15 @@ def _bias_tangent(ops: Any, tb: Any, out: Any, d: int) -> Any:
 
 
 def _affine_jvp(core: str) -> Any:
+    """JVP of ``core(w, x) + b``: the bilinear core's JVP plus the bias tangent, broadcast."""
+
     def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
         tw, tb, tx = ts
         w, _, x = xs
-        d = len(w.shape) - 2
         f = getattr(ops, core)
-        parts = []
-        if tw is not None:
-            parts.append(f(tw, x, **attrs))
-        if tx is not None:
-            parts.append(f(w, tx, **attrs))
-        if tb is not None:
-            parts.append(_bias_tangent(ops, tb, out, d))
-        total = parts[0]
-        for p in parts[1:]:
-            total = ops.add(total, p)
-        return total
+        through_core = bilinear(ops, lambda a, b: f(a, b, **attrs), w, x, tw, tx)
+        bias = None if tb is None else _bias_tangent(ops, tb, out, len(w.shape) - 2)
+        return add_tangents(ops, through_core, bias)
 
     return jvp
 
@@ -546,7 +427,7 @@ def _conv_transpose_infer(op: str, only: int | None) -> Any:
 
 def _with_bias(samples: Any, channel_axis: int) -> Any:
     def make(rng: np.random.Generator) -> list[Sample]:
-        return [Sample((s.inputs[0], _n(rng, s.inputs[0].shape[channel_axis]), s.inputs[1]),
+        return [Sample((s.inputs[0], normal(rng, s.inputs[0].shape[channel_axis]), s.inputs[1]),
                        s.attrs, s.note) for s in samples(rng)]
 
     return make

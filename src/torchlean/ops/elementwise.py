@@ -15,49 +15,8 @@ import numpy as np
 
 from ..errors import DomainError, ShapeError
 from ..shape import broadcast_shapes
-from .registry import Primitive, Sample, elementwise_unary, register, same_shape
-
-# ---------------------------------------------------------------------------------------------
-# Sample makers (float64; tests cast as needed).
-
-
-def _normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
-def _positive(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.uniform(0.5, 2.0, size=shape)
-
-
-def _away_from_zero(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    # Kinks at 0 make finite differences meaningless there; keep samples a margin away.
-    x = rng.uniform(0.1, 2.0, size=shape)
-    return x * rng.choice([-1.0, 1.0], size=shape)
-
-
-def _dims(rng: np.random.Generator, k: int) -> list[int]:
-    """k dims drawn from the rng, so hypothesis-drawn seeds give varied shapes."""
-    return [int(d) for d in rng.integers(1, 5, size=k)]
-
-
-def unary_samples(make: Any = _normal) -> Any:
-    def samples(rng: np.random.Generator) -> list[Sample]:
-        return [Sample((make(rng, *_dims(rng, k)),)) for k in (1, 2, 3)]
-
-    return samples
-
-
-def binary_samples(make: Any = _normal) -> Any:
-    def samples(rng: np.random.Generator) -> list[Sample]:
-        n, m, k = _dims(rng, 3)
-        return [
-            Sample((make(rng, n), make(rng, n))),
-            Sample((make(rng, m, n), make(rng, m, n))),
-            Sample((make(rng, m, n), make(rng, n)), note="broadcast"),
-            Sample((make(rng, k, 1, n), make(rng, m, 1)), note="broadcast both"),
-        ]
-
-    return samples
+from .registry import Primitive, Sample, bilinear, elementwise_unary, register, same_shape
+from .samples import away_from_zero, binary_samples, normal, positive, unary_samples
 
 
 def _check_real(op: str, name: str, value: Any) -> None:
@@ -121,11 +80,7 @@ register(Primitive(
 
 
 def _mul_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
-    ta, tb = ts
-    a, b = xs
-    left = None if ta is None else ops.mul(ta, b)
-    right = None if tb is None else ops.mul(a, tb)
-    return _sum_tangents(ops, left, right, out.shape)
+    return _expand(ops, bilinear(ops, ops.mul, xs[0], xs[1], ts[0], ts[1]), out.shape)
 
 
 register(Primitive(
@@ -167,7 +122,7 @@ def _minmax(name: str, forward: Any, pick_first: Any) -> Primitive:
         semantics=f"Elementwise {name}imum, NumPy broadcasting. At a tie (a == b) the upstream "
                   "gradient is split 0.5 / 0.5 between the inputs, in reverse and forward mode "
                   "alike (PyTorch also splits ties evenly for maximum/minimum).",
-        samples=binary_samples(_away_from_zero),
+        samples=binary_samples(away_from_zero),
         torch_ref=lambda torch, a, b: getattr(torch, f"{name}imum")(a, b),
     ))
 
@@ -182,8 +137,8 @@ register(Primitive(
     "scale", ("x",), _scalar_attr_infer("scale", "c"), lambda x, c: x * c, attrs=("c",),
     vjp=lambda ops, g, xs, out, c: (ops.scale(g, c=c),), linear=True,
     semantics="x * c for a Python scalar c. Linear: VJP g * c.",
-    samples=lambda rng: [Sample((_normal(rng, 4),), {"c": 2.5}),
-                         Sample((_normal(rng, 2, 3),), {"c": -0.5})],
+    samples=lambda rng: [Sample((normal(rng, 4),), {"c": 2.5}),
+                         Sample((normal(rng, 2, 3),), {"c": -0.5})],
     torch_ref=lambda torch, x, c: x * c,
 ))
 
@@ -192,7 +147,7 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, c: (g,),
     jvp=lambda ops, ts, xs, out, c: ts[0],
     semantics="x + c for a Python scalar c. VJP: g.",
-    samples=lambda rng: [Sample((_normal(rng, 4),), {"c": 1.5})],
+    samples=lambda rng: [Sample((normal(rng, 4),), {"c": 1.5})],
     torch_ref=lambda torch, x, c: x + c,
 ))
 
@@ -201,7 +156,7 @@ register(Primitive(
 
 
 def _mask_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_away_from_zero(rng, 6),))]
+    return [Sample((away_from_zero(rng, 6),))]
 
 
 register(Primitive(
@@ -225,7 +180,7 @@ register(Primitive(
     "interval_mask", ("x",), same_shape, _interval_mask, attrs=("lo", "hi"), nondiff=True,
     semantics="1 where lo < x < hi (open interval), else 0: clamp's derivative, 0 at the "
               "boundaries. Zero derivative.",
-    samples=lambda rng: [Sample((_away_from_zero(rng, 6),), {"lo": -0.5, "hi": 0.5})],
+    samples=lambda rng: [Sample((away_from_zero(rng, 6),), {"lo": -0.5, "hi": 0.5})],
     torch_ref=lambda torch, x, lo, hi: ((x > lo) & (x < hi)).to(x.dtype),
 ))
 
@@ -253,13 +208,13 @@ elementwise_unary(
 elementwise_unary(
     "abs", np.abs, lambda ops, x, y: ops.sign(x),
     semantics="|x|. Subgradient sign(x), which is 0 at 0 (PyTorch agrees).",
-    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: torch.abs(x),
+    samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: torch.abs(x),
 )
 
 elementwise_unary(
     "relu", lambda x: np.maximum(x, 0), lambda ops, x, y: ops.positive_mask(x),
     semantics="max(x, 0). Derivative 1 for x > 0 and 0 for x <= 0 (0 at 0, as PyTorch).",
-    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: torch.relu(x),
+    samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: torch.relu(x),
 )
 
 
@@ -280,7 +235,7 @@ elementwise_unary(
     lambda ops, x, y: ops.scale(ops.mul(y, ops.square(y)), c=-2.0),
     semantics="1 / (2 sqrt x) for x > 0, else 0: the derivative of sqrt, as a primitive so that "
               "it can be differentiated again (its own derivative is -2 d^3).",
-    samples=unary_samples(_positive),
+    samples=unary_samples(positive),
     torch_ref=lambda torch, x: 0.5 / torch.sqrt(x),
 )
 
@@ -288,7 +243,7 @@ elementwise_unary(
     "sqrt", _sqrt, lambda ops, x, y: ops.sqrt_deriv(x),
     semantics="sqrt(max(x, 0)). Derivative 1 / (2 sqrt x) for x > 0 and 0 otherwise (PyTorch "
               "gives NaN/inf for x <= 0; TorchLean totalises to 0).",
-    samples=unary_samples(_positive), torch_ref=lambda torch, x: torch.sqrt(x),
+    samples=unary_samples(positive), torch_ref=lambda torch, x: torch.sqrt(x),
 )
 
 
@@ -306,7 +261,7 @@ elementwise_unary(
     attrs=("lo", "hi"), infer=_clamp_infer,
     semantics="min(max(x, lo), hi). Derivative: the indicator of the open interval (lo, hi), 0 at "
               "the boundaries (PyTorch passes gradient at the boundaries: an intended difference).",
-    samples=lambda rng: [Sample((_away_from_zero(rng, 8),), {"lo": -0.5, "hi": 0.75})],
+    samples=lambda rng: [Sample((away_from_zero(rng, 8),), {"lo": -0.5, "hi": 0.75})],
     torch_ref=lambda torch, x, lo, hi: torch.clamp(x, lo, hi),
 )
 
@@ -361,13 +316,13 @@ elementwise_unary(
     "log", _log, lambda ops, x, y: ops.inv(x),
     semantics="Natural log. Raises DomainError naming how many entries are <= 0 or NaN. "
               "Derivative 1/x.",
-    samples=unary_samples(_positive), torch_ref=lambda torch, x: torch.log(x),
+    samples=unary_samples(positive), torch_ref=lambda torch, x: torch.log(x),
 )
 
 elementwise_unary(
     "inv", lambda x: 1 / x, lambda ops, x, y: ops.scale(ops.square(y), c=-1.0),
     semantics="1 / x. Derivative -1/x^2 (written -y^2).",
-    samples=unary_samples(_away_from_zero), torch_ref=lambda torch, x: 1 / x,
+    samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: 1 / x,
 )
 
 
@@ -381,6 +336,6 @@ elementwise_unary(
     attrs={"eps": 1e-6}, infer=_scalar_attr_infer("safe_log", "eps"),
     semantics="log(softplus(x) + eps), total on all reals (eps defaults to 1e-6). Derivative "
               "sigmoid(x) / (softplus(x) + eps).",
-    samples=lambda rng: [Sample((_normal(rng, 5),), {"eps": 1e-6})],
+    samples=lambda rng: [Sample((normal(rng, 5),), {"eps": 1e-6})],
     torch_ref=lambda torch, x, eps: torch.log(torch.nn.functional.softplus(x) + eps),
 )

@@ -20,14 +20,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..shape import Shape
 from .registry import Primitive, Sample, register
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
-def _dim(rng: np.random.Generator, lo: int = 1, hi: int = 5) -> int:
-    return int(rng.integers(lo, hi + 1))
+from .samples import dim, normal
 
 
 def _is_int(v: Any) -> bool:
@@ -116,7 +109,7 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, i: (ops.scatter_add_vec(ops.zeros_like(xs[0]), g, i=i),),
     semantics="x[i] for a vector x and a Fin index 0 <= i < n (ShapeError otherwise, when "
               "recorded). VJP: g scattered into zeros at i.",
-    samples=lambda rng: [Sample((_n(rng, 5),), {"i": 3}), Sample((_n(rng, 1),), {"i": 0})],
+    samples=lambda rng: [Sample((normal(rng, 5),), {"i": 3}), Sample((normal(rng, 1),), {"i": 0})],
     torch_ref=lambda torch, x, i: x[i],
 ))
 
@@ -125,7 +118,8 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, i: (ops.scatter_add_row(ops.zeros_like(xs[0]), g, i=i),),
     semantics="Row x[i, :] of a matrix for a Fin index 0 <= i < rows (ShapeError otherwise). "
               "VJP: g scattered into a zero matrix at row i.",
-    samples=lambda rng: [Sample((_n(rng, 4, 3),), {"i": 2}), Sample((_n(rng, 1, 5),), {"i": 0})],
+    samples=lambda rng: [Sample((normal(rng, 4, 3),), {"i": 2}),
+                         Sample((normal(rng, 1, 5),), {"i": 0})],
     torch_ref=lambda torch, x, i: x[i],
 ))
 
@@ -133,7 +127,7 @@ register(Primitive(
     "scatter_add_vec", ("x", "v"), _scatter_vec_infer, _scatter_add, attrs=("i",), linear=True,
     vjp=lambda ops, g, xs, out, i: (g, ops.gather_scalar(g, i=i)),
     semantics="A copy of vector x with x[i] += v (v a scalar, i a Fin index). VJP: (g, g[i]).",
-    samples=lambda rng: [Sample((_n(rng, 5), _n(rng)), {"i": 1})],
+    samples=lambda rng: [Sample((normal(rng, 5), normal(rng)), {"i": 1})],
     torch_ref=lambda torch, x, v, i: x.index_add(0, torch.tensor([i]), v.reshape(1)),
 ))
 
@@ -142,7 +136,7 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, i: (g, ops.gather_row(g, i=i)),
     semantics="A copy of matrix x with x[i, :] += v (v a row, i a Fin index). "
               "VJP: (g, g[i, :]).",
-    samples=lambda rng: [Sample((_n(rng, 3, 4), _n(rng, 4)), {"i": 2})],
+    samples=lambda rng: [Sample((normal(rng, 3, 4), normal(rng, 4)), {"i": 2})],
     torch_ref=lambda torch, x, v, i: x.index_add(0, torch.tensor([i]), v.reshape(1, -1)),
 ))
 
@@ -228,19 +222,19 @@ def _idx_samples(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
 
 
 def _gather_vec_samples(rng: np.random.Generator) -> list[Sample]:
-    n, k = _dim(rng, 2, 6), _dim(rng, 2, 5)
+    n, k = dim(rng, 2, 6), dim(rng, 2, 5)
     return [
-        Sample((_n(rng, n),), {"idx": _idx_samples(rng, n, k)}, note="repeated index"),
-        Sample((_n(rng, 4),), {"idx": [0, 7, 3, 4, 0]}, note="out of range"),
-        Sample((_n(rng, 3),), {"idx": 2}, note="int index"),
+        Sample((normal(rng, n),), {"idx": _idx_samples(rng, n, k)}, note="repeated index"),
+        Sample((normal(rng, 4),), {"idx": [0, 7, 3, 4, 0]}, note="out of range"),
+        Sample((normal(rng, 3),), {"idx": 2}, note="int index"),
     ]
 
 
 def _gather_rows_samples(rng: np.random.Generator) -> list[Sample]:
-    n, c, k = _dim(rng, 2, 5), _dim(rng), _dim(rng, 2, 5)
+    n, c, k = dim(rng, 2, 5), dim(rng, 1, 5), dim(rng, 2, 5)
     return [
-        Sample((_n(rng, n, c),), {"idx": _idx_samples(rng, n, k)}, note="repeated index"),
-        Sample((_n(rng, 3, 2),), {"idx": np.array([5, 1, 3, 1])}, note="out of range"),
+        Sample((normal(rng, n, c),), {"idx": _idx_samples(rng, n, k)}, note="repeated index"),
+        Sample((normal(rng, 3, 2),), {"idx": np.array([5, 1, 3, 1])}, note="out of range"),
     ]
 
 
@@ -249,8 +243,8 @@ register(Primitive(
     linear=True, vjp=_gather_scalar_nat_vjp,
     semantics="x[i] for a vector and a Nat index i >= 0; i >= n reads 0 and x receives no "
               "gradient (PyTorch would raise: an intended difference).",
-    samples=lambda rng: [Sample((_n(rng, 4),), {"i": 2}),
-                         Sample((_n(rng, 3),), {"i": 3}, note="out of range")],
+    samples=lambda rng: [Sample((normal(rng, 4),), {"i": 2}),
+                         Sample((normal(rng, 3),), {"i": 3}, note="out of range")],
     torch_ref=lambda torch, x, i: x[i],
 ))
 
@@ -297,8 +291,8 @@ register(Primitive(
               "(repeats accumulate, idx >= n dropped): the adjoint of gather_vec_nat (row = ()) "
               "and gather_rows_nat (row = (cols,)), whose VJP it is.",
     samples=lambda rng: [
-        Sample((_n(rng, 4),), {"idx": np.array([1, 1, 6, 0]), "n": 3}),
-        Sample((_n(rng, 3, 2),), {"idx": [2, 0, 2], "n": 4}),
+        Sample((normal(rng, 4),), {"idx": np.array([1, 1, 6, 0]), "n": 3}),
+        Sample((normal(rng, 3, 2),), {"idx": [2, 0, 2], "n": 4}),
     ],
     torch_ref=_torch_scatter_nat,
 ))
@@ -333,7 +327,7 @@ register(Primitive(
     "concat_vectors", ("a", "b"), _concat_vectors_infer, _concatenate, linear=True,
     vjp=_concat_vjp,
     semantics="Concatenate two vectors (torch.cat((a, b))). VJP: the two slices of g.",
-    samples=lambda rng: [Sample((_n(rng, _dim(rng)), _n(rng, _dim(rng))))],
+    samples=lambda rng: [Sample((normal(rng, dim(rng, 1, 5)), normal(rng, dim(rng, 1, 5))))],
     torch_ref=lambda torch, a, b: torch.cat((a, b)),
 ))
 
@@ -342,9 +336,9 @@ register(Primitive(
     vjp=_concat_vjp,
     semantics="Concatenate along axis 0; the other axes must agree (torch.cat(dim=0)). "
               "VJP: the two slices of g.",
-    samples=lambda rng: [Sample((_n(rng, 2, 3), _n(rng, 1, 3))),
-                         Sample((_n(rng, 2, 2, 2), _n(rng, 3, 2, 2))),
-                         Sample((_n(rng, 3), _n(rng, 2)))],
+    samples=lambda rng: [Sample((normal(rng, 2, 3), normal(rng, 1, 3))),
+                         Sample((normal(rng, 2, 2, 2), normal(rng, 3, 2, 2))),
+                         Sample((normal(rng, 3), normal(rng, 2)))],
     torch_ref=lambda torch, a, b: torch.cat((a, b), dim=0),
 ))
 
@@ -387,9 +381,9 @@ register(Primitive(
         ops.pad_range0(g, start=start, total=xs[0].shape[0]),),
     semantics="x[start : start + length] along axis 0; start + length <= n (ShapeError "
               "otherwise). VJP: g placed at start inside zeros (pad_range0).",
-    samples=lambda rng: [Sample((_n(rng, 5, 2),), {"start": 1, "length": 3}),
-                         Sample((_n(rng, 4),), {"start": 0, "length": 4}),
-                         Sample((_n(rng, 3),), {"start": 2, "length": 0})],
+    samples=lambda rng: [Sample((normal(rng, 5, 2),), {"start": 1, "length": 3}),
+                         Sample((normal(rng, 4),), {"start": 0, "length": 4}),
+                         Sample((normal(rng, 3),), {"start": 2, "length": 0})],
     torch_ref=lambda torch, x, start, length: x[start:start + length],
 ))
 
@@ -399,8 +393,8 @@ register(Primitive(
         ops.slice_range0(g, start=start, length=xs[0].shape[0]),),
     semantics="Zeros of length total along axis 0 with x placed at start (the adjoint of "
               "slice_range0). VJP: slice_range0.",
-    samples=lambda rng: [Sample((_n(rng, 2, 3),), {"start": 1, "total": 4}),
-                         Sample((_n(rng, 3),), {"start": 0, "total": 3})],
+    samples=lambda rng: [Sample((normal(rng, 2, 3),), {"start": 1, "total": 4}),
+                         Sample((normal(rng, 3),), {"start": 0, "total": 3})],
     torch_ref=lambda torch, x, start, total: torch.cat(
         (x.new_zeros((start,) + tuple(x.shape[1:])), x,
          x.new_zeros((total - start - x.shape[0],) + tuple(x.shape[1:])))),

@@ -14,10 +14,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, can_broadcast_to, size
 from .registry import Primitive, Sample, register
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
+from .samples import normal
 
 
 def _reshape_infer(shape: Shape, shape_to: Any = None, *, op: str = "reshape") -> Shape:
@@ -34,8 +31,8 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, shape: (ops.reshape(g, shape=xs[0].shape),), linear=True,
     semantics="Same entries in row-major order, new shape; sizes must be equal (ShapeError "
               "otherwise). VJP: reshape back.",
-    samples=lambda rng: [Sample((_n(rng, 2, 6),), {"shape": (3, 4)}),
-                         Sample((_n(rng, 6),), {"shape": (1, 2, 3)})],
+    samples=lambda rng: [Sample((normal(rng, 2, 6),), {"shape": (3, 4)}),
+                         Sample((normal(rng, 6),), {"shape": (1, 2, 3)})],
     torch_ref=lambda torch, x, shape: x.reshape(shape),
 ))
 
@@ -43,7 +40,7 @@ register(Primitive(
     "flatten", ("x",), lambda s: (size(s),), lambda x: x.reshape(-1),
     vjp=lambda ops, g, xs, out: (ops.reshape(g, shape=xs[0].shape),), linear=True,
     semantics="Row-major flatten to a vector of all entries (torch.flatten, start_dim=0).",
-    samples=lambda rng: [Sample((_n(rng, 2, 3, 2),)), Sample((_n(rng, 4),))],
+    samples=lambda rng: [Sample((normal(rng, 2, 3, 2),)), Sample((normal(rng, 4),))],
     torch_ref=lambda torch, x: torch.flatten(x),
 ))
 
@@ -63,7 +60,7 @@ def _permutation(name: str, perm: tuple[int, ...], inverse: str, torch_perm: str
         lambda x: np.transpose(x, perm),
         vjp=lambda ops, g, xs, out: (getattr(ops, inverse)(g),), linear=True,
         semantics=f"Permute axes {perm} (PyTorch: {torch_perm}). VJP: the inverse permutation.",
-        samples=lambda rng: [Sample((_n(rng, *range(2, 2 + len(perm))),))],
+        samples=lambda rng: [Sample((normal(rng, *range(2, 2 + len(perm))),))],
         torch_ref=lambda torch, x: x.permute(*perm),
     ))
 
@@ -91,8 +88,8 @@ register(Primitive(
     lambda x, depth: np.swapaxes(x, depth, depth + 1), attrs=("depth",),
     vjp=lambda ops, g, xs, out, depth: (ops.swap_adjacent_at_depth(g, depth=depth),), linear=True,
     semantics="Swap axes depth and depth+1 (x.transpose(depth, depth+1)). Self-adjoint.",
-    samples=lambda rng: [Sample((_n(rng, 2, 3, 4),), {"depth": 1}),
-                         Sample((_n(rng, 2, 3),), {"depth": 0})],
+    samples=lambda rng: [Sample((normal(rng, 2, 3, 4),), {"depth": 1}),
+                         Sample((normal(rng, 2, 3),), {"depth": 0})],
     torch_ref=lambda torch, x, depth: x.transpose(depth, depth + 1),
 ))
 
@@ -128,8 +125,8 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, shape: (ops.sum_to(g, shape=xs[0].shape),), linear=True,
     semantics="Broadcast to a shape by NumPy's rule (ShapeError otherwise). VJP: sum over the "
               "broadcast axes (sum_to).",
-    samples=lambda rng: [Sample((_n(rng, 3),), {"shape": (2, 3)}),
-                         Sample((_n(rng, 2, 1),), {"shape": (4, 2, 3)})],
+    samples=lambda rng: [Sample((normal(rng, 3),), {"shape": (2, 3)}),
+                         Sample((normal(rng, 2, 1),), {"shape": (4, 2, 3)})],
     torch_ref=lambda torch, x, shape: x.expand(*shape),
 ))
 
@@ -138,8 +135,8 @@ register(Primitive(
     vjp=lambda ops, g, xs, out, shape: (ops.broadcast_to(g, shape=xs[0].shape),), linear=True,
     semantics="Sum x down to a shape that broadcasts to x's (the adjoint of broadcast_to; how "
               "broadcast cotangents are reduced).",
-    samples=lambda rng: [Sample((_n(rng, 2, 3),), {"shape": (3,)}),
-                         Sample((_n(rng, 4, 2, 3),), {"shape": (2, 1)})],
+    samples=lambda rng: [Sample((normal(rng, 2, 3),), {"shape": (3,)}),
+                         Sample((normal(rng, 4, 2, 3),), {"shape": (2, 1)})],
     torch_ref=lambda torch, x, shape: _torch_sum_to(x, shape),
 ))
 

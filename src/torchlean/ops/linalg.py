@@ -14,24 +14,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, size
-from .registry import Primitive, Sample, register
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
-def _dim(rng: np.random.Generator, lo: int = 1, hi: int = 4) -> int:
-    return int(rng.integers(lo, hi + 1))
-
-
-def _add_tangents(ops: Any, a: Any, b: Any) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return ops.add(a, b)
-
+from .registry import Primitive, Sample, bilinear, bilinear_jvp, register
+from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------
 # linear(w, b, x) = x @ w.T + b
@@ -72,22 +56,29 @@ def _linear_vjp(ops: Any, g: Any, xs: Any, out: Any,
 
 
 def _linear_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
+    # linear(w, b, x) = w x + b * 1 is bilinear in ((w, b), (x, 1)); the tangent of (x, 1) is
+    # (tx, 0), so the second term is linear(w, 0, tx).
     w, b, x = xs
     tw, tb, tx = ts
-    affine = None
+
+    def f(params: tuple[Any, Any], v: tuple[Any, bool]) -> Any:
+        (pw, pb), (vx, with_bias) = params, v
+        return ops.linear(pw, pb if with_bias else ops.zeros_like(pb), vx)
+
+    t_params = None
     if tw is not None or tb is not None:
-        affine = ops.linear(ops.zeros_like(w) if tw is None else tw,
-                            ops.zeros_like(b) if tb is None else tb, x)
-    through_x = None if tx is None else ops.linear(w, ops.zeros_like(b), tx)
-    return _add_tangents(ops, affine, through_x)
+        t_params = (ops.zeros_like(w) if tw is None else tw,
+                    ops.zeros_like(b) if tb is None else tb)
+    return bilinear(ops, f, (w, b), (x, True), t_params, None if tx is None else (tx, False))
 
 
 def _linear_samples(rng: np.random.Generator) -> list[Sample]:
-    o, i = _dim(rng), _dim(rng)
+    o, i = dim(rng), dim(rng)
     return [
-        Sample((_n(rng, o, i), _n(rng, o), _n(rng, i)), note="matvec"),
-        Sample((_n(rng, o, i), _n(rng, o), _n(rng, _dim(rng), i)), note="batch"),
-        Sample((_n(rng, 3, 2), _n(rng, 3), _n(rng, 2, _dim(rng), 2)), note="two batch axes"),
+        Sample((normal(rng, o, i), normal(rng, o), normal(rng, i)), note="matvec"),
+        Sample((normal(rng, o, i), normal(rng, o), normal(rng, dim(rng), i)), note="batch"),
+        Sample((normal(rng, 3, 2), normal(rng, 3), normal(rng, 2, dim(rng), 2)),
+               note="two batch axes"),
     ]
 
 
@@ -123,16 +114,6 @@ def _bmm_infer(a: Shape, b: Shape) -> Shape:
     return (a[0], a[1], b[2])
 
 
-def _bilinear_jvp(name: str) -> Any:
-    def jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
-        op = getattr(ops, name)
-        left = None if ts[0] is None else op(ts[0], xs[1])
-        right = None if ts[1] is None else op(xs[0], ts[1])
-        return _add_tangents(ops, left, right)
-
-    return jvp
-
-
 def _product_vjp(name: str, transpose: str) -> Any:
     """VJP of a matrix product ``a @ b``: ``(g b^T, a^T g)``, each only where needed."""
 
@@ -147,19 +128,19 @@ def _product_vjp(name: str, transpose: str) -> Any:
 
 register(Primitive(
     "matmul", ("a", "b"), _matmul_infer, np.matmul,
-    vjp=_product_vjp("matmul", "transpose2d"), jvp=_bilinear_jvp("matmul"), selective=True,
+    vjp=_product_vjp("matmul", "transpose2d"), jvp=bilinear_jvp("matmul"), selective=True,
     semantics="Matrix product (m, n) @ (n, p) -> (m, p). VJP: (g b^T, a^T g). JVP: "
               "ta b + a tb.",
-    samples=lambda rng: [Sample((_n(rng, _dim(rng), 3), _n(rng, 3, _dim(rng)))),
-                         Sample((_n(rng, 1, 4), _n(rng, 4, 1)))],
+    samples=lambda rng: [Sample((normal(rng, dim(rng), 3), normal(rng, 3, dim(rng)))),
+                         Sample((normal(rng, 1, 4), normal(rng, 4, 1)))],
     torch_ref=lambda torch, a, b: a @ b,
 ))
 
 register(Primitive(
     "bmm", ("a", "b"), _bmm_infer, np.matmul,
-    vjp=_product_vjp("bmm", "transpose3d_last_two"), jvp=_bilinear_jvp("bmm"), selective=True,
+    vjp=_product_vjp("bmm", "transpose3d_last_two"), jvp=bilinear_jvp("bmm"), selective=True,
     semantics="Batched matrix product (B, m, n) @ (B, n, p) -> (B, m, p) (torch.bmm). "
               "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",
-    samples=lambda rng: [Sample((_n(rng, 2, _dim(rng), 3), _n(rng, 2, 3, _dim(rng))))],
+    samples=lambda rng: [Sample((normal(rng, 2, dim(rng), 3), normal(rng, 2, 3, dim(rng))))],
     torch_ref=lambda torch, a, b: torch.bmm(a, b),
 ))

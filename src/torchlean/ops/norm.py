@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..shape import Shape, can_broadcast_to, size
 from .registry import Primitive, Sample, register
+from .samples import normal
 
 
 def _keep_shape(shape: Shape, axes: tuple[int, ...]) -> Shape:
@@ -209,14 +210,10 @@ def _sb_infer(x: Shape, g: Shape, axes: Any, eps: float) -> Shape:
     return x
 
 
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
 def _std_samples(two: bool) -> Any:
     def make(rng: np.random.Generator) -> list[Sample]:
         cases = [((3, 4), (1,)), ((2, 3, 2, 2), (0, 2, 3)), ((3, 2, 2), (1, 2))]
-        return [Sample((_n(rng, *shape),) + ((_n(rng, *shape),) if two else ()),
+        return [Sample((normal(rng, *shape),) + ((normal(rng, *shape),) if two else ()),
                        {"axes": axes, "eps": 1e-3}) for shape, axes in cases]
 
     return make
@@ -294,8 +291,9 @@ def _npg_jvp(ops: Any, ts: Any, xs: Any, out: Any, axes: Any, eps: float, shape:
 
 
 def _npg_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, 3, 4), _n(rng, 3, 4)), {"axes": (1,), "eps": 1e-3, "shape": (4,)}),
-            Sample((_n(rng, 2, 3, 2, 2), _n(rng, 2, 3, 2, 2)),
+    return [Sample((normal(rng, 3, 4), normal(rng, 3, 4)),
+                   {"axes": (1,), "eps": 1e-3, "shape": (4,)}),
+            Sample((normal(rng, 2, 3, 2, 2), normal(rng, 2, 3, 2, 2)),
                    {"axes": (0, 2, 3), "eps": 1e-3, "shape": (3, 1, 1)})]
 
 
@@ -414,14 +412,17 @@ _bn_vjp, _bn_jvp = _affine_norm_rules(_bn_axes, lambda s: (s[-3], 1, 1))
 
 
 def _ln_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, 3, 5), _n(rng, 5), _n(rng, 5)), {"eps": 1e-6}),
-            Sample((_n(rng, 2, 3, 4), _n(rng, 4), _n(rng, 4)), {"eps": 1e-3}, note="3-D"),
-            Sample((_n(rng, 6), _n(rng, 6), _n(rng, 6)), {"eps": 1e-6}, note="1-D")]
+    return [Sample((normal(rng, 3, 5), normal(rng, 5), normal(rng, 5)), {"eps": 1e-6}),
+            Sample((normal(rng, 2, 3, 4), normal(rng, 4), normal(rng, 4)), {"eps": 1e-3},
+                   note="3-D"),
+            Sample((normal(rng, 6), normal(rng, 6), normal(rng, 6)), {"eps": 1e-6}, note="1-D")]
 
 
 def _bn_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, 2, 3, 3), _n(rng, 2), _n(rng, 2)), {"eps": 1e-6}, note="CHW"),
-            Sample((_n(rng, 2, 3, 2, 2), _n(rng, 3), _n(rng, 3)), {"eps": 1e-3}, note="NCHW")]
+    return [Sample((normal(rng, 2, 3, 3), normal(rng, 2), normal(rng, 2)), {"eps": 1e-6},
+                   note="CHW"),
+            Sample((normal(rng, 2, 3, 2, 2), normal(rng, 3), normal(rng, 3)), {"eps": 1e-3},
+                   note="NCHW")]
 
 
 def _torch_bn(torch: Any, x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:

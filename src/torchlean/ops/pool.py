@@ -24,15 +24,22 @@ differentiable (hvp / hessian work through pooling):
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..shape import Shape, conv_out_size, per_axis, size
-from .conv import crop_spatial, pad_spatial, scatter_windows, window_view
+from ..shape import Shape, per_axis, size
 from .registry import _REQUIRED, Primitive, Sample, register
+from .samples import distinct, normal
+from .windows import (
+    crop_spatial,
+    kernel_offsets,
+    out_sizes,
+    pad_spatial,
+    scatter_windows,
+    window_view,
+)
 
 Geometry = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -41,9 +48,9 @@ Geometry = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 # Geometry: every check before any compute.
 
 
-def _infer_d(op: str, x: Shape, kernel_size: Any, only: int | None) -> int:
-    if only is not None:
-        return only
+def _infer_d(op: str, x: Shape, kernel_size: Any, fixed_d: int | None) -> int:
+    if fixed_d is not None:
+        return fixed_d
     if isinstance(kernel_size, int | np.integer):
         return {2: 1, 3: 2, 4: 2, 5: 3}.get(len(x), 2)
     try:
@@ -54,9 +61,9 @@ def _infer_d(op: str, x: Shape, kernel_size: Any, only: int | None) -> int:
 
 
 def geometry(op: str, x: Shape, kernel_size: Any, stride: Any, padding: Any,
-             only: int | None = None, max_pad_half: bool = False) -> tuple[Geometry, Shape]:
+             fixed_d: int | None = None, max_pad_half: bool = False) -> tuple[Geometry, Shape]:
     """``(d, kernel, stride, padding)`` as tuples, and the output shape; ``ShapeError`` if bad."""
-    d = _infer_d(op, x, kernel_size, only)
+    d = _infer_d(op, x, kernel_size, fixed_d)
     if d not in (1, 2, 3):
         raise ShapeError(f"{op}: pooling is 1-, 2- or 3-D, found kernel_size {kernel_size!r}")
     if len(x) not in (d + 1, d + 2):
@@ -68,20 +75,14 @@ def geometry(op: str, x: Shape, kernel_size: Any, stride: Any, padding: Any,
     if max_pad_half and any(pp > kk // 2 for pp, kk in zip(p, k, strict=True)):
         raise ShapeError(f"{op}: padding {p} must be at most half the kernel {k} (so every "
                          "window holds a real cell)")
-    spatial = x[-d:]
-    for n, kk, pp in zip(spatial, k, p, strict=True):
-        if n + 2 * pp < kk:
-            raise ShapeError(f"{op}: kernel {k} larger than padded input {spatial} with padding "
-                             f"{p} (input {x})")
-    out = tuple(conv_out_size(op, n, kk, ss, pp) for n, kk, ss, pp in zip(spatial, k, s, p,
-                                                                           strict=True))
+    out = out_sizes(op, x[-d:], k, s, p, f"input {x}")
     return (d, k, s, p), x[:-d] + out
 
 
-def _geom_of(op: str, shape: Shape, attrs: dict[str, Any], only: int | None,
+def _geom_of(op: str, shape: Shape, attrs: dict[str, Any], fixed_d: int | None,
              max_pad_half: bool = False) -> Geometry:
     return geometry(op, tuple(shape), attrs["kernel_size"], attrs.get("stride"),
-                    attrs.get("padding", 0), only, max_pad_half)[0]
+                    attrs.get("padding", 0), fixed_d, max_pad_half)[0]
 
 
 def _helper_attrs(geom: Geometry) -> dict[str, Any]:
@@ -101,16 +102,11 @@ def _window_cols(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, .
     return view.reshape(view.shape[: view.ndim - d] + (size(k),))
 
 
-def _offsets(kernel: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Kernel offsets in row-major window order."""
-    return list(itertools.product(*(range(k) for k in kernel)))
-
-
-def _offset_views(xp: Any, k: tuple[int, ...], s: tuple[int, ...]) -> list[Any]:
+def _offset_views(padded: Any, k: tuple[int, ...], s: tuple[int, ...]) -> list[Any]:
     """For each kernel offset, the strided view (lead + out) of the cells it reads."""
-    view = window_view(xp, k, s, kernel_first=True)
+    view = window_view(padded, k, s, kernel_first=True)
     rest = (slice(None),) * len(k)
-    return [view[(Ellipsis,) + off + rest] for off in _offsets(k)]
+    return [view[(Ellipsis,) + off + rest] for off in kernel_offsets(k)]
 
 
 def _window_max(views: list[Any]) -> Any:
@@ -149,8 +145,8 @@ def _fold(cols: Any, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int,
     return y if not any(p) else np.ascontiguousarray(y)
 
 
-def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
-    _, k, s, p = geometry("max_pool", x.shape, kernel_size, stride, padding, only)[0]
+def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, fixed_d: int | None) -> Any:
+    _, k, s, p = geometry("max_pool", x.shape, kernel_size, stride, padding, fixed_d)[0]
     return _window_max(_offset_views(pad_spatial(x, p, -np.inf), k, s))
 
 
@@ -164,7 +160,7 @@ def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: A
     tiled = s == k and not any(p) and all(
         o * kk == n for o, kk, n in zip(out, k, spatial, strict=True))
     buf = (np.empty if tiled else np.zeros)(x.shape[: x.ndim - d] + full, dtype=g.dtype)
-    for off, mask in zip(_offsets(k), _first_max_masks(x, k, s, p), strict=True):
+    for off, mask in zip(kernel_offsets(k), _first_max_masks(x, k, s, p), strict=True):
         target = (Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
                                      for o, ss, n in zip(off, s, out, strict=True))
         if tiled:
@@ -193,8 +189,8 @@ def _pool_fold(c: Any, spatial: Any, kernel_size: Any, stride: Any, padding: Any
     return _fold(c, tuple(spatial), tuple(kernel_size), tuple(stride), tuple(padding))
 
 
-def _avg_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | None) -> Any:
-    _, k, s, p = geometry("avg_pool", x.shape, kernel_size, stride, padding, only)[0]
+def _avg_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, fixed_d: int | None) -> Any:
+    _, k, s, p = geometry("avg_pool", x.shape, kernel_size, stride, padding, fixed_d)[0]
     views = _offset_views(pad_spatial(x, p, 0.0), k, s)
     out = views[0].copy()
     for v in views[1:]:
@@ -204,8 +200,8 @@ def _avg_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, only: int | N
 
 
 def _smooth_max_pool(x: Any, beta: float, kernel_size: Any, stride: Any, padding: Any,
-                     only: int | None) -> Any:
-    _, k, s, p = geometry("smooth_max_pool", x.shape, kernel_size, stride, padding, only)[0]
+                     fixed_d: int | None) -> Any:
+    _, k, s, p = geometry("smooth_max_pool", x.shape, kernel_size, stride, padding, fixed_d)[0]
     cols = _window_cols(x, k, s, p, 0.0)
     m = cols.max(axis=-1, keepdims=True)
     lse = np.log(np.exp((cols - m) * beta).sum(axis=-1)) / beta
@@ -239,15 +235,6 @@ def _mpg_infer(x: Shape, h: Shape, kernel_size: Any, stride: Any, padding: Any) 
     return out
 
 
-def _distinct(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    """Entries 0.1 apart in random order: no ties, and finite differences never flip a max."""
-    return (rng.permutation(size(shape)).reshape(shape) - size(shape) / 2) * 0.1
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
 _HELPER_GEOMS = (
     ((2, 5, 5), {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0)}),
     ((2, 2, 5, 4), {"kernel_size": (3, 2), "stride": (1, 2), "padding": (1, 1)}),
@@ -260,11 +247,11 @@ def _helper_samples(second: str) -> Any:
     def make(rng: np.random.Generator) -> list[Sample]:
         out = []
         for shape, attrs in _HELPER_GEOMS:
-            x = _distinct(rng, *shape)
+            x = distinct(rng, *shape)
             if second == "out":
-                other = _n(rng, *_helper_geometry("s", shape, **attrs))
+                other = normal(rng, *_helper_geometry("s", shape, **attrs))
             else:
-                other = _n(rng, *shape)
+                other = normal(rng, *shape)
             out.append(Sample((x, other), dict(attrs)))
         return out
 
@@ -375,13 +362,13 @@ def _torch_fold(torch: Any, c: Any, spatial: Any, kernel_size: Any, stride: Any,
 
 
 def _unfold_samples(rng: np.random.Generator) -> list[Sample]:
-    return [Sample((_n(rng, *shape),), dict(attrs)) for shape, attrs in _HELPER_GEOMS]
+    return [Sample((normal(rng, *shape),), dict(attrs)) for shape, attrs in _HELPER_GEOMS]
 
 
 def _fold_samples(rng: np.random.Generator) -> list[Sample]:
     out = []
     for shape, attrs in _HELPER_GEOMS:
-        c = _n(rng, *_unfold_infer(shape, **attrs))
+        c = normal(rng, *_unfold_infer(shape, **attrs))
         out.append(Sample((c,), {"spatial": shape[len(shape) - len(attrs["kernel_size"]):],
                                  **attrs}))
     return out
@@ -415,21 +402,21 @@ def _keep_last(ops: Any, v: Any) -> Any:
     return ops.reshape(v, shape=tuple(v.shape) + (1,))
 
 
-def _max_rules(only: int | None) -> tuple[Any, Any]:
+def _max_rules(fixed_d: int | None) -> tuple[Any, Any]:
     def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
-        geom = _geom_of("max_pool", xs[0].shape, attrs, only)
+        geom = _geom_of("max_pool", xs[0].shape, attrs, fixed_d)
         return (ops.max_pool_backward(xs[0], g, **_helper_attrs(geom)),)
 
     def jvp(ops: Any, ts: Any, xs: Any, out: Any, **attrs: Any) -> Any:
-        geom = _geom_of("max_pool", xs[0].shape, attrs, only)
+        geom = _geom_of("max_pool", xs[0].shape, attrs, fixed_d)
         return ops.max_pool_gather(xs[0], ts[0], **_helper_attrs(geom))
 
     return vjp, jvp
 
 
-def _avg_vjp(only: int | None) -> Any:
+def _avg_vjp(fixed_d: int | None) -> Any:
     def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
-        geom = _geom_of("avg_pool", xs[0].shape, attrs, only)
+        geom = _geom_of("avg_pool", xs[0].shape, attrs, fixed_d)
         d, k = geom[0], geom[1]
         kk = size(k)
         spread = ops.broadcast_to(_keep_last(ops, ops.scale(g, c=1.0 / kk)),
@@ -440,54 +427,57 @@ def _avg_vjp(only: int | None) -> Any:
     return vjp
 
 
-def _smooth_rules(only: int | None) -> tuple[Any, Any]:
+def _smooth_rules(fixed_d: int | None) -> tuple[Any, Any]:
     def weights(ops: Any, x: Any, beta: float, geom: Geometry) -> Any:
         return ops.softmax(ops.scale(ops.pool_unfold(x, **_helper_attrs(geom)), c=beta))
 
     def vjp(ops: Any, g: Any, xs: Any, out: Any, beta: float, **attrs: Any) -> tuple[Any]:
-        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, only)
+        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, fixed_d)
         w = weights(ops, xs[0], beta, geom)
         spatial = tuple(xs[0].shape[len(xs[0].shape) - geom[0]:])
         return (ops.pool_fold(ops.mul(w, _keep_last(ops, g)), spatial=spatial,
                               **_helper_attrs(geom)),)
 
     def jvp(ops: Any, ts: Any, xs: Any, out: Any, beta: float, **attrs: Any) -> Any:
-        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, only)
+        geom = _geom_of("smooth_max_pool", xs[0].shape, attrs, fixed_d)
         w = weights(ops, xs[0], beta, geom)
         return ops.reduce_sum(ops.mul(w, ops.pool_unfold(ts[0], **_helper_attrs(geom))), axis=-1)
 
     return vjp, jvp
 
 
-def _pool_samples(make: Any, names: tuple[str, ...], nd: bool, extra: dict[str, Any]) -> Any:
+# Sample geometries, one list per attribute set, so every sample names all its attributes.
+_ND_CASES: list[tuple[Shape, dict[str, Any]]] = [
+    ((2, 4, 4), {"kernel_size": 2, "stride": None, "padding": 0}),
+    ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1), "padding": 0}),
+    ((2, 5, 4), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    ((2, 7), {"kernel_size": (3,), "stride": 2, "padding": 1}),
+    ((1, 4, 3, 4), {"kernel_size": (2, 2, 2), "stride": 1, "padding": 0}),
+]
+_2D_CASES: list[tuple[Shape, dict[str, Any]]] = [
+    ((2, 4, 4), {"kernel_size": 2, "stride": None}),
+    ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1)}),
+]
+_2D_PAD_CASES: list[tuple[Shape, dict[str, Any]]] = [
+    ((2, 4, 4), {"kernel_size": 2, "stride": 2, "padding": 0}),
+    ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1), "padding": 0}),
+    ((2, 5, 4), {"kernel_size": 3, "stride": 2, "padding": 1}),
+]
+
+
+def _pool_samples(make: Any, cases: list[tuple[Shape, dict[str, Any]]],
+                  **extra: Any) -> Any:
+    """One sample per case, its input drawn by ``make``; ``extra`` attributes (beta) first."""
+
     def samples(rng: np.random.Generator) -> list[Sample]:
-        cases: list[tuple[tuple[int, ...], dict[str, Any]]] = [
-            ((2, 4, 4), {"kernel_size": 2}),
-            ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1)}),
-        ]
-        if "padding" in names:
-            cases.append(((2, 5, 4), {"kernel_size": 3, "stride": 2, "padding": 1}))
-        if nd:
-            cases.append(((2, 7), {"kernel_size": (3,), "stride": 2, "padding": 1}))
-            cases.append(((1, 4, 3, 4), {"kernel_size": (2, 2, 2), "stride": 1}))
-        out = []
-        for shape, case in cases:
-            attrs = dict(extra)
-            attrs["kernel_size"] = case["kernel_size"]
-            if "stride" in names:
-                attrs["stride"] = case.get("stride", None if nd or "padding" not in names
-                                           else case["kernel_size"])
-            if "padding" in names:
-                attrs["padding"] = case.get("padding", 0)
-            out.append(Sample((make(rng, *shape),), attrs))
-        return out
+        return [Sample((make(rng, *shape),), {**extra, **attrs}) for shape, attrs in cases]
 
     return samples
 
 
-def _torch_pool(kind: str, only: int | None) -> Any:
+def _torch_pool(kind: str, fixed_d: int | None) -> Any:
     def ref(torch: Any, x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Any:
-        (d, k, s, p), _ = geometry(kind, tuple(x.shape), kernel_size, stride, padding, only)
+        (d, k, s, p), _ = geometry(kind, tuple(x.shape), kernel_size, stride, padding, fixed_d)
         xb, batched = _torch_batch(x, d)
         if kind == "max_pool":
             y = getattr(torch.nn.functional, f"max_pool{d}d")(xb, k, s, p)
@@ -499,92 +489,143 @@ def _torch_pool(kind: str, only: int | None) -> Any:
     return ref
 
 
-def _torch_smooth(only: int | None) -> Any:
+def _torch_smooth(fixed_d: int | None) -> Any:
     def ref(torch: Any, x: Any, beta: float, kernel_size: Any, stride: Any = None,
             padding: Any = 0) -> Any:
         (d, k, s, p), _ = geometry("smooth_max_pool", tuple(x.shape), kernel_size, stride,
-                                   padding, only)
+                                   padding, fixed_d)
         cols = _torch_unfold_axes(torch, x, k, s, p)
         return torch.logsumexp(cols * beta, dim=-1) / beta
 
     return ref
 
 
-def _declare_pool(name: str, kind: str, only: int | None, padded: bool) -> None:
-    attrs: dict[str, Any] = {"kernel_size": _REQUIRED, "stride": None}
-    if only is None:
-        attrs["padding"] = 0
-    elif padded:
-        attrs = {"kernel_size": _REQUIRED, "stride": _REQUIRED, "padding": _REQUIRED}
-    if kind == "smooth_max_pool":
-        attrs = {"beta": _REQUIRED, **attrs}
-    names = tuple(attrs)
-    dims = "N-D" if only is None else "2-D"
-
-    if kind == "max_pool":
-        def infer(x: Shape, **a: Any) -> Shape:
-            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
-                            only, max_pad_half=True)[1]
-
-        def forward(x: Any, **a: Any) -> Any:
-            return _max_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0), only)
-
-        vjp, jvp = _max_rules(only)
-        register(Primitive(
-            name, ("x",), infer, forward, attrs=attrs, vjp=vjp, jvp=jvp,
-            semantics=f"{dims} max pooling (torch.nn.functional.max_pool{{1,2,3}}d). Padded "
-                      "cells are ignored (never win; padding <= kernel // 2). The gradient goes "
-                      "to the first maximum of each window in row-major window order; "
-                      "overlapping windows add. VJP: max_pool_backward; JVP: max_pool_gather.",
-            samples=_pool_samples(_distinct, names, only is None, {}),
-            torch_ref=_torch_pool("max_pool", only),
-        ))
-    elif kind == "avg_pool":
-        def infer(x: Shape, **a: Any) -> Shape:
-            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
-                            only)[1]
-
-        def forward(x: Any, **a: Any) -> Any:
-            return _avg_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0), only)
-
-        register(Primitive(
-            name, ("x",), infer, forward, attrs=attrs, vjp=_avg_vjp(only), linear=True,
-            semantics=f"{dims} average pooling with zero padding counted in the divisor "
-                      "(count_include_pad=True): each window's sum / prod(kernel). Linear; "
-                      "VJP: g / prod(k) spread over each window (pool_fold).",
-            samples=_pool_samples(_n, names, only is None, {}),
-            torch_ref=_torch_pool("avg_pool", only),
-        ))
-    else:
-        def infer(x: Shape, **a: Any) -> Shape:
-            beta = a["beta"]
-            if isinstance(beta, bool) or not isinstance(beta, int | float) or not beta > 0:
-                raise ShapeError(f"{name}: beta must be a positive number, found {beta!r}")
-            return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
-                            only)[1]
-
-        def forward(x: Any, **a: Any) -> Any:
-            return _smooth_max_pool(x, a["beta"], a["kernel_size"], a.get("stride"),
-                                    a.get("padding", 0), only)
-
-        vjp, jvp = _smooth_rules(only)
-        register(Primitive(
-            name, ("x",), infer, forward, attrs=attrs, vjp=vjp, jvp=jvp,
-            semantics=f"{dims} smooth max pooling: (1/beta) log sum exp(beta x) over each "
-                      "window, padded cells entering as 0, computed max-shifted (no overflow "
-                      "for large beta x). beta > 0. Gradient: softmax(beta x) over each window "
-                      "times g (pool_unfold / softmax / pool_fold, so it differentiates again). "
-                      "Not a PyTorch op; compared with torch.logsumexp over unfolded windows.",
-            samples=_pool_samples(_n, names, only is None, {"beta": 2.0}),
-            torch_ref=_torch_smooth(only),
-        ))
+# Attribute sets. The N-D ops take padding with a default; the 2-D ops keep TorchLean's two
+# signatures: (kernel_size, stride = kernel) without padding, and the three attributes required.
+_ND_ATTRS: dict[str, Any] = {"kernel_size": _REQUIRED, "stride": None, "padding": 0}
+_2D_ATTRS: dict[str, Any] = {"kernel_size": _REQUIRED, "stride": None}
+_2D_PAD_ATTRS: dict[str, Any] = {"kernel_size": _REQUIRED, "stride": _REQUIRED,
+                                 "padding": _REQUIRED}
 
 
-_declare_pool("max_pool", "max_pool", None, True)
-_declare_pool("max_pool2d", "max_pool", 2, False)
-_declare_pool("max_pool2d_pad", "max_pool", 2, True)
-_declare_pool("avg_pool", "avg_pool", None, True)
-_declare_pool("avg_pool2d", "avg_pool", 2, False)
-_declare_pool("avg_pool2d_pad", "avg_pool", 2, True)
-_declare_pool("smooth_max_pool", "smooth_max_pool", None, True)
-_declare_pool("smooth_max_pool2d", "smooth_max_pool", 2, False)
+def _max_infer(name: str, fixed_d: int | None) -> Any:
+    def infer(x: Shape, **a: Any) -> Shape:
+        return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                        fixed_d, max_pad_half=True)[1]
+
+    return infer
+
+
+def _max_forward(fixed_d: int | None) -> Any:
+    def forward(x: Any, **a: Any) -> Any:
+        return _max_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                         fixed_d)
+
+    return forward
+
+
+def _avg_infer(name: str, fixed_d: int | None) -> Any:
+    def infer(x: Shape, **a: Any) -> Shape:
+        return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                        fixed_d)[1]
+
+    return infer
+
+
+def _avg_forward(fixed_d: int | None) -> Any:
+    def forward(x: Any, **a: Any) -> Any:
+        return _avg_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                         fixed_d)
+
+    return forward
+
+
+def _smooth_infer(name: str, fixed_d: int | None) -> Any:
+    def infer(x: Shape, **a: Any) -> Shape:
+        beta = a["beta"]
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not beta > 0:
+            raise ShapeError(f"{name}: beta must be a positive number, found {beta!r}")
+        return geometry(name, x, a["kernel_size"], a.get("stride"), a.get("padding", 0),
+                        fixed_d)[1]
+
+    return infer
+
+
+def _smooth_forward(fixed_d: int | None) -> Any:
+    def forward(x: Any, **a: Any) -> Any:
+        return _smooth_max_pool(x, a["beta"], a["kernel_size"], a.get("stride"),
+                                a.get("padding", 0), fixed_d)
+
+    return forward
+
+
+_MAX_SEMANTICS = (
+    "{dims} max pooling (torch.nn.functional.max_pool{{1,2,3}}d). Padded cells are ignored (never "
+    "win; padding <= kernel // 2). The gradient goes to the first maximum of each window in "
+    "row-major window order; overlapping windows add. VJP: max_pool_backward; JVP: "
+    "max_pool_gather."
+)
+_AVG_SEMANTICS = (
+    "{dims} average pooling with zero padding counted in the divisor (count_include_pad=True): "
+    "each window's sum / prod(kernel). Linear; VJP: g / prod(k) spread over each window "
+    "(pool_fold)."
+)
+_SMOOTH_SEMANTICS = (
+    "{dims} smooth max pooling: (1/beta) log sum exp(beta x) over each window, padded cells "
+    "entering as 0, computed max-shifted (no overflow for large beta x). beta > 0. Gradient: "
+    "softmax(beta x) over each window times g (pool_unfold / softmax / pool_fold, so it "
+    "differentiates again). Not a PyTorch op; compared with torch.logsumexp over unfolded "
+    "windows."
+)
+
+# ``fixed_d``: the number of spatial axes an op fixes (2), or None for the N-D ops, which infer
+# it from kernel_size and the input (see the module docstring).
+
+register(Primitive(
+    "max_pool", ("x",), _max_infer("max_pool", None), _max_forward(None), attrs=_ND_ATTRS,
+    vjp=_max_rules(None)[0], jvp=_max_rules(None)[1],
+    semantics=_MAX_SEMANTICS.format(dims="N-D"), samples=_pool_samples(distinct, _ND_CASES),
+    torch_ref=_torch_pool("max_pool", None),
+))
+register(Primitive(
+    "max_pool2d", ("x",), _max_infer("max_pool2d", 2), _max_forward(2), attrs=_2D_ATTRS,
+    vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
+    semantics=_MAX_SEMANTICS.format(dims="2-D"), samples=_pool_samples(distinct, _2D_CASES),
+    torch_ref=_torch_pool("max_pool", 2),
+))
+register(Primitive(
+    "max_pool2d_pad", ("x",), _max_infer("max_pool2d_pad", 2), _max_forward(2),
+    attrs=_2D_PAD_ATTRS, vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
+    semantics=_MAX_SEMANTICS.format(dims="2-D"),
+    samples=_pool_samples(distinct, _2D_PAD_CASES), torch_ref=_torch_pool("max_pool", 2),
+))
+
+register(Primitive(
+    "avg_pool", ("x",), _avg_infer("avg_pool", None), _avg_forward(None), attrs=_ND_ATTRS,
+    vjp=_avg_vjp(None), linear=True, semantics=_AVG_SEMANTICS.format(dims="N-D"),
+    samples=_pool_samples(normal, _ND_CASES), torch_ref=_torch_pool("avg_pool", None),
+))
+register(Primitive(
+    "avg_pool2d", ("x",), _avg_infer("avg_pool2d", 2), _avg_forward(2), attrs=_2D_ATTRS,
+    vjp=_avg_vjp(2), linear=True, semantics=_AVG_SEMANTICS.format(dims="2-D"),
+    samples=_pool_samples(normal, _2D_CASES), torch_ref=_torch_pool("avg_pool", 2),
+))
+register(Primitive(
+    "avg_pool2d_pad", ("x",), _avg_infer("avg_pool2d_pad", 2), _avg_forward(2),
+    attrs=_2D_PAD_ATTRS, vjp=_avg_vjp(2), linear=True,
+    semantics=_AVG_SEMANTICS.format(dims="2-D"), samples=_pool_samples(normal, _2D_PAD_CASES),
+    torch_ref=_torch_pool("avg_pool", 2),
+))
+
+register(Primitive(
+    "smooth_max_pool", ("x",), _smooth_infer("smooth_max_pool", None), _smooth_forward(None),
+    attrs={"beta": _REQUIRED, **_ND_ATTRS}, vjp=_smooth_rules(None)[0],
+    jvp=_smooth_rules(None)[1], semantics=_SMOOTH_SEMANTICS.format(dims="N-D"),
+    samples=_pool_samples(normal, _ND_CASES, beta=2.0), torch_ref=_torch_smooth(None),
+))
+register(Primitive(
+    "smooth_max_pool2d", ("x",), _smooth_infer("smooth_max_pool2d", 2), _smooth_forward(2),
+    attrs={"beta": _REQUIRED, **_2D_ATTRS}, vjp=_smooth_rules(2)[0], jvp=_smooth_rules(2)[1],
+    semantics=_SMOOTH_SEMANTICS.format(dims="2-D"),
+    samples=_pool_samples(normal, _2D_CASES, beta=2.0), torch_ref=_torch_smooth(2),
+))

@@ -14,10 +14,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..shape import Shape, check_axis, size
 from .registry import Primitive, Sample, register
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
+from .samples import dims, normal
 
 
 def _reduce_infer(op: str) -> Any:
@@ -36,9 +33,11 @@ def _keep_axis(ops: Any, g: Any, shape: Shape, axis: int) -> Any:
 
 
 def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
-    a, b, c = (int(d) for d in rng.integers(1, 5, size=3))
-    return [Sample((_n(rng, a, b),), {"axis": 0}), Sample((_n(rng, a, b, c),), {"axis": -1}),
-            Sample((_n(rng, c),), {"axis": 0}), Sample((_n(rng, a, b, c),), {"axis": 1})]
+    a, b, c = dims(rng, 3)
+    return [Sample((normal(rng, a, b),), {"axis": 0}),
+            Sample((normal(rng, a, b, c),), {"axis": -1}),
+            Sample((normal(rng, c),), {"axis": 0}),
+            Sample((normal(rng, a, b, c),), {"axis": 1})]
 
 
 register(Primitive(
@@ -75,7 +74,7 @@ register(Primitive(
     "sum", ("x",), lambda s: (), lambda x: x.sum(), linear=True,
     vjp=lambda ops, g, xs, out: (ops.broadcast_to(g, shape=xs[0].shape),),
     semantics="Sum of all entries, a scalar (torch.sum(x)). VJP: g replicated to every entry.",
-    samples=lambda rng: [Sample((_n(rng, 3, 4),)), Sample((_n(rng, 7),))],
+    samples=lambda rng: [Sample((normal(rng, 3, 4),)), Sample((normal(rng, 7),))],
     torch_ref=lambda torch, x: x.sum(),
 ))
 
@@ -118,8 +117,9 @@ def _log_softmax_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
 
 
 def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
-    a, b, c = (int(d) for d in rng.integers(1, 5, size=3))
-    return [Sample((_n(rng, c),)), Sample((_n(rng, a, c),)), Sample((_n(rng, a, b, c),))]
+    a, b, c = dims(rng, 3)
+    return [Sample((normal(rng, c),)), Sample((normal(rng, a, c),)),
+            Sample((normal(rng, a, b, c),))]
 
 
 register(Primitive(
@@ -174,6 +174,7 @@ register(Primitive(
     "mse_loss", ("yhat", "target"), _mse_infer, _mse_forward, vjp=_mse_vjp, jvp=_mse_jvp,
     semantics="Mean squared error over all entries, a scalar (reduction='mean'). VJP: "
               "(2/N)(yhat - target) g to the prediction and its negative to the target.",
-    samples=lambda rng: [Sample((_n(rng, 4), _n(rng, 4))), Sample((_n(rng, 2, 3), _n(rng, 2, 3)))],
+    samples=lambda rng: [Sample((normal(rng, 4), normal(rng, 4))),
+                         Sample((normal(rng, 2, 3), normal(rng, 2, 3)))],
     torch_ref=lambda torch, a, b: torch.nn.functional.mse_loss(a, b),
 ))

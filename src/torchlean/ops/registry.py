@@ -165,29 +165,43 @@ class Primitive:
         assert self.jvp is not None
         return self.jvp(ops, tangents, inputs, out, **attrs)
 
+    def vjp_rule(self, attrs: dict[str, Any], needed: Sequence[bool] | None,
+                 reduce: bool) -> tuple[Rule, dict[str, Any]]:
+        """How this primitive's cotangents are computed at one node: ``(rule, kwargs)`` such
+        that ``rule(ops, g, inputs, out, **kwargs)`` returns one cotangent per input.
+
+        This is the one place that decides it (the reverse driver in ``autodiff`` binds it once
+        per node): a selective rule gets ``needed`` (one bool per input, default all); when
+        ``reduce`` is set (a broadcasting op whose inputs differ in shape from its output) the
+        cotangents are summed back to the input shapes. Not for ``nondiff`` primitives.
+        """
+        assert self.vjp is not None, f"{self.name} is nondiff: it has no vjp rule"
+        kwargs = attrs
+        if self.selective:
+            kwargs = {**attrs, "needed": (True,) * len(self.inputs) if needed is None
+                      else tuple(needed)}
+        if not reduce:
+            return self.vjp, kwargs
+        vjp = self.vjp
+
+        def reducing(ops: Any, g: Any, inputs: Sequence[Any], out: Any, **kw: Any) -> Any:
+            return tuple(None if c is None else unbroadcast(ops, c, x.shape)
+                         for c, x in zip(vjp(ops, g, inputs, out, **kw), inputs, strict=True))
+
+        return reducing, kwargs
+
     def apply_vjp(self, ops: Any, g: Any, inputs: Sequence[Any], out: Any,
                   attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> Sequence[Any]:
         """One cotangent per input (``None`` for none), already reduced to each input's shape.
 
-        ``needed`` (one bool per input, default all) lets a selective rule skip the rest.
+        ``needed`` (one bool per input, default all) lets a selective rule skip the rest. A
+        one-node use of ``vjp_rule`` (checks and tests call this; the drivers bind once).
         """
         if self.nondiff:
             return (None,) * len(inputs)
-        assert self.vjp is not None
-        if self.selective:
-            wanted = (True,) * len(inputs) if needed is None else tuple(needed)
-            cotangents = self.vjp(ops, g, inputs, out, needed=wanted, **attrs)
-        else:
-            cotangents = self.vjp(ops, g, inputs, out, **attrs)
-        if self.broadcasting:
-            # Most calls broadcast nothing: look before building a new tuple (per-op hot path).
-            for c, x in zip(cotangents, inputs):  # noqa: B905  (arity checked by the caller)
-                if c is not None and c.shape != x.shape:
-                    return tuple(
-                        None if c is None else unbroadcast(ops, c, x.shape)
-                        for c, x in zip(cotangents, inputs, strict=True)
-                    )
-        return cotangents
+        reduce = self.broadcasting and any(x.shape != out.shape for x in inputs)
+        rule, kwargs = self.vjp_rule(attrs, needed, reduce)
+        return rule(ops, g, inputs, out, **kwargs)
 
 
 def unbroadcast(ops: Any, cotangent: Any, shape: tuple[int, ...]) -> Any:
@@ -204,8 +218,9 @@ class ArrayOps:
     """The Ops interpreter over concrete arrays: each method runs a primitive's forward kernel.
 
     Methods are attached as primitives register (``ARRAY_OPS.mul is mul's forward``), so a rule's
-    ``ops.mul(a, b)`` costs one call. ``zeros_like`` is the one helper rules may use that is not
-    itself a primitive call on every interpreter.
+    ``ops.mul(a, b)`` costs one call. Rules call nothing but primitives on ``ops`` (``zeros_like``
+    too is a registered, zero-derivative primitive), so each rule runs unchanged on every
+    interpreter.
     """
 
     name = "array"
@@ -290,3 +305,32 @@ def elementwise_unary(
 def same_shape(shape: tuple[int, ...], **_: Any) -> tuple[int, ...]:
     """Shape rule of elementwise unary ops."""
     return shape
+
+
+def add_tangents(ops: Any, a: Any, b: Any) -> Any:
+    """``a + b`` where ``None`` is a zero tangent (so ``None + None`` stays ``None``)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.add(a, b)
+
+
+def bilinear(ops: Any, f: Callable[[Any, Any], Any], a: Any, b: Any, ta: Any, tb: Any) -> Any:
+    """The JVP of a bilinear ``f`` at ``(a, b)``: ``f(ta, b) + f(a, tb)``, skipping ``None``
+    tangents (as JAX's ``defbilinear``). ``None`` when both tangents are."""
+    left = None if ta is None else f(ta, b)
+    right = None if tb is None else f(a, tb)
+    return add_tangents(ops, left, right)
+
+
+def bilinear_jvp(name: str) -> Rule:
+    """The JVP rule of primitive ``name``, bilinear in its two inputs (attributes pass through)."""
+
+    def jvp(ops: Any, tangents: Sequence[Any], inputs: Sequence[Any], out: Any,
+            **attrs: Any) -> Any:
+        op = getattr(ops, name)
+        return bilinear(ops, lambda a, b: op(a, b, **attrs), inputs[0], inputs[1],
+                        tangents[0], tangents[1])
+
+    return jvp
