@@ -1,15 +1,28 @@
-"""The reverse and forward passes shared by the eager tape and the compiled graph.
+"""The one reverse driver and the one forward-tangent driver, shared by every engine.
 
-Both the tape and the graph are lists of nodes with ``op`` (a ``Primitive`` or ``None`` for a
-leaf), ``parents``, ``attrs`` and ``requires_grad``. Running the *same* traversal over both is what
-makes the seed-004 link hold bitwise: the tape's reverse pass equals the graph's backprop because
-it is the same code visiting the same rules in the same order.
+The eager tape, the compiled graph, the linked tape (``Graph.to_tape``) and the recorded backward
+graph (``grad_graph``, which makes hvp and hessian) all differentiate through these two functions.
+Each engine is a list of nodes with ``op`` (a ``Primitive``, or ``None`` for a leaf),
+``parents``, ``attrs``, ``shape`` and ``requires_grad``; values live beside it.
 
-The passes are generic over the Ops interpreter: with ``ARRAY_OPS`` they compute numbers; with a
-graph builder's interpreter they record the backward pass as new graph nodes.
+Reverse mode has two halves:
 
-Traversal is a plain loop over node ids in reverse (or forward) order: no recursion, so a chain of
-100,000 ops works, and no set or dict ordering, so gradient sums never depend on object ids.
+- ``reverse_plan`` decides, once per node, everything that does not depend on values: whether
+  the node can pass gradient at all, which parents receive it (``targets``), and how its
+  cotangents are computed (``Primitive.vjp_rule``: which inputs a selective rule must produce,
+  whether broadcast cotangents are summed back). Shapes are static, so a compiled graph caches
+  its plan and a tape extends its own as it grows.
+- ``run_reverse`` walks a plan from the output back to 0, calling each bound rule and summing
+  contributions in the order the children are visited (decreasing id).
+
+Because the tape and the graph run the *same* plan builder and the *same* walk over the same
+rules, ``to_tape(xs)`` + ``backward_dense_all`` equals ``backprop_all`` bitwise by construction
+(TorchLean's LinkedSession theorem); a test keeps it as the witness.
+
+The drivers are generic over the Ops interpreter: with ``ARRAY_OPS`` they compute numbers; with a
+graph builder's interpreter they record the backward pass as new graph nodes. Traversal is a
+plain loop over node ids (no recursion, so a chain of 100,000 ops works; no set or dict ordering,
+so gradient sums never depend on object ids).
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .errors import UnsupportedJvpError
-from .ops.registry import Primitive
+from .ops.registry import Primitive, Rule
 
 
 class NodeLike(Protocol):
@@ -27,44 +40,77 @@ class NodeLike(Protocol):
     attrs: dict[str, Any]
     requires_grad: bool
 
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
-def reverse_pass(
-    nodes: Sequence[NodeLike],
-    values: Sequence[Any],
-    out_id: int,
-    seed: Any,
-    ops: Any,
-) -> list[Any]:
+
+# One reverse step: (node id, bound rule, its kwargs, parent ids, (input index, parent id) pairs
+# of the parents that receive gradient). ``None`` for nodes that pass no gradient.
+Step = tuple[int, Rule, dict[str, Any], tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def reverse_step(nodes: Sequence[NodeLike], i: int) -> Step | None:
+    """What the reverse pass does at node ``i`` (``None``: a leaf, or no gradient passes)."""
+    node = nodes[i]
+    op = node.op
+    if op is None or op.nondiff or not node.requires_grad:
+        return None
+    parents = node.parents
+    needed = tuple(nodes[p].requires_grad for p in parents)
+    targets = tuple((k, p) for k, p in enumerate(parents) if needed[k])
+    shape = node.shape
+    reduce = op.broadcasting and any(nodes[p].shape != shape for p in parents)
+    rule, kwargs = op.vjp_rule(node.attrs, needed, reduce)
+    return (i, rule, kwargs, parents, targets)
+
+
+def reverse_plan(nodes: Sequence[NodeLike], start: int = 0,
+                 plan: list[Step | None] | None = None) -> list[Step | None]:
+    """One step per node (``plan[i]`` for node ``i``), extending ``plan`` from node ``start``."""
+    steps = [] if plan is None else plan
+    for i in range(start, len(nodes)):
+        steps.append(reverse_step(nodes, i))
+    return steps
+
+
+def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int, seed: Any,
+                out_requires_grad: bool, ops: Any) -> list[Any]:
     """Cotangents for every node from ``out_id`` back to 0; ``None`` where none arrives.
 
     A node used by several children receives the sum of their contributions, accumulated in the
-    order the children are visited (decreasing id). Nodes with ``requires_grad`` false neither
+    order the children are visited (decreasing id). Nodes without ``requires_grad`` neither
     receive nor pass gradient.
     """
-    grads: list[Any] = [None] * len(nodes)
-    if nodes[out_id].requires_grad:
-        grads[out_id] = seed
+    grads: list[Any] = [None] * len(values)
+    if not out_requires_grad:
+        return grads
+    grads[out_id] = seed
+    add = ops.add
     for i in range(out_id, -1, -1):
         g = grads[i]
         if g is None:
             continue
-        node = nodes[i]
-        op = node.op
-        if op is None:
+        step = plan[i]
+        if step is None:
             continue
-        parents = node.parents
-        needed = tuple(nodes[p].requires_grad for p in parents) if op.selective else None
-        contributions = op.apply_vjp(ops, g, [values[p] for p in parents], values[i], node.attrs,
-                                     needed)
+        _, rule, kwargs, parents, targets = step
+        contributions = rule(ops, g, [values[p] for p in parents], values[i], **kwargs)
         if len(contributions) != len(parents):
-            raise TypeError(f"{op.name}: vjp rule returned {len(contributions)} cotangents for "
+            raise TypeError(f"node {i}: vjp rule returned {len(contributions)} cotangents for "
                             f"{len(parents)} inputs")
-        for p, c in zip(parents, contributions):  # noqa: B905  (lengths checked just above)
-            if c is None or not nodes[p].requires_grad:
-                continue
-            prev = grads[p]
-            grads[p] = c if prev is None else ops.add(prev, c)
+        for k, p in targets:
+            c = contributions[k]
+            if c is not None:
+                prev = grads[p]
+                grads[p] = c if prev is None else add(prev, c)
     return grads
+
+
+def reverse_pass(nodes: Sequence[NodeLike], values: Sequence[Any], out_id: int, seed: Any,
+                 ops: Any) -> list[Any]:
+    """``run_reverse`` over a fresh plan of ``nodes[: out_id + 1]`` (for one-off passes)."""
+    plan = reverse_plan(nodes[: out_id + 1])
+    return run_reverse(plan, values, out_id, seed, nodes[out_id].requires_grad, ops)
 
 
 def forward_tangents(

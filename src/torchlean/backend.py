@@ -6,6 +6,7 @@ imported lazily, only when a CUDA device is asked for, so the core stays NumPy-o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +43,23 @@ def numeric_array(op: str, data: Any, xp: Any = np, dtype: Any = None) -> Any:
     if arr.dtype.kind not in "biuf":
         raise ShapeError(f"{op}: expected numeric data, found dtype {arr.dtype}")
     return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
+def operand_arrays(op: str, inputs: Sequence[Any], xp: Any = np) -> list[Any]:
+    """Operands of one op given as plain data, converted and checked as the tape's are.
+
+    Each must be a rectangular array of numbers. Typed float data (float32/float64 arrays and
+    NumPy float scalars) keeps its dtype, and all of it must agree: mixing float32 and float64
+    in one op is a ``ShapeError``, as on the tape. Untyped data (Python numbers, lists, integer
+    or bool arrays) takes that common float dtype, or float64 when there is none.
+    """
+    arrays = [numeric_array(op, x, xp) for x in inputs]
+    typed = {a.dtype for a, x in zip(arrays, inputs, strict=True)
+             if a.dtype.kind == "f" and isinstance(x, xp.ndarray | np.floating)}
+    if len(typed) > 1:
+        raise ShapeError(f"{op}: dtypes differ: {', '.join(str(a.dtype) for a in arrays)}")
+    dtype = typed.pop() if typed else np.dtype(np.float64)
+    return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
 
 
 def check_device(device: str) -> str:

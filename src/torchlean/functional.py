@@ -1,8 +1,10 @@
 """``F``: the backend-generic op namespace (TorchLean's Ops interface) and the derived ops.
 
-The same user function runs on eager session refs and on graph variables: ``F.relu(x)`` asks the
-owner of ``x`` (a session's tape or a graph builder) to apply the ``relu`` primitive. With plain
-arrays and no ref at all, ``F.relu(array)`` simply computes the value (checked, no autodiff).
+The same user function runs on eager session refs and on graph variables: ``F.relu(x)`` finds
+the one owner of its refs (``owner_of``: the single ownership check) and asks it to record the
+``relu`` primitive. Owners implement the ``Owner`` protocol below: a session's eager or compiled
+backend, or a graph builder. With plain arrays and no ref at all, ``F.relu(array)`` simply computes
+the value, with inputs converted and checked as the tape checks them (no autodiff).
 
 There is one function here per registered primitive, generated from the registry, plus derived
 ops built only from primitives (silu, gelu, global_avg_pool2d, cross_entropy, nll, mean, ...): they
@@ -14,21 +16,52 @@ have no rules of their own, so their derivatives are whatever the primitives' ru
 
 from __future__ import annotations
 
+import builtins  # F defines max, min, sum and abs as primitives: builtins are named
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
+from .backend import operand_arrays
 from .errors import ShapeError, TraceError
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .shape import as_shape
 
 
+class Owner(Protocol):
+    """What records refs: a session backend (eager tape or compiled graph) or a graph builder.
+
+    ``record`` is called with refs the caller has already checked belong to this owner (F does
+    it once per op, in ``owner_of``); the owner checks shapes and attributes (the primitive's
+    shape rule) and appends one node. The other methods are what layers ask of an owner.
+    """
+
+    def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Ref:
+        """Record one primitive over ``refs`` with static attributes ``attrs``."""
+        ...
+
+    def const(self, array: Any) -> Ref:
+        """A constant leaf (no gradient)."""
+        ...
+
+    def use(self, param: Any) -> Ref:
+        """A ``Param`` as a leaf of this pass (the same ref if used twice)."""
+        ...
+
+    def value(self, ref: Ref) -> Any:
+        """The value of ``ref`` (a graph builder, which has none while tracing, raises)."""
+        ...
+
+    def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
+        """Inverted dropout of ``x`` (a graph builder refuses a random mask while tracing)."""
+        ...
+
+
 class Ref:
-    """A value recorded by an owner (a session or a graph builder). Subclasses set the slots."""
+    """A value recorded by an owner (see ``Owner``). Subclasses set the slots."""
 
     __slots__ = ("_owner", "_id", "shape", "dtype")
     __array_priority__ = 1000  # so ndarray + ref defers to Ref.__radd__
@@ -42,6 +75,11 @@ class Ref:
     @property
     def id(self) -> int:
         return self._id
+
+    @property
+    def owner(self) -> Owner:
+        """The session backend or graph builder that recorded this value."""
+        return self._owner  # type: ignore[no-any-return]
 
     @property
     def ndim(self) -> int:
@@ -161,7 +199,7 @@ class Ref:
                          shape=self.shape[1:])
         if isinstance(index, slice) and index.step in (None, 1):
             start, stop, _ = index.indices(self.shape[0])
-            return apply("slice_range0", self, start=start, length=max(stop - start, 0))
+            return apply("slice_range0", self, start=start, length=builtins.max(stop - start, 0))
         raise ShapeError(f"indexing: only x[int] and x[a:b] on axis 0 are supported, found "
                          f"{index!r}; use F.gather_* / F.slice_range0 / F.reshape")
 
@@ -195,8 +233,9 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
-def owner_of(args: Any) -> Any:
-    """The owner shared by the refs among ``args`` (None when there are none)."""
+def owner_of(args: Any) -> Owner | None:
+    """The owner shared by the refs among ``args`` (None when there are none): the one place
+    ownership is checked per op."""
     owner = None
     for a in args:
         if isinstance(a, Ref):
@@ -210,19 +249,23 @@ def owner_of(args: Any) -> Any:
 def apply(name: str | Primitive, *inputs: Any, **attrs: Any) -> Any:
     """Apply a primitive to refs (recorded by their owner) or to plain arrays (computed now)."""
     prim = name if isinstance(name, Primitive) else get_primitive(name)
+    for v in attrs.values():
+        if isinstance(v, NatRef):  # integer inputs travel as plain attribute values
+            attrs = {k: w.value if isinstance(w, NatRef) else w for k, w in attrs.items()}
+            break
     owner = owner_of(inputs)
     if owner is None:
-        arrays = [np.asarray(x) for x in inputs]
+        arrays = operand_arrays(prim.name, inputs)
         prim.infer(*[a.shape for a in arrays], **attrs)
         return prim.forward(*arrays, **attrs)
     if all(isinstance(x, Ref) for x in inputs):
-        return owner.apply(prim, inputs, attrs)
+        return owner.record(prim, inputs, attrs)
     # Arrays among the inputs become const leaves of the owner: check the op's shape rule first,
     # so a failing call leaves no orphan constants behind (nothing changes when a check fails).
     shapes = [x.shape if isinstance(x, Ref) else _data_shape(prim.name, x) for x in inputs]
-    prim.infer(*shapes, **{k: v.value if isinstance(v, NatRef) else v for k, v in attrs.items()})
+    prim.infer(*shapes, **attrs)
     refs = [x if isinstance(x, Ref) else owner.const(x) for x in inputs]
-    return owner.apply(prim, refs, attrs)
+    return owner.record(prim, refs, attrs)
 
 
 def _data_shape(op: str, x: Any) -> tuple[int, ...]:

@@ -5,10 +5,10 @@ registered primitive to earlier nodes. It is traced once from a function written
 operators (``GraphBuilder``), verified (``verify``), and then run many times on new inputs: no
 input value is baked in, so reuse across inputs is sound.
 
-Execution reads the same registry as the eager tape and applies the same rules in the same order
-with the same accumulation (``autodiff.reverse_pass``, here driven by a plan precomputed from the
-static shapes), which is why ``to_tape(xs)`` followed by ``tape.backward_dense_all`` equals
-``graph.backprop_all`` bitwise.
+Execution reads the same registry as the eager tape, and reverse mode is the same driver
+(``autodiff.run_reverse`` over a plan from ``autodiff.reverse_plan``, cached here because shapes
+are static), which is why ``to_tape(xs)`` followed by ``tape.backward_dense_all`` equals
+``Compiled.backprop_all`` bitwise by construction.
 
 ``grad_graph`` records the reverse pass itself as graph nodes (the rules run on a
 ``GraphOps`` interpreter), so gradients are again a graph: forward mode over it gives
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .autodiff import forward_tangents, reverse_pass
+from .autodiff import Step, forward_tangents, reverse_pass, reverse_plan, run_reverse
 from .backend import as_dtype, numeric_array
 from .errors import ShapeError, TapeError, TraceError
 from .functional import Ref
@@ -77,10 +77,6 @@ class Graph:
         if len(self.outputs) != 1:
             raise GraphError(f"graph has {len(self.outputs)} outputs, expected one")
         return self.outputs[0]
-
-    @property
-    def input_shapes(self) -> list[tuple[int, ...]]:
-        return [self.nodes[i].shape for i in self.inputs]
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -193,56 +189,18 @@ class Graph:
             cached = self._plans["forward"] = (len(self.nodes), steps)
         return cached[1]
 
-    def _reverse_plan(self) -> list[tuple[Any, ...]]:
-        """Reverse steps ``(id, rule, parents, kwargs, targets)``, last node first.
-
-        Shapes are static in a graph, so what ``reverse_pass`` decides per node on every run is
-        decided here once: which nodes can receive gradient, which parents take it (``targets``),
-        which inputs a selective rule must produce, and whether a broadcasting op needs its
-        cotangents reduced (if not, its VJP rule is called directly).
-        """
+    def _reverse_plan(self) -> list[Step | None]:
+        """The shared driver's reverse plan of this graph, built once per graph size."""
         cached = self._plans.get("reverse")
         if cached is None or cached[0] != len(self.nodes):
-            nodes = self.nodes
-            steps = []
-            for i in range(len(nodes) - 1, -1, -1):
-                n = nodes[i]
-                op = n.op
-                if op is None or not n.requires_grad or op.nondiff:
-                    continue
-                needed = tuple(nodes[p].requires_grad for p in n.parents)
-                targets = tuple((k, p) for k, p in enumerate(n.parents) if needed[k])
-                if op.broadcasting and any(nodes[p].shape != n.shape for p in n.parents):
-                    rule, kwargs = _reducing_rule(op, n.attrs, needed), {}
-                else:
-                    assert op.vjp is not None
-                    rule = op.vjp
-                    kwargs = {**n.attrs, "needed": needed} if op.selective else n.attrs
-                steps.append((i, rule, n.parents, kwargs, targets))
-            cached = self._plans["reverse"] = (len(self.nodes), steps)
+            cached = self._plans["reverse"] = (len(self.nodes), reverse_plan(self.nodes))
         return cached[1]
 
     def backprop(self, values: Sequence[Any], out: int, seed: Any) -> list[Any]:
-        """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``.
-
-        The same rules, in the same order, with the same accumulation as ``reverse_pass`` (so
-        results equal the linked tape's bitwise), driven by the precomputed reverse plan.
-        """
-        grads: list[Any] = [None] * len(self.nodes)
-        if self.nodes[out].requires_grad:
-            grads[out] = seed
-        add = ARRAY_OPS.add
-        for i, rule, parents, kwargs, targets in self._reverse_plan():
-            g = grads[i]
-            if g is None or i > out:
-                continue
-            contributions = rule(ARRAY_OPS, g, [values[p] for p in parents], values[i], **kwargs)
-            for k, p in targets:
-                c = contributions[k]
-                if c is not None:
-                    prev = grads[p]
-                    grads[p] = c if prev is None else add(prev, c)
-        return grads
+        """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``:
+        the shared reverse driver over the cached plan (so the linked tape agrees bitwise)."""
+        return run_reverse(self._reverse_plan(), values, out, seed,
+                           self.nodes[out].requires_grad, ARRAY_OPS)
 
     def tangents(self, values: Sequence[Any], input_tangents: Sequence[Any]) -> list[Any]:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
@@ -266,16 +224,6 @@ class Graph:
         return tape, leaf_ids, list(self.outputs)
 
 
-def _reducing_rule(prim: Primitive, attrs: dict[str, Any],
-                   needed: tuple[bool, ...]) -> Callable[..., Any]:
-    """A broadcasting op's rule with its cotangents summed back to the input shapes."""
-
-    def rule(ops: Any, g: Any, inputs: Any, out: Any) -> Any:
-        return prim.apply_vjp(ops, g, inputs, out, attrs, needed)
-
-    return rule
-
-
 def _short(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"array{value.shape}"
@@ -283,7 +231,7 @@ def _short(value: Any) -> str:
 
 
 class GraphBuilder:
-    """Records ops on ``Var``s into a ``Graph`` (the owner of those refs)."""
+    """Records ops on ``Var``s into a ``Graph``: the owner of those refs (``functional.Owner``)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -336,19 +284,21 @@ class GraphBuilder:
         g.consts[len(g.nodes) - 1] = arr
         return self.var(len(g.nodes) - 1)
 
-    def apply(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Var:
+    def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Var:
+        """Record ``prim`` on refs this builder owns (the caller checked: ``F.owner_of``)."""
+        return self.var(self.record_node(prim, [r.id for r in refs], attrs))
+
+    def record_node(self, prim: Primitive, ids: Sequence[int], attrs: dict[str, Any]) -> int:
+        """Append one op node over node ids after checking its shape rule; returns its id."""
         g = self.graph
-        for r in refs:
-            if r._owner is not self:
-                raise TraceError(f"{prim.name}: a ref from another graph or session was used")
-        if not refs and "dtype" in prim.attrs:
+        nodes = g.nodes
+        if not ids and "dtype" in prim.attrs:
             attrs = {**attrs, "dtype": g.dtype}
-        shape = tuple(prim.infer(*[r.shape for r in refs],
+        shape = tuple(prim.infer(*[nodes[i].shape for i in ids],
                                  **{k: v for k, v in attrs.items() if k != "dtype"}))
-        requires_grad = not prim.nondiff and any(g.nodes[r._id].requires_grad for r in refs)
-        g.nodes.append(GraphNode("op", prim, tuple(r._id for r in refs), attrs, shape, g.dtype,
-                                 requires_grad))
-        return self.var(len(g.nodes) - 1)
+        requires_grad = not prim.nondiff and any(nodes[i].requires_grad for i in ids)
+        nodes.append(GraphNode("op", prim, tuple(ids), attrs, shape, g.dtype, requires_grad))
+        return len(nodes) - 1
 
 
 class GraphOps:
@@ -366,23 +316,25 @@ class GraphOps:
         builder = self._builder
 
         def record(*inputs: Any, **attrs: Any) -> Var:
-            return builder.apply(prim, inputs, attrs)
+            return builder.record(prim, inputs, attrs)
 
         setattr(self, name, record)  # cache: later lookups skip __getattr__
         return record
 
 
 def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any,
-          wrt: Sequence[int] | None = None) -> Graph:
+          wrt: Sequence[int] | None = None, owner_arg: bool = False) -> Graph:
     """Trace ``fn`` on fresh input leaves of the given shapes into a verified graph.
 
-    Only the leaves in ``wrt`` (default: all) are differentiable; the others are data.
+    Only the leaves in ``wrt`` (default: all) are differentiable; the others are data. With
+    ``owner_arg`` the builder (the owner of the traced refs) is passed first, for functions that
+    need an owner even without inputs (``owner.use(param)``).
     """
     graph = Graph(dtype)
     builder = GraphBuilder(graph)
     leaves = [builder.input(s, requires_grad=wrt is None or k in wrt)
               for k, s in enumerate(shapes)]
-    result = fn(*leaves)
+    result = fn(builder, *leaves) if owner_arg else fn(*leaves)
     outs = result if isinstance(result, tuple | list) else (result,)
     if not outs:
         raise TraceError("trace: the function returned nothing; return a ref computed with F.*")
@@ -390,7 +342,7 @@ def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any,
         if not isinstance(o, Ref):
             raise TraceError(f"trace: the function must return refs computed from its inputs "
                              f"with F.* / operators, found {type(o).__name__}")
-        if o._owner is not builder:
+        if o.owner is not builder:
             raise TraceError("trace: the function returned a ref from another graph or session")
     graph.outputs = [o._id for o in outs]
     graph.verify()

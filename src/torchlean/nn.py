@@ -3,7 +3,7 @@
 A ``Module`` owns ``Param``s and sub-modules (registered by attribute assignment, in order) and
 array buffers (such as BatchNorm's running statistics). Its ``forward`` is written once with ``F``
 and runs wherever its input ref lives: a layer asks the input's owner for its parameters with
-``x._owner.use(param)``, so the same model runs eagerly in a ``Session`` and traced by
+``x.owner.use(param)``, so the same model runs eagerly in a ``Session`` and traced by
 ``tl.compile`` (where the parameters become graph inputs). Plain arrays work too: then the layer
 reads the parameters' current values and computes the output directly (no autodiff).
 
@@ -111,14 +111,14 @@ class LoadResult(NamedTuple):
 
 def _use(x: Any, param: Param) -> Any:
     """The parameter where ``x`` lives: a ref from x's owner, or the value for plain arrays."""
-    return x._owner.use(param) if isinstance(x, Ref) else param.data
+    return x.owner.use(param) if isinstance(x, Ref) else param.data
 
 
 def _const(x: Any, array: Any) -> Any:
     """A constant next to ``x`` (in x's dtype): a const ref of x's owner, or the array itself."""
     dtype = x.dtype if isinstance(x, Ref) else np.asarray(x).dtype
     arr = np.asarray(array, dtype=dtype)
-    return x._owner.const(arr) if isinstance(x, Ref) else arr
+    return x.owner.const(arr) if isinstance(x, Ref) else arr
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -583,7 +583,7 @@ class BatchNorm2d(Module):
     def _batch_stats(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(x, Ref):
             try:
-                value = x._owner.value(x)
+                value = x.owner.value(x)
             except TraceError as exc:
                 raise TraceError(
                     "BatchNorm2d: training mode updates the running statistics from the batch's "
@@ -734,7 +734,7 @@ class Dropout(Module):
 
     def forward(self, x: Any) -> Any:
         if isinstance(x, Ref):
-            return x._owner.dropout(x, self.p, self.training)
+            return x.owner.dropout(x, self.p, self.training)
         if self.training and self.p > 0:
             raise TorchLeanError("Dropout: training-mode dropout needs a session (its seeded "
                                  "random stream); call model.eval() for plain arrays")

@@ -69,6 +69,10 @@ class Param:
                              f"to a parameter of shape {self.shape}")
         self._value = arr.astype(self._value.dtype, copy=True)
 
+    def accumulate_grad(self, g: Any) -> None:
+        """``grad += g`` (a copy of ``g`` when there is none yet), as PyTorch's backward does."""
+        self.grad = g.copy() if self.grad is None else self.grad + g
+
     def zero_grad(self) -> None:
         self.grad = None
 

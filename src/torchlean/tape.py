@@ -2,7 +2,8 @@
 
 A tape is a grow-only list of nodes. Every op checks its inputs with the primitive's shape rule,
 runs the forward kernel at once, appends exactly one node and returns its id (an int). Reverse mode
-walks ids backwards (``autodiff.reverse_pass``); forward mode walks them forwards.
+is the shared driver (``autodiff.run_reverse``) over the tape's reverse plan, which is extended as
+the tape grows (a node's step never changes once recorded); forward mode walks ids forwards.
 
 There is one method per registered primitive (``tape.relu(x)``, ``tape.linear(w, b, x)``,
 ``tape.reduce_sum(x, axis)``): node ids first, then the op's static attributes. The methods are
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
-from .autodiff import forward_tangents, reverse_pass
+from .autodiff import Step, forward_tangents, reverse_plan, run_reverse
 from .backend import as_dtype, check_device, namespace_for, namespace_of, numeric_array
 from .errors import DomainError, ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
@@ -40,6 +41,10 @@ class Node:
         self.name = name
 
     @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape)
+
+    @property
     def op_name(self) -> str:
         return "leaf" if self.op is None else self.op.name
 
@@ -59,6 +64,7 @@ class Tape:
         self.xp = namespace_for(device)
         self.check_finite = check_finite
         self._nodes: list[Node] = []
+        self._plan: list[Step | None] = []  # reverse steps of nodes[: len(self._plan)]
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -169,8 +175,12 @@ class Tape:
         """Cotangent of every node (``None`` where the reverse pass did not reach it)."""
         seed_arr = self._seed("backward_dense", self._check_id("backward_dense", out), seed)
         nodes = self._nodes
-        values = [node.value for node in nodes]
-        return reverse_pass(nodes, values, out, seed_arr, ARRAY_OPS)
+        plan = self._plan
+        if len(plan) < out + 1:
+            reverse_plan(nodes[: out + 1], len(plan), plan)
+        values = [node.value for node in nodes[: out + 1]]
+        return run_reverse(plan, values, out, seed_arr, nodes[out].requires_grad, ARRAY_OPS) + [
+            None] * (len(nodes) - out - 1)
 
     def backward_dense_all(self, out: int, seed: Any) -> list[Any]:
         """Cotangent of every node, zeros where the reverse pass did not reach it."""

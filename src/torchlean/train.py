@@ -18,8 +18,7 @@ import numpy as np
 from .data import Dataset
 from .errors import ShapeError, TorchLeanError
 from .functional import Ref
-from .session import Options, Session
-from .transforms import Compiled
+from .session import Options, Session, Stepper
 
 __all__ = ["Dataset", "mean_scalar_over", "fit", "evaluate", "EpochMetrics"]
 
@@ -65,58 +64,30 @@ def _labels_as_floats(y: np.ndarray, dtype: Any) -> np.ndarray:
 
 
 class _Stepper:
-    """Computes loss and parameter gradients for a batch on the chosen backend."""
+    """Loss and parameter gradients of a batch for ``fit``: two ``session.Stepper``s (the path
+    ``ScalarTrainer`` takes too), one for the loss and one for the model's outputs."""
 
     def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], backend: str,
                  dtype: Any) -> None:
         if backend not in ("eager", "compiled"):
             raise TorchLeanError(f"fit: backend must be 'eager' or 'compiled', found {backend!r}")
         self.model = model
-        self.loss_fn = loss_fn
-        self.backend = backend
         self.dtype = np.dtype(dtype)
-        self._compiled: dict[tuple[Any, ...], Compiled] = {}
-        self._session = Session(Options(dtype=self.dtype.name))
-
-    def _compiled_for(self, kind: str, x: np.ndarray, y: np.ndarray) -> Compiled:
-        key = (kind, x.shape, y.shape, self.model.training)
-        c = self._compiled.get(key)
-        if c is None:
-            if kind == "loss":
-                def fn(xr: Any, yr: Any) -> Any:
-                    return self.loss_fn(self.model(xr), yr)
-                # The batch is data (wrt=()): only the parameters met while tracing get gradients.
-                c = Compiled(fn, [x.shape, y.shape], dtype=self.dtype, wrt=())
-            else:
-                c = Compiled(lambda xr: self.model(xr), [x.shape], dtype=self.dtype, wrt=())
-            self._compiled[key] = c
-        return c
+        opts = Options(backend=backend, dtype=self.dtype.name)
+        self._loss = Stepper(lambda owner, x, y: loss_fn(model(x), y), opts)
+        self._outputs = Stepper(lambda owner, x: model(x), opts)
 
     def loss_and_grads(self, x: np.ndarray, y: np.ndarray) -> float:
         """Loss of the batch; gradients are accumulated into each parameter's ``.grad``."""
-        yf = _labels_as_floats(y, self.dtype)
-        if self.backend == "compiled":
-            c = self._compiled_for("loss", x, yf)
-            loss, grads = c.value_and_backward(x, yf)
-            for p, g in zip(c.params, grads[2:], strict=True):
-                if p.requires_grad:
-                    p.grad = g if p.grad is None else p.grad + g
-            return float(loss)
-        s = self._session
-        s.reset()
-        loss = self.loss_fn(self.model(s.input(x, requires_grad=False)),
-                            s.input(yf, requires_grad=False))
-        s.backward(loss)
-        value = float(s.value(loss))
-        s.reset()  # free this step's arrays before the next allocates (see ScalarTrainer)
-        return value
+        value, pairs = self._loss.value_and_grads(
+            [x, _labels_as_floats(y, self.dtype)], extra_key=self.model.training)
+        for p, g in pairs:
+            if g is not None:
+                p.accumulate_grad(g)
+        return float(value)
 
     def outputs(self, x: np.ndarray) -> np.ndarray:
-        if self.backend == "compiled":
-            return np.asarray(self._compiled_for("outputs", x, x[:0]).forward(x))
-        s = self._session
-        s.reset()
-        return np.asarray(s.value(self.model(s.input(x, requires_grad=False))))
+        return np.asarray(self._outputs.forward([x], extra_key=self.model.training))
 
 
 def _default_metrics(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:

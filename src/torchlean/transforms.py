@@ -58,11 +58,12 @@ class Compiled:
     """
 
     def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
-                 dtype: Any = "float32", wrt: Sequence[int] | None = None) -> None:
+                 dtype: Any = "float32", wrt: Sequence[int] | None = None,
+                 owner_arg: bool = False) -> None:
         leaf_shapes = [as_shape(f"compile: leaf {k} shape", s) for k, s in enumerate(shapes)]
         if wrt is not None:
             wrt = _argnums("compile wrt", tuple(wrt), len(leaf_shapes))[0] if tuple(wrt) else ()
-        self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt)
+        self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt, owner_arg)
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
 
@@ -80,22 +81,20 @@ class Compiled:
             raise ShapeError(f"compiled function takes {n} inputs, found {len(xs)}")
         return list(xs) + [p.data for p in self.graph.params]
 
-    def forward(self, *xs: Any) -> Any:
+    def _values(self, op: str, xs: Sequence[Any]) -> list[Any]:
+        """Every node's value for inputs ``xs`` (checked against the traced shapes)."""
         g = self.graph
-        return g.evaluate(g.check_inputs("forward", self._full(xs)))[g.output]
+        return g.evaluate(g.check_inputs(op, self._full(xs)))
 
-    __call__ = forward
-
-    def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
-        """Output tangent for input tangents ``dxs`` (one per input; ``None`` means zero)."""
+    def _cotangents(self, values: list[Any], seed: Any) -> tuple[Any, ...]:
+        """One cotangent per graph input (zeros where none arrives) for output seed ``seed``."""
         g = self.graph
-        arrays = g.check_inputs("jvp", self._full(xs))
-        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True)
-        values = g.evaluate(arrays)
-        return _or_zeros(g.tangents(values, tangents), values, [g.output])[0]
+        return _or_zeros(g.backprop(values, g.output, seed), values, g.inputs)
 
-    def _leaf_cotangents(self, dense: list[Any], values: list[Any]) -> tuple[Any, ...]:
-        return _or_zeros(dense, values, self.graph.inputs)
+    def _scalar(self, op: str) -> None:
+        if self.out_shape != ():
+            raise ShapeError(f"{op}: output has shape {self.out_shape}, expected a scalar (); "
+                             "use vjp(xs, seed) for tensor outputs")
 
     def _seed(self, op: str, seed: Any) -> Any:
         arr = numeric_array(f"{op} seed", seed, np, self.dtype)
@@ -103,53 +102,81 @@ class Compiled:
             raise ShapeError(f"{op}: seed has shape {arr.shape}, output has {self.out_shape}")
         return arr
 
+    def forward(self, *xs: Any) -> Any:
+        return self._values("forward", xs)[self.graph.output]
+
+    __call__ = forward
+
+    def value_and_jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> tuple[Any, Any]:
+        """The output and its tangent for input tangents ``dxs`` (``None`` means zero)."""
+        g = self.graph
+        values = self._values("jvp", xs)
+        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True)
+        return values[g.output], _or_zeros(g.tangents(values, tangents), values, [g.output])[0]
+
+    def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
+        """Output tangent for input tangents ``dxs`` (one per input; ``None`` means zero)."""
+        return self.value_and_jvp(xs, dxs)[1]
+
     def vjp(self, xs: Sequence[Any], seed: Any) -> tuple[Any, ...]:
         """One cotangent per input for output cotangent ``seed``."""
-        g = self.graph
-        values = g.evaluate(g.check_inputs("vjp", self._full(xs)))
-        dense = g.backprop(values, g.output, self._seed("vjp", seed))
-        return self._leaf_cotangents(dense, values)
+        return self._cotangents(self._values("vjp", xs), self._seed("vjp", seed))
 
     def backward(self, *xs: Any) -> tuple[Any, ...]:
         """Gradients of a scalar output (seed 1), one per input."""
-        if self.out_shape != ():
-            raise ShapeError(f"backward: output has shape {self.out_shape}, expected a scalar; "
-                             "use vjp(xs, seed) for tensor outputs")
+        self._scalar("backward")
         return self.vjp(xs, np.ones((), dtype=self.dtype))
 
     def value_and_backward(self, *xs: Any) -> tuple[Any, tuple[Any, ...]]:
         """The scalar output and its gradients in one forward pass."""
-        if self.out_shape != ():
-            raise ShapeError(f"value_and_backward: output has shape {self.out_shape}, expected a "
-                             "scalar")
-        g = self.graph
-        values = g.evaluate(g.check_inputs("value_and_backward", self._full(xs)))
-        dense = g.backprop(values, g.output, np.ones((), dtype=self.dtype))
-        return values[g.output], self._leaf_cotangents(dense, values)
+        self._scalar("value_and_backward")
+        values = self._values("value_and_backward", xs)
+        return values[self.graph.output], self._cotangents(values, np.ones((), dtype=self.dtype))
 
     def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
         """One cotangent per node, in graph order (zeros where unreached)."""
         g = self.graph
-        values = g.evaluate(g.check_inputs("backprop_all", self._full(xs)))
+        values = self._values("backprop_all", xs)
         dense = g.backprop(values, g.output, self._seed("backprop_all", seed))
-        return [np.zeros_like(v) if d is None else d for d, v in zip(dense, values, strict=True)]
+        return list(_or_zeros(dense, values, range(len(values))))
 
     def to_tape(self, *xs: Any) -> tuple[Tape, list[int], int]:
         tape, leaf_ids, outs = self.graph.to_tape(self._full(xs))
         return tape, leaf_ids, outs[0]
+
+    def _hvp_graph(self) -> Graph:
+        if self._grad_graph is None:
+            self._scalar("hvp")
+            self._grad_graph = grad_graph(self.graph)
+        return self._grad_graph
 
     def hvp(self, xs: Sequence[Any], vs: Sequence[Any]) -> tuple[Any, ...]:
         """Hessian-vector products of a scalar output, one per input (forward-over-reverse).
 
         A ``None`` in ``vs`` is a zero direction, which forward mode skips entirely.
         """
-        if self._grad_graph is None:
-            self._grad_graph = grad_graph(self.graph)
-        gg = self._grad_graph
-        arrays = gg.check_inputs("hvp", self._full(xs))
+        gg = self._hvp_graph()
+        values = gg.evaluate(gg.check_inputs("hvp", self._full(xs)))
         tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True)
-        values = gg.evaluate(arrays)
         return _or_zeros(gg.tangents(values, tangents), values, gg.outputs)
+
+    def hessian(self, xs: Sequence[Any], argnum: int) -> Any:
+        """The Hessian of a scalar output w.r.t. input ``argnum``: shape ``x.shape + x.shape``,
+        with ``H[i, j] = d^2 f / dx_i dx_j``, one forward-over-reverse pass per column."""
+        gg = self._hvp_graph()
+        values = gg.evaluate(gg.check_inputs("hessian", self._full(xs)))
+        x = values[gg.inputs[argnum]]
+        n = x.size
+        rows = np.empty((n,) + x.shape, dtype=gg.dtype)
+        seeds: list[Any] = [None] * len(gg.inputs)
+        for j in range(n):
+            basis = np.zeros(n, dtype=gg.dtype)
+            basis[j] = 1
+            seeds[argnum] = basis.reshape(x.shape)
+            t = gg.tangents(values, seeds)[gg.outputs[argnum]]
+            rows[j] = 0 if t is None else t
+        # rows[j] = H e_j is column j; transpose so that H[i, j] = (H e_j)_i.
+        return np.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
 
 
 def compile(  # noqa: A001  (the public name, as torch.compile)
@@ -164,13 +191,15 @@ def compile(  # noqa: A001  (the public name, as torch.compile)
     return Compiled(fn, leaf_shapes, dtype, wrt)
 
 
-def _trace_for(op: str, fn: Callable[..., Any], xs: Sequence[Any]) -> tuple[Graph, list[Any]]:
+def _compile_for(op: str, fn: Callable[..., Any], xs: Sequence[Any],
+                 wrt: Sequence[int] | None = None) -> tuple[Compiled, list[Any]]:
+    """``fn`` compiled for these arguments (one float dtype); the free transforms run on it."""
     arrays, dtype = _arrays_and_dtype(op, xs)
-    graph = trace(fn, [a.shape for a in arrays], dtype)
-    if len(graph.outputs) != 1:
-        raise TraceError(f"{op}: the function must return one ref, found {len(graph.outputs)}")
-    # Parameters used through modules are held fixed: extra inputs with their current values.
-    return graph, arrays + [p.data for p in graph.params]
+    c = Compiled(fn, [a.shape for a in arrays], dtype, wrt)
+    if len(c.graph.outputs) != 1:
+        raise TraceError(f"{op}: the function must return one ref, found {len(c.graph.outputs)}")
+    # Parameters used through modules are held fixed: Compiled supplies their current values.
+    return c, arrays
 
 
 def _or_zeros(found: Sequence[Any], values: Sequence[Any], ids: Sequence[int]) -> tuple[Any, ...]:
@@ -189,15 +218,13 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
 
     def wrapped(*xs: Any) -> tuple[Any, Any]:
         nums, single = _argnums("grad", argnums, len(xs))
-        graph, arrays = _trace_for("grad", fn, xs)
-        out = graph.output
-        if graph.nodes[out].shape != ():
-            raise ShapeError(f"grad: the function's output has shape {graph.nodes[out].shape}, "
-                             "expected a scalar (); use vjp for tensor outputs")
-        values = graph.evaluate(arrays)
-        dense = graph.backprop(values, out, np.ones((), dtype=graph.dtype))
-        grads = _or_zeros(dense, values, [graph.inputs[k] for k in nums])
-        return values[out], grads[0] if single else grads
+        c, arrays = _compile_for("grad", fn, xs, wrt=nums)
+        if c.out_shape != ():
+            raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                             "scalar (); use vjp for tensor outputs")
+        value, grads = c.value_and_backward(*arrays)
+        chosen = tuple(grads[k] for k in nums)
+        return value, chosen[0] if single else chosen
 
     return wrapped
 
@@ -214,19 +241,14 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[.
 
 def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(out, vjp_fn)`` where ``vjp_fn(seed)`` returns one cotangent per argument."""
-    graph, arrays = _trace_for("vjp", fn, xs)
-    values = graph.evaluate(arrays)
-    out = graph.output
+    c, arrays = _compile_for("vjp", fn, xs)
+    values = c._values("vjp", arrays)
 
     def vjp_fn(seed: Any) -> tuple[Any, ...]:
-        s = numeric_array("vjp seed", seed, np, graph.dtype)
-        if s.shape != graph.nodes[out].shape:
-            raise ShapeError(f"vjp: seed has shape {s.shape}, output has "
-                             f"{graph.nodes[out].shape}")
         # One cotangent per argument (parameters met while tracing are held fixed).
-        return _or_zeros(graph.backprop(values, out, s), values, graph.inputs[: len(xs)])
+        return c._cotangents(values, c._seed("vjp", seed))[: len(xs)]
 
-    return values[out], vjp_fn
+    return values[c.graph.output], vjp_fn
 
 
 def _tuple(op: str, name: str, value: Any) -> tuple[Any, ...]:
@@ -236,19 +258,22 @@ def _tuple(op: str, name: str, value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def _primals_and_tangents(op: str, primals: Any, tangents: Any
+                          ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    primals = _tuple(op, "primals", primals)
+    tangents = _tuple(op, "tangents", tangents)
+    if len(primals) != len(tangents):
+        raise ShapeError(f"{op}: {len(primals)} primals but {len(tangents)} tangents")
+    return primals, tangents
+
+
 def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
         ) -> tuple[Any, Any]:
     """``(out, tangent_out)``: the forward-mode derivative of ``fn`` at ``primals`` along
     ``tangents``."""
-    primals = _tuple("jvp", "primals", primals)
-    tangents = _tuple("jvp", "tangents", tangents)
-    if len(primals) != len(tangents):
-        raise ShapeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    graph, arrays = _trace_for("jvp", fn, primals)
-    ts = graph.check_inputs("jvp tangents", _pad_tangents(graph, tangents), allow_none=True)
-    values = graph.evaluate(arrays)
-    out = graph.output
-    return values[out], _or_zeros(graph.tangents(values, ts), values, [out])[0]
+    primals, tangents = _primals_and_tangents("jvp", primals, tangents)
+    c, arrays = _compile_for("jvp", fn, primals)
+    return c.value_and_jvp(arrays, tangents)
 
 
 def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
@@ -257,15 +282,12 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
 
     Equals ``torch.func.jvp(torch.func.grad(fn), primals, tangents)[1]``.
     """
-    primals = _tuple("hvp", "primals", primals)
-    tangents = _tuple("hvp", "tangents", tangents)
-    if len(primals) != len(tangents):
-        raise ShapeError(f"hvp: {len(primals)} primals but {len(tangents)} tangents")
-    graph, arrays = _trace_for("hvp", fn, primals)
-    gg = grad_graph(graph)
-    ts = gg.check_inputs("hvp tangents", _pad_tangents(gg, tangents), allow_none=True)
-    values = gg.evaluate(arrays)
-    return _or_zeros(gg.tangents(values, ts), values, gg.outputs[: len(primals)])
+    primals, tangents = _primals_and_tangents("hvp", primals, tangents)
+    c, arrays = _compile_for("hvp", fn, primals)
+    if c.out_shape != ():
+        raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                         "scalar ()")
+    return c.hvp(arrays, tangents)[: len(primals)]
 
 
 def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
@@ -275,23 +297,11 @@ def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
         nums, single = _argnums("hessian", argnums, len(xs))
         if not single:
             raise ShapeError(f"hessian: argnums must be one int (one argument), found {argnums!r}")
-        (k,) = nums
-        graph, arrays = _trace_for("hessian", fn, xs)
-        gg = grad_graph(graph, wrt=[k])
-        values = gg.evaluate(arrays)
-        x = arrays[k]
-        n = x.size
-        rows = np.empty((n,) + x.shape, dtype=gg.dtype)
-        seeds: list[Any] = [None] * len(arrays)
-        for j in range(n):
-            basis = np.zeros(n, dtype=gg.dtype)
-            basis[j] = 1
-            seeds[k] = basis.reshape(x.shape)
-            t = gg.tangents(values, seeds)[gg.outputs[0]]
-            rows[j] = 0 if t is None else t
-        # rows[j] = H e_j is column j; H is symmetric for smooth fn, but keep the convention
-        # H[i, j] = d^2 f / dx_i dx_j = (H e_j)_i.
-        return np.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
+        c, arrays = _compile_for("hessian", fn, xs, wrt=nums)
+        if c.out_shape != ():
+            raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                             "scalar ()")
+        return c.hessian(arrays, nums[0])
 
     return wrapped
 
