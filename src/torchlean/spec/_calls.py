@@ -1,10 +1,10 @@
 """Call checking and window geometry shared by the conv, pool, norm and attention specs.
 
 A spec definition is a public entry point, so it rejects a bad call the way the primitive does:
-``checked`` binds the attributes with the primitive's own signature (``SignatureError``) and runs
-its shape rule (``ShapeError``) before any arithmetic, then hands back the inputs as NumPy object
-arrays. Only the *checks* come from the registry record; every definition computes its output
-geometry and its values itself.
+``checked`` binds the attributes with the primitive's own signature (``SignatureError``), runs
+its shape rule through ``_arrays.prepare`` (``ShapeError``) before any arithmetic, and hands back
+the inputs as NumPy object arrays. Only the *checks* come from the registry record; every
+definition computes its output geometry and its values itself.
 
 The window helpers spell out the one geometry convolution and pooling share: output position
 ``i`` of a window op with kernel ``k``, stride ``s`` and padding ``p`` reads input positions
@@ -14,15 +14,17 @@ The window helpers spell out the one geometry convolution and pooling share: out
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
-from collections.abc import Iterator, Sequence
-from fractions import Fraction
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import DomainError
+from ..errors import DomainError, SignatureError
 from ..ops.registry import REGISTRY
+from ._arrays import prepare
 
 Index = tuple[int, ...]
 
@@ -41,13 +43,14 @@ def checked(name: str, inputs: Sequence[Any], attrs: dict[str, Any]
             ) -> tuple[tuple[np.ndarray, ...], dict[str, Any]]:
     """The inputs of a call to spec ``name`` as object arrays, and its attributes with defaults.
 
-    Raises what the primitive raises for a bad call (``SignatureError``, ``ShapeError``), and
-    ``DomainError`` for an entry that is not a real number or a sympy expression.
+    Raises what the primitive raises for a bad call: ``SignatureError`` for a wrong number of
+    inputs or an unknown attribute (the primitive's own signature binds them), ``ShapeError``
+    from its shape rule (``_arrays.prepare``), and ``DomainError`` for an entry that is not a
+    real number or a sympy expression.
     """
     prim = REGISTRY[name]
     args, bound = prim.split_call(tuple(inputs), attrs)
-    arrays = tuple(np.asarray(x, dtype=object) for x in args)
-    prim.infer(*(a.shape for a in arrays), **bound)
+    arrays = tuple(prepare(name, *args, **bound))
     for which, array in zip(prim.inputs, arrays, strict=True):
         for value in array.flat:
             if not _is_scalar(value):
@@ -56,15 +59,21 @@ def checked(name: str, inputs: Sequence[Any], attrs: dict[str, Any]
     return arrays, bound
 
 
-def constant(value: float | int, like: Any) -> Any:
-    """An attribute constant (eps, beta, a head width) in the scalar type of entry ``like``.
+def signature_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` raising ``SignatureError`` (naming the op) instead of Python's bare ``TypeError``
+    when called with a wrong number of inputs or an unknown attribute name."""
+    signature = inspect.signature(fn)
 
-    A float for float inputs; otherwise the exact ``Fraction`` of the value, so ``Fraction``
-    inputs stay exact and sympy (which reads a ``Fraction`` as a ``Rational``) stays symbolic.
-    """
-    if isinstance(like, float | np.floating):
-        return float(value)
-    return Fraction(value)
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise SignatureError(f"spec {fn.__name__}: {exc}; expected {fn.__name__}"
+                                 f"{signature}") from None
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def per_axis(value: int | Sequence[int], d: int) -> Index:

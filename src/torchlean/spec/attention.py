@@ -14,20 +14,22 @@ from typing import Any
 import numpy as np
 
 from . import define
-from ._calls import checked, constant
-from .scalar import exp, sqrt
+from ._arrays import sample_entry
+from ._calls import checked, signature_checked
+from .scalar import constant, exp, sqrt
 
 
 def _softmax_row(values: list[Any], allowed: list[bool]) -> list[Any]:
     """``exp(v_j) / sum over allowed i of exp(v_i)`` for allowed ``j``, 0 for the others."""
+    zero = constant(0, values[0])
     if not any(allowed):
-        return [0] * len(values)  # nothing allowed: every weight is 0, never 0 / 0
-    weights = [exp(v) if ok else 0 for v, ok in zip(values, allowed, strict=True)]
-    total: Any = 0
+        return [zero] * len(values)  # nothing allowed: every weight is 0, never 0 / 0
+    weights = [exp(v) if ok else zero for v, ok in zip(values, allowed, strict=True)]
+    total = zero
     for w, ok in zip(weights, allowed, strict=True):
         if ok:
             total = total + w
-    return [w / total if ok else 0 for w, ok in zip(weights, allowed, strict=True)]
+    return [w / total if ok else zero for w, ok in zip(weights, allowed, strict=True)]
 
 
 def _allowed(mask: Any, row: int, cols: int) -> list[bool]:
@@ -35,6 +37,7 @@ def _allowed(mask: Any, row: int, cols: int) -> list[bool]:
 
 
 @define("masked_softmax", rational=False)
+@signature_checked
 def masked_softmax(x: Any, mask: Any = None) -> np.ndarray:
     """Softmax along the last axis over the allowed entries: for each row ``r`` (all leading
     indices; the mask row is the second-to-last index, the mask broadcasts over the rest),
@@ -59,13 +62,14 @@ def _project(x: np.ndarray, w: np.ndarray, lead: tuple[int, ...]) -> list[list[A
 
 
 def _dot(a: list[Any], b: list[Any]) -> Any:
-    total: Any = 0
-    for u, v in zip(a, b, strict=True):
+    total = a[0] * b[0]
+    for u, v in zip(a[1:], b[1:], strict=True):
         total = total + u * v
     return total
 
 
 @define("multi_head_attention", rational=False)
+@signature_checked
 def multi_head_attention(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
                          num_heads: int = 1) -> np.ndarray:
     """Multi-head self-attention without biases, for each batch entry (x is ``(n, d_model)`` or
@@ -81,11 +85,12 @@ def multi_head_attention(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any =
     n, dm = x.shape[-2], x.shape[-1]
     width = wq.shape[1]
     d = width // heads
-    scale = 1 / sqrt(constant(d, x.flat[0]))
+    zero = constant(0, sample_entry(x))
+    scale = 1 / sqrt(constant(d, sample_entry(x)))
     out = np.empty(x.shape, dtype=object)
     for lead in np.ndindex(*x.shape[:-2]):
         q, k, v = _project(x, wq, lead), _project(x, wk, lead), _project(x, wv, lead)
-        o: list[list[Any]] = [[0] * width for _ in range(n)]
+        o: list[list[Any]] = [[zero] * width for _ in range(n)]
         for h in range(heads):
             cols = range(h * d, (h + 1) * d)
             for t in range(n):

@@ -16,7 +16,17 @@ from typing import Any
 import numpy as np
 
 from . import define
-from ._calls import Index, checked, inside, per_axis, window_cells, window_out_size
+from ._arrays import sample_entry
+from ._calls import (
+    Index,
+    checked,
+    inside,
+    per_axis,
+    signature_checked,
+    window_cells,
+    window_out_size,
+)
+from .scalar import constant
 
 
 def _correlate(w: np.ndarray, x: np.ndarray, b: np.ndarray | None, stride: Any,
@@ -29,10 +39,11 @@ def _correlate(w: np.ndarray, x: np.ndarray, b: np.ndarray | None, stride: Any,
     spatial: Index = tuple(x.shape[nlead + 1:])
     out_spatial = tuple(window_out_size(n, k, ss, pp)
                         for n, k, ss, pp in zip(spatial, kernel, s, p, strict=True))
+    zero = constant(0, sample_entry(w, x))
     out = np.empty(x.shape[:nlead] + (w.shape[0],) + out_spatial, dtype=object)
     for idx in np.ndindex(*out.shape):
         lead, o, i = idx[:nlead], idx[nlead], idx[nlead + 1:]
-        total: Any = 0
+        total = zero
         for c in range(w.shape[1]):
             for q, pos in window_cells(i, kernel, s, p):
                 if inside(pos, spatial):  # a padded cell is zero: it adds nothing
@@ -54,7 +65,8 @@ def _scatter_transpose(w: np.ndarray, x: np.ndarray, b: np.ndarray | None, strid
     # is that range with p cells cropped from each end.
     out_spatial = tuple((n - 1) * ss - 2 * pp + k + e
                         for n, ss, pp, k, e in zip(spatial, s, p, kernel, extra, strict=True))
-    out = np.full(x.shape[:nlead] + (w.shape[1],) + out_spatial, 0, dtype=object)
+    zero = constant(0, sample_entry(w, x))
+    out = np.full(x.shape[:nlead] + (w.shape[1],) + out_spatial, zero, dtype=object)
     for idx in np.ndindex(*x.shape):
         lead, c, i = idx[:nlead], idx[nlead], idx[nlead + 1:]
         for o in range(w.shape[1]):
@@ -69,6 +81,7 @@ def _scatter_transpose(w: np.ndarray, x: np.ndarray, b: np.ndarray | None, strid
 
 
 @define("conv_core", rational=True)
+@signature_checked
 def conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> np.ndarray:
     """Bias-free cross-correlation, kernel ``w: (outC, inC, k...)``:
     ``out[lead, o, i] = sum_{c, q} w[o, c, q] * xpad[lead, c, i*s + q]`` with zero padding;
@@ -79,6 +92,7 @@ def conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> np.ndarray:
 
 
 @define("conv_transpose_core", rational=True)
+@signature_checked
 def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
                         output_padding: Any = 0) -> np.ndarray:
     """Bias-free transposed convolution, kernel ``w: (inC, outC, k...)``, as a scatter: every
@@ -92,6 +106,7 @@ def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
 
 
 @define("conv_weight_grad", rational=True)
+@signature_checked
 def conv_weight_grad(a: Any, b: Any, kernel: Any = (1, 1), stride: Any = 1,
                      padding: Any = 0) -> np.ndarray:
     """The adjoint of ``conv_core`` in its kernel, for ``a`` shaped like conv's output and ``b``
@@ -104,10 +119,11 @@ def conv_weight_grad(a: Any, b: Any, kernel: Any = (1, 1), stride: Any = 1,
     s, p = per_axis(stride, d), per_axis(padding, d)
     nlead = a.ndim - d - 1
     spatial: Index = tuple(b.shape[nlead + 1:])
+    zero = constant(0, sample_entry(a, b))
     out = np.empty((a.shape[nlead], b.shape[nlead]) + k, dtype=object)
     for o, c in np.ndindex(a.shape[nlead], b.shape[nlead]):
         for q in np.ndindex(*k):
-            total: Any = 0
+            total = zero
             for idx in np.ndindex(*a.shape[:nlead], *a.shape[nlead + 1:]):
                 lead, i = idx[:nlead], idx[nlead:]
                 pos = tuple(ii * ss + qq - pp for ii, ss, qq, pp in zip(i, s, q, p, strict=True))
@@ -129,7 +145,7 @@ def _conv(name: str) -> Any:
         "padding and ``(n + 2p - k) // s + 1`` positions per axis"
         + (" (2-D kernels only)." if name == "conv2d" else ".")
     )
-    return define(name, rational=True)(conv)
+    return define(name, rational=True)(signature_checked(conv))
 
 
 def _conv_transpose(name: str) -> Any:
@@ -147,7 +163,7 @@ def _conv_transpose(name: str) -> Any:
         "everywhere; ``(n - 1)*s - 2p + k + output_padding`` positions per axis"
         + (" (2-D kernels only)." if name == "conv_transpose2d" else ".")
     )
-    return define(name, rational=True)(conv_transpose)
+    return define(name, rational=True)(signature_checked(conv_transpose))
 
 
 conv = _conv("conv")

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from . import define
-from ._calls import Index, checked, constant
-from .scalar import sqrt
+from ._arrays import Index, broadcast_index, sample_entry
+from ._calls import checked, signature_checked
+from .scalar import constant, sqrt
 
 
 def _groups(shape: Index, axes: tuple[int, ...]) -> list[list[Index]]:
@@ -28,8 +29,8 @@ def _groups(shape: Index, axes: tuple[int, ...]) -> list[list[Index]]:
 
 
 def _mean(values: list[Any]) -> Any:
-    total: Any = 0
-    for v in values:
+    total = values[0]
+    for v in values[1:]:
         total = total + v
     return total / len(values)
 
@@ -47,6 +48,7 @@ def _standardized(x: np.ndarray, axes: tuple[int, ...], eps: Any
 
 
 @define("standardize", rational=False)
+@signature_checked
 def standardize(x: Any, axes: Any, eps: float) -> np.ndarray:
     """``out = (x - mean) / sqrt(var + eps)`` over each group of ``axes`` (population
     variance); the shape of ``x``."""
@@ -59,6 +61,7 @@ def standardize(x: Any, axes: Any, eps: float) -> np.ndarray:
 
 
 @define("standardize_backward", rational=False)
+@signature_checked
 def standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> np.ndarray:
     """``J(x) g`` for standardize's symmetric Jacobian ``J``, per group:
     ``out = rstd * (g - mean(g) - xhat * mean(g * xhat))``."""
@@ -73,6 +76,7 @@ def standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> np.ndarray:
 
 
 @define("norm_param_grad", rational=False)
+@signature_checked
 def norm_param_grad(x: Any, g: Any, axes: Any, eps: float, shape: Any) -> np.ndarray:
     """``sum_to(g * standardize(x, axes, eps), shape)``: each entry ``g[t] * xhat[t]`` is added to
     ``out[u]``, where ``u`` is ``t``'s trailing ``len(shape)`` coordinates with 0 on the axes
@@ -80,16 +84,16 @@ def norm_param_grad(x: Any, g: Any, axes: Any, eps: float, shape: Any) -> np.nda
     (x, g), attrs = checked("norm_param_grad", (x, g), {"axes": axes, "eps": eps,
                                                         "shape": shape})
     target = tuple(attrs["shape"])
-    lead = x.ndim - len(target)
-    out = np.full(target, 0, dtype=object)
+    out = np.full(target, constant(0, sample_entry(x, g)), dtype=object)
     for _, _, xhat in _standardized(x, tuple(attrs["axes"]), eps):
         for t, v in xhat.items():
-            u = tuple(0 if n == 1 else t[lead + a] for a, n in enumerate(target))
+            u = broadcast_index(t, target)
             out[u] = out[u] + g[t] * v
     return out
 
 
 @define("layer_norm", rational=False)
+@signature_checked
 def layer_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> np.ndarray:
     """``out[..., j] = gamma[j] * xhat[..., j] + beta[j]``, statistics over the last axis
     (population variance); eps defaults to 1e-6."""
@@ -102,6 +106,7 @@ def layer_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> np.ndarray:
 
 
 @define("batch_norm", rational=False)
+@signature_checked
 def batch_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> np.ndarray:
     """Batch statistics per channel: ``out[..., c, h, w] = gamma[c] * xhat + beta[c]`` with the
     statistics over H x W for a (C, H, W) input and over N x H x W for (N, C, H, W) (population

@@ -23,8 +23,17 @@ from typing import Any
 import numpy as np
 
 from . import define
-from ._calls import Index, checked, constant, inside, per_axis, window_cells, window_out_size
-from .scalar import exp, log, select
+from ._arrays import sample_entry
+from ._calls import (
+    Index,
+    checked,
+    inside,
+    per_axis,
+    signature_checked,
+    window_cells,
+    window_out_size,
+)
+from .scalar import constant, exp, log, select
 
 Geometry = tuple[Index, Index, Index]  # kernel, stride, padding
 
@@ -93,9 +102,10 @@ def _avg_pool(x: np.ndarray, geom: Geometry) -> np.ndarray:
     count = 1
     for kk in geom[0]:
         count *= kk
+    zero = constant(0, sample_entry(x))
     out = np.empty(_out_shape(x.shape, geom), dtype=object)
     for idx, lead, cells in _windows(x.shape, geom):
-        total: Any = 0
+        total = zero
         for _, pos, real in cells:
             if real:  # a padded cell is a zero in the sum, but still counted in the divisor
                 total = total + x[lead + pos]
@@ -104,11 +114,11 @@ def _avg_pool(x: np.ndarray, geom: Geometry) -> np.ndarray:
 
 
 def _smooth_max_pool(x: np.ndarray, beta: Any, geom: Geometry) -> np.ndarray:
-    b = constant(beta, x.flat[0])
+    b, zero = constant(beta, sample_entry(x)), constant(0, sample_entry(x))
     out = np.empty(_out_shape(x.shape, geom), dtype=object)
     for idx, lead, cells in _windows(x.shape, geom):
-        values = [x[lead + pos] if real else 0 for _, pos, real in cells]
-        total: Any = 0
+        values = [x[lead + pos] if real else zero for _, pos, real in cells]
+        total = zero
         for v in values:
             total = total + exp(b * v)
         out[idx] = log(total) / b
@@ -165,6 +175,7 @@ def _helper_geometry(kernel_size: Any, stride: Any, padding: Any) -> Geometry:
 
 
 @define("max_pool_backward", rational=True)
+@signature_checked
 def max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any
                       ) -> np.ndarray:
     """Max pooling's VJP: ``out[lead, t] = sum of g[lead, i] over the windows i whose first
@@ -172,7 +183,7 @@ def max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: An
     ``x``. Linear in ``g``; ``x`` only selects positions."""
     (x, g), _ = checked("max_pool_backward", (x, g),
                         {"kernel_size": kernel_size, "stride": stride, "padding": padding})
-    out = np.full(x.shape, 0, dtype=object)
+    out = np.full(x.shape, constant(0, sample_entry(x, g)), dtype=object)
     for idx, lead, cells in _windows(x.shape, _helper_geometry(kernel_size, stride, padding)):
         real = [pos for _, pos, is_real in cells if is_real]
         for pos, flag in zip(real, _first_max_flags([x[lead + pos] for pos in real]),
@@ -182,6 +193,7 @@ def max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: An
 
 
 @define("max_pool_gather", rational=True)
+@signature_checked
 def max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any) -> np.ndarray:
     """``out[lead, i] = h[lead, t]`` where ``t`` is window i's first maximum of x (real cells
     only), written as ``sum_j flag_j * h[lead, pos_j]`` with the 0/1 first-maximum flags.
@@ -193,7 +205,7 @@ def max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any)
     for idx, lead, cells in _windows(x.shape, geom):
         real = [pos for _, pos, is_real in cells if is_real]
         flags = _first_max_flags([x[lead + pos] for pos in real])
-        total: Any = 0
+        total = constant(0, sample_entry(h))
         for pos, flag in zip(real, flags, strict=True):
             total = total + flag * h[lead + pos]
         out[idx] = total
@@ -201,6 +213,7 @@ def max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any)
 
 
 @define("pool_unfold", rational=True)
+@signature_checked
 def pool_unfold(x: Any, kernel_size: Any, stride: Any, padding: Any) -> np.ndarray:
     """The windows of zero-padded x: ``out[lead, i, j] = xpad[lead, i*s + q_j]`` where ``q_j`` is
     the j-th kernel offset in row-major order and a padded cell reads 0. Shape ``lead + windows
@@ -211,14 +224,16 @@ def pool_unfold(x: Any, kernel_size: Any, stride: Any, padding: Any) -> np.ndarr
     count = 1
     for kk in geom[0]:
         count *= kk
+    zero = constant(0, sample_entry(x))
     out = np.empty(_out_shape(x.shape, geom) + (count,), dtype=object)
     for idx, lead, cells in _windows(x.shape, geom):
         for j, (_, pos, real) in enumerate(cells):
-            out[idx + (j,)] = x[lead + pos] if real else 0
+            out[idx + (j,)] = x[lead + pos] if real else zero
     return out
 
 
 @define("pool_fold", rational=True)
+@signature_checked
 def pool_fold(c: Any, spatial: Any, kernel_size: Any, stride: Any, padding: Any) -> np.ndarray:
     """The adjoint of pool_unfold (col2im): ``out[lead, t] = sum of c[lead, i, j] over the
     windows i and offsets j with i*s + q_j - p = t``; entries that fall on padded cells are
@@ -229,7 +244,7 @@ def pool_fold(c: Any, spatial: Any, kernel_size: Any, stride: Any, padding: Any)
     d = len(k)
     size = tuple(int(n) for n in spatial)
     nlead = c.ndim - d - 1
-    out = np.full(c.shape[:nlead] + size, 0, dtype=object)
+    out = np.full(c.shape[:nlead] + size, constant(0, sample_entry(c)), dtype=object)
     offsets = list(np.ndindex(*k))
     for idx in np.ndindex(*c.shape):
         lead, i, j = idx[:nlead], idx[nlead: nlead + d], idx[-1]
