@@ -1,0 +1,1055 @@
+"""ONNX to torchlean: every ONNX node becomes registry primitives in one compiled graph.
+
+Loading walks the ONNX graph once, inside ``trace``: each value is either a traced ``Var`` or a
+``_Static`` array known at load time (constants, initialisers, shapes). Integer shape arithmetic
+that PyTorch's exporter emits (``Shape``, ``Gather``, ``Concat``, ``Cast`` ...) is folded with
+NumPy, so only real tensor computation reaches the graph. Float initialisers become named
+``Param``s the first time a node uses them as tensors, so gradients reach them like any model's
+parameters. A node that cannot be translated is recorded, not raised at once: the nodes after it
+that depend on it are skipped, and one ``UnsupportedOnnxError`` lists every problem at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError, TorchLeanError
+from ..graph import GraphBuilder, Var
+from ..ops.general import inverse_perm
+from ..ops.registry import REGISTRY
+from ..params import Param
+from ..transforms import Compiled
+from . import codec
+from .errors import OnnxError, UnsupportedOnnxError, require_onnx
+
+_FLOAT_ELEM = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+_ELEM_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16",
+               6: "INT32", 7: "INT64", 8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE",
+               12: "UINT32", 13: "UINT64", 16: "BFLOAT16"}
+_NUMPY_OF_ELEM = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+                  7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
+                  13: np.uint64}
+
+
+class Unsupported(Exception):
+    """Raised by a node handler: this node cannot be translated, for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Static:
+    """A value known at load time; ``param`` names the float initialiser it came from."""
+
+    __slots__ = ("array", "param")
+
+    def __init__(self, array: Any, param: str | None = None) -> None:
+        self.array = np.asarray(array)
+        self.param = param
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+
+_BAD = object()  # the value of an output whose node could not be translated
+Value = Any  # Var | _Static
+
+
+class _Context:
+    """What node handlers need: the graph builder, the graph dtype and the parameters."""
+
+    def __init__(self, builder: GraphBuilder, dtype: np.dtype, opset: int,
+                 frozen: set[str]) -> None:
+        self.builder = builder
+        self.ops = builder.ops
+        self.dtype = dtype
+        self.opset = opset
+        self.frozen = frozen  # initialisers that never receive gradients (running statistics)
+        self.params: dict[str, Param] = {}
+
+    def var(self, value: Value) -> Var:
+        """``value`` as a graph variable: parameters are used, other statics become consts."""
+        if isinstance(value, Var):
+            return value
+        array = value.array
+        if array.dtype.kind not in "biuf":
+            raise Unsupported(f"a {array.dtype} constant cannot be a tensor operand")
+        if value.param is not None:
+            param = self.params.get(value.param)
+            if param is None:
+                param = Param(array.astype(self.dtype), name=value.param,
+                              requires_grad=value.param not in self.frozen)
+                self.params[value.param] = param
+            return self.builder.use(param)
+        return self.builder.const(array.astype(self.dtype))
+
+    def static(self, value: Value, what: str) -> np.ndarray:
+        if isinstance(value, _Static):
+            return value.array
+        raise Unsupported(f"{what} must be known when loading (a constant or initialiser), "
+                          "found a tensor computed by the graph")
+
+
+def _scalar_of(value: Value) -> float | None:
+    """The number a constant one-entry static holds (not a parameter), else ``None``."""
+    if isinstance(value, _Static) and value.param is None and value.array.size == 1 \
+            and value.array.dtype.kind in "biuf":
+        return float(value.array.reshape(()))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers on variables (composed from primitives).
+
+
+def reshape(ctx: _Context, x: Var, shape: Sequence[int]) -> Var:
+    target = tuple(int(d) for d in shape)
+    return x if target == x.shape else ctx.ops.reshape(x, shape=target)
+
+
+def permute(ctx: _Context, x: Var, perm: Sequence[int]) -> Var:
+    order = tuple(int(p) for p in perm)
+    return x if order == tuple(range(len(order))) else ctx.ops.permute(x, perm=order)
+
+
+def _front(axis: int, ndim: int) -> tuple[int, ...]:
+    """The permutation that moves ``axis`` to the front, keeping the others in order."""
+    return (axis,) + tuple(a for a in range(ndim) if a != axis)
+
+
+def _axis(op: str, axis: Any, ndim: int) -> int:
+    a = int(axis)
+    if not -ndim <= a < max(ndim, 1):
+        raise Unsupported(f"{op}: axis {a} out of range for a {ndim}-D tensor")
+    return a + ndim if a < 0 else a
+
+
+def take(ctx: _Context, x: Var, axis: int, idx: np.ndarray) -> Var:
+    """``x`` indexed by static in-range indices ``idx`` (1-D) along ``axis``."""
+    perm = _front(axis, x.ndim)
+    moved = permute(ctx, x, perm)
+    rest = moved.shape[1:]
+    flat = reshape(ctx, moved, (moved.shape[0], int(np.prod(rest, dtype=np.int64))))
+    rows = ctx.ops.gather_rows_nat(flat, idx=np.asarray(idx, dtype=np.int64))
+    back = reshape(ctx, rows, (len(idx),) + rest)
+    return permute(ctx, back, inverse_perm(perm))
+
+
+def slice_axis(ctx: _Context, x: Var, axis: int, start: int, length: int) -> Var:
+    if start == 0 and length == x.shape[axis]:
+        return x
+    perm = _front(axis, x.ndim)
+    moved = permute(ctx, x, perm)
+    cut = ctx.ops.slice_range0(moved, start=start, length=length)
+    return permute(ctx, cut, inverse_perm(perm))
+
+
+def concat(ctx: _Context, parts: list[Var], axis: int) -> Var:
+    if len(parts) == 1:
+        return parts[0]
+    perm = _front(axis, parts[0].ndim)
+    moved = [permute(ctx, p, perm) for p in parts]
+    out = moved[0]
+    for p in moved[1:]:
+        out = ctx.ops.concat_dim0(out, p)
+    return permute(ctx, out, inverse_perm(perm))
+
+
+def along_last(ctx: _Context, x: Var, axis: int, fn: Callable[[Var], Var]) -> Var:
+    """``fn`` (an op over the last axis) applied along ``axis``."""
+    if axis == x.ndim - 1:
+        return fn(x)
+    perm = tuple(a for a in range(x.ndim) if a != axis) + (axis,)
+    return permute(ctx, fn(permute(ctx, x, perm)), inverse_perm(perm))
+
+
+# ---------------------------------------------------------------------------------------------
+# Static folding (NumPy on load-time values: shape arithmetic, constants).
+
+
+def _ints(values: Any) -> list[int]:
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _reshape_target(op: str, shape: tuple[int, ...], spec: Any, allowzero: int) -> tuple[int, ...]:
+    dims = _ints(spec)
+    out = []
+    for k, d in enumerate(dims):
+        if d == 0 and not allowzero:
+            if k >= len(shape):
+                raise Unsupported(f"{op}: dimension 0 at position {k} copies an axis the input "
+                                  f"{shape} lacks")
+            out.append(shape[k])
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise Unsupported(f"{op}: more than one -1 in shape {dims}")
+    total = int(np.prod(shape, dtype=np.int64))
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        if known == 0 or total % known:
+            raise Unsupported(f"{op}: cannot reshape {shape} to {dims}")
+        out[out.index(-1)] = total // known
+    if int(np.prod(out, dtype=np.int64)) != total:
+        raise Unsupported(f"{op}: cannot reshape {shape} ({total} entries) to {tuple(out)}")
+    return tuple(out)
+
+
+def _slice_params(node_op: str, shape: tuple[int, ...], starts: Any, ends: Any, axes: Any,
+                  steps: Any) -> list[tuple[int, int, int, int]]:
+    """Per sliced axis: (axis, start, stop, step) with ONNX's clamping rules applied."""
+    starts, ends = _ints(starts), _ints(ends)
+    axes_l = list(range(len(starts))) if axes is None else _ints(axes)
+    steps_l = [1] * len(starts) if steps is None else _ints(steps)
+    out = []
+    for a, s, e, st in zip(axes_l, starts, ends, steps_l, strict=True):
+        axis = _axis(node_op, a, len(shape))
+        n = shape[axis]
+        if st == 0:
+            raise Unsupported(f"{node_op}: step 0")
+        start, stop, step = slice(s, e, st).indices(n)
+        out.append((axis, start, stop, step))
+    return out
+
+
+def _onnx_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return np.trunc(a / b).astype(np.result_type(a, b))  # ONNX integer Div truncates
+    return np.divide(a, b)
+
+
+def _static_kernels() -> dict[str, Callable[..., list[np.ndarray]]]:
+    def unsq(x: np.ndarray, axes: Any) -> np.ndarray:
+        out = x
+        rank = x.ndim + len(_ints(axes))
+        for a in sorted(_axis("Unsqueeze", a, rank) for a in _ints(axes)):
+            out = np.expand_dims(out, a)
+        return out
+
+    def sq(x: np.ndarray, axes: Any) -> np.ndarray:
+        if axes is None:
+            return np.squeeze(x)
+        return np.squeeze(x, axis=tuple(_axis("Squeeze", a, x.ndim) for a in _ints(axes)))
+
+    def slc(x: np.ndarray, starts: Any, ends: Any, axes: Any = None, steps: Any = None
+            ) -> np.ndarray:
+        index = [slice(None)] * x.ndim
+        for axis, start, stop, step in _slice_params("Slice", x.shape, starts, ends, axes, steps):
+            index[axis] = slice(start, stop, step)
+        return x[tuple(index)]
+
+    def cast(x: np.ndarray, to: int) -> np.ndarray:
+        if to not in _NUMPY_OF_ELEM:
+            raise Unsupported(f"Cast to {_ELEM_NAMES.get(to, to)}")
+        return x.astype(_NUMPY_OF_ELEM[to])
+
+    def reduce(fn: Any) -> Any:
+        def kernel(x: np.ndarray, axes: Any = None, keepdims: int = 1) -> np.ndarray:
+            ax = None if axes is None or not len(_ints(axes)) else tuple(
+                _axis("Reduce", a, x.ndim) for a in _ints(axes))
+            return fn(x, axis=ax, keepdims=bool(keepdims))
+
+        return kernel
+
+    return {
+        "Add": lambda a, b: [np.add(a, b)], "Sub": lambda a, b: [np.subtract(a, b)],
+        "Mul": lambda a, b: [np.multiply(a, b)], "Div": lambda a, b: [_onnx_div(a, b)],
+        "Mod": lambda a, b, fmod=0: [np.fmod(a, b) if fmod else np.mod(a, b)],
+        "Neg": lambda a: [np.negative(a)], "Abs": lambda a: [np.abs(a)],
+        "Sqrt": lambda a: [np.sqrt(a)], "Floor": lambda a: [np.floor(a)],
+        "Ceil": lambda a: [np.ceil(a)], "Pow": lambda a, b: [np.power(a, b).astype(a.dtype)],
+        "Equal": lambda a, b: [np.equal(a, b)], "Less": lambda a, b: [np.less(a, b)],
+        "Greater": lambda a, b: [np.greater(a, b)], "Not": lambda a: [np.logical_not(a)],
+        "And": lambda a, b: [np.logical_and(a, b)], "Or": lambda a, b: [np.logical_or(a, b)],
+        "Where": lambda c, a, b: [np.where(c, a, b)],
+        "Min": lambda *xs: [np.minimum.reduce(np.broadcast_arrays(*xs))],
+        "Max": lambda *xs: [np.maximum.reduce(np.broadcast_arrays(*xs))],
+        "Cast": lambda x, to: [cast(x, to)],
+        "Unsqueeze": lambda x, axes: [unsq(x, axes)],
+        "Squeeze": lambda x, axes=None: [sq(x, axes)],
+        "Concat": lambda *xs, axis: [np.concatenate(xs, axis=axis)],
+        "Gather": lambda x, i, axis=0: [np.take(x, i.astype(np.int64), axis=axis)],
+        "Slice": lambda x, *rest: [slc(x, *rest)],
+        "Reshape": lambda x, s, allowzero=0: [
+            x.reshape(_reshape_target("Reshape", x.shape, s, allowzero))],
+        "Transpose": lambda x, perm=None: [np.transpose(x, perm)],
+        "Expand": lambda x, s: [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(s))))
+                                .copy()],
+        "ConstantOfShape": lambda s, value=None: [np.full(
+            tuple(_ints(s)), 0.0 if value is None else value.reshape(-1)[0],
+            dtype=np.float32 if value is None else value.dtype)],
+        "Range": lambda a, b, d: [np.arange(a.reshape(()), b.reshape(()), d.reshape(()))
+                                  .astype(a.dtype)],
+        "ReduceProd": lambda x, axes=None, keepdims=1: [reduce(np.prod)(x, axes, keepdims)],
+        "ReduceSum": lambda x, axes=None, keepdims=1: [reduce(np.sum)(x, axes, keepdims)],
+        "Size": lambda x: [np.array(x.size, dtype=np.int64)],
+    }
+
+
+_STATIC = _static_kernels()
+
+# ---------------------------------------------------------------------------------------------
+# Node handlers on graph variables: handler(ctx, inputs, attrs, node) -> outputs.
+
+Handler = Callable[[_Context, list[Any], dict[str, Any], Any], list[Value]]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*names: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+def _unary(prim: str) -> Handler:
+    def handler(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+        return [getattr(ctx.ops, prim)(ctx.var(xs[0]))]
+
+    return handler
+
+
+for _onnx_name, _prim in {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Exp": "exp",
+                          "Log": "log", "Sqrt": "sqrt", "Abs": "abs", "Erf": "erf",
+                          "Reciprocal": "inv", "Softplus": "softplus", "Sign": "sign"}.items():
+    HANDLERS[_onnx_name] = _unary(_prim)
+
+
+@handles("Identity", "Dropout")
+def _identity(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    if node.op_type == "Dropout":
+        if len(xs) > 2 and xs[2] is not None and bool(ctx.static(xs[2], "training_mode")):
+            raise Unsupported("training-mode dropout (only inference, where it is the identity)")
+        if len(node.output) > 1 and node.output[1]:
+            raise Unsupported("the dropout mask output is not supported")
+    return [xs[0]]
+
+
+@handles("Neg")
+def _neg(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    return [ctx.ops.scale(ctx.var(xs[0]), c=-1.0)]
+
+
+def _broadcast_ok(x: Var, c: _Static) -> bool:
+    return c.array.ndim <= x.ndim
+
+
+@handles("Add", "Sub", "Mul", "Div")
+def _arith(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    a, b = xs
+    op = node.op_type
+    ca, cb = _scalar_of(a), _scalar_of(b)
+    # A constant scalar operand becomes the scalar attribute of scale / add_scalar, which is how
+    # torchlean writes x * c and x + c (and how ``export`` writes those primitives).
+    if cb is not None and isinstance(a, Var) and _broadcast_ok(a, b):
+        if op == "Add":
+            return [ctx.ops.add_scalar(a, c=cb)]
+        if op == "Sub":
+            return [ctx.ops.add_scalar(a, c=-cb)]
+        if op == "Mul":
+            return [ctx.ops.scale(a, c=cb)]
+    if ca is not None and isinstance(b, Var) and _broadcast_ok(b, a):
+        if op == "Add":
+            return [ctx.ops.add_scalar(b, c=ca)]
+        if op == "Mul":
+            return [ctx.ops.scale(b, c=ca)]
+        if op == "Sub":
+            return [ctx.ops.add_scalar(ctx.ops.scale(b, c=-1.0), c=ca)]
+    va, vb = ctx.var(a), ctx.var(b)
+    if op == "Mul" and va is vb:
+        return [ctx.ops.square(va)]
+    name = {"Add": "add", "Sub": "sub", "Mul": "mul"}.get(op)
+    if name is not None:
+        return [getattr(ctx.ops, name)(va, vb)]
+    return [ctx.ops.mul(va, ctx.ops.inv(vb))]
+
+
+@handles("Max", "Min")
+def _max_min(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    op = getattr(ctx.ops, node.op_type.lower())
+    out = ctx.var(xs[0])
+    for x in xs[1:]:
+        out = op(out, ctx.var(x))
+    return [out]
+
+
+@handles("LeakyRelu")
+def _leaky(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    alpha = float(attrs.get("alpha", 0.01))
+    # x for x > 0 and alpha x otherwise: (1 - alpha) relu(x) + alpha x.
+    return [ctx.ops.add(ctx.ops.scale(ctx.ops.relu(x), c=1.0 - alpha), ctx.ops.scale(x, c=alpha))]
+
+
+@handles("Pow")
+def _pow(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    e = _scalar_of(xs[1])
+    if e is None:
+        raise Unsupported("the exponent must be a constant number")
+    x = ctx.var(xs[0])
+    if e == 0.5:
+        return [ctx.ops.sqrt(x)]
+    if e != int(e) or abs(e) > 64:
+        raise Unsupported(f"exponent {e} is not an integer in [-64, 64] (or 0.5)")
+    n = abs(int(e))
+    if n == 0:
+        return [ctx.ops.add_scalar(ctx.ops.scale(x, c=0.0), c=1.0)]
+    # Square-and-multiply: x^n with O(log n) products.
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else ctx.ops.mul(result, base)
+        n >>= 1
+        if n:
+            base = ctx.ops.square(base)
+    assert result is not None
+    return [ctx.ops.inv(result) if e < 0 else result]
+
+
+@handles("Clip")
+def _clip(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    lo = attrs.get("min", -math.inf)
+    hi = attrs.get("max", math.inf)
+    if len(xs) > 1 and xs[1] is not None:
+        lo = float(ctx.static(xs[1], "Clip min").reshape(()))
+    if len(xs) > 2 and xs[2] is not None:
+        hi = float(ctx.static(xs[2], "Clip max").reshape(()))
+    return [ctx.ops.clamp(ctx.var(xs[0]), lo=float(lo), hi=float(hi))]
+
+
+@handles("Softmax", "LogSoftmax")
+def _softmax(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axis = _axis(node.op_type, attrs.get("axis", -1 if ctx.opset >= 13 else 1), x.ndim)
+    if ctx.opset < 13 and axis != x.ndim - 1:
+        raise Unsupported("before opset 13 Softmax flattens the axes from `axis` on; only the "
+                          "last axis is supported")
+    prim = getattr(ctx.ops, "softmax" if node.op_type == "Softmax" else "log_softmax")
+    return [along_last(ctx, x, axis, prim)]
+
+
+@handles("Gelu")
+def _gelu(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    approximate = attrs.get("approximate", "none")
+    if approximate == "tanh":
+        from .. import functional as F
+
+        return [F.gelu(x)]
+    if approximate != "none":
+        raise Unsupported(f"approximate={approximate!r}")
+    inner = ctx.ops.erf(ctx.ops.scale(x, c=1.0 / math.sqrt(2.0)))
+    return [ctx.ops.scale(ctx.ops.mul(x, ctx.ops.add_scalar(inner, c=1.0)), c=0.5)]
+
+
+def _matmul(ctx: _Context, a: Var, b: Var) -> Var:
+    if a.ndim == 1 or b.ndim == 1:
+        a2 = reshape(ctx, a, (1,) + a.shape) if a.ndim == 1 else a
+        b2 = reshape(ctx, b, b.shape + (1,)) if b.ndim == 1 else b
+        out = _matmul(ctx, a2, b2)
+        shape = out.shape
+        if a.ndim == 1:
+            shape = shape[:-2] + shape[-1:]
+        if b.ndim == 1:
+            shape = shape[:-1]
+        return reshape(ctx, out, shape)
+    if a.ndim == 2 and b.ndim == 2:
+        return ctx.ops.matmul(a, b)
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
+        return ctx.ops.bmm(a, b)
+    return ctx.ops.matmul_nd(a, b)
+
+
+@handles("MatMul")
+def _matmul_node(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    return [_matmul(ctx, ctx.var(xs[0]), ctx.var(xs[1]))]
+
+
+@handles("Gemm")
+def _gemm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    trans_a, trans_b = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    a, b = ctx.var(xs[0]), ctx.var(xs[1])
+    c = xs[2] if len(xs) > 2 else None
+    if a.ndim != 2 or b.ndim != 2:
+        raise Unsupported(f"Gemm needs 2-D A and B, found {a.shape} and {b.shape}")
+    n = b.shape[0] if trans_b else b.shape[1]
+    if (not trans_a and trans_b and alpha == 1.0 and beta == 1.0 and c is not None
+            and tuple(c.shape) in ((n,), (1, n))):
+        # x @ W.T + b: torchlean's linear (one GEMM), as nn.Linear exports.
+        return [ctx.ops.linear(b, reshape(ctx, ctx.var(c), (n,)), a)]
+    a2 = ctx.ops.transpose2d(a) if trans_a else a
+    b2 = ctx.ops.transpose2d(b) if trans_b else b
+    out = ctx.ops.matmul(a2, b2)
+    if alpha != 1.0:
+        out = ctx.ops.scale(out, c=alpha)
+    if c is not None and beta != 0.0:
+        cv = ctx.var(c)
+        out = ctx.ops.add(out, cv if beta == 1.0 else ctx.ops.scale(cv, c=beta))
+    return [out]
+
+
+def _spatial_attrs(op: str, attrs: dict[str, Any], d: int, kernel: tuple[int, ...] | None
+                   ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(kernel, strides, symmetric padding), or ``Unsupported`` for what torchlean lacks."""
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise Unsupported(f"auto_pad={auto_pad} (only explicit pads are supported)")
+    k = tuple(int(v) for v in attrs.get("kernel_shape", kernel or ()))
+    if len(k) != d:
+        raise Unsupported(f"kernel_shape {k} does not have {d} spatial axes")
+    if kernel is not None and k != kernel:
+        raise Unsupported(f"kernel_shape {k} differs from the weight's {kernel}")
+    dil = tuple(int(v) for v in attrs.get("dilations", (1,) * d))
+    if any(v != 1 for v in dil):
+        raise Unsupported(f"dilations {dil} (torchlean has no dilated {op.lower()})")
+    strides = tuple(int(v) for v in attrs.get("strides", (1,) * d))
+    pads = tuple(int(v) for v in attrs.get("pads", (0,) * (2 * d)))
+    if auto_pad == "VALID":
+        pads = (0,) * (2 * d)
+    if pads[:d] != pads[d:]:
+        raise Unsupported(f"asymmetric pads {pads} (begin and end padding must agree)")
+    if int(attrs.get("ceil_mode", 0)):
+        raise Unsupported("ceil_mode=1 (only floor output sizes)")
+    return k, strides, pads[:d]
+
+
+@handles("Conv", "ConvTranspose")
+def _conv(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x, w = ctx.var(xs[0]), ctx.var(xs[1])
+    d = w.ndim - 2
+    if int(attrs.get("group", 1)) != 1:
+        raise Unsupported(f"group={attrs['group']} (torchlean has no grouped convolution)")
+    if x.ndim != d + 2:
+        raise Unsupported(f"input {x.shape} is not (N, C, spatial x{d})")
+    _, s, p = _spatial_attrs(node.op_type, attrs, d, tuple(w.shape[2:]))
+    b = xs[2] if len(xs) > 2 else None
+    if node.op_type == "Conv":
+        if b is None:
+            return [ctx.ops.conv_core(w, x, stride=s, padding=p)]
+        return [ctx.ops.conv(w, ctx.var(b), x, stride=s, padding=p)]
+    if "output_shape" in attrs:
+        raise Unsupported("output_shape (give pads and output_padding instead)")
+    op = tuple(int(v) for v in attrs.get("output_padding", (0,) * d))
+    if b is None:
+        return [ctx.ops.conv_transpose_core(w, x, stride=s, padding=p, output_padding=op)]
+    return [ctx.ops.conv_transpose(w, ctx.var(b), x, stride=s, padding=p, output_padding=op)]
+
+
+@handles("MaxPool", "AveragePool")
+def _pool(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    d = x.ndim - 2
+    if d not in (1, 2, 3):
+        raise Unsupported(f"input {x.shape} is not (N, C, spatial x1..3)")
+    k, s, p = _spatial_attrs(node.op_type, attrs, d, None)
+    if node.op_type == "MaxPool":
+        if len(node.output) > 1 and node.output[1]:
+            raise Unsupported("the Indices output is not supported")
+        if int(attrs.get("storage_order", 0)):
+            raise Unsupported("storage_order=1")
+        if any(pp > kk // 2 for pp, kk in zip(p, k, strict=True)):
+            raise Unsupported(f"pads {p} larger than half the kernel {k}")
+        return [ctx.ops.max_pool(x, kernel_size=k, stride=s, padding=p)]
+    if any(p) and not int(attrs.get("count_include_pad", 0)):
+        raise Unsupported("count_include_pad=0 with padding (torchlean's average pooling counts "
+                          "padded cells in the divisor)")
+    return [ctx.ops.avg_pool(x, kernel_size=k, stride=s, padding=p)]
+
+
+@handles("GlobalAveragePool")
+def _global_avg(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    if x.ndim < 3:
+        raise Unsupported(f"input {x.shape} is not (N, C, spatial...)")
+    lead = x.shape[:2]
+    flat = reshape(ctx, x, lead + (int(np.prod(x.shape[2:], dtype=np.int64)),))
+    return [reshape(ctx, ctx.ops.reduce_mean(flat, axis=2), lead + (1,) * (x.ndim - 2))]
+
+
+@handles("BatchNormalization")
+def _batch_norm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    if int(attrs.get("training_mode", 0)) or any(o for o in node.output[1:]):
+        raise Unsupported("training mode (only inference with the stored statistics)")
+    x = ctx.var(xs[0])
+    if x.ndim < 2:
+        raise Unsupported(f"input {x.shape} has no channel axis")
+    c = x.shape[1]
+    per_channel = (c,) + (1,) * (x.ndim - 2)
+    eps = float(attrs.get("epsilon", 1e-5))
+    scale, bias, mean, var = (reshape(ctx, ctx.var(v), per_channel) for v in xs[1:5])
+    inv_std = ctx.ops.inv(ctx.ops.sqrt(ctx.ops.add_scalar(var, c=eps)))
+    centred = ctx.ops.sub(x, mean)
+    return [ctx.ops.add(ctx.ops.mul(centred, ctx.ops.mul(inv_std, scale)), bias)]
+
+
+@handles("LayerNormalization")
+def _layer_norm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    if any(o for o in node.output[1:]):
+        raise Unsupported("the Mean / InvStdDev outputs are not supported")
+    x = ctx.var(xs[0])
+    axis = _axis("LayerNormalization", attrs.get("axis", -1), x.ndim)
+    eps = float(attrs.get("epsilon", 1e-5))
+    tail = x.shape[axis:]
+    d = int(np.prod(tail, dtype=np.int64))
+    gamma = ctx.var(xs[1])
+    beta = ctx.var(xs[2]) if len(xs) > 2 and xs[2] is not None else \
+        ctx.builder.const(np.zeros(tail, dtype=ctx.dtype))
+    for name, v in (("Scale", gamma), ("B", beta)):
+        if v.shape != tail and v.shape != (d,):
+            raise Unsupported(f"{name} of shape {v.shape} is not the normalised shape {tail}")
+    flat = reshape(ctx, x, x.shape[:axis] + (d,))
+    out = ctx.ops.layer_norm(flat, reshape(ctx, gamma, (d,)), reshape(ctx, beta, (d,)), eps=eps)
+    return [reshape(ctx, out, x.shape)]
+
+
+@handles("Reshape")
+def _reshape(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    spec = ctx.static(xs[1], "the target shape")
+    return [reshape(ctx, x, _reshape_target("Reshape", x.shape, spec,
+                                            int(attrs.get("allowzero", 0))))]
+
+
+@handles("Flatten")
+def _flatten(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise Unsupported(f"axis {attrs.get('axis')} out of range for shape {x.shape}")
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [reshape(ctx, x, (lead, int(np.prod(x.shape[axis:], dtype=np.int64))))]
+
+
+@handles("Transpose")
+def _transpose(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    perm = tuple(int(p) for p in attrs.get("perm", range(x.ndim - 1, -1, -1)))
+    return [permute(ctx, x, perm)]
+
+
+def _axes_arg(ctx: _Context, xs: list[Any], attrs: dict[str, Any], what: str) -> list[int] | None:
+    if len(xs) > 1 and xs[1] is not None:
+        return _ints(ctx.static(xs[1], what))
+    return None if "axes" not in attrs else [int(a) for a in attrs["axes"]]
+
+
+@handles("Unsqueeze")
+def _unsqueeze(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axes = _axes_arg(ctx, xs, attrs, "Unsqueeze axes") or []
+    rank = x.ndim + len(axes)
+    shape = list(x.shape)
+    for a in sorted(_axis("Unsqueeze", a, rank) for a in axes):
+        shape.insert(a, 1)
+    return [reshape(ctx, x, shape)]
+
+
+@handles("Squeeze")
+def _squeeze(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axes = _axes_arg(ctx, xs, attrs, "Squeeze axes")
+    drop = {a for a in range(x.ndim) if x.shape[a] == 1} if axes is None else {
+        _axis("Squeeze", a, x.ndim) for a in axes}
+    if any(x.shape[a] != 1 for a in drop):
+        raise Unsupported(f"cannot squeeze axes {sorted(drop)} of shape {x.shape}")
+    return [reshape(ctx, x, [d for a, d in enumerate(x.shape) if a not in drop])]
+
+
+@handles("Concat")
+def _concat(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    parts = [ctx.var(x) for x in xs if x is not None and int(np.prod(x.shape)) > 0]
+    if not parts:
+        raise Unsupported("all inputs are empty")
+    axis = _axis("Concat", attrs.get("axis", 0), parts[0].ndim)
+    return [concat(ctx, parts, axis)]
+
+
+@handles("Slice")
+def _slice(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    if ctx.opset < 10:
+        starts, ends, axes, steps = attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), None
+    else:
+        opt = [None if k >= len(xs) or xs[k] is None else ctx.static(xs[k], "Slice " + name)
+               for k, name in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))]
+        starts, ends, axes, steps = opt
+    out = x
+    for axis, start, stop, step in _slice_params("Slice", x.shape, starts, ends, axes, steps):
+        idx = np.arange(start, stop, step)
+        if not len(idx):
+            raise Unsupported(f"the slice of axis {axis} is empty")
+        if step == 1:
+            out = slice_axis(ctx, out, axis, start, len(idx))
+        else:
+            out = take(ctx, out, axis, idx)
+    return [out]
+
+
+@handles("Gather")
+def _gather(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    idx = ctx.static(xs[1], "Gather indices").astype(np.int64)
+    axis = _axis("Gather", attrs.get("axis", 0), x.ndim)
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise Unsupported(f"indices outside [-{n}, {n}) for axis {axis} of shape {x.shape}")
+    flat = np.where(idx < 0, idx + n, idx).reshape(-1)
+    out = take(ctx, x, axis, flat)
+    return [reshape(ctx, out, x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
+
+
+@handles("Split")
+def _split(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axis = _axis("Split", attrs.get("axis", 0), x.ndim)
+    n = x.shape[axis]
+    count = len(node.output)
+    if len(xs) > 1 and xs[1] is not None:
+        sizes = _ints(ctx.static(xs[1], "Split sizes"))
+    elif "split" in attrs:
+        sizes = [int(s) for s in attrs["split"]]
+    else:
+        parts = int(attrs.get("num_outputs", count))
+        step = -(-n // parts)
+        sizes = [min(step, n - k * step) for k in range(parts)]
+    if sum(sizes) != n or any(s <= 0 for s in sizes):
+        raise Unsupported(f"split sizes {sizes} do not partition axis {axis} of length {n}")
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(slice_axis(ctx, x, axis, start, s))
+        start += s
+    return outs
+
+
+@handles("ReduceMean", "ReduceSum")
+def _reduce(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    axes = _axes_arg(ctx, xs, attrs, f"{node.op_type} axes")
+    keep = int(attrs.get("keepdims", 1))
+    if not axes:
+        if int(attrs.get("noop_with_empty_axes", 0)):
+            return [x]
+        axes = list(range(x.ndim))
+    norm = sorted({_axis(node.op_type, a, x.ndim) for a in axes}, reverse=True)
+    if node.op_type == "ReduceSum" and len(norm) == x.ndim and not keep:
+        return [ctx.ops.sum(x)]
+    prim = ctx.ops.reduce_mean if node.op_type == "ReduceMean" else ctx.ops.reduce_sum
+    out = x
+    for a in norm:  # last axis first, so the remaining axis numbers stay valid
+        out = prim(out, axis=a)
+    if keep:
+        out = reshape(ctx, out, [1 if a in norm else d for a, d in enumerate(x.shape)])
+    return [out]
+
+
+@handles("Expand")
+def _expand(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    target = tuple(_ints(ctx.static(xs[1], "Expand shape")))
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, target))
+    except ValueError:
+        raise Unsupported(f"{x.shape} does not broadcast with {target}") from None
+    return [x if shape == x.shape else ctx.ops.broadcast_to(x, shape=shape)]
+
+
+@handles("Cast")
+def _cast(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    to = int(attrs["to"])
+    if _FLOAT_ELEM.get(to) != ctx.dtype:
+        raise Unsupported(f"cast of a graph tensor to {_ELEM_NAMES.get(to, to)} (the graph is "
+                          f"{ctx.dtype.name})")
+    return [xs[0]]
+
+
+IMPORTED_OPS: tuple[str, ...] = tuple(sorted(set(HANDLERS) | {"Constant", "Shape"}))
+"""ONNX operators ``load`` translates (plus integer shape arithmetic folded at load time)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the model.
+
+
+def _read(source: Any) -> Any:
+    onnx = require_onnx()
+    if isinstance(source, onnx.ModelProto):
+        return source, "<model>"
+    label = "<bytes>"
+    try:
+        if isinstance(source, bytes | bytearray):
+            model = onnx.load_from_string(bytes(source))
+        elif isinstance(source, str | os.PathLike):
+            label = os.fspath(source)
+            if not os.path.isfile(label):
+                raise OnnxError(f"onnx load: {label}: no such file")
+            model = onnx.load(label)
+        else:
+            raise OnnxError(f"onnx load: expected a path, bytes or onnx.ModelProto, found "
+                            f"{type(source).__name__}")
+    except TorchLeanError:
+        raise
+    except Exception as exc:  # protobuf decode errors and the like, whatever their class
+        raise OnnxError(f"onnx load: {label} is not a readable ONNX model (malformed or "
+                        f"truncated: {type(exc).__name__}: {exc})") from None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OnnxError(f"onnx load: {label} is not a valid ONNX model: {first}") from None
+    return model, label
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    onnx = require_onnx()
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        value = onnx.helper.get_attribute_value(a)
+        if isinstance(value, onnx.TensorProto):
+            value = onnx.numpy_helper.to_array(value)
+        elif isinstance(value, bytes):
+            value = value.decode()
+        out[a.name] = value
+    return out
+
+
+def _constant(node: Any, attrs: dict[str, Any]) -> np.ndarray:
+    if "value" in attrs:
+        return np.asarray(attrs["value"])
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    raise Unsupported(f"Constant with attributes {sorted(attrs)} (only dense values)")
+
+
+def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
+                  ) -> tuple[list[tuple[int, ...]], np.dtype]:
+    """Concrete input shapes and the graph dtype, or one error naming every bad input."""
+    names = [i.name for i in inputs]
+    if given is None:
+        given_map: dict[str, Any] = {}
+    elif isinstance(given, dict):
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise OnnxError(f"onnx load: {label}: input_shapes names {unknown}, the model's "
+                            f"inputs are {names}")
+        given_map = dict(given)
+    else:
+        shapes = list(given)
+        if len(shapes) != len(names):
+            raise OnnxError(f"onnx load: {label}: {len(shapes)} input shapes for "
+                            f"{len(names)} inputs {names}")
+        given_map = dict(zip(names, shapes, strict=True))
+    problems: list[tuple[str, str, str]] = []
+    shapes_out: list[tuple[int, ...]] = []
+    dtypes = set()
+    for inp in inputs:
+        t = inp.type.tensor_type
+        elem = t.elem_type
+        if elem not in _FLOAT_ELEM:
+            problems.append((inp.name, "graph input", f"element type "
+                             f"{_ELEM_NAMES.get(elem, elem)} (only FLOAT or DOUBLE inputs)"))
+            continue
+        dtypes.add(_FLOAT_ELEM[elem])
+        if inp.name in given_map:
+            shapes_out.append(tuple(int(d) for d in given_map[inp.name]))
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if not t.HasField("shape") or any(d is None or d <= 0 for d in dims):
+            shown = [d.dim_param or "?" if not d.HasField("dim_value") else d.dim_value
+                     for d in t.shape.dim]
+            problems.append((inp.name, "graph input", f"dynamic shape {shown}: pass a concrete "
+                             f"shape with input_shapes={{{inp.name!r}: (...)}}"))
+            continue
+        shapes_out.append(tuple(int(d) for d in dims if d is not None))
+    if len(dtypes) > 1:
+        problems.append(("<inputs>", "graph input", "inputs mix FLOAT and DOUBLE"))
+    if problems:
+        raise UnsupportedOnnxError(f"onnx load: {label}", problems)
+    return shapes_out, dtypes.pop() if dtypes else np.dtype(np.float32)
+
+
+class _Translator:
+    """Runs the ONNX nodes on a graph builder; collects every problem before failing."""
+
+    def __init__(self, model: Any, label: str, ctx: _Context) -> None:
+        self.model = model
+        self.label = label
+        self.ctx = ctx
+        self.problems: list[tuple[str, str, str]] = []
+        self.functions = {(f.domain, f.name): f for f in model.functions}
+        meta = {p.key: p.value for p in model.metadata_props}
+        self.calls = codec.loads(meta[codec.METADATA_KEY]) if codec.METADATA_KEY in meta else {}
+
+    def run_nodes(self, nodes: Any, env: dict[str, Any], where: str = "") -> None:
+        onnx = require_onnx()
+        for k, node in enumerate(nodes):
+            name = where + (node.name or f"{node.op_type}_{k}")
+            try:
+                ins = [None if not i else env[i] for i in node.input]
+            except KeyError as exc:
+                raise OnnxError(f"onnx load: {self.label}: node {name} ({node.op_type}) reads "
+                                f"{exc.args[0]!r}, which no earlier node or input defines") from None
+            if any(v is _BAD for v in ins):
+                outs: list[Any] = [_BAD] * len(node.output)
+            else:
+                try:
+                    outs = self.node(node, ins, name)
+                except Unsupported as exc:
+                    self.problems.append((name, node.op_type, exc.reason))
+                    outs = [_BAD] * len(node.output)
+                except (TorchLeanError, onnx.onnx_cpp2py_export.checker.ValidationError,
+                        ValueError) as exc:
+                    self.problems.append((name, node.op_type, str(exc).splitlines()[0]))
+                    outs = [_BAD] * len(node.output)
+            for o, v in zip(node.output, outs, strict=False):
+                if o:
+                    env[o] = v
+
+    def node(self, node: Any, ins: list[Any], name: str) -> list[Any]:
+        attrs = _attrs(node)
+        op = node.op_type
+        key = (node.domain, op)
+        if key in self.functions:
+            return self.function(node, ins, name)
+        if node.domain not in ("", "ai.onnx"):
+            raise Unsupported(f"operator domain {node.domain!r} is not supported")
+        if op == "Constant":
+            return [_Static(_constant(node, attrs))]
+        if op == "Shape":
+            shape = ins[0].shape
+            start, end = int(attrs.get("start", 0)), attrs.get("end")
+            return [_Static(np.array(shape[start:None if end is None else int(end)],
+                                     dtype=np.int64))]
+        statics = [v for v in ins if v is not None]
+        if op in _STATIC and all(isinstance(v, _Static) and v.param is None for v in statics):
+            args = [v.array if v is not None else None for v in ins]
+            while args and args[-1] is None:
+                args.pop()
+            try:
+                return [_Static(a) for a in _STATIC[op](*args, **attrs)]
+            except (TypeError, ValueError, IndexError) as exc:
+                raise Unsupported(f"cannot evaluate on the constant inputs: {exc}") from None
+        handler = HANDLERS.get(op)
+        if handler is None:
+            raise Unsupported("no importer for this operator")
+        outs = handler(self.ctx, ins, attrs, node)
+        for o in outs:
+            if isinstance(o, Var) and o.dtype != self.ctx.dtype:
+                raise Unsupported(f"result dtype {o.dtype}")
+        return outs
+
+    def function(self, node: Any, ins: list[Any], name: str) -> list[Any]:
+        """A model-local function: torchlean's own primitive calls are recorded as that
+        primitive; any other function is inlined (its body run on the actual arguments)."""
+        call = self.calls.get(node.op_type) if node.domain == codec.DOMAIN else None
+        if call is not None:
+            prim_name, attrs = call
+            prim = REGISTRY.get(prim_name)
+            if prim is None:
+                raise Unsupported(f"torchlean primitive {prim_name!r} is not registered here")
+            args = [self.ctx.var(v) for v in ins]
+            try:
+                return [self.ctx.builder.apply(prim, args, attrs)]
+            except ShapeError as exc:
+                raise Unsupported(str(exc)) from None
+        fn = self.functions[(node.domain, node.op_type)]
+        if fn.attribute or list(getattr(fn, "attribute_proto", [])):
+            raise Unsupported("functions with attributes are not inlined")
+        env = dict(zip(fn.input, ins, strict=False))
+        self.run_nodes(fn.node, env, where=f"{name}/")
+        return [env.get(o, _BAD) for o in fn.output]
+
+
+class OnnxModel(Compiled):
+    """An ONNX model as a compiled torchlean graph.
+
+    ``input_names`` / ``output_names`` are the ONNX ones; ``parameters`` maps each float
+    initialiser used as a tensor to its ``Param`` (``requires_grad=False`` for batch-norm running
+    statistics), in the order ``vjp`` / ``backward`` return their gradients (after the inputs).
+    ``run(*xs)`` returns every output; the ``Compiled`` methods need a single output.
+    """
+
+    def __init__(self, model: Any, label: str = "<model>", input_shapes: Any = None) -> None:
+        graph = model.graph
+        initialisers = {t.name: t for t in graph.initializer}
+        inputs = [i for i in graph.input if i.name not in initialisers]
+        shapes, dtype = _input_shapes(graph, inputs, input_shapes, label)
+        opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")],
+                    default=17)
+        frozen = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
+                  for k in (3, 4) if len(n.input) > k}
+        self.label = label
+        self.input_names = [i.name for i in inputs]
+        self.output_names = [o.name for o in graph.output]
+        self.opset = opset
+        holder: dict[str, Any] = {}
+
+        def build(*leaves: Var) -> Any:
+            onnx = require_onnx()
+            ctx = _Context(leaves[0]._owner if leaves else _no_inputs(label), dtype, opset,
+                           frozen)
+            holder["ctx"] = ctx
+            env: dict[str, Any] = dict(zip(self.input_names, leaves, strict=True))
+            for name, tensor in initialisers.items():
+                array = onnx.numpy_helper.to_array(tensor)
+                is_float = array.dtype.kind == "f"
+                env[name] = _Static(array, param=name if is_float else None)
+            translator = _Translator(model, label, ctx)
+            translator.run_nodes(graph.node, env)
+            for out in self.output_names:
+                if out not in env:
+                    raise OnnxError(f"onnx load: {label}: output {out!r} is never computed")
+            if translator.problems:
+                raise UnsupportedOnnxError(f"onnx load: {label}", translator.problems)
+            results = []
+            for out in self.output_names:
+                try:
+                    results.append(ctx.var(env[out]))
+                except Unsupported as exc:
+                    raise UnsupportedOnnxError(f"onnx load: {label}",
+                                               [(out, "graph output", exc.reason)]) from None
+            return tuple(results) if len(results) > 1 else results[0]
+
+        if not shapes:
+            raise OnnxError(f"onnx load: {label}: the model has no tensor inputs")
+        super().__init__(build, shapes, dtype)
+        self.parameters: dict[str, Param] = {p.name: p for p in self.graph.params}
+
+    @property
+    def param_names(self) -> list[str]:
+        return [p.name for p in self.graph.params]
+
+    def run(self, *xs: Any) -> list[Any]:
+        """Every output of the model for inputs ``xs`` (one per ONNX input, in order)."""
+        g = self.graph
+        values = g.evaluate(g.check_inputs("run", self._full(xs)))
+        return [values[o] for o in g.outputs]
+
+    def __repr__(self) -> str:
+        return (f"OnnxModel({self.label!r}, inputs={self.input_names}, "
+                f"outputs={self.output_names}, nodes={len(self.graph)}, "
+                f"parameters={len(self.graph.params)})")
+
+
+def _no_inputs(label: str) -> Any:
+    raise OnnxError(f"onnx load: {label}: the model has no tensor inputs")
+
+
+def load(source: Any, input_shapes: Any = None) -> OnnxModel:
+    """See ``torchlean.onnx.load``."""
+    model, label = _read(source)
+    return OnnxModel(model, label, input_shapes)
