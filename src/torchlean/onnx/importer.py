@@ -902,7 +902,8 @@ class _Translator:
                 ins = [None if not i else env[i] for i in node.input]
             except KeyError as exc:
                 raise OnnxError(f"onnx load: {self.label}: node {name} ({node.op_type}) reads "
-                                f"{exc.args[0]!r}, which no earlier node or input defines") from None
+                                f"{exc.args[0]!r}, which no earlier node or input defines"
+                                ) from None
             if any(v is _BAD for v in ins):
                 outs: list[Any] = [_BAD] * len(node.output)
             else:
