@@ -130,8 +130,9 @@ def exact_mismatch(name: str, kernel: Callable[..., Any], sample: Sample) -> str
     if found.shape != expected.shape:
         return f"shape {found.shape} != spec {expected.shape}"
     for i in np.ndindex(expected.shape):
-        if not isinstance(expected[i], Fraction):
-            return f"spec entry {i} is {type(expected[i]).__name__}, not an exact Fraction"
+        # An int is exact too: the 0 a spec fills in when no input entry gives a scalar type.
+        if not isinstance(expected[i], Fraction | int):
+            return f"spec entry {i} is {type(expected[i]).__name__}, not an exact rational"
     if name in EXACT:
         bad = [i for i in np.ndindex(found.shape) if Fraction(float(found[i])) != expected[i]]
         return f"entries {bad[:3]} differ from the spec" if bad else None
@@ -210,6 +211,19 @@ def test_spec_over_float32_kernels_within_ulps() -> None:
         scale = _as_float(spec(*[_objects(np.abs(v), float) for v in inputs])) if (
             name == "linear") else np.abs(ref)
         assert (np.abs(kernel - ref) <= 8 * float(np.finfo(np.float32).eps) * scale).all(), name
+
+
+def test_out_of_range_rules_agree_beyond_the_registry_samples() -> None:
+    # Labels outside [0, num_classes) or not integers give zero rows; Nat indices past the end
+    # read 0; both in the spec and in the kernel.
+    labels = Sample((np.array([-1.0, 4.0, 2.5, 1.0, 0.0]),), {"num_classes": 4})
+    assert exact_mismatch("one_hot", REGISTRY["one_hot"].forward, labels) is None
+    rows = _spec("one_hot", labels, Fraction)
+    assert [sum(rows[j]) for j in range(5)] == [0, 0, 0, 1, 1]
+    empty_gather = Sample((np.zeros(0),), {"idx": [0, 2]})
+    assert exact_mismatch("gather_vec_nat", REGISTRY["gather_vec_nat"].forward,
+                          empty_gather) is None
+    assert list(_spec("gather_vec_nat", empty_gather, Fraction)) == [0, 0]
 
 
 # --- The comparison catches wrong kernels -----------------------------------------------------

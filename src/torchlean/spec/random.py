@@ -49,9 +49,13 @@ def round_to_format(value: Fraction, dtype: Any) -> Fraction:
     2**(max(e, emin) - p + 1); a value halfway between two of them goes to the one whose
     multiple is even (IEEE round-half-to-even).
     """
-    fmt = np.dtype(dtype)
+    try:
+        fmt = np.dtype(dtype)
+    except TypeError:
+        fmt = np.dtype(object)  # not a dtype at all: rejected just below
     if fmt.kind != "f":
-        raise ShapeError(f"rand_uniform: dtype must be a float dtype, found {dtype!r}")
+        raise ShapeError(f"rand_uniform: dtype must be a float dtype such as 'float32', "
+                         f"found {dtype!r}")
     info = np.finfo(fmt)
     precision, emin = info.nmant + 1, info.minexp
     if value == 0:
