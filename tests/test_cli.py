@@ -76,9 +76,7 @@ def test_metrics_json_is_well_formed(trained: dict[str, Any]) -> None:
         assert np.isfinite(h["train_loss"]) and h["train_loss"] > 0
         assert np.isfinite(h["test_loss"]) and h["test_loss"] > 0
         assert 0.0 <= h["test_accuracy"] <= 1.0
-        # Throughput is training examples / seconds; no timing gates the test.
-        rate = 1438 / h["seconds"] if h["seconds"] > 0 else 0.0
-        assert h["examples_per_second"] == pytest.approx(rate, rel=1e-12)
+        assert h["seconds"] >= 0 and h["examples_per_second"] >= 0  # exact values: test_train
     assert history[1]["train_loss"] < history[0]["train_loss"]
     assert history[-1]["test_accuracy"] > 0.5  # two epochs learn something
     assert report["final"] == history[-1]
