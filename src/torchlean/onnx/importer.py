@@ -27,7 +27,7 @@ from ..transforms import Compiled
 from . import codec
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
 
-_FLOAT_ELEM = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+_FLOAT_ELEM: dict[int, np.dtype] = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
 _ELEM_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16",
                6: "INT32", 7: "INT64", 8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE",
                12: "UINT32", 13: "UINT64", 16: "BFLOAT16"}
@@ -268,13 +268,13 @@ def _static_kernels() -> dict[str, Callable[..., list[np.ndarray]]]:
         "Equal": lambda a, b: [np.equal(a, b)], "Less": lambda a, b: [np.less(a, b)],
         "Greater": lambda a, b: [np.greater(a, b)], "Not": lambda a: [np.logical_not(a)],
         "And": lambda a, b: [np.logical_and(a, b)], "Or": lambda a, b: [np.logical_or(a, b)],
-        "Where": lambda c, a, b: [np.where(c, a, b)],
-        "Min": lambda *xs: [np.minimum.reduce(np.broadcast_arrays(*xs))],
-        "Max": lambda *xs: [np.maximum.reduce(np.broadcast_arrays(*xs))],
+        "Where": lambda c, a, b: [np.asarray(np.where(c, a, b))],
+        "Min": lambda *xs: [np.asarray(np.minimum.reduce(list(np.broadcast_arrays(*xs))))],
+        "Max": lambda *xs: [np.asarray(np.maximum.reduce(list(np.broadcast_arrays(*xs))))],
         "Cast": lambda x, to: [cast(x, to)],
         "Unsqueeze": lambda x, axes: [unsq(x, axes)],
         "Squeeze": lambda x, axes=None: [sq(x, axes)],
-        "Concat": lambda *xs, axis: [np.concatenate(xs, axis=axis)],
+        "Concat": lambda *xs, axis: [np.concatenate(list(xs), axis=axis)],
         "Gather": lambda x, i, axis=0: [np.take(x, i.astype(np.int64), axis=axis)],
         "Slice": lambda x, *rest: [slc(x, *rest)],
         "Reshape": lambda x, s, allowzero=0: [
@@ -855,7 +855,7 @@ def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
         given_map = dict(zip(names, shapes, strict=True))
     problems: list[tuple[str, str, str]] = []
     shapes_out: list[tuple[int, ...]] = []
-    dtypes = set()
+    dtypes: set[np.dtype] = set()
     for inp in inputs:
         t = inp.type.tensor_type
         elem = t.elem_type
@@ -879,7 +879,8 @@ def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
         problems.append(("<inputs>", "graph input", "inputs mix FLOAT and DOUBLE"))
     if problems:
         raise UnsupportedOnnxError(f"onnx load: {label}", problems)
-    return shapes_out, dtypes.pop() if dtypes else np.dtype(np.float32)
+    dtype: np.dtype = dtypes.pop() if dtypes else np.dtype(np.float32)
+    return shapes_out, dtype
 
 
 class _Translator:
@@ -964,7 +965,7 @@ class _Translator:
                 raise Unsupported(f"torchlean primitive {prim_name!r} is not registered here")
             args = [self.ctx.var(v) for v in ins]
             try:
-                return [self.ctx.builder.apply(prim, args, attrs)]
+                return [getattr(self.ctx.ops, prim.name)(*args, **attrs)]
             except ShapeError as exc:
                 raise Unsupported(str(exc)) from None
         fn = self.functions[(node.domain, node.op_type)]
