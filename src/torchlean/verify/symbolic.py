@@ -1,0 +1,208 @@
+"""The spec side of the checks: exact forward references and exact derivatives by sympy.
+
+Forward references. A ``rational`` spec runs on ``fractions.Fraction`` inputs (every float64 is
+exactly a Fraction), so its result is the exact real value R. Any other spec runs on sympy
+``Float`` inputs at 40 significant digits (133 bits), so R is within about 1e-38 relative.
+
+What "equal to the spec" means for a float kernel K (``forward_error``):
+
+- rational ops: ``|K - R| <= ulp(R)/2 + gamma_N * N * M`` per entry, where N is the number of
+  input scalars (at least the number of terms any output entry sums), ``gamma_N = N u / (1 - N u)``
+  with u the unit round-off (2^-53 for float64, 2^-24 for float32), and
+  ``M = (2 max(1, |inputs|, |float attributes|))^2`` bounds one term (every rational op here is at
+  most a product of two sums of inputs). That is the a-priori bound for recursive summation of N
+  terms, plus the final rounding. Entries that are the correctly rounded R exactly are counted.
+- other ops: ``|K - R| <= 2^-40 * max(1, max |R|)`` in float64 (about 4096 ulps at the output's
+  scale) and 128 float32 ulps of the output scale in float32.
+
+Exact derivatives. Every input becomes ``x0 + t u`` (one sympy symbol t, u a random direction);
+sympy differentiates each output entry of the spec with respect to t at t = 0, which is the exact
+``(J u)_i``, and twice for the second order. Where a ``Piecewise`` condition of the spec sits on
+its boundary at t = 0 the entry is a kink: its one-sided derivatives (t = +-1e-30) and, for
+"first maximum" conventions, the derivative with ties broken toward earlier entries are returned
+so the checks can say which documented convention the rules follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, cast
+
+import numpy as np
+
+from ..ops.registry import Primitive, Sample
+
+DIGITS = 40
+TRANSCENDENTAL_BOUND = 2.0**-40
+FLOAT32_ULPS = 128
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24}
+EPS_SIDE = "1e-30"
+
+
+def sympy_module() -> Any:
+    import sympy  # the `verify` extra
+
+    return sympy
+
+
+def objects(x: Any, convert: Any) -> np.ndarray:
+    """An object array of the same shape whose entries are ``convert(float entry)``."""
+    arr = np.asarray(x, dtype=np.float64)
+    out = np.empty(arr.shape, dtype=object)
+    for idx in np.ndindex(arr.shape):
+        out[idx] = convert(float(arr[idx]))
+    return out
+
+
+def _exact_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Float attributes as Fractions, so a rational spec never mixes in a rounded float."""
+    return {k: Fraction(float(v)) if isinstance(v, float | np.floating) else v
+            for k, v in attrs.items()}
+
+
+def _magnitude(inputs: Sequence[Any], attrs: dict[str, Any]) -> float:
+    values = [1.0] + [float(np.max(np.abs(x))) for x in inputs if np.size(x)]
+    values += [abs(float(v)) for v in attrs.values()
+               if isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)]
+    return (2.0 * max(values)) ** 2
+
+
+def reference(spec: Any, rational: bool, inputs: Sequence[Any],
+              attrs: dict[str, Any]) -> np.ndarray:
+    """The spec's exact (Fraction) or 40-digit (sympy Float) value at float inputs."""
+    if rational:
+        xs = [objects(x, Fraction) for x in inputs]
+        return np.asarray(spec(*xs, **_exact_attrs(attrs)), dtype=object)
+    sp = sympy_module()
+    xs = [objects(x, lambda f: sp.Float(f, DIGITS)) for x in inputs]
+    return np.asarray(spec(*xs, **attrs), dtype=object)
+
+
+@dataclass
+class ForwardError:
+    """How far a kernel's output is from the spec: worst ratio error / bound, and the counts."""
+
+    worst_error: float
+    worst_ratio: float
+    entries: int
+    correctly_rounded: int
+
+
+def forward_error(kernel_out: np.ndarray, ref: np.ndarray, rational: bool,
+                  inputs: Sequence[Any], attrs: dict[str, Any], dtype: str) -> ForwardError:
+    """Compare a kernel output with the spec's reference, entry by entry, under the bounds
+    stated in the module docstring (``worst_ratio <= 1`` means within the bound everywhere)."""
+    k = np.asarray(kernel_out)
+    if k.shape != ref.shape:
+        raise ValueError(f"kernel output shape {k.shape} != spec output shape {ref.shape}")
+    u = UNIT_ROUNDOFF[dtype]
+    n = max(1, sum(int(np.size(x)) for x in inputs))
+    gamma = n * u / (1 - n * u)
+    summation = gamma * n * _magnitude(inputs, attrs)
+    worst_error, worst_ratio, exact = 0.0, 0.0, 0
+    scale = 1.0
+    if not rational:
+        finite = [abs(float(r)) for r in ref.reshape(-1) if np.isfinite(float(r))]
+        scale = max([1.0] + finite)
+    for idx in np.ndindex(k.shape):
+        kv, rv = float(k[idx]), ref[idx]
+        rv = cast(Any, rv)
+        if rational:
+            r = rv if isinstance(rv, Fraction) else Fraction(rv)
+            rounded = float(r)
+            if kv == rounded:
+                exact += 1
+                continue
+            if not np.isfinite(kv):
+                err, bound = float("inf"), 0.0
+            else:
+                err = float(abs(Fraction(kv) - r))
+                half_ulp = float(np.spacing(np.abs(np.asarray(rounded, dtype=dtype)))) / 2
+                bound = half_ulp + summation
+        else:
+            rf = float(rv)
+            if kv == rf or (np.isnan(kv) and np.isnan(rf)):
+                exact += 1
+                continue
+            if not (np.isfinite(kv) and np.isfinite(rf)):
+                err, bound = float("inf"), 0.0
+            else:
+                sp = sympy_module()
+                err = float(abs(sp.Float(kv, DIGITS) - rv))
+                if dtype == "float64":
+                    bound = TRANSCENDENTAL_BOUND * scale
+                else:
+                    bound = FLOAT32_ULPS * float(np.spacing(np.float32(scale)))
+        ratio = err / bound if bound > 0 else float("inf")
+        worst_error = max(worst_error, err)
+        worst_ratio = max(worst_ratio, ratio)
+    return ForwardError(worst_error, worst_ratio, int(k.size), exact)
+
+
+# --- exact derivatives ------------------------------------------------------------------------
+
+
+@dataclass
+class SpecDerivatives:
+    """Exact directional derivatives of the spec at one sample along directions ``us``."""
+
+    first: np.ndarray  # (J u)_i, float64, output shape (at kinks: the t = 0 branch's value)
+    kink: np.ndarray  # bool, output shape: entries where a branch condition is on its boundary
+    right: np.ndarray  # one-sided derivative from t > 0 (equals ``first`` where smooth)
+    left: np.ndarray  # one-sided derivative from t < 0
+    tie_first: np.ndarray | None  # derivative with ties broken toward earlier entries
+    second: np.ndarray | None  # d^2/dt^2 of each output entry at t = 0
+
+
+def _kink_at_zero(expr: Any, t: Any, sp: Any) -> bool:
+    for pw in expr.atoms(sp.Piecewise):
+        for _, cond in pw.args:
+            for rel in cond.atoms(sp.core.relational.Relational):
+                gap = (rel.lhs - rel.rhs).subs(t, 0)
+                if gap.is_number and abs(complex(gap)) <= 1e-30:
+                    return True
+    return False
+
+
+def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np.ndarray],
+                     attrs: dict[str, Any], second: bool, tie_break: bool) -> SpecDerivatives:
+    """Differentiate the spec along ``us`` at the sample (see the module docstring)."""
+    sp = sympy_module()
+    t = sp.Symbol("t", real=True)
+    s = sp.Symbol("s", real=True)
+    xs = []
+    for x, u in zip(sample.inputs, us, strict=True):
+        x0 = np.asarray(x, dtype=np.float64)
+        arr = np.empty(x0.shape, dtype=object)
+        for k, idx in enumerate(np.ndindex(x0.shape)):
+            entry = sp.Float(float(x0[idx]), DIGITS) + t * sp.Float(float(u[idx]), DIGITS)
+            # ``s`` breaks ties toward earlier entries (row-major) only when asked to.
+            arr[idx] = entry - s * k if tie_break else entry
+        xs.append(arr)
+    out = np.asarray(spec(*xs, **attrs), dtype=object)
+    shape = out.shape
+    first = np.zeros(shape)
+    kink = np.zeros(shape, dtype=bool)
+    right = np.zeros(shape)
+    left = np.zeros(shape)
+    tie_first = np.zeros(shape) if tie_break else None
+    sec = np.zeros(shape) if second else None
+    eps = sp.Float(EPS_SIDE, DIGITS)
+    for idx in np.ndindex(shape):
+        e = sp.sympify(out[idx])
+        e0 = e.subs(s, 0) if tie_break else e
+        d = sp.diff(e0, t)
+        first[idx] = float(d.subs(t, 0))
+        if e0.has(sp.Piecewise) and _kink_at_zero(e0, t, sp):
+            kink[idx] = True
+            right[idx] = float(d.subs(t, eps))
+            left[idx] = float(d.subs(t, -eps))
+        else:
+            right[idx] = left[idx] = first[idx]
+        if tie_first is not None:
+            tie_first[idx] = float(sp.diff(e, t).subs({t: 0, s: eps}))
+        if sec is not None:
+            sec[idx] = float(sp.diff(d, t).subs(t, 0))
+    return SpecDerivatives(first, kink, right, left, tie_first, sec)
