@@ -91,9 +91,13 @@ def _max_pool(x: np.ndarray, geom: Geometry) -> np.ndarray:
     out = np.empty(_out_shape(x.shape, geom), dtype=object)
     for idx, lead, cells in _windows(x.shape, geom):
         values = [x[lead + pos] for _, pos, real in cells if real]  # padded cells never win
-        best = values[0]
-        for v in values[1:]:
-            best = select(v > best, v, best)
+        # The value at the first maximum, as sum_j flag_j * v_j: exactly one flag is 1 on
+        # numbers, and on symbols this stays a flat sum of Piecewise products (a chain of
+        # nested selects grows much larger in sympy).
+        flags = _first_max_flags(values)
+        best = flags[0] * values[0]
+        for flag, v in zip(flags[1:], values[1:], strict=True):
+            best = best + flag * v
         out[idx] = best
     return out
 
