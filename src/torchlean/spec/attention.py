@@ -3,8 +3,9 @@
 Masks are static boolean ``(rows, cols)`` attributes (True = allowed), so which entries take part
 is decided by plain Python, never by a ``select``. A masked entry is excluded exactly: weight 0,
 not a large negative score; a row with no allowed entry is all 0 (PyTorch gives NaN there).
-Softmax is written as ``exp(x_j) / sum exp(x_i)``; the kernel subtracts the row's maximum first,
-which changes nothing mathematically. Both use ``exp``, so neither is rational.
+Softmax is ``exp(x_j - m) / sum exp(x_i - m)`` for any constant ``m`` (it cancels): the allowed
+entries' maximum on numbers, so floats never overflow, and 0 on symbols (the softmax spec's
+rule). Both use ``exp``, so neither is rational.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from . import define
 from ._arrays import sample_entry
 from ._calls import checked, signature_checked
+from .reductions import _shift as exp_shift
 from .scalar import constant, exp, sqrt
 
 
@@ -24,7 +26,8 @@ def _softmax_row(values: list[Any], allowed: list[bool]) -> list[Any]:
     zero = constant(0, values[0])
     if not any(allowed):
         return [zero] * len(values)  # nothing allowed: every weight is 0, never 0 / 0
-    weights = [exp(v) if ok else zero for v, ok in zip(values, allowed, strict=True)]
+    m = exp_shift([v for v, ok in zip(values, allowed, strict=True) if ok])
+    weights = [exp(v - m) if ok else zero for v, ok in zip(values, allowed, strict=True)]
     total = zero
     for w, ok in zip(weights, allowed, strict=True):
         if ok:

@@ -33,6 +33,7 @@ from ._calls import (
     window_cells,
     window_out_size,
 )
+from .reductions import _shift as exp_shift
 from .scalar import constant, exp, log, select
 
 Geometry = tuple[Index, Index, Index]  # kernel, stride, padding
@@ -122,10 +123,13 @@ def _smooth_max_pool(x: np.ndarray, beta: Any, geom: Geometry) -> np.ndarray:
     out = np.empty(_out_shape(x.shape, geom), dtype=object)
     for idx, lead, cells in _windows(x.shape, geom):
         values = [x[lead + pos] if real else zero for _, pos, real in cells]
+        # (1/b) log sum exp(b v) = m + (1/b) log sum exp(b (v - m)) for any m: the window's max
+        # on numbers (no overflow for large b v), 0 on symbols.
+        m = exp_shift(values)
         total = zero
         for v in values:
-            total = total + exp(b * v)
-        out[idx] = log(total) / b
+            total = total + exp(b * (v - m))
+        out[idx] = m + log(total) / b
     return out
 
 
@@ -151,9 +155,8 @@ def _declare(name: str, kind: str, only: int | None, padded: bool) -> None:
         "avg_pool": "out[lead, i] = (sum of the window's real cells) / prod(kernel): a padded "
                     "cell counts as 0 in the sum and as a cell in the divisor.",
         "smooth_max_pool": "out[lead, i] = (1/beta) * log(sum over the window's cells of "
-                           "exp(beta * v)), a padded cell entering with v = 0; beta > 0. (The "
-                           "kernel subtracts the window's max first, which changes nothing "
-                           "mathematically.)",
+                           "exp(beta * v)), a padded cell entering with v = 0; beta > 0 (evaluated "
+                           "shifted by the window's max on numbers, so it never overflows).",
     }[kind]
     spec.__name__ = spec.__qualname__ = name
     spec.__doc__ = f"{dims} {kind.replace('_', ' ')}, {name}(x, {signature}): {meaning}"
