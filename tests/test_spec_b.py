@@ -106,7 +106,8 @@ def test_every_primitive_of_the_families_has_a_spec() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_spec_on_floats_matches_kernel(name: str) -> None:
     prim = REGISTRY[name]
-    for sample in samples(name):
+    # Seed 0 is the registry's sample set; two more seeds draw fresh values on the same shapes.
+    for sample in [s for seed in (0, 1, 2) for s in prim.samples(np.random.default_rng(seed))]:
         kernel, ref = kernel_and_spec(prim, sample, float)
         bad = float_mismatch(ref, kernel)
         assert bad == 0.0, f"{name} {sample.attrs} {sample.note}: spec and kernel differ by {bad}"
