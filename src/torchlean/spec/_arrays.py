@@ -9,6 +9,7 @@ layout and broadcasting ops rely on, so no definition hides them inside a NumPy 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,10 @@ def prepare(name: str, *xs: Any, **attrs: Any) -> list[np.ndarray]:
     shapes or attributes), so the spec accepts exactly the calls the kernel accepts.
     """
     arrays = [as_object(x) for x in xs]
-    REGISTRY[name].infer(*[a.shape for a in arrays], **attrs)
+    # Shape rules accept real-number attributes as floats; a caller that passes a float attribute
+    # as its exact Fraction (to keep a rational spec exact) means the same number.
+    shown = {k: float(v) if isinstance(v, Fraction) else v for k, v in attrs.items()}
+    REGISTRY[name].infer(*[a.shape for a in arrays], **shown)
     return arrays
 
 

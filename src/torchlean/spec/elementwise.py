@@ -4,6 +4,10 @@ Binary ops broadcast by NumPy's rule: ``out[i] = f(a[ia], b[ib])`` where ``ia`` 
 what ``broadcast_index`` maps the output index ``i`` to. Unary ops apply a scalar function to
 every entry. Scalar attributes (``c``, ``lo``, ``hi``, ``eps``) are converted to the inputs'
 scalar type first, so a ``Fraction`` input stays exact (``Fraction(0.1)`` is the double 0.1).
+
+Comparisons of two inputs are written ``a - b > 0`` rather than ``a > b``: the same condition,
+but sympy 1.14's ``Piecewise`` recurses without end on many relations between two expressions
+in the same symbol (e.g. ``0.5 + 0.3 t >= 0.2 - 0.1 t``) and never on a difference against 0.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def mul(a: Any, b: Any) -> np.ndarray:
 
 
 def _max_weight(u: Any, v: Any) -> Any:
-    return select(u > v, constant(1, u), select(u < v, constant(0, u), constant(0.5, u)))
+    return select(u - v > 0, constant(1, u), select(u - v < 0, constant(0, u), constant(0.5, u)))
 
 
 @define("max_weight", rational=True)
@@ -74,13 +78,13 @@ def max_weight(a: Any, b: Any) -> np.ndarray:
 @define("max", rational=True)
 def maximum(a: Any, b: Any) -> np.ndarray:
     """out[i] = a if a >= b else b; NumPy broadcasting. At a tie both candidates are equal."""
-    return binary("max", a, b, lambda u, v: select(u >= v, u, v))
+    return binary("max", a, b, lambda u, v: select(u - v >= 0, u, v))
 
 
 @define("min", rational=True)
 def minimum(a: Any, b: Any) -> np.ndarray:
     """out[i] = a if a <= b else b; NumPy broadcasting. At a tie both candidates are equal."""
-    return binary("min", a, b, lambda u, v: select(u <= v, u, v))
+    return binary("min", a, b, lambda u, v: select(u - v <= 0, u, v))
 
 
 # --- Scalar-attribute arithmetic --------------------------------------------------------------
