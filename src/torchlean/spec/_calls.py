@@ -24,9 +24,7 @@ import numpy as np
 
 from ..errors import DomainError, SignatureError
 from ..ops.registry import REGISTRY
-from ._arrays import prepare
-
-Index = tuple[int, ...]
+from ._arrays import Index, prepare
 
 
 def _is_scalar(value: Any) -> bool:
