@@ -361,6 +361,27 @@ def test_piecewise_spec_differentiates_branch_by_branch() -> None:
     assert sympy.diff(out[0], w[1]) == v[1] and sympy.diff(out[0], bias[0]) == 1
 
 
+def test_max_and_min_of_two_expressions_in_one_symbol_differentiate() -> None:
+    # Both inputs moving along t: sympy 1.14 recursed without end on Piecewise((a, a >= b), ...)
+    # for these numbers; the specs compare a - b against 0 instead.
+    (t,) = _symbols("t")
+    a = sympy.Float("1.6452134544805177", 40) - sympy.Float("0.02968333387146478", 40) * t
+    b = sympy.Float("0.46771459530925652", 40) * t + sympy.Float("1.6501217528309111", 40)
+    pair = (np.array([a], dtype=object), np.array([b], dtype=object))
+    assert float(sympy.diff(REGISTRY["max"].spec(*pair)[0], t).subs(t, 0)) == pytest.approx(
+        0.46771459530925652, abs=1e-15)
+    assert float(sympy.diff(REGISTRY["min"].spec(*pair)[0], t).subs(t, 0)) == pytest.approx(
+        -0.02968333387146478, abs=1e-15)
+    assert REGISTRY["max_weight"].spec(*pair)[0].subs(t, 0) == 0
+
+
+def test_float_attributes_may_be_given_as_their_exact_fractions() -> None:
+    x = np.array([Fraction(1, 3), Fraction(-2)], dtype=object)
+    assert list(REGISTRY["scale"].spec(x, c=Fraction(5, 2))) == [Fraction(5, 6), Fraction(-5)]
+    assert list(REGISTRY["clamp"].spec(x, lo=Fraction(-1, 2), hi=Fraction(1, 4))) == [
+        Fraction(1, 4), Fraction(-1, 2)]
+
+
 # --- Bad calls ----------------------------------------------------------------------------------
 
 
