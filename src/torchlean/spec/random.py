@@ -9,7 +9,8 @@ arithmetic on Python ints taken mod 2**64 (TorchLean's counter-based SplitMix64)
 - entry k (row-major position) draws ``bits_k = splitmix64(key + k) mod 2**32`` and
   ``u_k = bits_k / 2**32``, a multiple of 2**-32 in [0, 1).
 
-Values are exact ``Fraction``s: a draw has no input whose scalar type it could follow.
+rand_uniform's values are exact ``Fraction``s (it has no input whose scalar type they could
+follow); bernoulli_mask's 0s and 1s take keep_prob's scalar type.
 """
 
 from __future__ import annotations
