@@ -33,6 +33,7 @@ from . import checkpoint, datasets, models, optim
 from . import functional as F
 from .backend import namespace_for
 from .errors import TorchLeanError
+from .onnx import cli as onnx_cli
 from .train import EpochMetrics, evaluate, fit
 from .transforms import compile as compile_fn
 
@@ -94,7 +95,7 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchlean", description="Train, evaluate and inspect small models with torchlean.")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops,export}")
     sub.required = True
 
     recipes = "; ".join(
@@ -124,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a saved checkpoint",
                         description="Rebuild the model saved by 'torchlean train --save' and "
                                     "report its test metrics.")
-    ev.add_argument("--checkpoint", metavar="PATH", required=True)
+    ev.add_argument("--checkpoint", metavar="PATH", default=None,
+                    help="a checkpoint written by 'torchlean train --save' (or use --onnx)")
+    onnx_cli.add_eval_options(ev)
     ev.add_argument("--dataset", choices=datasets.NAMES, default=None,
                     help="dataset to evaluate on (default: the one it was trained on)")
     ev.add_argument("--seed", type=_non_negative_int, default=None,
@@ -148,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Print the op registry as a Markdown table (one row per "
                                "primitive: signature, how its derivatives are declared, "
                                "documented semantics).")
+    onnx_cli.add_export_parser(sub)
     return parser
 
 
@@ -427,6 +431,10 @@ def _load_model(path: str, config: dict[str, Any]) -> Any:
 
 def _eval(args: argparse.Namespace) -> int:
     _check_device(args.device)
+    if args.onnx:
+        return onnx_cli.run_eval(args)
+    if not args.checkpoint:
+        raise CliError("eval: give --checkpoint PATH (or --onnx PATH)")
     if args.json:
         _check_writable(args.json, "--json")
     path = args.checkpoint
@@ -494,7 +502,8 @@ def _ops(args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "train": _train, "eval": _eval, "graph": _graph, "ops": _ops}
+    "train": _train, "eval": _eval, "graph": _graph, "ops": _ops,
+    "export": onnx_cli.run_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -979,7 +979,8 @@ class _Translator:
 class OnnxModel(Compiled):
     """An ONNX model as a compiled torchlean graph.
 
-    ``input_names`` / ``output_names`` are the ONNX ones; ``parameters`` maps each float
+    ``input_names`` / ``output_names`` are the ONNX ones, ``input_shapes`` the inputs' shapes;
+    ``parameters`` maps each float
     initialiser used as a tensor to its ``Param`` (``requires_grad=False`` for batch-norm running
     statistics), in the order ``vjp`` / ``backward`` return their gradients (after the inputs).
     ``run(*xs)`` returns every output; the ``Compiled`` methods need a single output.
@@ -996,6 +997,7 @@ class OnnxModel(Compiled):
                   for k in (3, 4) if len(n.input) > k}
         self.label = label
         self.input_names = [i.name for i in inputs]
+        self.input_shapes: list[tuple[int, ...]] = list(shapes)
         self.output_names = [o.name for o in graph.output]
         self.opset = opset
         holder: dict[str, Any] = {}
