@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape
-from .registry import Primitive, Sample, add_tangents, register
+from .registry import ErrorInput, Primitive, Sample, add_tangents, register
 from .samples import normal
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +104,12 @@ register(Primitive(
                                 note="fully masked row"),
                          Sample((normal(rng, 2, 5),), {"mask": None})],
     torch_ref=_torch_masked_softmax,
+    error_inputs=[ErrorInput(((3, 4),), {"mask": np.ones((3, 3), dtype=bool)}, ShapeError,
+                             r"mask must have shape \(3, 4\), found \(3, 3\)"),
+                  ErrorInput(((3, 3),), {"mask": np.ones((3, 3))}, ShapeError,
+                             "mask must be boolean"),
+                  ErrorInput(((4,),), {"mask": np.ones((1, 4), dtype=bool)}, ShapeError,
+                             "a mask needs at least 2-D input")],
 ))
 
 
@@ -273,4 +279,13 @@ register(Primitive(
               "fully masked row gives output 0 and gradient 0 (PyTorch gives NaN). Rules are "
               "written with matmul / bmm / masked_softmax, so they differentiate again.",
     samples=_mha_samples, torch_ref=_torch_mha,
+    error_inputs=[ErrorInput(((4, 4), (4, 4), (4, 4), (4, 4), (3, 4)), {"num_heads": 3},
+                             ShapeError, "projection width 4 .* num_heads=3"),
+                  ErrorInput(((4, 4), (4, 2), (4, 4), (4, 4), (3, 4)), {"num_heads": 2},
+                             ShapeError, r"wk must have wq's shape \(4, 4\)"),
+                  ErrorInput(((4, 4), (4, 4), (4, 4), (4, 4), (3, 4)),
+                             {"num_heads": 2, "mask": np.ones((3, 3))}, ShapeError,
+                             "mask must be boolean"),
+                  ErrorInput(((4, 4), (4, 4), (4, 4), (4, 4), (4,)), {"num_heads": 1},
+                             ShapeError, r"x must be \(n, d_model\) or \(B, n, d_model\)")],
 ))

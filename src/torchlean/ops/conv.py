@@ -25,7 +25,15 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, per_axis, size
-from .registry import Primitive, Sample, add_tangents, bilinear, bilinear_jvp, register
+from .registry import (
+    ErrorInput,
+    Primitive,
+    Sample,
+    add_tangents,
+    bilinear,
+    bilinear_jvp,
+    register,
+)
 from .samples import normal
 from .windows import axes_tuple, crop_spatial, out_sizes, pad_spatial, scatter_windows, window_view
 
@@ -278,6 +286,16 @@ register(Primitive(
               "VJP: conv_weight_grad to w, conv_transpose_core to x (its exact adjoint).",
     samples=_core_samples,
     torch_ref=lambda torch, w, x, stride, padding: _torch_conv(torch, w, x, None, stride, padding),
+    error_inputs=[
+        ErrorInput(((3, 2, 3, 3), (4, 5, 6)), {"stride": 1, "padding": 0}, ShapeError,
+                   r"channel mismatch: input \(4, 5, 6\) has 4 channels, kernel .* expects 2"),
+        ErrorInput(((1, 1, 5, 5), (1, 3, 3)), {"stride": 1, "padding": 0}, ShapeError,
+                   r"kernel \(5, 5\) larger than padded input \(3, 3\) with padding \(0, 0\)"),
+        ErrorInput(((1, 1, 2, 2), (1, 3, 3)), {"stride": 0, "padding": 0}, ShapeError,
+                   "stride must be >= 1, found 0"),
+        ErrorInput(((1, 1, 2, 2), (1, 1, 1, 3, 3)), {"stride": 1, "padding": 0}, ShapeError,
+                   r"input must be \(C, spatial x2\) or \(N, C, spatial x2\)"),
+    ],
 ))
 
 
@@ -305,6 +323,16 @@ register(Primitive(
     samples=_ct_core_samples,
     torch_ref=lambda torch, w, x, stride, padding, output_padding: _torch_conv_transpose(
         torch, w, x, None, stride, padding, output_padding),
+    error_inputs=[
+        ErrorInput(((2, 3, 3, 3), (2, 3, 4)), {"stride": 2, "padding": 0, "output_padding": 2},
+                   ShapeError,
+                   r"output_padding \(2, 2\) must be smaller than stride \(2, 2\)"),
+        ErrorInput(((2, 3, 3, 3), (3, 3, 4)), {"stride": 1, "padding": 0, "output_padding": 0},
+                   ShapeError, "channel mismatch"),
+        ErrorInput(((1, 1, 1, 1), (1, 1, 1)), {"stride": 1, "padding": 1, "output_padding": 0},
+                   ShapeError,
+                   r"output size \(1 - 1\)\*1 - 2\*1 \+ 1 = -1 is not positive"),
+    ],
 ))
 
 
@@ -345,6 +373,16 @@ register(Primitive(
               "+ k]: the adjoint of conv_core in its kernel (a is conv's output cotangent, b its "
               "input). Bilinear. VJP: conv_core(G, b) to a, conv_transpose_core(G, a) to b.",
     samples=_wg_samples, torch_ref=_torch_weight_grad,
+    error_inputs=[
+        ErrorInput(((3, 5, 6), (2, 5, 6)), {"kernel": (3, 3), "stride": 1, "padding": 0},
+                   ShapeError,
+                   r"a has shape \(3, 5, 6\), but convolving b \(2, 5, 6\)"),
+        ErrorInput(((3, 3, 4), (2, 5, 6)), {"kernel": 3, "stride": 1, "padding": 0}, ShapeError,
+                   "kernel must be a tuple of ints, found 3"),
+        ErrorInput(((2, 3, 3, 4), (3, 2, 5, 6)), {"kernel": (3, 3), "stride": 1, "padding": 0},
+                   ShapeError,
+                   "batch sizes differ"),
+    ],
 ))
 
 
@@ -453,6 +491,26 @@ _CT_SEMANTICS = (
     "of conv in its input. VJP: conv_weight_grad(x, g) to w, sum of g to b, conv_core to x."
 )
 
+
+
+def _conv_errors(only: int | None) -> list[ErrorInput]:
+    records = [ErrorInput(((3, 2, 3, 3), (4,), (2, 5, 6)), {}, ShapeError,
+                          r"bias must have shape \(3,\), found \(4,\)")]
+    if only == 2:
+        records.append(ErrorInput(((3, 2, 3), (3,), (2, 5)), {}, ShapeError,
+                                  r"kernel must have 2 spatial dims \(outC, inC, k\.\.\.\)"))
+    return records
+
+
+def _conv_transpose_errors(only: int | None) -> list[ErrorInput]:
+    records = [ErrorInput(((2, 3, 3, 3), (2,), (2, 3, 4)), {}, ShapeError,
+                          r"bias must have shape \(3,\), found \(2,\)")]
+    if only == 2:
+        records.append(ErrorInput(((2, 3, 3), (3,), (2, 4)), {}, ShapeError,
+                                  "kernel must have 2 spatial dims"))
+    return records
+
+
 for _name, _only in (("conv", None), ("conv2d", 2)):
     register(Primitive(
         _name, ("w", "b", "x"), _conv_infer(_name, _only), _conv_forward,
@@ -462,6 +520,7 @@ for _name, _only in (("conv", None), ("conv2d", 2)):
         samples=_with_bias(_core_samples if _only is None else _only_2d(_core_samples), 0),
         torch_ref=lambda torch, w, b, x, stride, padding: _torch_conv(
             torch, w, x, b, stride, padding),
+        error_inputs=_conv_errors(_only),
     ))
 
 for _name, _only in (("conv_transpose", None), ("conv_transpose2d", 2)):
@@ -473,4 +532,5 @@ for _name, _only in (("conv_transpose", None), ("conv_transpose2d", 2)):
         samples=_with_bias(_ct_core_samples if _only is None else _only_2d(_ct_core_samples), 1),
         torch_ref=lambda torch, w, b, x, stride, padding, output_padding=0: _torch_conv_transpose(
             torch, w, x, b, stride, padding, output_padding),
+        error_inputs=_conv_transpose_errors(_only),
     ))

@@ -13,9 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DomainError, ShapeError
+from ..errors import DomainError, ShapeError, SignatureError
 from ..shape import broadcast_shapes
-from .registry import Primitive, Sample, bilinear, elementwise_unary, register, same_shape
+from .registry import (
+    ErrorInput,
+    Primitive,
+    Sample,
+    arity_error,
+    bilinear,
+    elementwise_unary,
+    register,
+    same_shape,
+)
 from .samples import away_from_zero, binary_samples, normal, positive, unary_samples
 
 
@@ -58,6 +67,9 @@ def _sum_tangents(ops: Any, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Binary arithmetic.
 
+_NO_BROADCAST = (ErrorInput(((2, 3), (4,)), {}, ShapeError,
+                            r"shapes do not broadcast: \(2, 3\) and \(4,\)"),)
+
 register(Primitive(
     "add", ("a", "b"), _binary_infer("add"), np.add,
     vjp=lambda ops, g, xs, out: (g, g),
@@ -66,6 +78,7 @@ register(Primitive(
     semantics="a + b elementwise, NumPy broadcasting. VJP: (g, g), each summed to its input's "
               "shape.",
     samples=binary_samples(), torch_ref=lambda torch, a, b: a + b,
+    error_inputs=_NO_BROADCAST,
 ))
 
 register(Primitive(
@@ -76,6 +89,7 @@ register(Primitive(
     broadcasting=True,
     semantics="a - b elementwise, NumPy broadcasting. VJP: (g, -g).",
     samples=binary_samples(), torch_ref=lambda torch, a, b: a - b,
+    error_inputs=_NO_BROADCAST,
 ))
 
 
@@ -89,6 +103,7 @@ register(Primitive(
     jvp=_mul_jvp, broadcasting=True,
     semantics="a * b elementwise, NumPy broadcasting. VJP: (g * b, g * a).",
     samples=binary_samples(), torch_ref=lambda torch, a, b: a * b,
+    error_inputs=_NO_BROADCAST,
 ))
 
 
@@ -103,6 +118,7 @@ register(Primitive(
     semantics="1 where a > b, 0.5 where a == b, 0 where a < b. The tie-splitting weight of max "
               "and min; piecewise constant, so its derivatives are zero.",
     samples=binary_samples(),
+    error_inputs=_NO_BROADCAST,
 ))
 
 
@@ -124,6 +140,7 @@ def _minmax(name: str, forward: Any, pick_first: Any) -> Primitive:
                   "alike (PyTorch also splits ties evenly for maximum/minimum).",
         samples=binary_samples(away_from_zero),
         torch_ref=lambda torch, a, b: getattr(torch, f"{name}imum")(a, b),
+        error_inputs=_NO_BROADCAST,
     ))
 
 
@@ -140,6 +157,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 4),), {"c": 2.5}),
                          Sample((normal(rng, 2, 3),), {"c": -0.5})],
     torch_ref=lambda torch, x, c: x * c,
+    error_inputs=[ErrorInput(((3,),), {"c": "2"}, ShapeError, "c must be a real number, found '2'"),
+                  ErrorInput(((3,),), {}, SignatureError, "missing attribute 'c'")],
 ))
 
 register(Primitive(
@@ -149,6 +168,7 @@ register(Primitive(
     semantics="x + c for a Python scalar c. VJP: g.",
     samples=lambda rng: [Sample((normal(rng, 4),), {"c": 1.5})],
     torch_ref=lambda torch, x, c: x + c,
+    error_inputs=[ErrorInput(((3,),), {"c": None}, ShapeError, "c must be a real number")],
 ))
 
 # ---------------------------------------------------------------------------------------------
@@ -163,12 +183,14 @@ register(Primitive(
     "sign", ("x",), same_shape, np.sign, nondiff=True,
     semantics="sign(x): -1, 0 or 1; the subgradient of abs (0 at 0). Zero derivative.",
     samples=_mask_samples, torch_ref=lambda torch, x: torch.sign(x),
+    error_inputs=[arity_error(("x",))],
 ))
 
 register(Primitive(
     "positive_mask", ("x",), same_shape, lambda x: (x > 0).astype(x.dtype), nondiff=True,
     semantics="1 where x > 0, else 0 (so relu has derivative 0 at 0). Zero derivative.",
     samples=_mask_samples, torch_ref=lambda torch, x: (x > 0).to(x.dtype),
+    error_inputs=[arity_error(("x",))],
 ))
 
 
@@ -182,18 +204,23 @@ register(Primitive(
               "boundaries. Zero derivative.",
     samples=lambda rng: [Sample((away_from_zero(rng, 6),), {"lo": -0.5, "hi": 0.5})],
     torch_ref=lambda torch, x, lo, hi: ((x > lo) & (x < hi)).to(x.dtype),
+    error_inputs=[ErrorInput(((3,),), {"lo": 0.0}, SignatureError, "missing attribute 'hi'"),
+                  ErrorInput(((3,),), {"lo": 0.0, "hi": 1.0, "mid": 0.5}, SignatureError,
+                             r"unknown attribute 'mid'; expected one of \['lo', 'hi'\]")],
 ))
 
 register(Primitive(
     "zeros_like", ("x",), same_shape, np.zeros_like, nondiff=True,
     semantics="Zeros of x's shape and dtype (the zero cotangent / tangent). Zero derivative.",
     samples=unary_samples(), torch_ref=lambda torch, x: torch.zeros_like(x),
+    error_inputs=[arity_error(("x",))],
 ))
 
 register(Primitive(
     "detach", ("x",), same_shape, lambda x: x, nondiff=True,
     semantics="Identity forward; receives and passes no gradient (torch.Tensor.detach).",
     samples=unary_samples(), torch_ref=lambda torch, x: x.detach(),
+    error_inputs=[arity_error(("x",))],
 ))
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +290,10 @@ elementwise_unary(
               "the boundaries (PyTorch passes gradient at the boundaries: an intended difference).",
     samples=lambda rng: [Sample((away_from_zero(rng, 8),), {"lo": -0.5, "hi": 0.75})],
     torch_ref=lambda torch, x, lo, hi: torch.clamp(x, lo, hi),
+    error_inputs=[ErrorInput(((3,),), {"lo": 1.0, "hi": 0.0}, ShapeError,
+                             "lo must be <= hi, found lo=1.0, hi=0.0"),
+                  ErrorInput(((3,),), {"lo": "a", "hi": 0.0}, ShapeError,
+                             "lo must be a real number")],
 )
 
 
@@ -317,6 +348,9 @@ elementwise_unary(
     semantics="Natural log. Raises DomainError naming how many entries are <= 0 or NaN. "
               "Derivative 1/x.",
     samples=unary_samples(positive), torch_ref=lambda torch, x: torch.log(x),
+    error_inputs=[ErrorInput((np.array([1.0, -1.0, 0.0]),), {}, DomainError,
+                             "2 of 3 entries are <= 0 or NaN", at_run=True),
+                  arity_error(("x",))],
 )
 
 elementwise_unary(
@@ -338,4 +372,6 @@ elementwise_unary(
               "sigmoid(x) / (softplus(x) + eps).",
     samples=lambda rng: [Sample((normal(rng, 5),), {"eps": 1e-6})],
     torch_ref=lambda torch, x, eps: torch.log(torch.nn.functional.softplus(x) + eps),
+    error_inputs=[ErrorInput(((3,),), {"eps": [1e-6]}, ShapeError,
+                             r"eps must be a real number, found \[1e-06\]")],
 )

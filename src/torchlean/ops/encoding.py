@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, SignatureError
 from ..shape import Shape
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, register
 
 
 def _one_hot(labels: Any, num_classes: int) -> Any:
@@ -34,4 +34,7 @@ register(Primitive(
                                 {"num_classes": 4})],
     torch_ref=lambda torch, labels, num_classes: torch.nn.functional.one_hot(
         labels.long(), num_classes).to(labels.dtype),
+    error_inputs=[ErrorInput(((3,),), {"num_classes": 0}, ShapeError,
+                             "num_classes must be a positive int, found 0"),
+                  ErrorInput(((3,),), {}, SignatureError, "missing attribute 'num_classes'")],
 ))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, register
 from .samples import dim, normal
 
 
@@ -111,6 +111,10 @@ register(Primitive(
               "recorded). VJP: g scattered into zeros at i.",
     samples=lambda rng: [Sample((normal(rng, 5),), {"i": 3}), Sample((normal(rng, 1),), {"i": 0})],
     torch_ref=lambda torch, x, i: x[i],
+    error_inputs=[ErrorInput(((3,),), {"i": 3}, ShapeError,
+                             r"index 3 out of range for length 3 \(need 0 <= i < 3\)"),
+                  ErrorInput(((2, 3),), {"i": 0}, ShapeError, r"x must be 1-D, found shape"),
+                  ErrorInput(((3,),), {"i": 1.0}, ShapeError, "index must be an int")],
 ))
 
 register(Primitive(
@@ -121,6 +125,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 4, 3),), {"i": 2}),
                          Sample((normal(rng, 1, 5),), {"i": 0})],
     torch_ref=lambda torch, x, i: x[i],
+    error_inputs=[ErrorInput(((2, 3),), {"i": -1}, ShapeError, "index -1 out of range for rows 2"),
+                  ErrorInput(((3,),), {"i": 0}, ShapeError, "x must be 2-D")],
 ))
 
 register(Primitive(
@@ -129,6 +135,9 @@ register(Primitive(
     semantics="A copy of vector x with x[i] += v (v a scalar, i a Fin index). VJP: (g, g[i]).",
     samples=lambda rng: [Sample((normal(rng, 5), normal(rng)), {"i": 1})],
     torch_ref=lambda torch, x, v, i: x.index_add(0, torch.tensor([i]), v.reshape(1)),
+    error_inputs=[ErrorInput(((3,), (2,)), {"i": 0}, ShapeError,
+                             r"v must be a scalar \(\), found shape \(2,\)"),
+                  ErrorInput(((3,), ()), {"i": 5}, ShapeError, "index 5 out of range")],
 ))
 
 register(Primitive(
@@ -138,6 +147,8 @@ register(Primitive(
               "VJP: (g, g[i, :]).",
     samples=lambda rng: [Sample((normal(rng, 3, 4), normal(rng, 4)), {"i": 2})],
     torch_ref=lambda torch, x, v, i: x.index_add(0, torch.tensor([i]), v.reshape(1, -1)),
+    error_inputs=[ErrorInput(((2, 3), (2,)), {"i": 0}, ShapeError,
+                             r"v must have shape \(3,\) \(a row of x \(2, 3\)\), found \(2,\)")],
 ))
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +257,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 4),), {"i": 2}),
                          Sample((normal(rng, 3),), {"i": 3}, note="out of range")],
     torch_ref=lambda torch, x, i: x[i],
+    error_inputs=[ErrorInput(((3,),), {"i": -1}, ShapeError,
+                             r"index must be a non-negative int \(Nat\), found -1")],
 ))
 
 def _gather_nat_vjp(ops: Any, g: Any, xs: Any, out: Any, idx: Any) -> tuple[Any]:
@@ -262,6 +275,10 @@ register(Primitive(
               "repeated indices accumulate their gradients (scatter-add).",
     samples=_gather_vec_samples,
     torch_ref=lambda torch, x, idx: x[torch.as_tensor(np.asarray(idx))],
+    error_inputs=[ErrorInput(((3,),), {"idx": [0, -2]}, ShapeError,
+                             r"indices must be non-negative \(Nat\); found -2"),
+                  ErrorInput(((3,),), {"idx": [0.5]}, ShapeError,
+                             "indices must be ints, found dtype float64")],
 ))
 
 register(Primitive(
@@ -273,6 +290,7 @@ register(Primitive(
               "indices accumulate (scatter-add).",
     samples=_gather_rows_samples,
     torch_ref=lambda torch, x, idx: x[torch.as_tensor(np.asarray(idx))],
+    error_inputs=[ErrorInput(((3,),), {"idx": [0]}, ShapeError, "x must be 2-D, found shape")],
 ))
 
 
@@ -295,6 +313,10 @@ register(Primitive(
         Sample((normal(rng, 3, 2),), {"idx": [2, 0, 2], "n": 4}),
     ],
     torch_ref=_torch_scatter_nat,
+    error_inputs=[ErrorInput(((3,),), {"idx": [0, 1], "n": 2}, ShapeError,
+                             r"values must have shape idx.shape \(2,\)"),
+                  ErrorInput(((2,),), {"idx": [0, 1], "n": -1}, ShapeError,
+                             "n must be a non-negative int, found -1")],
 ))
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +351,7 @@ register(Primitive(
     semantics="Concatenate two vectors (torch.cat((a, b))). VJP: the two slices of g.",
     samples=lambda rng: [Sample((normal(rng, dim(rng, 1, 5)), normal(rng, dim(rng, 1, 5))))],
     torch_ref=lambda torch, a, b: torch.cat((a, b)),
+    error_inputs=[ErrorInput(((2, 3), (2,)), {}, ShapeError, "both inputs must be vectors")],
 ))
 
 register(Primitive(
@@ -340,6 +363,9 @@ register(Primitive(
                          Sample((normal(rng, 2, 2, 2), normal(rng, 3, 2, 2))),
                          Sample((normal(rng, 3), normal(rng, 2)))],
     torch_ref=lambda torch, a, b: torch.cat((a, b), dim=0),
+    error_inputs=[ErrorInput(((2, 3), (2, 4)), {}, ShapeError,
+                             "shapes must agree after axis 0"),
+                  ErrorInput(((), ()), {}, ShapeError, "have an axis 0")],
 ))
 
 
@@ -385,6 +411,10 @@ register(Primitive(
                          Sample((normal(rng, 4),), {"start": 0, "length": 4}),
                          Sample((normal(rng, 3),), {"start": 2, "length": 0})],
     torch_ref=lambda torch, x, start, length: x[start:start + length],
+    error_inputs=[ErrorInput(((3,),), {"start": 2, "length": 2}, ShapeError,
+                             r"start \+ length = 2 \+ 2 exceeds axis 0 of shape \(3,\)"),
+                  ErrorInput(((3,),), {"start": -1, "length": 1}, ShapeError,
+                             "start and length must be non-negative ints")],
 ))
 
 register(Primitive(
@@ -398,4 +428,8 @@ register(Primitive(
     torch_ref=lambda torch, x, start, total: torch.cat(
         (x.new_zeros((start,) + tuple(x.shape[1:])), x,
          x.new_zeros((total - start - x.shape[0],) + tuple(x.shape[1:])))),
+    error_inputs=[ErrorInput(((3,),), {"start": 1, "total": 3}, ShapeError,
+                             r"start \+ len = 1 \+ 3 exceeds total 3"),
+                  ErrorInput(((),), {"start": 0, "total": 1}, ShapeError,
+                             r"needs a tensor with an axis 0, found shape \(\)")],
 ))

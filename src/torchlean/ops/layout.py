@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, can_broadcast_to, size
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import normal
 
 
@@ -34,6 +34,10 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 2, 6),), {"shape": (3, 4)}),
                          Sample((normal(rng, 6),), {"shape": (1, 2, 3)})],
     torch_ref=lambda torch, x, shape: x.reshape(shape),
+    error_inputs=[ErrorInput(((2, 3),), {"shape": (4, 2)}, ShapeError,
+                             r"cannot reshape \(2, 3\) \(6 entries\) to \(4, 2\)"),
+                  ErrorInput(((2, 3),), {"shape": (3, -2)}, ShapeError,
+                             "shape entries must be non-negative ints")],
 ))
 
 register(Primitive(
@@ -42,6 +46,7 @@ register(Primitive(
     semantics="Row-major flatten to a vector of all entries (torch.flatten, start_dim=0).",
     samples=lambda rng: [Sample((normal(rng, 2, 3, 2),)), Sample((normal(rng, 4),))],
     torch_ref=lambda torch, x: torch.flatten(x),
+    error_inputs=[arity_error(("x",))],
 ))
 
 
@@ -62,6 +67,8 @@ def _permutation(name: str, perm: tuple[int, ...], inverse: str, torch_perm: str
         semantics=f"Permute axes {perm} (PyTorch: {torch_perm}). VJP: the inverse permutation.",
         samples=lambda rng: [Sample((normal(rng, *range(2, 2 + len(perm))),))],
         torch_ref=lambda torch, x: x.permute(*perm),
+        error_inputs=[ErrorInput(((2,) * (len(perm) + 1),), {}, ShapeError,
+                                 f"expected a {len(perm)}-D tensor")],
     ))
 
 
@@ -91,6 +98,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 2, 3, 4),), {"depth": 1}),
                          Sample((normal(rng, 2, 3),), {"depth": 0})],
     torch_ref=lambda torch, x, depth: x.transpose(depth, depth + 1),
+    error_inputs=[ErrorInput(((2, 3),), {"depth": 1}, ShapeError,
+                             r"depth 1 needs axes depth and depth\+1 in shape \(2, 3\)")],
 ))
 
 
@@ -128,6 +137,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 3),), {"shape": (2, 3)}),
                          Sample((normal(rng, 2, 1),), {"shape": (4, 2, 3)})],
     torch_ref=lambda torch, x, shape: x.expand(*shape),
+    error_inputs=[ErrorInput(((3,),), {"shape": (2, 4)}, ShapeError,
+                             r"cannot broadcast \(3,\) to \(2, 4\)")],
 ))
 
 register(Primitive(
@@ -138,6 +149,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 2, 3),), {"shape": (3,)}),
                          Sample((normal(rng, 4, 2, 3),), {"shape": (2, 1)})],
     torch_ref=lambda torch, x, shape: _torch_sum_to(x, shape),
+    error_inputs=[ErrorInput(((2, 3),), {"shape": (4,)}, ShapeError,
+                             r"\(4,\) does not broadcast to \(2, 3\)")],
 ))
 
 

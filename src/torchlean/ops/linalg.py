@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, size
-from .registry import Primitive, Sample, bilinear, bilinear_jvp, register
+from .registry import ErrorInput, Primitive, Sample, bilinear, bilinear_jvp, register
 from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +90,10 @@ register(Primitive(
               "the batch), sum of g, and g @ w, each one GEMM.",
     samples=_linear_samples,
     torch_ref=lambda torch, w, b, x: torch.nn.functional.linear(x, w, b),
+    error_inputs=[ErrorInput(((3, 2), (3,), (4,)), {}, ShapeError,
+                             r"input must have shape \(\.\.\., 2\)"),
+                  ErrorInput(((3, 2), (2,), (2,)), {}, ShapeError,
+                             r"bias must have shape \(3,\)")],
 ))
 
 # ---------------------------------------------------------------------------------------------
@@ -134,6 +138,8 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, dim(rng), 3), normal(rng, 3, dim(rng)))),
                          Sample((normal(rng, 1, 4), normal(rng, 4, 1)))],
     torch_ref=lambda torch, a, b: a @ b,
+    error_inputs=[ErrorInput(((2, 3), (4, 5)), {}, ShapeError, "inner dimensions differ"),
+                  ErrorInput(((3,), (3, 2)), {}, ShapeError, "both inputs must be 2-D")],
 ))
 
 register(Primitive(
@@ -143,4 +149,5 @@ register(Primitive(
               "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",
     samples=lambda rng: [Sample((normal(rng, 2, dim(rng), 3), normal(rng, 2, 3, dim(rng))))],
     torch_ref=lambda torch, a, b: torch.bmm(a, b),
+    error_inputs=[ErrorInput(((2, 2, 3), (3, 3, 2)), {}, ShapeError, "batch sizes differ")],
 ))

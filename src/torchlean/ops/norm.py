@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, can_broadcast_to, size
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, register
 from .samples import normal
 
 
@@ -243,6 +243,12 @@ register(Primitive(
     semantics="(x - mean) / sqrt(var + eps) over the given axes (population variance). Its "
               "Jacobian is symmetric: VJP and JVP are both standardize_backward.",
     samples=_std_samples(False), torch_ref=_torch_standardize,
+    error_inputs=[ErrorInput(((3, 4),), {"axes": (2,), "eps": 1e-3}, ShapeError,
+                             r"axes \(2,\) must be non-negative axes of shape \(3, 4\)"),
+                  ErrorInput(((3, 0),), {"axes": (1,), "eps": 1e-3}, ShapeError,
+                             "statistics need non-empty axes"),
+                  ErrorInput(((3, 4),), {"axes": (1,), "eps": -1.0}, ShapeError,
+                             "eps must be a non-negative number, found -1.0")],
 ))
 
 register(Primitive(
@@ -252,6 +258,8 @@ register(Primitive(
               "mean(g * xhat)) over the axes. Linear in g; its derivative in x is written with "
               "primitives (see norm.py), so second derivatives of normalisation work.",
     samples=_std_samples(True), torch_ref=_torch_sb,
+    error_inputs=[ErrorInput(((3, 4), (4, 3)), {"axes": (1,), "eps": 1e-3}, ShapeError,
+                             r"g \(4, 3\) must have x's shape \(3, 4\)")],
 ))
 
 
@@ -311,6 +319,10 @@ register(Primitive(
               "scale parameter (gamma), fused. Linear in g. VJP: standardize_backward(x, g * G) "
               "to x, standardize(x) * G to g.",
     samples=_npg_samples, torch_ref=_torch_npg,
+    error_inputs=[ErrorInput(((3, 4), (3, 4)), {"axes": (1,), "eps": 1e-3, "shape": (3,)},
+                             ShapeError, r"parameter shape \(3,\) does not broadcast to"),
+                  ErrorInput(((3, 4), (3, 5)), {"axes": (1,), "eps": 1e-3, "shape": (4,)},
+                             ShapeError, "must have x's shape")],
 ))
 
 
@@ -441,6 +453,12 @@ register(Primitive(
     samples=_ln_samples,
     torch_ref=lambda torch, x, gamma, beta, eps=1e-6: torch.nn.functional.layer_norm(
         x, (x.shape[-1],), gamma, beta, eps=eps),
+    error_inputs=[ErrorInput(((3, 4), (3,), (4,)), {}, ShapeError,
+                             r"gamma must have shape \(4,\) for input \(3, 4\), found \(3,\)"),
+                  ErrorInput(((0, 4), (4,), (4,)), {}, ShapeError,
+                             "needs a non-empty last axis and batch"),
+                  ErrorInput(((3, 4), (4,), (4,)), {"eps": "small"}, ShapeError,
+                             "eps must be a non-negative number")],
 ))
 
 register(Primitive(
@@ -451,4 +469,8 @@ register(Primitive(
               "image); on (N, C, H, W) over N x H x W. gamma, beta: (C,). eps defaults to 1e-6 "
               "(PyTorch: 1e-5). No running statistics here (nn.BatchNorm2d keeps them).",
     samples=_bn_samples, torch_ref=_torch_bn,
+    error_inputs=[ErrorInput(((3, 4), (3,), (3,)), {}, ShapeError,
+                             r"input must be \(C, H, W\) or \(N, C, H, W\)"),
+                  ErrorInput(((2, 3, 3), (2,), (3,)), {}, ShapeError,
+                             r"beta must have shape \(2,\)")],
 ))

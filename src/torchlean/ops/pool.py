@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, SignatureError
 from ..shape import Shape, per_axis, size
-from .registry import _REQUIRED, Primitive, Sample, register
+from .registry import _REQUIRED, ErrorInput, Primitive, Sample, register
 from .samples import distinct, normal
 from .windows import (
     crop_spatial,
@@ -218,20 +218,20 @@ def _helper_geometry(op: str, x: Shape, kernel_size: Any, stride: Any, padding: 
     return geometry(op, x, tuple(kernel_size), stride, padding, len(kernel_size))[1]
 
 
-def _same_shapes(op: str, x: Shape, other: Shape, what: str) -> None:
-    if x != other:
-        raise ShapeError(f"{op}: {what} {other} must have the input's shape {x}")
+def _same_shapes(op: str, expected: Shape, other: Shape, what: str, whose: str) -> None:
+    if expected != other:
+        raise ShapeError(f"{op}: {what} {other} must have {whose} shape {expected}")
 
 
 def _mpb_infer(x: Shape, g: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
     out = _helper_geometry("max_pool_backward", x, kernel_size, stride, padding)
-    _same_shapes("max_pool_backward", out, g, "cotangent")
+    _same_shapes("max_pool_backward", out, g, "cotangent", "the pooled output's")
     return x
 
 
 def _mpg_infer(x: Shape, h: Shape, kernel_size: Any, stride: Any, padding: Any) -> Shape:
     out = _helper_geometry("max_pool_gather", x, kernel_size, stride, padding)
-    _same_shapes("max_pool_gather", x, h, "h")
+    _same_shapes("max_pool_gather", x, h, "h", "x's")
     return out
 
 
@@ -256,6 +256,10 @@ def _helper_samples(second: str) -> Any:
         return out
 
     return make
+
+
+# The 2x2, stride-2 window the helpers' error inputs use (on a (2, 5, 5) input: output (2, 2, 2)).
+_ERROR_GEOM: dict[str, Any] = {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0)}
 
 
 def _torch_batch(x: Any, d: int) -> tuple[Any, bool]:
@@ -302,6 +306,12 @@ register(Primitive(
               "add. Linear in g; x only selects positions (zero derivative in x). VJP in g: "
               "max_pool_gather.",
     samples=_helper_samples("out"), torch_ref=_torch_max_pool_backward,
+    error_inputs=[
+        ErrorInput(((2, 5, 5), (2, 3, 3)), _ERROR_GEOM, ShapeError,
+                   r"cotangent \(2, 3, 3\) must have the pooled output's shape \(2, 2, 2\)"),
+        ErrorInput(((2, 5, 5), (2, 2, 2)), {"kernel_size": 2, "stride": (2, 2), "padding": (0, 0)},
+                   ShapeError, "kernel_size must be a tuple, found 2"),
+    ],
 ))
 
 register(Primitive(
@@ -314,6 +324,8 @@ register(Primitive(
               "win): max pooling's JVP and the adjoint of max_pool_backward in g. Linear in h; "
               "zero derivative in x.",
     samples=_helper_samples("in"), torch_ref=_torch_max_pool_gather,
+    error_inputs=[ErrorInput(((2, 5, 5), (2, 4, 4)), _ERROR_GEOM, ShapeError,
+                             r"h \(2, 4, 4\) must have x's shape \(2, 5, 5\)")],
 ))
 
 
@@ -382,6 +394,8 @@ register(Primitive(
     semantics="The pooling windows of zero-padded x, each flattened row-major into a last axis "
               "of size prod(kernel): lead + out + (prod(k),). Linear; VJP: pool_fold.",
     samples=_unfold_samples, torch_ref=_torch_unfold_axes,
+    error_inputs=[ErrorInput(((2, 5, 5),), {"kernel_size": 2, "stride": 2, "padding": 0},
+                             ShapeError, "kernel_size must be a tuple, found 2")],
 ))
 
 register(Primitive(
@@ -391,6 +405,8 @@ register(Primitive(
     semantics="The adjoint of pool_unfold (col2im): each window entry is added back at its "
               "input position, padding cropped away. Linear; VJP: pool_unfold.",
     samples=_fold_samples, torch_ref=_torch_fold,
+    error_inputs=[ErrorInput(((2, 2, 2, 3),), {"spatial": (5, 5), **_ERROR_GEOM}, ShapeError,
+                             r"columns have shape \(2, 2, 2, 3\), expected \(2, 2, 2, 4\)")],
 ))
 
 
@@ -586,35 +602,58 @@ register(Primitive(
     vjp=_max_rules(None)[0], jvp=_max_rules(None)[1],
     semantics=_MAX_SEMANTICS.format(dims="N-D"), samples=_pool_samples(distinct, _ND_CASES),
     torch_ref=_torch_pool("max_pool", None),
+    error_inputs=[
+        ErrorInput(((2, 4, 4),), {"kernel_size": 2, "stride": None, "padding": 2}, ShapeError,
+                   r"padding \(2, 2\) must be at most half the kernel \(2, 2\)"),
+        ErrorInput(((2, 4, 4),), {"kernel_size": 2.5, "stride": None, "padding": 0}, ShapeError,
+                   "kernel_size must be an int or a tuple of ints, found 2.5"),
+    ],
 ))
 register(Primitive(
     "max_pool2d", ("x",), _max_infer("max_pool2d", 2), _max_forward(2), attrs=_2D_ATTRS,
     vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
     semantics=_MAX_SEMANTICS.format(dims="2-D"), samples=_pool_samples(distinct, _2D_CASES),
     torch_ref=_torch_pool("max_pool", 2),
+    error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 5, "stride": None}, ShapeError,
+                             r"kernel \(5, 5\) larger than padded input \(4, 4\) with "
+                             r"padding \(0, 0\) \(input \(2, 4, 4\)\)")],
 ))
 register(Primitive(
     "max_pool2d_pad", ("x",), _max_infer("max_pool2d_pad", 2), _max_forward(2),
     attrs=_2D_PAD_ATTRS, vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
     semantics=_MAX_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(distinct, _2D_PAD_CASES), torch_ref=_torch_pool("max_pool", 2),
+    error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 2, "stride": 0, "padding": 0},
+                             ShapeError, "stride must be >= 1, found 0")],
 ))
 
 register(Primitive(
     "avg_pool", ("x",), _avg_infer("avg_pool", None), _avg_forward(None), attrs=_ND_ATTRS,
     vjp=_avg_vjp(None), linear=True, semantics=_AVG_SEMANTICS.format(dims="N-D"),
     samples=_pool_samples(normal, _ND_CASES), torch_ref=_torch_pool("avg_pool", None),
+    error_inputs=[
+        ErrorInput(((4,),), {"kernel_size": 2, "stride": None, "padding": 0}, ShapeError,
+                   r"input must be \(C, spatial x2\) or \(N, C, spatial x2\), found shape"),
+        ErrorInput(((1, 1, 2, 2, 2, 2),), {"kernel_size": (2, 2, 2, 2), "stride": None,
+                                           "padding": 0}, ShapeError,
+                   "pooling is 1-, 2- or 3-D"),
+    ],
 ))
 register(Primitive(
     "avg_pool2d", ("x",), _avg_infer("avg_pool2d", 2), _avg_forward(2), attrs=_2D_ATTRS,
     vjp=_avg_vjp(2), linear=True, semantics=_AVG_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(normal, _2D_CASES), torch_ref=_torch_pool("avg_pool", 2),
+    error_inputs=[ErrorInput(((2, 3, 3),), {"kernel_size": (2, 2, 2), "stride": None},
+                             ShapeError,
+                             r"kernel_size must be an int or 2 ints, found \(2, 2, 2\)")],
 ))
 register(Primitive(
     "avg_pool2d_pad", ("x",), _avg_infer("avg_pool2d_pad", 2), _avg_forward(2),
     attrs=_2D_PAD_ATTRS, vjp=_avg_vjp(2), linear=True,
     semantics=_AVG_SEMANTICS.format(dims="2-D"), samples=_pool_samples(normal, _2D_PAD_CASES),
     torch_ref=_torch_pool("avg_pool", 2),
+    error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 3, "stride": 1, "padding": -1},
+                             ShapeError, "padding must be >= 0, found -1")],
 ))
 
 register(Primitive(
@@ -622,10 +661,17 @@ register(Primitive(
     attrs={"beta": _REQUIRED, **_ND_ATTRS}, vjp=_smooth_rules(None)[0],
     jvp=_smooth_rules(None)[1], semantics=_SMOOTH_SEMANTICS.format(dims="N-D"),
     samples=_pool_samples(normal, _ND_CASES, beta=2.0), torch_ref=_torch_smooth(None),
+    error_inputs=[ErrorInput(((2, 4, 4),), {"beta": 0, "kernel_size": 2, "stride": None,
+                                            "padding": 0}, ShapeError,
+                             "beta must be a positive number, found 0")],
 ))
 register(Primitive(
     "smooth_max_pool2d", ("x",), _smooth_infer("smooth_max_pool2d", 2), _smooth_forward(2),
     attrs={"beta": _REQUIRED, **_2D_ATTRS}, vjp=_smooth_rules(2)[0], jvp=_smooth_rules(2)[1],
     semantics=_SMOOTH_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(normal, _2D_CASES, beta=2.0), torch_ref=_torch_smooth(2),
+    error_inputs=[ErrorInput(((2, 4, 4),), {"beta": True, "kernel_size": 2, "stride": None},
+                             ShapeError, "beta must be a positive number, found True"),
+                  ErrorInput(((2, 4, 4),), {"kernel_size": 2}, SignatureError,
+                             "missing attribute 'beta'")],
 ))

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, size
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, register
 
 MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
@@ -106,6 +106,12 @@ register(Primitive(
     samples=lambda rng: [Sample((), {"shape": (3, 4), "seed": int(rng.integers(0, 2**31)),
                                      "counter": 0}),
                          Sample((), {"shape": (5,), "seed": 7, "counter": 3})],
+    error_inputs=[ErrorInput((), {"shape": (2, -1), "seed": 0}, ShapeError,
+                             "shape entries must be non-negative ints"),
+                  ErrorInput((), {"shape": (2,), "seed": -1}, ShapeError,
+                             "seed must be a non-negative int, found -1"),
+                  ErrorInput((), {"shape": (2,), "seed": 0, "counter": 1.5}, ShapeError,
+                             "counter must be a non-negative int, found 1.5")],
 ))
 
 register(Primitive(
@@ -117,4 +123,8 @@ register(Primitive(
     samples=lambda rng: [Sample((np.array(0.7),), {"shape": (4, 5), "seed": 11}),
                          Sample((np.array(rng.uniform(0.1, 0.9)),),
                                 {"shape": (6,), "seed": 3, "counter": 2})],
+    error_inputs=[ErrorInput(((2,),), {"shape": (2,), "seed": 0}, ShapeError,
+                             r"keep_prob must be a scalar \(\), found \(2,\)"),
+                  ErrorInput(((),), {"shape": (2,), "seed": True}, ShapeError,
+                             "seed must be a non-negative int, found True")],
 ))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, check_axis, size
-from .registry import Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import dims, normal
 
 
@@ -47,6 +47,9 @@ register(Primitive(
     semantics="Sum along one axis, which is removed (torch.sum(x, dim=axis)). VJP: broadcast g "
               "back along the axis. Axis out of range is a ShapeError.",
     samples=_reduce_samples, torch_ref=lambda torch, x, axis: x.sum(dim=axis),
+    error_inputs=[ErrorInput(((2, 3),), {"axis": 2}, ShapeError,
+                             r"axis 2 out of range for shape \(2, 3\)"),
+                  ErrorInput(((2, 3),), {"axis": 1.0}, ShapeError, "axis must be an int")],
 ))
 
 
@@ -68,6 +71,9 @@ register(Primitive(
     semantics="Mean along one axis, which is removed. VJP: broadcast g back and divide by the "
               "axis length.",
     samples=_reduce_samples, torch_ref=lambda torch, x, axis: x.mean(dim=axis),
+    error_inputs=[ErrorInput(((2, 0),), {"axis": 1}, ShapeError,
+                             r"axis 1 of shape \(2, 0\) is empty"),
+                  ErrorInput(((2, 3),), {"axis": -3}, ShapeError, "axis -3 out of range")],
 ))
 
 register(Primitive(
@@ -76,6 +82,7 @@ register(Primitive(
     semantics="Sum of all entries, a scalar (torch.sum(x)). VJP: g replicated to every entry.",
     samples=lambda rng: [Sample((normal(rng, 3, 4),)), Sample((normal(rng, 7),))],
     torch_ref=lambda torch, x: x.sum(),
+    error_inputs=[arity_error(("x",))],
 ))
 
 
@@ -129,6 +136,8 @@ register(Primitive(
     semantics="Softmax along the last axis, max-shifted. VJP: y * (g - sum(g * y)) (no Jacobian "
               "is formed).",
     samples=_softmax_samples, torch_ref=lambda torch, x: torch.softmax(x, dim=-1),
+    error_inputs=[ErrorInput(((),), {}, ShapeError, "needs a non-empty last axis"),
+                  ErrorInput(((2, 0),), {}, ShapeError, "needs a non-empty last axis")],
 ))
 
 register(Primitive(
@@ -137,6 +146,7 @@ register(Primitive(
     semantics="log(softmax(x)) on the last axis in the max-shifted stable form "
               "x - m - log(sum(exp(x - m))). VJP: g - softmax(x) * sum(g).",
     samples=_softmax_samples, torch_ref=lambda torch, x: torch.log_softmax(x, dim=-1),
+    error_inputs=[ErrorInput(((3, 0),), {}, ShapeError, "needs a non-empty last axis")],
 ))
 
 
@@ -177,4 +187,7 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 4), normal(rng, 4))),
                          Sample((normal(rng, 2, 3), normal(rng, 2, 3)))],
     torch_ref=lambda torch, a, b: torch.nn.functional.mse_loss(a, b),
+    error_inputs=[ErrorInput(((3,), (4,)), {}, ShapeError,
+                             r"prediction and target shapes differ: \(3,\) and \(4,\)"),
+                  ErrorInput(((0,), (0,)), {}, ShapeError, "needs at least one entry")],
 ))

@@ -21,17 +21,27 @@ Conventions for rules (``ops`` is the interpreter, values are arrays or graph va
 - A ``selective`` VJP rule also takes ``needed`` (one bool per input) and may return ``None``
   for inputs that need nothing, so the driver never pays for a gradient nobody receives (the
   input cotangent of a first layer, say). Rules per input, with "no gradient" as a value.
+
+Each primitive also lists ``error_inputs``: calls it must refuse and the error each raises
+(``ErrorInput``), so every check an op makes is exercised on every entry point.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import SignatureError, UnknownOpError, UnsupportedJvpError
+from ..errors import (
+    SignatureError,
+    TapeError,
+    TorchLeanError,
+    UnknownOpError,
+    UnsupportedJvpError,
+)
 
 Array = Any
 Rule = Callable[..., Any]
@@ -44,6 +54,43 @@ class Sample:
     inputs: tuple[np.ndarray, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+
+
+@dataclass(frozen=True)
+class ErrorInput:
+    """One call a primitive must refuse, and how (as PyTorch's OpInfo ``error_inputs``).
+
+    ``inputs`` are arrays, or shapes (tuples of ints) standing for arrays of that shape whose
+    values the check does not read. Every entry point raises ``error`` with a message that names
+    the op and matches the regex ``match``. Two entry points differ by design, and say so here:
+    ``tape_error`` is the class the tape raises instead, where it differs (the tape counts node
+    ids, so a wrong number of inputs is a ``TapeError`` there); ``at_run`` marks a check of
+    input values, which a traced graph cannot make while tracing and makes when it runs.
+    """
+
+    inputs: tuple[Any, ...]
+    attrs: dict[str, Any]
+    error: type[TorchLeanError]
+    match: str
+    tape_error: type[TorchLeanError] | None = None
+    at_run: bool = False
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """Fresh float64 arrays for the inputs (a shape becomes an array of 0.5s)."""
+        return tuple(np.full(x, 0.5) if isinstance(x, tuple) else np.array(x, dtype=np.float64)
+                     for x in self.inputs)
+
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The inputs' shapes."""
+        return tuple(x if isinstance(x, tuple) else tuple(np.shape(x)) for x in self.inputs)
+
+
+def arity_error(prim_inputs: Sequence[str]) -> ErrorInput:
+    """The record every primitive without attributes can give: one input too many."""
+    n = len(prim_inputs)
+    return ErrorInput(((2,),) * (n + 1), {}, SignatureError,
+                      rf"expected {n} .*{re.escape(str(list(prim_inputs)))}, found {n + 1} "
+                      "positional", tape_error=TapeError)
 
 
 _REQUIRED = object()
@@ -77,6 +124,7 @@ class Primitive:
         torch_ref: Rule | None = None,
         fd_smooth: bool = True,
         selective: bool = False,
+        error_inputs: Sequence[ErrorInput] = (),
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -98,13 +146,15 @@ class Primitive:
         # forward is piecewise constant in a way that random samples can straddle).
         self.fd_smooth = fd_smooth
         self.selective = selective
-        # Filled in by the modules that own them, never called by the runtime kernels:
-        # ``spec`` is the plain reference definition (``torchlean.spec``), ``bounds`` the interval
-        # rule used for certification (``torchlean.bounds``), ``error_inputs`` bad calls and the
-        # error each must raise (as PyTorch's OpInfo ``error_inputs``).
+        # Never called by the runtime kernels. ``spec`` (the plain reference definition,
+        # ``torchlean.spec``) and ``bounds`` (the interval rule used for certification,
+        # ``torchlean.bounds``) are filled in by the modules that own them; ``error_inputs`` (bad
+        # calls and the error each must raise) is declared with the op.
         self.spec: Rule | None = None
         self.bounds: Rule | None = None
-        self.error_inputs: Callable[[], list[Any]] | None = None
+        records = tuple(error_inputs)
+        self.error_inputs: Callable[[], list[ErrorInput]] | None = (
+            (lambda: list(records)) if records else None)
         if not nondiff and vjp is None:
             raise TypeError(f"primitive {name}: a differentiable op needs a vjp rule")
         if not (nondiff or linear or reverse_only) and jvp is None:
@@ -283,6 +333,7 @@ def elementwise_unary(
     torch_ref: Rule | None = None,
     fd_smooth: bool = True,
     infer: Rule | None = None,
+    error_inputs: Sequence[ErrorInput] = (),
 ) -> Primitive:
     """Declare an elementwise op from its forward and its derivative ``f'(x)``.
 
@@ -296,9 +347,13 @@ def elementwise_unary(
     def jvp(ops: Any, tangents: Sequence[Any], inputs: Sequence[Any], out: Any, **kw: Any) -> Any:
         return ops.mul(tangents[0], derivative(ops, inputs[0], out, **kw))
 
+    if not error_inputs and not attrs:
+        # An attribute-free elementwise op accepts every shape: a wrong call is all it refuses.
+        error_inputs = (arity_error(("x",)),)
     return register(Primitive(
         name, ("x",), infer or same_shape, forward, attrs=attrs, vjp=vjp, jvp=jvp,
         semantics=semantics, samples=samples, torch_ref=torch_ref, fd_smooth=fd_smooth,
+        error_inputs=error_inputs,
     ))
 
 
