@@ -19,16 +19,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..shape import Shape, broadcast_shapes
-from .registry import Primitive, Sample, elementwise_unary, register
-
-
-def _n(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape)
-
-
-def _dim(rng: np.random.Generator, lo: int = 1, hi: int = 3) -> int:
-    return int(rng.integers(lo, hi + 1))
-
+from .registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
+from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------
 # permute(x, perm): out[i_0, ..., i_{k-1}] = x[j] with j[perm[a]] = i_a
@@ -62,13 +54,13 @@ def _permute_infer(s: Shape, perm: Any) -> Shape:
 
 
 def _permute_samples(rng: np.random.Generator) -> list[Sample]:
-    shape4 = tuple(_dim(rng, 1, 3) for _ in range(4))
+    shape4 = tuple(dim(rng, 1, 3) for _ in range(4))
     order = tuple(int(a) for a in rng.permutation(4))
     return [
-        Sample((_n(rng, *shape4),), {"perm": order}, note="random 4-D order"),
-        Sample((_n(rng, 2, 3, 4),), {"perm": (2, 0, 1)}),
-        Sample((_n(rng, 2, 3),), {"perm": (1, 0)}),
-        Sample((_n(rng, 3),), {"perm": (0,)}, note="identity"),
+        Sample((normal(rng, *shape4),), {"perm": order}, note="random 4-D order"),
+        Sample((normal(rng, 2, 3, 4),), {"perm": (2, 0, 1)}),
+        Sample((normal(rng, 2, 3),), {"perm": (1, 0)}),
+        Sample((normal(rng, 3),), {"perm": (0,)}, note="identity"),
     ]
 
 
@@ -82,6 +74,10 @@ register(Primitive(
               "(ShapeError otherwise). VJP: permute by the inverse permutation.",
     samples=_permute_samples,
     torch_ref=lambda torch, x, perm: x.permute(*perm),
+    error_inputs=[ErrorInput(((2, 3),), {"perm": (0, 0)}, ShapeError,
+                             r"perm \(0, 0\) is not a permutation of the 2 axes"),
+                  ErrorInput(((2, 3),), {"perm": 1}, ShapeError,
+                             "perm must be a sequence of axes, found 1")],
 ))
 
 
@@ -111,35 +107,29 @@ def _matmul_nd_vjp(ops: Any, g: Any, xs: Any, out: Any,
             ops.matmul_nd(_swap_last(ops, a), g) if needed[1] else None)
 
 
-def _matmul_nd_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
-    left = None if ts[0] is None else ops.matmul_nd(ts[0], xs[1])
-    right = None if ts[1] is None else ops.matmul_nd(xs[0], ts[1])
-    if left is None:
-        return right
-    if right is None:
-        return left
-    return ops.add(left, right)
-
-
 def _matmul_nd_samples(rng: np.random.Generator) -> list[Sample]:
-    m, n, p = _dim(rng), _dim(rng), _dim(rng)
+    m, n, p = dim(rng, 1, 3), dim(rng, 1, 3), dim(rng, 1, 3)
     return [
-        Sample((_n(rng, 2, 3, m, n), _n(rng, 2, 3, n, p)), note="4-D, equal batch"),
-        Sample((_n(rng, 2, 1, m, n), _n(rng, 3, n, p)), note="broadcast batch"),
-        Sample((_n(rng, 2, m, n), _n(rng, n, p)), note="batched @ matrix"),
-        Sample((_n(rng, m, n), _n(rng, n, p)), note="plain matrices"),
+        Sample((normal(rng, 2, 3, m, n), normal(rng, 2, 3, n, p)), note="4-D, equal batch"),
+        Sample((normal(rng, 2, 1, m, n), normal(rng, 3, n, p)), note="broadcast batch"),
+        Sample((normal(rng, 2, m, n), normal(rng, n, p)), note="batched @ matrix"),
+        Sample((normal(rng, m, n), normal(rng, n, p)), note="plain matrices"),
     ]
 
 
 register(Primitive(
     "matmul_nd", ("a", "b"), _matmul_nd_infer, np.matmul,
-    vjp=_matmul_nd_vjp, jvp=_matmul_nd_jvp, selective=True, broadcasting=True,
+    vjp=_matmul_nd_vjp, jvp=bilinear_jvp("matmul_nd"), selective=True, broadcasting=True,
     semantics="Batched matrix product (..., m, n) @ (..., n, p) -> (..., m, p) whose batch "
               "axes broadcast by NumPy's rule (torch.matmul / ONNX MatMul with both inputs at "
               "least 2-D). VJP: (g b^T, a^T g), each summed back over its broadcast batch axes. "
               "JVP: ta b + a tb.",
     samples=_matmul_nd_samples,
     torch_ref=lambda torch, a, b: torch.matmul(a, b),
+    error_inputs=[ErrorInput(((2, 2, 3), (3, 3, 2)), {}, ShapeError,
+                             r"batch axes: shapes do not broadcast: \(2,\) and \(3,\)"),
+                  ErrorInput(((2, 3), (4, 2)), {}, ShapeError, "inner dimensions differ"),
+                  ErrorInput(((3,), (3, 2)), {}, ShapeError, "need at least 2 axes")],
 ))
 
 
@@ -163,8 +153,8 @@ elementwise_unary(
     semantics="The error function erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt (torch.erf, "
               "ONNX Erf); exact GELU is 0.5 x (1 + erf(x / sqrt 2)). Derivative "
               "2/sqrt(pi) exp(-x^2).",
-    samples=lambda rng: [Sample((_n(rng, _dim(rng, 1, 4)),)),
-                         Sample((_n(rng, _dim(rng), _dim(rng)),)),
-                         Sample((3 * _n(rng, 2, _dim(rng), 2),), note="tails")],
+    samples=lambda rng: [Sample((normal(rng, dim(rng, 1, 4)),)),
+                         Sample((normal(rng, dim(rng, 1, 3), dim(rng, 1, 3)),)),
+                         Sample((3 * normal(rng, 2, dim(rng, 1, 3), 2),), note="tails")],
     torch_ref=lambda torch, x: torch.erf(x),
 )
