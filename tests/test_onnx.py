@@ -1,0 +1,372 @@
+"""ONNX import and export against real producers and consumers.
+
+PyTorch (``torch.onnx.export``, TorchScript exporter) writes an MLP, a CNN with batch norm and
+pooling, and a pre-LN transformer block; loaded here, their outputs must equal PyTorch's and
+onnxruntime's to 1e-5 (float32) and their parameter gradients PyTorch autograd's. torchlean's
+three default models are exported and run in onnxruntime, and loading an export back must give the
+same outputs and gradients bitwise. Every unsupported case must raise its named error.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import torchlean as tl
+import torchlean.onnx as tlo
+from torchlean import cli, models
+from torchlean import functional as F
+from torchlean.onnx import OnnxError, OnnxMissingError, UnsupportedOnnxError
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+GRAD_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch producers
+
+
+class TorchMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 16)
+        self.fc2 = torch.nn.Linear(16, 8)
+        self.fc3 = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.leaky_relu(self.fc2(torch.relu(self.fc1(x))), 0.1)
+        return torch.log_softmax(self.fc3(torch.sigmoid(h) * h), dim=-1)
+
+
+class TorchCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3)
+        self.avg = torch.nn.AvgPool2d(2)
+        self.fc = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool(torch.relu(self.bn(self.conv1(x))))
+        h = self.avg(torch.tanh(self.conv2(h)))
+        return self.fc(torch.flatten(h, 1))
+
+
+class TorchBlock(torch.nn.Module):
+    """A pre-LN transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)) with exact GELU."""
+
+    def __init__(self, d: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 16), torch.nn.GELU(),
+                                       torch.nn.Linear(16, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+TORCH_CASES = {"mlp": (TorchMLP, (5, 6)), "cnn": (TorchCNN, (2, 2, 12, 12)),
+               "transformer_block": (TorchBlock, (2, 5, 8))}
+
+
+def torch_export(module: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # No constant folding: keeps batch norm a node and initialisers named as parameters.
+        torch.onnx.export(module, (torch.zeros(shape),), buffer, dynamo=False, opset_version=17,
+                          do_constant_folding=False)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module", params=sorted(TORCH_CASES))
+def torch_case(request: pytest.FixtureRequest) -> dict[str, Any]:
+    cls, shape = TORCH_CASES[request.param]
+    torch.manual_seed(0)
+    module = cls().eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # distinct random values: no two initialisers may coincide
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+        for name, b in module.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=gen))
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
+    data = torch_export(module, shape)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    return {"name": request.param, "module": module, "bytes": data, "x": x,
+            "model": tlo.load(data)}
+
+
+def test_pytorch_models_match_pytorch_and_onnxruntime(torch_case: dict[str, Any]) -> None:
+    model, x = torch_case["model"], torch_case["x"]
+    ours = model(x)
+    expected = torch_case["module"](torch.from_numpy(x)).detach().numpy()
+    assert ours.dtype == np.float32 and ours.shape == expected.shape
+    np.testing.assert_allclose(ours, expected, **TOL)
+    session = ort.InferenceSession(torch_case["bytes"])
+    (runtime,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(ours, runtime, **TOL)
+
+
+def test_pytorch_models_gradients_match_autograd(torch_case: dict[str, Any]) -> None:
+    model, x, module = torch_case["model"], torch_case["x"], torch_case["module"]
+    seed = np.random.default_rng(3).standard_normal(model.out_shape).astype(np.float32)
+    grads = model.vjp([x], seed)
+    xt = torch.from_numpy(x).requires_grad_(True)
+    module.zero_grad()
+    module(xt).backward(torch.from_numpy(seed))
+    np.testing.assert_allclose(grads[0], xt.grad.numpy(), **GRAD_TOL)
+    ours = dict(zip(model.param_names, grads[1:], strict=True))
+    trained = dict(module.named_parameters())
+    # Every PyTorch parameter is a torchlean parameter of the loaded graph, under its own name.
+    assert set(trained) <= set(ours), sorted(set(trained) - set(ours))
+    for name, p in trained.items():
+        np.testing.assert_allclose(ours[name], p.grad.numpy(), **GRAD_TOL, err_msg=name)
+    for name in set(ours) - set(trained):  # running statistics: frozen, no gradient
+        assert not model.parameters[name].requires_grad and not ours[name].any(), name
+
+
+def test_loaded_graph_supports_jvp_and_to_tape(torch_case: dict[str, Any]) -> None:
+    model, x = torch_case["model"], torch_case["x"]
+    rng = np.random.default_rng(4)
+    t = rng.standard_normal(x.shape).astype(np.float32)
+    v = rng.standard_normal(model.out_shape).astype(np.float32)
+    jt = model.jvp([x], [t])
+    vj = model.vjp([x], v)[0]
+    # <v, J t> = <J^T v, t>: forward and reverse mode describe the same Jacobian.
+    lhs, rhs = float(np.vdot(v, jt)), float(np.vdot(vj, t))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
+    tape, _, out = model.to_tape(x)
+    np.testing.assert_array_equal(tape.value(out), model(x))
+
+
+def test_hvp_through_an_onnx_model_matches_torch() -> None:
+    torch.manual_seed(5)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
+
+    class Scalar(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (self.net(x) ** 2).sum()
+
+    model = tlo.load(torch_export(Scalar(), (3, 4)))
+    assert model.out_shape == ()
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    v = rng.standard_normal((3, 4)).astype(np.float32)
+    ours = model.hvp([x], [v])[0]
+    _, expected = torch.autograd.functional.hvp(lambda t: (net(t) ** 2).sum(),
+                                                torch.from_numpy(x), torch.from_numpy(v))
+    np.testing.assert_allclose(ours, expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchlean's own models, exported
+
+
+DEFAULT_CONFIGS = {
+    "mlp": (dict(model="mlp", in_features=8, hidden=[16, 8], num_classes=3, seed=0), (5, 8)),
+    "cnn": (dict(model="cnn", image_shape=[1, 8, 8], channels=[4, 8], num_classes=3, seed=0),
+            (2, 1, 8, 8)),
+    "transformer": (dict(model="transformer", vocab_size=7, seq_len=6, d_model=16, num_heads=2,
+                         num_layers=2, d_ff=32, seed=0), (3, 6)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_CONFIGS))
+def test_default_models_run_in_onnxruntime_and_round_trip_bitwise(name: str,
+                                                                   tmp_path: Path) -> None:
+    config, shape = DEFAULT_CONFIGS[name]
+    assert set(DEFAULT_CONFIGS) == set(models.NAMES)
+    module = models.build(config).eval()
+    rng = np.random.default_rng(7)
+    x = (rng.integers(0, config.get("vocab_size", 1), shape) if name == "transformer"
+         else rng.standard_normal(shape)).astype(np.float32)
+    compiled = tl.compile(module, shape)
+    path = tmp_path / f"{name}.onnx"
+    proto = tlo.export(module, path, [shape])
+    assert max(o.version for o in proto.opset_import if o.domain == "") >= 17
+    expected = compiled(x)
+    session = ort.InferenceSession(str(path))
+    (runtime,) = session.run(None, {"input": x})
+    np.testing.assert_allclose(runtime, expected, **TOL)
+    back = tlo.load(path)
+    names = {id(p): n for n, p in module.named_parameters()}
+    assert sorted(back.param_names) == sorted(names.values())
+    np.testing.assert_array_equal(back(x), expected)
+    seed = rng.standard_normal(expected.shape).astype(np.float32)
+    loaded = back.vjp([x], seed)
+    original = compiled.vjp([x], seed)
+    np.testing.assert_array_equal(loaded[0], original[0])
+    by_name = dict(zip(back.param_names, loaded[1:], strict=True))
+    for p, g in zip(compiled.params, original[1:], strict=True):
+        np.testing.assert_array_equal(by_name[names[id(p)]], g, err_msg=names[id(p)])
+
+
+def test_export_of_a_function_with_two_outputs_and_a_loaded_model(tmp_path: Path) -> None:
+    """A traced function (not a module) exports too, and an OnnxModel re-exports unchanged."""
+
+    def fn(a: Any, b: Any) -> Any:
+        prod = F.permute(a, perm=(0, 2, 1)) @ b  # bmm after a general permute
+        return F.erf(prod), F.reduce_mean(F.sqrt(F.square(b)), axis=1)
+
+    a = np.random.default_rng(8).standard_normal((2, 4, 3)).astype(np.float32)
+    b = np.random.default_rng(9).standard_normal((2, 4, 5)).astype(np.float32)
+    proto = tlo.export(fn, tmp_path / "f.onnx", [(2, 4, 3), (2, 4, 5)])
+    session = ort.InferenceSession(proto.SerializeToString())
+    outs = session.run(None, {"input_0": a, "input_1": b})
+    back = tlo.load(tmp_path / "f.onnx")
+    ours = back.run(a, b)
+    for o, r in zip(ours, outs, strict=True):
+        np.testing.assert_allclose(o, r, **TOL)
+    again = tlo.load(tlo.export(back).SerializeToString())
+    for o, r in zip(again.run(a, b), ours, strict=True):
+        np.testing.assert_array_equal(o, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unsupported and malformed input
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any] = (),
+           opsets: list[Any] | None = None) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _f(name: str, shape: Any) -> Any:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _weight(name: str, shape: tuple[int, ...]) -> Any:
+    return onnx.numpy_helper.from_array(np.ones(shape, np.float32), name=name)
+
+
+def test_every_unsupported_node_is_named_in_one_error() -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c1"], name="dilated", dilations=[2, 2]),
+        helper.make_node("Conv", ["x", "wg"], ["c2"], name="grouped", group=2),
+        helper.make_node("Hardmax", ["x"], ["h"], name="hardmax"),
+        helper.make_node("Relu", ["c1"], ["r"], name="after_bad"),  # skipped: depends on c1
+        helper.make_node("Add", ["r", "c2"], ["y0"], name="sum"),
+        helper.make_node("Add", ["y0", "h"], ["y"], name="sum2"),
+    ]
+    data = _model(nodes, [_f("x", [1, 2, 6, 6])], [_f("y", [1, 2, 4, 4])],
+                  [_weight("w", (2, 2, 3, 3)), _weight("wg", (2, 1, 3, 3))])
+    with pytest.raises(UnsupportedOnnxError) as info:
+        tlo.load(data)
+    problems = info.value.problems
+    assert [(n, op) for n, op, _ in problems] == [("dilated", "Conv"), ("grouped", "Conv"),
+                                                  ("hardmax", "Hardmax")]
+    text = str(info.value)
+    assert "3 unsupported nodes" in text and "dilations" in text and "group=2" in text
+    assert "no importer for this operator" in text
+
+
+def test_custom_domain_and_unsupported_attribute_are_named() -> None:
+    nodes = [helper.make_node("MyOp", ["x"], ["a"], name="custom", domain="com.example"),
+             helper.make_node("MaxPool", ["x"], ["b"], name="ceil", kernel_shape=[2, 2],
+                              ceil_mode=1),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    data = _model(nodes, [_f("x", [1, 1, 4, 4])], [_f("y", [1, 2, 4, 4])],
+                  opsets=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOnnxError) as info:
+        tlo.load(data)
+    assert {(n, op) for n, op, _ in info.value.problems} == {("custom", "MyOp"),
+                                                             ("ceil", "MaxPool")}
+    assert "com.example" in str(info.value) and "ceil_mode" in str(info.value)
+
+
+def test_dynamic_input_shape_needs_a_concrete_shape() -> None:
+    data = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", ["batch", 3])],
+                  [_f("y", ["batch", 3])])
+    with pytest.raises(UnsupportedOnnxError, match=r"x \(graph input\): dynamic shape"):
+        tlo.load(data)
+    model = tlo.load(data, input_shapes={"x": (2, 3)})
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
+    np.testing.assert_array_equal(model(x), np.maximum(x, 0))
+
+
+def test_malformed_truncated_and_missing_files_are_clear_errors(tmp_path: Path) -> None:
+    data = torch_export(TorchMLP().eval(), (2, 6))
+    for bad in (data[: len(data) // 2], b"\x08\x07garbage\xff\xff not protobuf"):
+        with pytest.raises(OnnxError, match="onnx load") as info:
+            tlo.load(bad)
+        assert "DecodeError" not in type(info.value).__name__
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[:100])
+    with pytest.raises(OnnxError, match="cut.onnx"):
+        tlo.load(path)
+    with pytest.raises(OnnxError, match="no such file"):
+        tlo.load(tmp_path / "absent.onnx")
+    with pytest.raises(OnnxError, match="expected a path, bytes or onnx.ModelProto"):
+        tlo.load(42)
+
+
+def test_export_lists_every_inexpressible_primitive() -> None:
+    def fn(x: Any) -> Any:
+        cols = F.pool_unfold(x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))
+        return F.sum(cols) + F.sum(F.positive_mask(x))
+
+    with pytest.raises(UnsupportedOnnxError) as info:
+        tlo.export(fn, None, [(1, 1, 4, 4)])
+    assert sorted(op for _, op, _ in info.value.problems) == ["pool_unfold", "positive_mask"]
+    assert "no ONNX form" in str(info.value)
+    with pytest.raises(OnnxError, match="example_shapes"):
+        tlo.export(fn)
+    with pytest.raises(OnnxError, match="opset"):
+        tlo.export(fn, None, [(1, 1, 4, 4)], opset=11)
+
+
+def test_without_the_extra_the_error_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
+    with pytest.raises(OnnxMissingError, match=r"torchlean\[onnx\]"):
+        tlo.load(b"")
+    with pytest.raises(OnnxMissingError, match=r"torchlean\[onnx\]"):
+        tlo.export(lambda x: F.relu(x), None, [(2,)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def test_cli_export_then_eval_onnx_matches_eval_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save, out = str(tmp_path / "iris.safetensors"), str(tmp_path / "iris.onnx")
+    assert cli.main(["train", "--dataset", "iris", "--epochs", "2", "--save", save]) == 0
+    assert cli.main(["export", "--checkpoint", save, "--out", out, "--batch-size", "7"]) == 0
+    assert "wrote mlp" in capsys.readouterr().out
+    session = ort.InferenceSession(out)
+    assert session.get_inputs()[0].shape == [7, 4]
+    assert cli.main(["eval", "--checkpoint", save]) == 0
+    from_checkpoint = capsys.readouterr().out.split("test loss")[1]
+    assert cli.main(["eval", "--onnx", out, "--dataset", "iris"]) == 0
+    from_onnx = capsys.readouterr().out.split("test loss")[1]
+    assert from_onnx == from_checkpoint  # same loss and accuracy, printed to 4 places
+    assert cli.main(["eval", "--onnx", out]) == 2
+    assert "--dataset is needed" in capsys.readouterr().err
+    assert cli.main(["eval", "--onnx", str(tmp_path / "absent.onnx"), "--dataset", "iris"]) == 2
+    assert "no such file" in capsys.readouterr().err
