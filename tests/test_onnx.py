@@ -81,8 +81,32 @@ class TorchBlock(torch.nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class TorchOpZoo(torch.nn.Module):
+    """The remaining operators: ConvTranspose, bias-free Conv, GlobalAveragePool, Split, Concat,
+    strided Slice, 4-D Transpose, ReduceMean/Sum, Pow, Neg, Exp, Div, Sqrt, Clip, Log, Flatten,
+    MatMul, Softmax on a leading axis, Unsqueeze/Squeeze and Gather."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)
+        self.conv = torch.nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False)
+        self.w = torch.nn.Parameter(torch.randn(4, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(self.up(x))
+        pooled = torch.nn.functional.adaptive_avg_pool2d(h, 1)
+        a, b = torch.split(h, [1, 3], dim=1)
+        c = torch.cat([b, a * 2.0], dim=1)[:, :, 1:, ::2].permute(0, 2, 3, 1)
+        m = c.mean(dim=(1, 2))
+        e = torch.exp(-m) / (1.0 + torch.sqrt(torch.clamp(m, 0.1, 3.0)))
+        logs = torch.log((c**2).sum(dim=-1) + 1.0).flatten(1).unsqueeze(1).squeeze(1)
+        picked = torch.index_select(logs, 1, torch.tensor([0, 2, 1]))
+        return torch.cat([torch.softmax(e @ self.w, dim=0), picked, pooled.flatten(1) - 0.5], 1)
+
+
 TORCH_CASES = {"mlp": (TorchMLP, (5, 6)), "cnn": (TorchCNN, (2, 2, 12, 12)),
-               "transformer_block": (TorchBlock, (2, 5, 8))}
+               "transformer_block": (TorchBlock, (2, 5, 8)),
+               "op_zoo": (TorchOpZoo, (2, 3, 4, 4))}
 
 
 def torch_export(module: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
