@@ -309,13 +309,20 @@ def kind_of(prim: Primitive) -> str:
 
 
 def markdown_table() -> str:
-    """Every registered primitive as a Markdown table: signature, kind, semantics."""
-    rows = ["| op | signature | derivatives | semantics |", "|---|---|---|---|"]
+    """Every registered primitive as a Markdown table: signature, kind, semantics, and the module
+    of its reference definition (``Primitive.spec``; "none" where it has none)."""
+    # The spec layer fills ``Primitive.spec`` when imported. The runtime never needs it, so it is
+    # loaded here, lazily, and the table is the same whoever asks for it first.
+    import torchlean.spec  # noqa: F401
+
+    rows = ["| op | signature | derivatives | semantics | spec |", "|---|---|---|---|---|"]
     for name in sorted(REGISTRY):
         prim = REGISTRY[name]
         signature = ", ".join(prim.inputs + tuple(prim.attrs))
         semantics = " ".join(prim.semantics.split()).replace("|", "\\|")
-        rows.append(f"| `{name}` | `{name}({signature})` | {kind_of(prim)} | {semantics} |")
+        spec = "none" if prim.spec is None else f"`{prim.spec.__module__}`"
+        rows.append(f"| `{name}` | `{name}({signature})` | {kind_of(prim)} | {semantics} | "
+                    f"{spec} |")
     return "\n".join(rows)
 
 
