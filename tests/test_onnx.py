@@ -205,6 +205,22 @@ def test_hvp_through_an_onnx_model_matches_torch() -> None:
     np.testing.assert_allclose(ours, expected.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_loaded_pytorch_model_can_be_certified() -> None:
+    """The loaded graph is an ordinary compiled graph: the bound engine certifies it as is."""
+    from torchlean import bounds
+
+    torch.manual_seed(10)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    model = tlo.load(torch_export(net.eval(), (2, 4)))
+    rng = np.random.default_rng(11)
+    lo, hi = bounds.box(rng.uniform(0.3, 0.7, (2, 4)), 0.05)
+    samples = [model(rng.uniform(lo, hi).astype(np.float32)) for _ in range(20)]
+    for method in ("ibp", "crown"):
+        out_lo, out_hi = bounds.compute_bounds(model, lo, hi, method=method).output
+        for y in samples:
+            assert np.all(out_lo <= y) and np.all(y <= out_hi), method
+
+
 # ---------------------------------------------------------------------------------------------
 # torchlean's own models, exported
 
