@@ -419,7 +419,8 @@ def columns_symbolic(prim: Primitive, samples: Sequence[Sample], kinks: Sequence
     if prim.nondiff or not prim.inputs:
         reason = "nondiff: zero derivative" if prim.nondiff else "nullary"
         return {c: CheckResult(NA, reason) for c in ("vjp", "jvp", "2nd")}
-    spec = prim.spec
+    found = spec_of(prim)
+    spec, rational = found if found is not None else (None, False)
     small = sorted((s for s in samples if size_of(s) <= settings.symbolic_limit), key=size_of)
     if not small:
         small = sorted(samples, key=size_of)[:1]
@@ -440,7 +441,7 @@ def columns_symbolic(prim: Primitive, samples: Sequence[Sample], kinks: Sequence
         def derivs() -> float:
             holder["d"] = S.spec_derivatives(
                 spec, prim, sample, us, attrs, second=second_wanted and not at_kink,
-                tie_break=at_kink and "first" in declared)
+                tie_break=at_kink and "first" in declared, rational=rational)
             return 0.0
 
         def jvp_check() -> float:

@@ -56,12 +56,6 @@ def objects(x: Any, convert: Any) -> np.ndarray:
     return out
 
 
-def _exact_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """Float attributes as Fractions, so a rational spec never mixes in a rounded float."""
-    return {k: Fraction(float(v)) if isinstance(v, float | np.floating) else v
-            for k, v in attrs.items()}
-
-
 def _magnitude(inputs: Sequence[Any], attrs: dict[str, Any]) -> float:
     values = [1.0] + [float(np.max(np.abs(x))) for x in inputs if np.size(x)]
     values += [abs(float(v)) for v in attrs.values()
@@ -74,7 +68,7 @@ def reference(spec: Any, rational: bool, inputs: Sequence[Any],
     """The spec's exact (Fraction) or 40-digit (sympy Float) value at float inputs."""
     if rational:
         xs = [objects(x, Fraction) for x in inputs]
-        return np.asarray(spec(*xs, **_exact_attrs(attrs)), dtype=object)
+        return np.asarray(spec(*xs, **attrs), dtype=object)
     sp = sympy_module()
     xs = [objects(x, lambda f: sp.Float(f, DIGITS)) for x in inputs]
     return np.asarray(spec(*xs, **attrs), dtype=object)
@@ -167,42 +161,57 @@ def _kink_at_zero(expr: Any, t: Any, sp: Any) -> bool:
 
 
 def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np.ndarray],
-                     attrs: dict[str, Any], second: bool, tie_break: bool) -> SpecDerivatives:
-    """Differentiate the spec along ``us`` at the sample (see the module docstring)."""
+                     attrs: dict[str, Any], second: bool, tie_break: bool,
+                     rational: bool = False) -> SpecDerivatives:
+    """Differentiate the spec along ``us`` at the sample (see the module docstring).
+
+    Rational specs get exact ``Rational`` coordinates (sympy's Piecewise canonicalisation can
+    recurse without end on comparisons between Float-coefficient expressions); the others get
+    40-digit ``Float`` ones, which keeps transcendental expressions numeric and small.
+    """
     sp = sympy_module()
+
+    def num(value: float) -> Any:
+        return sp.Rational(value) if rational else sp.Float(value, DIGITS)
+
     t = sp.Symbol("t", real=True)
-    s = sp.Symbol("s", real=True)
-    xs = []
-    for x, u in zip(sample.inputs, us, strict=True):
-        x0 = np.asarray(x, dtype=np.float64)
-        arr = np.empty(x0.shape, dtype=object)
-        for k, idx in enumerate(np.ndindex(x0.shape)):
-            entry = sp.Float(float(x0[idx]), DIGITS) + t * sp.Float(float(u[idx]), DIGITS)
-            # ``s`` breaks ties toward earlier entries (row-major) only when asked to.
-            arr[idx] = entry - s * k if tie_break else entry
-        xs.append(arr)
-    out = np.asarray(spec(*xs, **attrs), dtype=object)
+
+    def along(shift: Any) -> np.ndarray:
+        # Each input entry k becomes x0 - shift * k + t u: a positive ``shift`` makes earlier
+        # (row-major) entries larger, which breaks ties toward the first one.
+        xs = []
+        for x, u in zip(sample.inputs, us, strict=True):
+            x0 = np.asarray(x, dtype=np.float64)
+            arr = np.empty(x0.shape, dtype=object)
+            for k, idx in enumerate(np.ndindex(x0.shape)):
+                arr[idx] = num(float(x0[idx])) - shift * k + t * num(float(u[idx]))
+            xs.append(arr)
+        return np.asarray(spec(*xs, **attrs), dtype=object)
+
+    out = along(0)
     shape = out.shape
     first = np.zeros(shape)
     kink = np.zeros(shape, dtype=bool)
     right = np.zeros(shape)
     left = np.zeros(shape)
-    tie_first = np.zeros(shape) if tie_break else None
     sec = np.zeros(shape) if second else None
     eps = sp.Float(EPS_SIDE, DIGITS)
     for idx in np.ndindex(shape):
         e = sp.sympify(out[idx])
-        e0 = e.subs(s, 0) if tie_break else e
-        d = sp.diff(e0, t)
+        d = sp.diff(e, t)
         first[idx] = float(d.subs(t, 0))
-        if e0.has(sp.Piecewise) and _kink_at_zero(e0, t, sp):
+        if e.has(sp.Piecewise) and _kink_at_zero(e, t, sp):
             kink[idx] = True
             right[idx] = float(d.subs(t, eps))
             left[idx] = float(d.subs(t, -eps))
         else:
             right[idx] = left[idx] = first[idx]
-        if tie_first is not None:
-            tie_first[idx] = float(sp.diff(e, t).subs({t: 0, s: eps}))
         if sec is not None:
             sec[idx] = float(sp.diff(d, t).subs(t, 0))
+    tie_first = None
+    if tie_break and kink.any():
+        broken = along(sp.Rational(1, 2**80))
+        tie_first = first.copy()
+        for idx in zip(*np.nonzero(kink), strict=True):
+            tie_first[idx] = float(sp.diff(sp.sympify(broken[idx]), t).subs(t, 0))
     return SpecDerivatives(first, kink, right, left, tie_first, sec)
