@@ -1,0 +1,91 @@
+"""``torchlean verify``: the op table (``--ops``, ``--quick``, ``--json``) and the model report
+(``--checkpoint`` or ``--model``/``--dataset``).
+
+``add_parser`` registers the subcommand on the main parser; ``run`` executes it and returns the
+exit status: 0 when every check passed, 1 when any failed, 2 for bad input or a missing extra
+(the main ``cli`` prints ``TorchLeanError`` messages and returns 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+EXIT_FAILED = 1
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``verify`` subcommand's arguments (no heavy imports: this runs for every command)."""
+    from .. import datasets, models
+
+    p = sub.add_parser(
+        "verify", help="check every primitive against its spec, or a model's graph",
+        description="Evidence, not proof: each primitive's forward kernel against its reference "
+                    "spec (exact over Fraction where rational), its VJP and JVP rules against "
+                    "sympy's exact derivative of the spec, finite differences, the dot-product "
+                    "test, second order, the compiled/eager link and PyTorch. With --checkpoint "
+                    "(or --model), a report on that model's compiled loss graph instead. Exit "
+                    "status 1 if any check fails. Needs the verify extra (sympy).")
+    p.add_argument("--ops", metavar="NAME,...", help="only these primitives (comma-separated)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer samples and sympy draws (under a minute for the registry)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the extra draws (default 0)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="report on the model saved by 'torchlean train --save'")
+    p.add_argument("--model", choices=models.NAMES, default=None,
+                   help="report on a freshly initialised model of this kind")
+    p.add_argument("--dataset", choices=datasets.NAMES, default=None,
+                   help="dataset for --model / --checkpoint (default: the model's own)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="test examples in the model report's batch (default 32)")
+    p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import cli as main_cli
+    from .checks import VerifyError, check_ops, require_sympy
+    from .report import render_table
+
+    require_sympy("torchlean verify")
+    if args.seed < 0:
+        raise VerifyError(f"torchlean verify: --seed must be >= 0, found {args.seed}")
+    if args.batch_size < 1:
+        raise VerifyError(f"torchlean verify: --batch-size must be >= 1, found {args.batch_size}")
+    if args.checkpoint and args.model:
+        raise VerifyError("torchlean verify: give --checkpoint or --model, not both")
+    if args.ops and (args.checkpoint or args.model):
+        raise VerifyError("torchlean verify: --ops lists primitives for the op table; the model "
+                          "report checks the primitives its graph uses")
+    if args.dataset and not (args.checkpoint or args.model):
+        raise VerifyError("torchlean verify: --dataset needs --model or --checkpoint")
+    if args.json:
+        main_cli._check_writable(args.json, "--json")
+    colour = sys.stdout.isatty() and not args.no_color
+    if args.checkpoint or args.model:
+        from .model import check_checkpoint, check_fresh
+
+        if args.checkpoint:
+            report = check_checkpoint(args.checkpoint, dataset=args.dataset,
+                                      batch_size=args.batch_size, quick=args.quick,
+                                      seed=args.seed)
+        else:
+            report = check_fresh(args.model, args.dataset, batch_size=args.batch_size,
+                                 quick=args.quick, seed=args.seed)
+    else:
+        names = None
+        if args.ops is not None:
+            names = [n.strip() for n in args.ops.split(",") if n.strip()]
+            if not names:
+                raise VerifyError("torchlean verify: --ops is empty; give primitive names "
+                                  "separated by commas")
+        report = check_ops(names, quick=args.quick, seed=args.seed)
+    print(render_table(report, colour=colour), flush=True)
+    if args.json:
+        main_cli._write_text(args.json, json.dumps(report.as_dict(), indent=2, default=str)
+                             + "\n")
+        print(f"wrote {args.json}", flush=True)
+    return 0 if report.ok else EXIT_FAILED
