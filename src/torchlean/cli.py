@@ -7,7 +7,8 @@ writes a safetensors checkpoint (``--save``, with the model config in its metada
 loss and accuracy curves (``--plot``) and the metrics history as JSON (``--json``).
 ``torchlean eval`` rebuilds a saved model from its checkpoint and reports the test metrics;
 ``torchlean graph`` prints the compiled graph of a model's loss (and writes Graphviz DOT);
-``torchlean ops`` prints the op registry as a Markdown table.
+``torchlean ops`` prints the op registry as a Markdown table; ``torchlean verify`` checks every
+primitive against its spec, or a saved model's graph (``torchlean.verify.cli``).
 
 Every error is reported as one message on stderr with exit status 2 (no traceback); Ctrl-C
 during training stops after the current batch, writes what was asked for, and exits with 130.
@@ -36,6 +37,7 @@ from .errors import TorchLeanError
 from .onnx import cli as onnx_cli
 from .train import EpochMetrics, evaluate, fit
 from .transforms import compile as compile_fn
+from .verify import cli as verify_cli
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -95,7 +97,7 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchlean", description="Train, evaluate and inspect small models with torchlean.")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops,export}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops,export,verify}")
     sub.required = True
 
     recipes = "; ".join(
@@ -152,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "primitive: signature, how its derivatives are declared, "
                                "documented semantics).")
     onnx_cli.add_export_parser(sub)
+    verify_cli.add_parser(sub)
     return parser
 
 
@@ -503,7 +506,7 @@ def _ops(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": _train, "eval": _eval, "graph": _graph, "ops": _ops,
-    "export": onnx_cli.run_export}
+    "export": onnx_cli.run_export, "verify": verify_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
