@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ShapeError, TorchLeanError
 from ..graph import GraphBuilder, Var
+from ..nn import Module
 from ..ops.general import inverse_perm
 from ..ops.registry import REGISTRY
 from ..params import Param
@@ -1043,10 +1044,65 @@ class OnnxModel(Compiled):
         values = g.evaluate(g.check_inputs("run", self._full(xs)))
         return [values[o] for o in g.outputs]
 
+    def as_module(self) -> OnnxModule:
+        """This model as an ``nn.Module`` sharing its ``Param``s, for APIs that take modules
+        (``fit``, ``verify.check_model``, sessions): calling it replays the graph's primitives on
+        the caller's refs. Inputs must have the shapes the model was loaded with."""
+        return OnnxModule(self)
+
     def __repr__(self) -> str:
         return (f"OnnxModel({self.label!r}, inputs={self.input_names}, "
                 f"outputs={self.output_names}, nodes={len(self.graph)}, "
                 f"parameters={len(self.graph.params)})")
+
+
+class OnnxModule(Module):
+    """An ``OnnxModel``'s graph as a module (see ``OnnxModel.as_module``); its parameters are
+    named as the ONNX initialisers.
+
+    It holds the graph as plain data (primitive names, parents, attributes, constants), so a deep
+    copy (``verify``'s float64 twin) copies arrays, never primitives; constants follow the dtype
+    of the refs it is called on, and parameters are read from ``_parameters`` on every call, so
+    replacing one (as that twin does) takes effect.
+    """
+
+    def __init__(self, model: OnnxModel) -> None:
+        super().__init__()
+        graph = model.graph
+        steps = [(node.kind, node.op.name if node.op is not None else "", node.parents,
+                  dict(node.attrs)) for node in graph.nodes]
+        n = len(graph.inputs) - len(graph.params)
+        plan = {"steps": steps, "consts": dict(graph.consts), "inputs": list(graph.inputs),
+                "outputs": list(graph.outputs), "n": n, "names": list(model.input_names)}
+        object.__setattr__(self, "_plan", plan)
+        for p in graph.params:
+            self._parameters[p.name] = p
+
+    def forward(self, *xs: Any) -> Any:
+        from .. import functional as F
+
+        plan = self.__dict__["_plan"]
+        n = plan["n"]
+        if len(xs) != n:
+            raise ShapeError(f"onnx module: takes {n} inputs {plan['names']}, found {len(xs)}")
+        owner = F.owner_of(xs)
+        dtype = next((x.dtype for x in xs if hasattr(x, "dtype")), None)
+        params = list(self._parameters.values())
+        values: list[Any] = [None] * len(plan["steps"])
+        for k, i in enumerate(plan["inputs"]):
+            if k < n:
+                values[i] = xs[k]
+            else:
+                param = params[k - n]
+                values[i] = param.data if owner is None else owner.use(param)
+        for i, (kind, name, parents, attrs) in enumerate(plan["steps"]):
+            if kind == "const":
+                const = plan["consts"][i]
+                values[i] = const if dtype is None else np.asarray(const).astype(dtype)
+            elif kind == "op":
+                values[i] = F.apply(REGISTRY[name], *[values[p] for p in parents], **attrs)
+        outs = [values[o] for o in plan["outputs"]]
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _no_inputs(label: str) -> Any:
