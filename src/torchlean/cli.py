@@ -8,7 +8,9 @@ loss and accuracy curves (``--plot``) and the metrics history as JSON (``--json`
 ``torchlean eval`` rebuilds a saved model from its checkpoint and reports the test metrics;
 ``torchlean graph`` prints the compiled graph of a model's loss (and writes Graphviz DOT);
 ``torchlean ops`` prints the op registry as a Markdown table; ``torchlean verify`` checks every
-primitive against its spec, or a saved model's graph (``torchlean.verify.cli``).
+primitive against its spec, or a saved model's graph (``torchlean.verify.cli``);
+``torchlean certify`` reports certified (IBP, CROWN, alpha-CROWN) and PGD accuracy of a saved
+classifier (``torchlean.bounds.certify``).
 
 Every error is reported as one message on stderr with exit status 2 (no traceback); Ctrl-C
 during training stops after the current batch, writes what was asked for, and exits with 130.
@@ -97,7 +99,8 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchlean", description="Train, evaluate and inspect small models with torchlean.")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,graph,ops,export,verify}")
+    sub = parser.add_subparsers(dest="command",
+                                metavar="{train,eval,graph,ops,export,verify,certify}")
     sub.required = True
 
     recipes = "; ".join(
@@ -155,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "documented semantics).")
     onnx_cli.add_export_parser(sub)
     verify_cli.add_parser(sub)
+    from .bounds import certify as certify_cli  # here: torchlean.bounds imports the graph layer
+
+    certify_cli.add_parser(sub, _positive_int, _non_negative_int)
     return parser
 
 
@@ -504,9 +510,16 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _certify(args: argparse.Namespace) -> int:
+    from .bounds.certify import run_cli
+
+    return run_cli(args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": _train, "eval": _eval, "graph": _graph, "ops": _ops,
-    "export": onnx_cli.run_export, "verify": verify_cli.run}
+    "export": onnx_cli.run_export, "verify": verify_cli.run, "certify": _certify}
+
 
 
 def main(argv: Sequence[str] | None = None) -> int:

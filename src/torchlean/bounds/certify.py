@@ -1,0 +1,305 @@
+"""``torchlean certify``: certified and empirical robust accuracy of a saved classifier.
+
+For each radius ``eps`` the test examples' L-infinity balls (clipped to the valid input range)
+are bounded with each requested method on the compiled logits graph; an example is certified
+when every margin ``logit_true - logit_other`` has a positive lower bound. PGD (``attack``) gives
+the empirical upper envelope. A certified example that PGD breaks would mean an unsound bound:
+the run counts such contradictions and fails if there is any.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import attack
+from ..errors import TorchLeanError
+from ..transforms import compile as compile_fn
+from . import METHODS, BoundsError, compute_bounds, margin_spec
+from . import box as make_box
+
+Array = Any
+CHUNK = 512  # examples per bound computation for small models (all of digits' 359)
+
+
+@dataclass
+class EpsResult:
+    """One radius: clean, certified (per method) and PGD accuracy, seconds per method."""
+
+    eps: float
+    clean: float
+    certified: dict[str, float]
+    pgd: float
+    seconds: dict[str, float]
+    contradictions: int = 0
+    examples: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"eps": self.eps, "clean_accuracy": self.clean, "certified_accuracy":
+                self.certified, "pgd_accuracy": self.pgd, "seconds": self.seconds,
+                "examples_per_second": {m: (self.examples / s if s > 0 else None)
+                                        for m, s in self.seconds.items()},
+                "contradictions": self.contradictions, "examples": self.examples}
+
+
+@dataclass
+class Report:
+    """Everything one ``certify`` run measured."""
+
+    model: str
+    dataset: str
+    examples: int
+    clip: tuple[float, float] | None
+    kernel: bool
+    rows: list[EpsResult] = field(default_factory=list)
+
+
+def parse_eps(text: str) -> list[float]:
+    """``"0.01,0.02"`` -> ``[0.01, 0.02]`` (finite, >= 0, at least one)."""
+    values = []
+    for part in str(text).split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise BoundsError(f"--eps: expected comma-separated numbers, found {part!r}") from None
+        if not np.isfinite(v) or v < 0:
+            raise BoundsError(f"--eps: each radius must be a finite number >= 0, found {part!r}")
+        values.append(v)
+    return values
+
+
+def parse_methods(text: str) -> list[str]:
+    methods = [m.strip() for m in str(text).split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise BoundsError(f"--method: unknown method(s) {bad or text!r}; expected a "
+                          f"comma-separated subset of {', '.join(METHODS)}")
+    return methods
+
+
+class _Logits:
+    """The model's logits graph compiled once per batch size."""
+
+    def __init__(self, model: Any, example_shape: tuple[int, ...]) -> None:
+        self.model = model
+        self.example_shape = example_shape
+        self._cache: dict[int, Any] = {}
+
+    def __call__(self, batch: int) -> Any:
+        if batch not in self._cache:
+            model = self.model
+            self._cache[batch] = compile_fn(lambda x: model(x), (batch, *self.example_shape),
+                                            dtype="float32")
+        return self._cache[batch]
+
+
+def certify(model: Any, inputs: Array, labels: Array, eps_list: Sequence[float],
+            methods: Sequence[str], *, clip: tuple[float, float] | None = (0.0, 1.0),
+            kernel: bool = True, pgd_steps: int = 20, pgd_restarts: int = 1, seed: int = 0,
+            alpha_steps: int = 20, chunk: int | None = None, progress: bool = False,
+            model_name: str = "model", dataset: str = "data") -> Report:
+    """Certified accuracy per method and PGD accuracy for every radius (see the module)."""
+    x = np.asarray(inputs, dtype=np.float32)
+    y = np.asarray(labels).astype(np.int64)
+    if x.ndim < 2 or y.shape != (x.shape[0],) or not len(y):
+        raise BoundsError(f"certify: expected inputs (N, ...) and labels (N,), found {x.shape} "
+                          f"and {y.shape}")
+    logits_of = _Logits(model, tuple(x.shape[1:]))
+    n = len(y)
+    probe = logits_of(1)
+    widest = max(int(np.prod(nd.shape[1:])) for nd in probe.graph.nodes if nd.shape)
+    size = chunk or (min(n, CHUNK) if widest <= 512 else min(n, 32))
+    num_classes = probe.out_shape[1]
+    spans = [(s, min(n, s + size)) for s in range(0, n, size)]
+    full = logits_of(size)
+    clean_logits = np.concatenate([full.forward(_pad(x[a:b], size))[: b - a] for a, b in spans])
+    correct = np.argmax(clean_logits, axis=1) == y
+    report = Report(model_name, dataset, n, clip, kernel)
+    for eps in eps_list:
+        certified: dict[str, float] = {}
+        seconds: dict[str, float] = {}
+        certified_any = np.zeros(n, dtype=bool)
+        for method in methods:
+            ok = np.zeros(n, dtype=bool)
+            start = time.perf_counter()
+            for done, (a, b) in enumerate(spans):
+                if progress:
+                    _progress(f"eps {eps:g}  {method:<11}", done, len(spans))
+                xs, ys = _pad(x[a:b], size), _pad(y[a:b], size)
+                lo, hi = make_box(xs, eps, *(clip if clip is not None else (None, None)))
+                result = compute_bounds(full, lo, hi, method=method,
+                                        spec=margin_spec(ys, num_classes), kernel=kernel,
+                                        alpha_steps=alpha_steps)
+                assert result.spec is not None
+                ok[a:b] = (result.spec[0].min(axis=1) > 0)[: b - a]
+            seconds[method] = time.perf_counter() - start
+            if progress:
+                _progress(f"eps {eps:g}  {method:<11}", len(spans), len(spans), end=True)
+            ok &= correct
+            certified[method] = float(ok.mean())
+            certified_any |= ok
+        broken = np.zeros(n, dtype=bool)
+        for a, b in spans:
+            res = attack.pgd(full, _pad(x[a:b], size), _pad(y[a:b], size), eps, steps=pgd_steps,
+                             restarts=pgd_restarts, seed=seed, clip=clip)
+            broken[a:b] = res.broken[: b - a]
+        robust = correct & ~broken
+        contradictions = int(np.sum(certified_any & broken))
+        report.rows.append(EpsResult(eps, float(correct.mean()), certified, float(robust.mean()),
+                                     seconds, contradictions, n))
+        if contradictions:
+            raise BoundsError(f"certify: {contradictions} example(s) certified at eps {eps:g} "
+                              "were broken by PGD: the bounds are unsound (please report)")
+    return report
+
+
+def _pad(a: Array, size: int) -> Array:
+    """Pad the batch axis to ``size`` by repeating the last row (results are cut back)."""
+    if len(a) == size:
+        return a
+    return np.concatenate([a, np.repeat(a[-1:], size - len(a), axis=0)])
+
+
+def _progress(label: str, done: int, total: int, end: bool = False) -> None:
+    width = 20
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if end:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def format_table(report: Report, methods: Sequence[str]) -> str:
+    """The certified / PGD accuracy table and the time per example of each method."""
+    head = ["eps", "clean", *methods, "pgd"]
+    lines = ["  ".join(f"{h:>11}" for h in head)]
+    for row in report.rows:
+        cells = [f"{row.eps:g}", f"{row.clean:.3f}", *(f"{row.certified[m]:.3f}"
+                                                        for m in methods), f"{row.pgd:.3f}"]
+        lines.append("  ".join(f"{c:>11}" for c in cells))
+    lines.append("")
+    for m in methods:
+        total = sum(r.seconds[m] for r in report.rows)
+        per_eps = total / max(len(report.rows), 1)
+        lines.append(f"{m}: {per_eps:.2f} s per eps for {report.examples} examples "
+                     f"({report.examples / per_eps if per_eps > 0 else float('inf'):,.0f} "
+                     f"examples/s)")
+    return "\n".join(lines)
+
+
+def plot(path: str, report: Report, methods: Sequence[str]) -> None:
+    """Certified accuracy against eps, one line per method, PGD as the upper envelope."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise TorchLeanError("--plot: matplotlib is not installed (pip install "
+                             "'torchlean[examples]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eps = [r.eps for r in report.rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in methods:
+        ax.plot(eps, [r.certified[m] for r in report.rows], marker="o", label=f"certified ({m})")
+    ax.plot(eps, [r.pgd for r in report.rows], marker="x", linestyle="--", color="black",
+            label="PGD (upper envelope)")
+    ax.set(xlabel="eps (L-infinity)", ylabel="accuracy", ylim=(0, 1.02),
+           title=f"{report.model} on {report.dataset}: certified robustness")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def to_json(report: Report) -> str:
+    return json.dumps({"model": report.model, "dataset": report.dataset,
+                       "examples": report.examples, "clip": report.clip,
+                       "float32_kernels": report.kernel,
+                       "results": [r.as_dict() for r in report.rows]}, indent=2) + "\n"
+
+
+def run_cli(args: Any) -> int:
+    """``torchlean certify`` (the parser lives in ``torchlean.cli``)."""
+    from .. import cli, datasets, models
+
+    eps_list = parse_eps(args.eps)
+    methods = parse_methods(args.method)
+    for path, what in ((args.plot, "--plot"), (args.json, "--json")):
+        if path:
+            cli._check_writable(path, what)
+    cli._check_libraries(save=False, plot=bool(args.plot))
+    path = args.checkpoint
+    config, settings = cli._read_config(path)
+    if config.get("model") not in ("mlp", "cnn"):
+        raise BoundsError(f"certify: checkpoint {path} holds a {config.get('model')!r}; "
+                          "certification supports classifiers on feature vectors or images "
+                          "(mlp, cnn)")
+    dataset_name = config.get("dataset")
+    if dataset_name not in datasets.NAMES:
+        raise BoundsError(f"certify: checkpoint {path}: unknown dataset {dataset_name!r}")
+    seed = int(settings.get("seed", config.get("seed", 0)))
+    data = cli._load_data(config["model"], dataset_name, seed)
+    cli._check_fits_data(config, data, path)
+    model = cli._load_model(path, config)
+    if hasattr(model, "eval"):
+        model.eval()
+    x, y = np.asarray(data.test.inputs), np.asarray(data.test.targets)
+    if args.limit is not None:
+        x, y = x[: args.limit], y[: args.limit]
+    # Pixel data lives in [0, 1] and its balls are clipped there; other features are unbounded.
+    lo_all, hi_all = float(np.min(data.train.inputs)), float(np.max(data.train.inputs))
+    clip = (0.0, 1.0) if lo_all >= 0.0 and hi_all <= 1.0 else None
+    kernel = args.rounding == "float32"
+    print(f"certify {config['model']} from {path} on {dataset_name}: {len(y)} test examples, "
+          f"inputs {'clipped to [0, 1]' if clip else 'unclipped'}, margin specifications, "
+          f"bounds sound for the {'float32 kernels' if kernel else 'exact real network'}; "
+          f"PGD {args.pgd_steps} steps x {args.pgd_restarts} restart(s)", flush=True)
+    with cli._blas_threads(args.threads):
+        report = certify(model, x, y, eps_list, methods, clip=clip, kernel=kernel,
+                         pgd_steps=args.pgd_steps, pgd_restarts=args.pgd_restarts,
+                         seed=args.seed, alpha_steps=args.alpha_steps, progress=True,
+                         model_name=config["model"], dataset=dataset_name)
+    print(format_table(report, methods), flush=True)
+    if args.json:
+        cli._write_text(args.json, to_json(report))
+        print(f"wrote results {args.json}", flush=True)
+    if args.plot:
+        plot(args.plot, report, methods)
+        print(f"wrote plot {args.plot}", flush=True)
+    del models
+    return 0
+
+
+def add_parser(sub: Any, positive_int: Any, non_negative_int: Any) -> None:
+    """Register the ``certify`` subcommand on ``torchlean``'s subparsers."""
+    p = sub.add_parser(
+        "certify", help="certified robustness of a saved classifier (IBP, CROWN, alpha-CROWN)",
+        description="Bound every margin logit_true - logit_other over the L-infinity ball of "
+                    "each test example (clipped to the valid input range) and report clean, "
+                    "certified (per method) and PGD accuracy with the time per example.")
+    p.add_argument("--checkpoint", metavar="PATH", required=True,
+                   help="a checkpoint written by 'torchlean train --save' (mlp or cnn)")
+    p.add_argument("--eps", default="0.01,0.02,0.05",
+                   help="comma-separated L-infinity radii (default 0.01,0.02,0.05)")
+    p.add_argument("--method", default=",".join(METHODS),
+                   help=f"comma-separated subset of {','.join(METHODS)} (default all)")
+    p.add_argument("--limit", type=positive_int, default=None,
+                   help="certify only the first N test examples")
+    p.add_argument("--rounding", choices=("float32", "real"), default="float32",
+                   help="float32: bounds hold for the float32 kernels as they run (default); "
+                        "real: for the exact real-valued network with its float32 weights")
+    p.add_argument("--pgd-steps", type=positive_int, default=20)
+    p.add_argument("--pgd-restarts", type=positive_int, default=1)
+    p.add_argument("--alpha-steps", type=non_negative_int, default=20,
+                   help="projected gradient steps of alpha-CROWN (default 20)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="PGD's random starts")
+    p.add_argument("--threads", type=positive_int, default=1, help="BLAS threads (default 1)")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG of certified accuracy vs eps")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
