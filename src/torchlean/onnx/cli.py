@@ -3,8 +3,9 @@
 ``torchlean export --checkpoint model.safetensors --out model.onnx`` rebuilds the model a
 ``torchlean train --save`` checkpoint describes and writes it as ONNX for a fixed batch size.
 ``torchlean eval --onnx model.onnx --dataset NAME`` loads any ONNX classifier (from PyTorch or
-from ``export``) and reports its test loss and accuracy the way ``eval --checkpoint`` does. The
-argument parsers are registered by ``torchlean.cli``; the work is here.
+from ``export``) and reports its test loss and accuracy the way ``eval --checkpoint`` does;
+``torchlean verify --onnx model.onnx --dataset NAME`` runs the model report on its graph
+(``verify_report``). The argument parsers are registered by the commands; the work is here.
 """
 
 from __future__ import annotations
@@ -106,7 +107,6 @@ def predict(model: Any, inputs: np.ndarray) -> np.ndarray:
 def run_eval(args: argparse.Namespace) -> int:
     from .. import cli
     from ..session import Options, Session
-    from . import load
 
     if args.checkpoint:
         raise OnnxCliError("eval: give either --checkpoint or --onnx, not both")
@@ -114,14 +114,8 @@ def run_eval(args: argparse.Namespace) -> int:
         raise OnnxCliError("eval --onnx: --dataset is needed (an ONNX file records no dataset)")
     if args.json:
         cli._check_writable(args.json, "--json")
-    model = load(args.onnx)
-    if len(model.input_names) != 1 or len(model.output_names) != 1:
-        raise OnnxCliError(f"eval --onnx: {args.onnx} must have one input and one output, found "
-                           f"{model.input_names} -> {model.output_names}")
-    shape = model.input_shapes[0]
-    options = {"layout": "image"} if len(shape) == 4 else {}
     seed = args.seed if args.seed is not None else 0
-    data = datasets.load(args.dataset, seed=seed, **options)
+    model, data = _load_for_data(args.onnx, args.dataset, seed, "eval")
     inputs = np.asarray(data.test.inputs, dtype=model.dtype)
     outputs = predict(model, inputs)
     targets = np.asarray(data.test.targets)
@@ -136,3 +130,35 @@ def run_eval(args: argparse.Namespace) -> int:
                                                "seed": seed, "examples": len(targets),
                                                **result}, indent=2) + "\n")
     return 0
+
+
+def _load_for_data(path: str, dataset: str | None, seed: int, what: str) -> tuple[Any, Any]:
+    """The loaded model and its dataset (the CNN layout when the model takes images)."""
+    from . import load
+
+    if dataset is None:
+        raise OnnxCliError(f"{what} --onnx: --dataset is needed (an ONNX file records no "
+                           "dataset)")
+    model = load(path)
+    if len(model.input_names) != 1 or len(model.output_names) != 1:
+        raise OnnxCliError(f"{what} --onnx: {path} must have one input and one output, found "
+                           f"{model.input_names} -> {model.output_names}")
+    options = {"layout": "image"} if len(model.input_shapes[0]) == 4 else {}
+    return model, datasets.load(dataset, seed=seed, **options)
+
+
+def verify_report(path: str, dataset: str | None, quick: bool = False, seed: int = 0) -> Any:
+    """``verify.check_model`` on an ONNX classifier's graph (as a module), on the first test
+    batch of the model's own batch size, with the cross-entropy loss."""
+    from ..verify import check_model
+
+    model, data = _load_for_data(path, dataset, 0, "verify")
+    shape = model.input_shapes[0]
+    batch = shape[0]
+    inputs = np.asarray(data.test.inputs[:batch], dtype=model.dtype)
+    if inputs.shape != tuple(shape):
+        raise OnnxCliError(f"verify --onnx: the model takes inputs {tuple(shape)}, the first "
+                           f"test batch of {dataset} has shape {inputs.shape}")
+    targets = np.asarray(data.test.targets[:batch])
+    return check_model(model.as_module(), F.cross_entropy, inputs, targets, quick=quick,
+                       seed=seed, title=f"model report: ONNX model {path} on {dataset}")

@@ -37,6 +37,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="report on the model saved by 'torchlean train --save'")
     p.add_argument("--model", choices=models.NAMES, default=None,
                    help="report on a freshly initialised model of this kind")
+    p.add_argument("--onnx", metavar="PATH", default=None,
+                   help="report on an ONNX classifier's graph (needs --dataset and the onnx "
+                        "extra; the batch is the model's own)")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset for --model / --checkpoint (default: the model's own)")
     p.add_argument("--batch-size", type=int, default=32,
@@ -55,17 +58,21 @@ def run(args: argparse.Namespace) -> int:
         raise VerifyError(f"torchlean verify: --seed must be >= 0, found {args.seed}")
     if args.batch_size < 1:
         raise VerifyError(f"torchlean verify: --batch-size must be >= 1, found {args.batch_size}")
-    if args.checkpoint and args.model:
-        raise VerifyError("torchlean verify: give --checkpoint or --model, not both")
-    if args.ops and (args.checkpoint or args.model):
+    if sum(bool(a) for a in (args.checkpoint, args.model, args.onnx)) > 1:
+        raise VerifyError("torchlean verify: give one of --checkpoint, --model and --onnx")
+    if args.ops and (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --ops lists primitives for the op table; the model "
                           "report checks the primitives its graph uses")
-    if args.dataset and not (args.checkpoint or args.model):
+    if args.dataset and not (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --dataset needs --model or --checkpoint")
     if args.json:
         main_cli._check_writable(args.json, "--json")
     colour = sys.stdout.isatty() and not args.no_color
-    if args.checkpoint or args.model:
+    if args.onnx:
+        from ..onnx.cli import verify_report
+
+        report = verify_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed)
+    elif args.checkpoint or args.model:
         from .model import check_checkpoint, check_fresh
 
         if args.checkpoint:
