@@ -418,7 +418,7 @@ def _keep_last(ops: Any, v: Any) -> Any:
     return ops.reshape(v, shape=tuple(v.shape) + (1,))
 
 
-def _max_rules(fixed_d: int | None) -> tuple[Any, Any]:
+def _max_rules(fixed_d: int | None) -> dict[str, Any]:
     def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
         geom = _geom_of("max_pool", xs[0].shape, attrs, fixed_d)
         return (ops.max_pool_backward(xs[0], g, **_helper_attrs(geom)),)
@@ -427,7 +427,7 @@ def _max_rules(fixed_d: int | None) -> tuple[Any, Any]:
         geom = _geom_of("max_pool", xs[0].shape, attrs, fixed_d)
         return ops.max_pool_gather(xs[0], ts[0], **_helper_attrs(geom))
 
-    return vjp, jvp
+    return {"vjp": vjp, "jvp": jvp}
 
 
 def _avg_vjp(fixed_d: int | None) -> Any:
@@ -443,7 +443,7 @@ def _avg_vjp(fixed_d: int | None) -> Any:
     return vjp
 
 
-def _smooth_rules(fixed_d: int | None) -> tuple[Any, Any]:
+def _smooth_rules(fixed_d: int | None) -> dict[str, Any]:
     def weights(ops: Any, x: Any, beta: float, geom: Geometry) -> Any:
         return ops.softmax(ops.scale(ops.pool_unfold(x, **_helper_attrs(geom)), c=beta))
 
@@ -459,7 +459,7 @@ def _smooth_rules(fixed_d: int | None) -> tuple[Any, Any]:
         w = weights(ops, xs[0], beta, geom)
         return ops.reduce_sum(ops.mul(w, ops.pool_unfold(ts[0], **_helper_attrs(geom))), axis=-1)
 
-    return vjp, jvp
+    return {"vjp": vjp, "jvp": jvp}
 
 
 # Sample geometries, one list per attribute set, so every sample names all its attributes.
@@ -599,7 +599,7 @@ _SMOOTH_SEMANTICS = (
 
 register(Primitive(
     "max_pool", ("x",), _max_infer("max_pool", None), _max_forward(None), attrs=_ND_ATTRS,
-    vjp=_max_rules(None)[0], jvp=_max_rules(None)[1],
+    **_max_rules(None),
     semantics=_MAX_SEMANTICS.format(dims="N-D"), samples=_pool_samples(distinct, _ND_CASES),
     torch_ref=_torch_pool("max_pool", None),
     error_inputs=[
@@ -611,7 +611,7 @@ register(Primitive(
 ))
 register(Primitive(
     "max_pool2d", ("x",), _max_infer("max_pool2d", 2), _max_forward(2), attrs=_2D_ATTRS,
-    vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
+    **_max_rules(2),
     semantics=_MAX_SEMANTICS.format(dims="2-D"), samples=_pool_samples(distinct, _2D_CASES),
     torch_ref=_torch_pool("max_pool", 2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 5, "stride": None}, ShapeError,
@@ -620,7 +620,7 @@ register(Primitive(
 ))
 register(Primitive(
     "max_pool2d_pad", ("x",), _max_infer("max_pool2d_pad", 2), _max_forward(2),
-    attrs=_2D_PAD_ATTRS, vjp=_max_rules(2)[0], jvp=_max_rules(2)[1],
+    attrs=_2D_PAD_ATTRS, **_max_rules(2),
     semantics=_MAX_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(distinct, _2D_PAD_CASES), torch_ref=_torch_pool("max_pool", 2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 2, "stride": 0, "padding": 0},
@@ -658,8 +658,8 @@ register(Primitive(
 
 register(Primitive(
     "smooth_max_pool", ("x",), _smooth_infer("smooth_max_pool", None), _smooth_forward(None),
-    attrs={"beta": _REQUIRED, **_ND_ATTRS}, vjp=_smooth_rules(None)[0],
-    jvp=_smooth_rules(None)[1], semantics=_SMOOTH_SEMANTICS.format(dims="N-D"),
+    attrs={"beta": _REQUIRED, **_ND_ATTRS}, **_smooth_rules(None),
+    semantics=_SMOOTH_SEMANTICS.format(dims="N-D"),
     samples=_pool_samples(normal, _ND_CASES, beta=2.0), torch_ref=_torch_smooth(None),
     error_inputs=[ErrorInput(((2, 4, 4),), {"beta": 0, "kernel_size": 2, "stride": None,
                                             "padding": 0}, ShapeError,
@@ -667,7 +667,7 @@ register(Primitive(
 ))
 register(Primitive(
     "smooth_max_pool2d", ("x",), _smooth_infer("smooth_max_pool2d", 2), _smooth_forward(2),
-    attrs={"beta": _REQUIRED, **_2D_ATTRS}, vjp=_smooth_rules(2)[0], jvp=_smooth_rules(2)[1],
+    attrs={"beta": _REQUIRED, **_2D_ATTRS}, **_smooth_rules(2),
     semantics=_SMOOTH_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(normal, _2D_CASES, beta=2.0), torch_ref=_torch_smooth(2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"beta": True, "kernel_size": 2, "stride": None},
