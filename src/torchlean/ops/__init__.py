@@ -1,6 +1,7 @@
 """The primitive ops: importing this package registers every primitive in ``REGISTRY``.
 
-One module per op family; each declares its primitives with ``registry.register``.
+One module per op family; each declares its primitives with ``registry.register``. Shared by
+them: ``samples`` (sample-input generators) and ``windows`` (strided windows for conv and pool).
 """
 
 # Imported for their side effect: each module registers its primitives.
@@ -18,6 +19,6 @@ from . import (  # noqa: F401
     random,
     reductions,
 )
-from .registry import ARRAY_OPS, REGISTRY, Primitive, Sample, get, register
+from .registry import ARRAY_OPS, REGISTRY, ErrorInput, Primitive, Sample, get, register
 
-__all__ = ["ARRAY_OPS", "REGISTRY", "Primitive", "Sample", "get", "register"]
+__all__ = ["ARRAY_OPS", "REGISTRY", "ErrorInput", "Primitive", "Sample", "get", "register"]
