@@ -182,6 +182,59 @@ def test_loaded_graph_supports_jvp_and_to_tape(torch_case: dict[str, Any]) -> No
     np.testing.assert_array_equal(tape.value(out), model(x))
 
 
+class TorchTinyLM(torch.nn.Module):
+    """Token and position embeddings over int64 ids, LayerNorm, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = torch.nn.Embedding(10, 6)
+        self.pos = torch.nn.Embedding(5, 6)
+        self.ln = torch.nn.LayerNorm(6)
+        self.head = torch.nn.Linear(6, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln(self.tok(ids) + self.pos(torch.arange(ids.shape[1]))))
+
+
+def test_integer_token_ids_feed_embedding_lookups() -> None:
+    torch.manual_seed(14)
+    module = TorchTinyLM().eval()
+    ids = torch.randint(0, 10, (2, 5))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (ids,), buffer, dynamo=False, opset_version=17,
+                          do_constant_folding=False)
+    model = tlo.load(buffer.getvalue())
+    assert model.index_inputs == [0]
+    ours = model(ids.numpy())
+    expected = module(ids)
+    np.testing.assert_allclose(ours, expected.detach().numpy(), **TOL)
+    session = ort.InferenceSession(buffer.getvalue())
+    (runtime,) = session.run(None, {session.get_inputs()[0].name: ids.numpy()})
+    np.testing.assert_allclose(ours, runtime, **TOL)
+    seed = np.random.default_rng(15).standard_normal(ours.shape).astype(np.float32)
+    grads = model.vjp([ids.numpy()], seed)
+    assert not grads[0].any()  # ids are data: no gradient
+    expected.backward(torch.from_numpy(seed))
+    by_name = dict(zip(model.param_names, grads[1:], strict=True))
+    for name, p in module.named_parameters():
+        np.testing.assert_allclose(by_name[name], p.grad.numpy(), **GRAD_TOL, err_msg=name)
+
+
+def test_integer_inputs_used_as_numbers_are_named() -> None:
+    nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["ids", "ids"], ["twice"], name="int_add"),
+             helper.make_node("Cast", ["twice"], ["g"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "g"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                  [_f("y", [3])])
+    with pytest.raises(UnsupportedOnnxError) as info:
+        tlo.load(data)
+    assert [(n, op) for n, op, _ in info.value.problems] == [("int_add", "Add")]
+    assert "run-time integer tensor 'ids'" in str(info.value)
+
+
 def test_hvp_through_an_onnx_model_matches_torch() -> None:
     torch.manual_seed(5)
     net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))

@@ -5,7 +5,9 @@ Loading walks the ONNX graph once, inside ``trace``: each value is either a trac
 that PyTorch's exporter emits (``Shape``, ``Gather``, ``Concat``, ``Cast`` ...) is folded with
 NumPy, so only real tensor computation reaches the graph. Float initialisers become named
 ``Param``s the first time a node uses them as tensors, so gradients reach them like any model's
-parameters. A node that cannot be translated is recorded, not raised at once: the nodes after it
+parameters. Integer inputs (token ids) are carried as float leaves without gradients and may
+only feed embedding lookups (``Gather`` -> ``one_hot @ table``), casts and reshapes. A node that
+cannot be translated is recorded, not raised at once: the nodes after it
 that depend on it are skipped, and one ``UnsupportedOnnxError`` lists every problem at the end.
 """
 
@@ -29,6 +31,7 @@ from . import codec
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
 
 _FLOAT_ELEM: dict[int, np.dtype] = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+_INDEX_ELEM = (6, 7)  # INT32, INT64: index inputs (token ids), carried as floats in the graph
 _ELEM_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16",
                6: "INT32", 7: "INT64", 8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE",
                12: "UINT32", 13: "UINT64", 16: "BFLOAT16"}
@@ -712,6 +715,22 @@ def _gather(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> l
     return [reshape(ctx, out, x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
 
 
+def _lookup(ctx: _Context, table: Value, ids: Var, attrs: dict[str, Any]) -> Var:
+    """Rows of ``table`` picked by run-time integer ids (an embedding): ``one_hot(ids) @ table``,
+    so the table's gradient is the scatter-add of the upstream rows. Ids outside ``[0, n)``
+    (negative ones included) read zero rows."""
+    data = ctx.var(table)
+    if _axis("Gather", attrs.get("axis", 0), data.ndim) != 0:
+        raise Unsupported("run-time indices are supported on axis 0 only (embedding lookups)")
+    n = data.shape[0]
+    rest = data.shape[1:]
+    width = int(np.prod(rest, dtype=np.int64))
+    rows = int(np.prod(ids.shape, dtype=np.int64))
+    one_hot = reshape(ctx, ctx.ops.one_hot(ids, num_classes=n), (rows, n))
+    picked = ctx.ops.matmul(one_hot, reshape(ctx, data, (n, width)))
+    return reshape(ctx, picked, ids.shape + rest)
+
+
 @handles("Split")
 def _split(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
     x = ctx.var(xs[0])
@@ -860,11 +879,13 @@ def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
     for inp in inputs:
         t = inp.type.tensor_type
         elem = t.elem_type
-        if elem not in _FLOAT_ELEM:
+        if elem not in _FLOAT_ELEM and elem not in _INDEX_ELEM:
             problems.append((inp.name, "graph input", f"element type "
-                             f"{_ELEM_NAMES.get(elem, elem)} (only FLOAT or DOUBLE inputs)"))
+                             f"{_ELEM_NAMES.get(elem, elem)} (only FLOAT, DOUBLE, or INT32/INT64 "
+                             "indices)"))
             continue
-        dtypes.add(_FLOAT_ELEM[elem])
+        if elem in _FLOAT_ELEM:
+            dtypes.add(_FLOAT_ELEM[elem])
         if inp.name in given_map:
             shapes_out.append(tuple(int(d) for d in given_map[inp.name]))
             continue
@@ -893,6 +914,9 @@ class _Translator:
         self.ctx = ctx
         self.problems: list[tuple[str, str, str]] = []
         self.functions = {(f.domain, f.name): f for f in model.functions}
+        # ONNX value names holding integers computed at run time (index inputs and their
+        # reshapes): only Gather (as indices), Cast and reshapes may read them.
+        self.int_names: set[str] = set()
         meta = {p.key: p.value for p in model.metadata_props}
         self.calls = codec.loads(meta[codec.METADATA_KEY]) if codec.METADATA_KEY in meta else {}
 
@@ -937,6 +961,8 @@ class _Translator:
             start, end = int(attrs.get("start", 0)), attrs.get("end")
             return [_Static(np.array(shape[start:None if end is None else int(end)],
                                      dtype=np.int64))]
+        if any(i in self.int_names for i in node.input if i):
+            return self.index_node(node, ins, attrs)
         statics = [v for v in ins if v is not None]
         if op in _STATIC and all(isinstance(v, _Static) and v.param is None for v in statics):
             args = [v.array if v is not None else None for v in ins]
@@ -954,6 +980,24 @@ class _Translator:
             if isinstance(o, Var) and o.dtype != self.ctx.dtype:
                 raise Unsupported(f"result dtype {o.dtype}")
         return outs
+
+    def index_node(self, node: Any, ins: list[Any], attrs: dict[str, Any]) -> list[Any]:
+        """A node reading run-time integers: an embedding lookup, a cast or a reshape."""
+        op = node.op_type
+        positions = [k for k, i in enumerate(node.input) if i in self.int_names]
+        if op == "Gather" and positions == [1]:
+            return [_lookup(self.ctx, ins[0], ins[1], attrs)]
+        if op == "Cast" and int(attrs["to"]) in _INDEX_ELEM:
+            self.int_names.update(o for o in node.output if o)
+            return [ins[0]]
+        if op == "Cast":
+            return _cast(self.ctx, ins, attrs, node)
+        if op in ("Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten") and positions == [0]:
+            self.int_names.update(o for o in node.output if o)
+            return HANDLERS[op](self.ctx, ins, attrs, node)
+        raise Unsupported(f"reads the run-time integer tensor {node.input[positions[0]]!r}; "
+                          "integer inputs may only be Gather indices (embedding lookups), cast "
+                          "or reshaped")
 
     def function(self, node: Any, ins: list[Any], name: str) -> list[Any]:
         """A model-local function: torchlean's own primitive calls are recorded as that
@@ -981,6 +1025,8 @@ class OnnxModel(Compiled):
     """An ONNX model as a compiled torchlean graph.
 
     ``input_names`` / ``output_names`` are the ONNX ones, ``input_shapes`` the inputs' shapes;
+    ``index_inputs`` the positions of INT32/INT64 inputs (token ids: float leaves of the graph
+    without gradients, read only by embedding lookups, casts and reshapes);
     ``parameters`` maps each float
     initialiser used as a tensor to its ``Param`` (``requires_grad=False`` for batch-norm running
     statistics), in the order ``vjp`` / ``backward`` return their gradients (after the inputs).
@@ -1002,6 +1048,8 @@ class OnnxModel(Compiled):
         self.output_names = [o.name for o in graph.output]
         self.opset = opset
         holder: dict[str, Any] = {}
+        index = {i.name for i in inputs if i.type.tensor_type.elem_type in _INDEX_ELEM}
+        self.index_inputs = [k for k, name in enumerate(self.input_names) if name in index]
 
         def build(*leaves: Var) -> Any:
             onnx = require_onnx()
@@ -1014,6 +1062,7 @@ class OnnxModel(Compiled):
                 is_float = array.dtype.kind == "f"
                 env[name] = _Static(array, param=name if is_float else None)
             translator = _Translator(model, label, ctx)
+            translator.int_names.update(index)
             translator.run_nodes(graph.node, env)
             for out in self.output_names:
                 if out not in env:
@@ -1031,7 +1080,8 @@ class OnnxModel(Compiled):
 
         if not shapes:
             raise OnnxError(f"onnx load: {label}: the model has no tensor inputs")
-        super().__init__(build, shapes, dtype)
+        wrt = [k for k in range(len(shapes)) if k not in self.index_inputs]
+        super().__init__(build, shapes, dtype, wrt=wrt)
         self.parameters: dict[str, Param] = {p.name: p for p in self.graph.params}
 
     @property
