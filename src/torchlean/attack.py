@@ -82,11 +82,17 @@ def _project(x: Array, lo: Array, hi: Array) -> Array:
 
 
 def _ball(x: Array, eps: float, clip: tuple[Any, Any] | None) -> tuple[Array, Array]:
-    lo, hi = x - eps, x + eps
+    """The ball's ends in x's dtype, rounded inward: every point the attack tries lies in the
+    float64 ball that ``torchlean.bounds.box`` certifies."""
+    c = x.astype(np.float64)
+    lo, hi = c - eps, c + eps
     if clip is not None:
         lo = lo if clip[0] is None else np.maximum(lo, clip[0])
         hi = hi if clip[1] is None else np.minimum(hi, clip[1])
-    return lo.astype(x.dtype), hi.astype(x.dtype)
+    lo_t, hi_t = lo.astype(x.dtype), hi.astype(x.dtype)
+    lo_t = np.where(lo_t < lo, np.nextafter(lo_t, np.asarray(np.inf, x.dtype)), lo_t)
+    hi_t = np.where(hi_t > hi, np.nextafter(hi_t, np.asarray(-np.inf, x.dtype)), hi_t)
+    return np.minimum(lo_t, x), np.maximum(hi_t, x)
 
 
 def _gradient(compiled: Any, x: Array, y: Array, loss: str) -> tuple[Array, Array]:

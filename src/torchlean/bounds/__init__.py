@@ -45,6 +45,7 @@ import numpy as np
 
 from . import ibp
 from .engine import BoundsError, Propagation, UnsupportedOpError
+from .rounding import down, up
 
 Array = Any
 METHODS = ("ibp", "crown", "alpha-crown")
@@ -75,7 +76,7 @@ def box(center: Array, eps: float, lo: float | None = 0.0, hi: float | None = 1.
         raise BoundsError(f"box: eps must be a finite number >= 0, found {eps!r}")
     if not np.all(np.isfinite(c)):
         raise BoundsError("box: the centre has non-finite entries")
-    lower, upper = c - eps, c + eps
+    lower, upper = down(c - eps), up(c + eps)  # the float64 ball, never a hair smaller
     if lo is not None:
         if np.any(c < lo):
             raise BoundsError(f"box: centre entries below the valid range's low end {lo}")
@@ -175,7 +176,8 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
         if method == "alpha-crown":
             from .alpha import optimise
 
-            alpha_lo, info = optimise(prop, out_id, spec, steps=alpha_steps, lr=alpha_lr)
+            alpha_lo, info = optimise(prop, out_id, spec, spec_bounds[0], steps=alpha_steps,
+                                      lr=alpha_lr)
             spec_bounds = (np.maximum(spec_bounds[0], alpha_lo), spec_bounds[1])
     nodes = [(iv.lo, iv.hi) if iv is not None else (None, None) for iv in prop.ivals]
     out = prop.ivals[out_id]

@@ -102,8 +102,10 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
                     else:
                         c = prop.ivals[p]
                         assert c is not None
-                        lo = np.broadcast_to(sign * (c.lo if sign > 0 else c.hi), node.shape)
-                        hi = np.broadcast_to(sign * (c.hi if sign > 0 else c.lo), node.shape)
+                        lo = np.broadcast_to(sign * (c.lo if sign > 0 else c.hi),
+                                             prop.bshape(node))
+                        hi = np.broadcast_to(sign * (c.hi if sign > 0 else c.lo),
+                                             prop.bshape(node))
                         add(_concretize(v, lo, hi))
                 continue
             elif handled and name == "mul":
@@ -111,7 +113,7 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
                 var, const = (a, b2) if prop.variable[a] else (b2, a)
                 c = prop.point(const)
                 if c is not None and nodes[var].shape == node.shape and not prop.variable[const]:
-                    give(var, v * _with_k(np.broadcast_to(c, node.shape)))
+                    give(var, v * _with_k(np.broadcast_to(c, prop.bshape(node))))
                     continue
             elif handled and name == "scale":
                 give(node.parents[0], v * float(node.attrs["c"]))
@@ -152,9 +154,9 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
                     coef = v * dom + F.relu(v) * (1.0 - dom)
                     add(_sum_rest(-F.relu(-v) * (1.0 - dom) * _with_k(top)))
                     bk, kk = v.shape[:2]
-                    c, ho, wo = node.shape[1:]
-                    up7 = F.reshape(coef, shape=(bk, kk, c, ho, 1, wo, 1))
-                    up7 = F.broadcast_to(up7, shape=(bk, kk, c, ho, k[0], wo, k[1]))
+                    ch, ho, wo = node.shape[1:]
+                    up7 = F.reshape(coef, shape=(bk, kk, ch, ho, 1, wo, 1))
+                    up7 = F.broadcast_to(up7, shape=(bk, kk, ch, ho, k[0], wo, k[1]))
                     up5 = F.reshape(up7, shape=(bk, kk) + x_shape[1:])
                     give(px, up5 * _with_k(onehot))
                     continue
@@ -165,9 +167,25 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
     return bound
 
 
-def optimise(prop: Propagation, out_id: int, spec: Array, *, steps: int, lr: float
-             ) -> tuple[Array, dict[str, Any]]:
-    """Optimised lower bounds of the specification rows (rigorous), and a summary."""
+def optimise(prop: Propagation, out_id: int, spec: Array, start: Array, *, steps: int,
+             lr: float) -> tuple[Array, dict[str, Any]]:
+    """Optimised lower bounds of the specification rows (rigorous), and a summary.
+
+    ``start`` holds the rows' CROWN bounds: examples whose rows are all positive already are
+    left alone (their slopes cannot change the verdict), the rest are optimised as one batch.
+    """
+    rows = np.flatnonzero(np.min(start, axis=1) <= 0)
+    if rows.size == 0 or steps == 0:
+        return start, {"alpha_steps": 0, "alpha_examples": 0}
+    bound, info = _optimise(prop.subset(rows), out_id, spec[rows], steps=steps, lr=lr)
+    out = np.array(start, copy=True)
+    out[rows] = np.maximum(out[rows], bound)
+    info["alpha_examples"] = int(rows.size)
+    return out, info
+
+
+def _optimise(prop: Propagation, out_id: int, spec: Array, *, steps: int, lr: float
+              ) -> tuple[Array, dict[str, Any]]:
     relus = [i for i, n in enumerate(prop.nodes)
              if n.kind == "op" and n.op is not None and n.op.name == "relu" and prop.batched(i)
              and _unstable(prop, n.parents[0]).any()]

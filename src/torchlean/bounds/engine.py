@@ -31,6 +31,7 @@ example. A multiplier that does not depend on the example keeps a batch axis of 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ class Propagation:
         self.ivals: list[Interval | None] = [None] * len(graph.nodes)
         self.variable = [False] * len(graph.nodes)
         self.batch = int(np.shape(lower)[0]) if np.ndim(lower) else 1
+        self.graph_batch = self.batch  # the traced batch; ``subset`` narrows ``batch`` only
         self.data_ids = set(graph.inputs[:n_data])
         for i in self.data_ids:
             self.ivals[i] = Interval(np.asarray(lower, np.float64), np.asarray(upper, np.float64))
@@ -114,7 +116,23 @@ class Propagation:
     def batched(self, i: int) -> bool:
         """Whether node ``i`` varies with the input and has the batch as its first axis."""
         shape = self.nodes[i].shape
-        return self.variable[i] and len(shape) >= 1 and shape[0] == self.batch
+        return self.variable[i] and len(shape) >= 1 and shape[0] == self.graph_batch
+
+    def bshape(self, node: GraphNode) -> tuple[int, ...]:
+        """A batched node's shape with this propagation's batch size."""
+        return (self.batch,) + tuple(node.shape[1:])
+
+    def subset(self, rows: Array) -> Propagation:
+        """The same bounds restricted to the examples ``rows`` (for alpha-CROWN's optimiser)."""
+        sub = copy.copy(self)
+        sub.batch = len(rows)
+        sub._cache, sub.alpha = {}, {}
+        sub.ivals = list(self.ivals)
+        for i, iv in enumerate(self.ivals):
+            if iv is not None and self.batched(i):
+                eps = iv.eps[rows] if np.ndim(iv.eps) else iv.eps
+                sub.ivals[i] = Interval(iv.lo[rows], iv.hi[rows], eps)
+        return sub
 
     def targets(self) -> set[int]:
         """Nodes whose bounds a relaxation depends on (inputs of relaxed ops), beyond the first
@@ -161,6 +179,12 @@ class Propagation:
             if v is None:
                 continue
             node = self.nodes[i]
+            if isinstance(v, Scaled):
+                if _linear_scaled(self, i, v, nu, terms, slack):
+                    if self.kernel and np.any(self.ivals[i].eps):  # type: ignore[union-attr]
+                        slack.append(v.abs_dot(self.ivals[i].eps))  # type: ignore[union-attr]
+                    continue
+                v = v.dense()
             handler = _HANDLERS.get(node.op.name) if node.op is not None else None
             if self.linear_only and node.op is not None and node.op.name in RELAXED:
                 handler = None
@@ -206,6 +230,10 @@ class Propagation:
         if prev is None:
             nu[p] = contribution
             return
+        if isinstance(prev, Scaled):
+            prev = prev.dense()
+        if isinstance(contribution, Scaled):
+            contribution = contribution.dense()
         total = prev + contribution
         nu[p] = total
         slack.append(_dot_rest(np.abs(total), self.vmax(p), up_bound=True) * (2 * U64))
@@ -268,8 +296,8 @@ def _const_term(prop: Propagation, v: Array, p: int, node: GraphNode, sign: floa
     """Lower bound of ``sum(sign * v * c)`` for a constant operand ``p`` broadcast to ``node``."""
     box = prop.ivals[p]
     assert box is not None
-    lo = np.broadcast_to(box.lo, node.shape)
-    hi = np.broadcast_to(box.hi, node.shape)
+    lo = np.broadcast_to(box.lo, prop.bshape(node))
+    hi = np.broadcast_to(box.hi, prop.bshape(node))
     if sign < 0:
         lo, hi = -hi, -lo
     return prop._concretize(v, Interval(lo, hi))
@@ -408,9 +436,9 @@ def _mul(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[
     c = _matrix(prop, const)
     if prop.variable[const] or c is None or prop.nodes[var].shape != node.shape:
         return False
-    cb = _with_k(np.broadcast_to(c, node.shape))
-    slack.append(_dot_rest(np.abs(v), np.abs(np.broadcast_to(c, node.shape)) * prop.vmax(var),
-                           True) * (2 * U64))
+    cfull = np.broadcast_to(c, prop.bshape(node))
+    cb = _with_k(cfull)
+    slack.append(_dot_rest(np.abs(v), np.abs(cfull) * prop.vmax(var), True) * (2 * U64))
     prop.accumulate(nu, var, v * cb, slack)
     return True
 
@@ -434,8 +462,8 @@ def _add_scalar(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms
     node = prop.nodes[i]
     c64 = float(node.attrs["c"])
     c32 = float(np.float32(c64))
-    lo = np.full(node.shape, min(c64, c32))
-    hi = np.full(node.shape, max(c64, c32))
+    lo = np.full(prop.bshape(node), min(c64, c32))
+    hi = np.full(prop.bshape(node), max(c64, c32))
     terms.append(prop._concretize(v, Interval(lo, hi)))
     prop.accumulate(nu, node.parents[0], v, slack)
     return True
@@ -473,8 +501,13 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
         lower_k = np.where(unstable, np.clip(alpha, 0.0, 1.0), _with_k(lower))
     else:
         lower_k = _with_k(lower)
-    vx = np.where(v >= 0, lower_k, _with_k(upper))
-    np.multiply(vx, v, out=vx)
+    if alpha is None and v.shape[0] == 1 < prop.batch and px not in nu:
+        # Shared multipliers (an intermediate bound's identity rows): keep nu_x factored, so the
+        # next linear layer multiplies per example over its active neurons only.
+        vx: Any = Scaled(v, upper, lower - upper)
+    else:
+        vx = np.where(v >= 0, lower_k, _with_k(upper))
+        np.multiply(vx, v, out=vx)
     # sum of nu * s * l over nu < 0 (>= 0); it differs from the stored nu_x * l by one rounding
     # per entry, at most u64 |nu| (u - l): slack.
     t = _matvec(np.minimum(v, 0.0), _with_k(upper * l_unstable))
@@ -482,6 +515,62 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
     terms.append(down(-t * (1 + gamma(2 * n)) - ETA64 * n))
     slack.append(_dot_rest(np.abs(v), w_unstable, True) * (10 * U64))
     prop.accumulate(nu, px, vx, slack)
+    return True
+
+
+class Scaled:
+    """The multiplier ``v * neg + max(v, 0) * (pos - neg)`` (per example ``neg``, ``pos - neg``
+    of shape (B, *rest); ``v`` shared, (1, K, *rest)), kept factored. It is a definition, not a
+    computation: the value is exact, and what is computed from it is bounded where it is used.
+    """
+
+    def __init__(self, v: Array, neg: Array, diff: Array) -> None:
+        self.v, self.vp = v, np.maximum(v, 0.0)
+        self.neg, self.diff = neg, diff
+        self.shape = (neg.shape[0],) + v.shape[1:]
+
+    def dense(self) -> Array:
+        out = self.v * _with_k(self.neg)
+        out += self.vp * _with_k(self.diff)  # rounding: callers add the same slack as for vx
+        return out
+
+    def abs_dot(self, m: Array) -> Array:
+        """An upper bound of ``sum(|nu| * m)`` over the node axes (``m >= 0``, node-shaped)."""
+        m = np.broadcast_to(m, self.shape[:1] + self.shape[2:])
+        return up((_matvec(np.abs(self.v), _with_k(self.neg * m))
+                   + _matvec(self.vp, _with_k(np.abs(self.diff) * m))) * (1 + gamma(8)))
+
+
+def _linear_scaled(prop: Propagation, i: int, v: Scaled, nu: dict[int, Array],
+                   terms: list[Array], slack: list[Array]) -> bool:
+    """A linear layer under a factored multiplier: per example, only the rows of ``W`` whose
+    neurons are active (or unstable) take part in the product."""
+    node = prop.nodes[i]
+    if node.op is None or node.op.name != "linear":
+        return False
+    pw, pb, px = node.parents
+    w, b = _matrix(prop, pw), _matrix(prop, pb)
+    if w is None or b is None or not prop.batched(px) or len(node.shape) != 2:
+        return False
+    out_f, in_f = w.shape
+    shared, pos = v.v[0], v.vp[0]
+    contribution = np.empty((prop.batch, shared.shape[0], in_f))
+    for e in range(prop.batch):
+        act = np.flatnonzero(v.neg[e])
+        acc = shared[:, act] @ (v.neg[e, act, None] * w[act])
+        unstable = np.flatnonzero(v.diff[e])
+        if unstable.size:
+            acc += pos[:, unstable] @ (v.diff[e, unstable, None] * w[unstable])
+        contribution[e] = acc
+    n = 2 * out_f + 8
+    centre = _matvec(v.v, _with_k(v.neg * b)) + _matvec(v.vp, _with_k(v.diff * b))
+    size = v.abs_dot(np.abs(b))
+    terms.append(down(centre - gamma(n) * size - n * ETA64))
+    key = ("absJ", i)
+    if key not in prop._cache:
+        prop._cache[key] = prop.vmax(px) @ np.abs(w).T
+    slack.append(v.abs_dot(prop._cache[key]) * gamma(n))
+    prop.accumulate(nu, px, contribution, slack)
     return True
 
 
