@@ -1,4 +1,4 @@
-"""``tl.nn``: PyTorch-style modules (layers with parameters, buffers and train/eval mode).
+"""``tl.nn`` modules: PyTorch-style layers with parameters, buffers and train/eval mode.
 
 A ``Module`` owns ``Param``s and sub-modules (registered by attribute assignment, in order) and
 array buffers (such as BatchNorm's running statistics). Its ``forward`` is written once with ``F``
@@ -17,11 +17,12 @@ every parameter draw takes the next counter, so a model's initial weights depend
 and the order in which its layers are built. Draws are made in float64 and rounded once to the
 layer's dtype.
 
-Intended differences from torch.nn: ``GELU`` is the tanh approximation (torch's
-``approximate="tanh"``); ``Embedding`` takes class indices as a float ref (what
-``Session.input`` makes of an integer array); ``MultiheadAttention`` has no biases and takes
-``(n, d)`` or batch-first ``(B, n, d)`` self-attention input, with boolean masks where ``True``
-means *allowed* (torch's boolean ``attn_mask`` marks the *forbidden* pairs).
+Intended differences from torch.nn: ``GELU()`` defaults to the tanh approximation (torch's
+``approximate="tanh"``; ``approximate="none"`` gives torch's exact default); ``Embedding`` takes
+class indices as a float ref (what ``Session.input`` makes of an integer array);
+``MultiheadAttention`` has no biases and takes ``(n, d)`` or batch-first ``(B, n, d)``
+self-attention input, with boolean masks where ``True`` means *allowed* (torch's boolean
+``attn_mask`` marks the *forbidden* pairs).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import functional as F
-from .backend import as_dtype, to_host
-from .errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
-from .functional import Ref
-from .ops.registry import REGISTRY
-from .params import Param
+from .. import functional as F
+from ..backend import as_dtype, to_host
+from ..errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..functional import Ref
+from ..ops.registry import REGISTRY
+from ..params import Param
 
 __all__ = [
     "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
@@ -775,17 +776,22 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """GELU, tanh approximation (torch's ``GELU(approximate="tanh")``): there is no erf op."""
+    """GELU; ``approximate="tanh"`` (the default here, kept so trained models do not change) or
+    ``"none"`` (exact, through the ``erf`` primitive: torch's default)."""
 
     def __init__(self, approximate: str = "tanh") -> None:
         super().__init__()
-        if approximate != "tanh":
-            raise TorchLeanError(f"GELU: only approximate='tanh' is available (no erf primitive), "
-                                 f"found {approximate!r}")
+        if approximate not in ("tanh", "none"):
+            raise TorchLeanError(f"GELU: approximate must be 'tanh' or 'none', found "
+                                 f"{approximate!r}")
         self.approximate = approximate
 
     def forward(self, x: Any) -> Any:
-        return F.gelu(x)
+        if self.approximate == "tanh":
+            return F.gelu(x)
+        from .functional import gelu  # the exact form is built in nn.functional
+
+        return gelu(x, approximate="none")
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"

@@ -1,0 +1,817 @@
+"""``torchlean.nn.functional``: PyTorch's functional signatures over torchlean's primitives.
+
+Every function here takes its arguments in ``torch.nn.functional``'s order and with its keyword
+names (``linear(input, weight, bias=None)``, ``conv2d(input, weight, bias, stride, padding)``,
+``cross_entropy(input, target, reduction=...)``) and is built only from primitives and derived
+ops of ``torchlean.functional`` (which keeps the seed's order, e.g. ``linear(w, b, x)``): no new
+kernels, so each derivative is whatever the primitives' rules compose to. Inputs may be refs of
+any owner (``Session`` refs, ``tl.Tensor``, graph variables) or plain arrays (then the value is
+computed directly, without autodiff).
+
+Arguments torch accepts but torchlean cannot honour (``dilation``, ``groups``, ``ceil_mode``,
+``inplace=True``, ...) are refused with an ``UnsupportedArgumentError`` naming the function and
+the argument, never silently ignored. Bad shapes raise ``ShapeError``, bad values
+``TorchLeanError`` subclasses, each naming the function.
+
+Known differences from torch: ``mse_loss``/``l1_loss`` require equal shapes (torch broadcasts
+with a warning); integer class targets given as refs whose values are unknown while tracing a
+graph cannot be range-checked and then give no ``ignore_index``/``weight`` support; dropout on
+plain arrays needs ``training=False`` (the random mask comes from a session's seeded stream).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import functional as F
+from ..backend import to_host
+from ..errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..functional import Ref
+
+__all__ = [
+    "UnsupportedArgumentError",
+    "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv2d",
+    "conv_transpose2d", "cross_entropy", "dropout", "embedding", "gelu", "l1_loss",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss", "nll_loss",
+    "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+class UnsupportedArgumentError(TorchLeanError):
+    """A ``torch.nn.functional`` argument value that torchlean does not implement."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks
+
+
+def _tensor(fn: str, name: str, x: Any) -> Any:
+    """``x`` as a ref (unchanged) or a numeric NumPy array; anything else is refused."""
+    if isinstance(x, Ref):
+        return x
+    if x is None or isinstance(x, str | bytes | dict | set):
+        raise ShapeError(f"{fn}: {name} must be a tensor (a ref or a numeric array), found "
+                         f"{type(x).__name__}")
+    try:
+        arr = np.asarray(to_host(x))
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"{fn}: {name} must be a rectangular numeric array, found "
+                         f"{type(x).__name__} ({exc})") from None
+    if arr.dtype.kind not in "fiub":
+        raise ShapeError(f"{fn}: {name} must be numeric, found dtype {arr.dtype}")
+    return arr
+
+
+def _float_tensor(fn: str, name: str, x: Any) -> Any:
+    """A tensor argument that carries values (integer data becomes float64, as torch refuses
+    integer inputs to these ops but NumPy users often pass them)."""
+    x = _tensor(fn, name, x)
+    if not isinstance(x, Ref) and x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    return x
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Ref) else tuple(np.shape(x))
+
+
+def _dtype(x: Any) -> np.dtype:
+    return np.dtype(x.dtype)
+
+
+def _const(like: Any, array: Any) -> np.ndarray:
+    """A constant array in ``like``'s dtype (F turns it into a const leaf of the owner)."""
+    return np.asarray(array, dtype=_dtype(like))
+
+
+def _reduction(fn: str, reduction: Any) -> str:
+    if reduction not in _REDUCTIONS:
+        raise TorchLeanError(f"{fn}: reduction must be one of {_REDUCTIONS}, found {reduction!r}")
+    return str(reduction)
+
+
+def _no_legacy(fn: str, size_average: Any, reduce: Any) -> None:
+    if size_average is not None or reduce is not None:
+        raise UnsupportedArgumentError(f"{fn}: size_average and reduce are deprecated in torch "
+                                       "and not supported; use reduction='mean'|'sum'|'none'")
+
+
+def _int(fn: str, name: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TorchLeanError(f"{fn}: {name} must be an int, found {value!r}")
+    if minimum is not None and value < minimum:
+        raise TorchLeanError(f"{fn}: {name} must be >= {minimum}, found {value}")
+    return int(value)
+
+
+def _pair(fn: str, name: str, value: Any, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints (torch's ``_pair``), each >= minimum."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        pair: tuple[Any, ...] = (value, value)
+    elif isinstance(value, tuple | list):
+        pair = tuple(value)
+    else:
+        pair = ()
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
+                             for v in pair):
+        raise TorchLeanError(f"{fn}: {name} must be an int or a pair of ints, found {value!r}")
+    if min(pair) < minimum:
+        raise TorchLeanError(f"{fn}: {name} must be >= {minimum}, found {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _require(fn: str, name: str, value: Any, allowed: Any) -> None:
+    """Refuse a torch argument whose only supported value is ``allowed``."""
+    ok = value == allowed if not isinstance(allowed, tuple) else value in allowed
+    if isinstance(value, tuple | list) and not isinstance(allowed, tuple):
+        ok = all(v == allowed for v in value)
+    if not ok:
+        raise UnsupportedArgumentError(f"{fn}: {name}={value!r} is not supported (only "
+                                       f"{allowed!r})")
+
+
+def _dim(fn: str, dim: Any, ndim: int) -> int:
+    if dim is None:
+        raise TorchLeanError(f"{fn}: give dim explicitly (torch's implicit dim choice is "
+                             "deprecated)")
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
+        raise TorchLeanError(f"{fn}: dim must be an int, found {dim!r}")
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise ShapeError(f"{fn}: dim {dim} out of range for a {ndim}-D input")
+    return int(dim) % max(ndim, 1)
+
+
+def _values(fn: str, name: str, x: Any) -> np.ndarray | None:
+    """The values of ``x`` when they are known (arrays, eager refs); None while tracing."""
+    if not isinstance(x, Ref):
+        return np.asarray(x)
+    try:
+        return np.asarray(to_host(x.owner.value(x)))
+    except TraceError:
+        return None
+    except (AttributeError, NotImplementedError):
+        return None
+
+
+def _move_last(x: Any, dim: int) -> tuple[Any, tuple[int, ...] | None]:
+    """``x`` with axis ``dim`` moved last, and the permutation that moves it back (or None)."""
+    n = len(_shape(x))
+    if dim == n - 1:
+        return x, None
+    perm = tuple(i for i in range(n) if i != dim) + (dim,)
+    back = tuple(int(i) for i in np.argsort(perm))
+    return F.apply("permute", x, perm=perm), back
+
+
+def _restore(x: Any, back: tuple[int, ...] | None) -> Any:
+    return x if back is None else F.apply("permute", x, perm=back)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear and convolution layers
+
+
+def linear(input: Any, weight: Any, bias: Any = None) -> Any:
+    """``input @ weight.T + bias`` for ``input (..., in)``, ``weight (out, in)``, ``bias (out,)``.
+    """
+    x = _float_tensor("linear", "input", input)
+    w = _float_tensor("linear", "weight", weight)
+    ws, xs = _shape(w), _shape(x)
+    if len(ws) != 2:
+        raise ShapeError(f"linear: weight must be 2-D (out_features, in_features), found {ws}; "
+                         "torch's order is linear(input, weight, bias)")
+    if not xs or xs[-1] != ws[1]:
+        raise ShapeError(f"linear: input's last axis must be in_features = {ws[1]} (weight "
+                         f"{ws}), found input {xs}; torch's order is linear(input, weight, bias)")
+    b = (_const(w, np.zeros(ws[0])) if bias is None
+         else _float_tensor("linear", "bias", bias))
+    if _shape(b) != (ws[0],):
+        raise ShapeError(f"linear: bias must have shape ({ws[0]},), found {_shape(b)}")
+    return F.apply("linear", w, b, x)
+
+
+def _conv_padding(fn: str, padding: Any, kernel: tuple[int, int], stride: tuple[int, int]
+                  ) -> tuple[int, int]:
+    if padding == "valid":
+        return (0, 0)
+    if padding == "same":
+        if stride != (1, 1) or kernel[0] % 2 == 0 or kernel[1] % 2 == 0:
+            raise UnsupportedArgumentError(f"{fn}: padding='same' needs stride 1 and odd kernel "
+                                           f"sizes here (symmetric padding), found kernel "
+                                           f"{kernel}, stride {stride}")
+        return (kernel[0] // 2, kernel[1] // 2)
+    return _pair(fn, "padding", padding, 0)
+
+
+def _conv_args(fn: str, input: Any, weight: Any, bias: Any, out_axis: int
+               ) -> tuple[Any, Any, Any]:
+    x = _float_tensor(fn, "input", input)
+    w = _float_tensor(fn, "weight", weight)
+    xs, ws = _shape(x), _shape(w)
+    if len(ws) != 4:
+        raise ShapeError(f"{fn}: weight must be 4-D, found {ws}; torch's order is "
+                         f"{fn}(input, weight, bias, ...)")
+    if len(xs) not in (3, 4):
+        raise ShapeError(f"{fn}: input must be (C, H, W) or (N, C, H, W), found {xs}; torch's "
+                         f"order is {fn}(input, weight, bias, ...)")
+    out_channels = ws[out_axis]
+    b = (_const(w, np.zeros(out_channels)) if bias is None
+         else _float_tensor(fn, "bias", bias))
+    if _shape(b) != (out_channels,):
+        raise ShapeError(f"{fn}: bias must have shape ({out_channels},), found {_shape(b)}")
+    return x, w, b
+
+
+def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Any:
+    """2-D cross-correlation: ``input (N, C_in, H, W)`` or ``(C_in, H, W)``, ``weight (C_out,
+    C_in, kH, kW)``; ``padding`` an int, a pair, ``'valid'`` or ``'same'`` (odd kernels,
+    stride 1). ``dilation`` and ``groups`` must be 1."""
+    _require("conv2d", "dilation", dilation, 1)
+    _require("conv2d", "groups", groups, 1)
+    x, w, b = _conv_args("conv2d", input, weight, bias, 0)
+    s = _pair("conv2d", "stride", stride, 1)
+    p = _conv_padding("conv2d", padding, _shape(w)[2:], s)  # type: ignore[arg-type]
+    return F.apply("conv2d", w, b, x, stride=s, padding=p)
+
+
+def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                     dilation: Any = 1) -> Any:
+    """2-D transposed convolution; ``weight (C_in, C_out, kH, kW)`` as in torch.
+    ``groups`` and ``dilation`` must be 1."""
+    _require("conv_transpose2d", "dilation", dilation, 1)
+    _require("conv_transpose2d", "groups", groups, 1)
+    x, w, b = _conv_args("conv_transpose2d", input, weight, bias, 1)
+    s = _pair("conv_transpose2d", "stride", stride, 1)
+    p = _pair("conv_transpose2d", "padding", padding, 0)
+    op = _pair("conv_transpose2d", "output_padding", output_padding, 0)
+    return F.apply("conv_transpose2d", w, b, x, stride=s, padding=p, output_padding=op)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+
+
+def _pool_args(fn: str, input: Any, kernel_size: Any, stride: Any, padding: Any
+               ) -> tuple[Any, tuple[int, int], tuple[int, int], tuple[int, int]]:
+    x = _float_tensor(fn, "input", input)
+    if len(_shape(x)) not in (3, 4):
+        raise ShapeError(f"{fn}: input must be (C, H, W) or (N, C, H, W), found {_shape(x)}")
+    k = _pair(fn, "kernel_size", kernel_size, 1)
+    s = k if stride is None or (isinstance(stride, tuple | list) and not stride) else _pair(
+        fn, "stride", stride, 1)
+    p = _pair(fn, "padding", padding, 0)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ShapeError(f"{fn}: padding {p} must be at most half the kernel size {k} (as torch)")
+    return x, k, s, p
+
+
+def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """2-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
+    _require("max_pool2d", "dilation", dilation, 1)
+    _require("max_pool2d", "ceil_mode", ceil_mode, False)
+    _require("max_pool2d", "return_indices", return_indices, False)
+    x, k, s, p = _pool_args("max_pool2d", input, kernel_size, stride, padding)
+    if p == (0, 0):
+        return F.apply("max_pool2d", x, kernel_size=k, stride=s)
+    return F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+
+
+def avg_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Any = None) -> Any:
+    """2-D average pooling; zero padding counts in the divisor (``count_include_pad=True``)."""
+    _require("avg_pool2d", "ceil_mode", ceil_mode, False)
+    _require("avg_pool2d", "count_include_pad", count_include_pad, True)
+    _require("avg_pool2d", "divisor_override", divisor_override, None)
+    x, k, s, p = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
+    if p == (0, 0):
+        return F.apply("avg_pool2d", x, kernel_size=k, stride=s)
+    return F.apply("avg_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+def _no_inplace(fn: str, inplace: Any) -> None:
+    if inplace:
+        raise UnsupportedArgumentError(f"{fn}: inplace=True is not supported (values are "
+                                       "immutable); use the returned tensor")
+
+
+def relu(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("relu", inplace)
+    return F.apply("relu", _float_tensor("relu", "input", input))
+
+
+def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Any:
+    """``relu(x) - negative_slope * relu(-x)``."""
+    _no_inplace("leaky_relu", inplace)
+    if not isinstance(negative_slope, int | float) or isinstance(negative_slope, bool):
+        raise TorchLeanError(f"leaky_relu: negative_slope must be a number, found "
+                             f"{negative_slope!r}")
+    x = _float_tensor("leaky_relu", "input", input)
+    negative = F.apply("relu", F.apply("scale", x, c=-1.0))
+    return F.apply("add", F.apply("relu", x), F.apply("scale", negative,
+                                                      c=-float(negative_slope)))
+
+
+def gelu(input: Any, approximate: str = "none") -> Any:
+    """GELU: exact ``0.5 x (1 + erf(x / sqrt 2))`` (torch's default), or ``approximate='tanh'``.
+    """
+    x = _float_tensor("gelu", "input", input)
+    if approximate == "tanh":
+        return F.gelu(x)
+    if approximate != "none":
+        raise TorchLeanError(f"gelu: approximate must be 'none' or 'tanh', found "
+                             f"{approximate!r}")
+    erf = F.apply("erf", F.apply("scale", x, c=1.0 / math.sqrt(2.0)))
+    return F.apply("scale", F.apply("mul", x, F.apply("add_scalar", erf, c=1.0)), c=0.5)
+
+
+def silu(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("silu", inplace)
+    return F.silu(_float_tensor("silu", "input", input))
+
+
+def tanh(input: Any) -> Any:
+    return F.apply("tanh", _float_tensor("tanh", "input", input))
+
+
+def sigmoid(input: Any) -> Any:
+    return F.apply("sigmoid", _float_tensor("sigmoid", "input", input))
+
+
+def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:
+    """``log(1 + exp(beta x)) / beta`` (the stable primitive; torch's linear region above
+    ``threshold`` differs from it by less than ``exp(-threshold)``)."""
+    if not isinstance(beta, int | float) or isinstance(beta, bool) or beta <= 0:
+        raise TorchLeanError(f"softplus: beta must be a positive number, found {beta!r}")
+    x = _float_tensor("softplus", "input", input)
+    if beta == 1:
+        return F.apply("softplus", x)
+    return F.apply("scale", F.apply("softplus", F.apply("scale", x, c=float(beta))),
+                   c=1.0 / float(beta))
+
+
+def _along(fn: str, prim: str, input: Any, dim: Any, dtype: Any) -> Any:
+    _require(fn, "dtype", dtype, None)
+    x = _float_tensor(fn, "input", input)
+    shape = _shape(x)
+    if not shape:
+        raise ShapeError(f"{fn}: input must have at least one axis, found a scalar")
+    moved, back = _move_last(x, _dim(fn, dim, len(shape)))
+    return _restore(F.apply(prim, moved), back)
+
+
+def softmax(input: Any, dim: Any = None, dtype: Any = None) -> Any:
+    """Softmax along ``dim`` (any axis: it is moved last, normalised, and moved back)."""
+    return _along("softmax", "softmax", input, dim, dtype)
+
+
+def log_softmax(input: Any, dim: Any = None, dtype: Any = None) -> Any:
+    """log(softmax) along ``dim`` in the stable max-shifted form."""
+    return _along("log_softmax", "log_softmax", input, dim, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation, dropout, embedding
+
+
+def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> Any:
+    """Normalise over the trailing ``normalized_shape`` axes (population variance), then
+    ``* weight + bias``; several trailing axes are flattened into one for the primitive."""
+    x = _float_tensor("layer_norm", "input", input)
+    norm = ((normalized_shape,) if isinstance(normalized_shape, int | np.integer)
+            else tuple(normalized_shape) if isinstance(normalized_shape, tuple | list) else None)
+    xs = _shape(x)
+    if not norm or any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in norm):
+        raise TorchLeanError(f"layer_norm: normalized_shape must be an int or a non-empty tuple "
+                             f"of ints, found {normalized_shape!r}")
+    norm = tuple(int(d) for d in norm)
+    if len(norm) > len(xs) or xs[len(xs) - len(norm):] != norm:
+        raise ShapeError(f"layer_norm: normalized_shape {norm} must be the trailing axes of the "
+                         f"input, found input {xs}")
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or eps <= 0:
+        raise TorchLeanError(f"layer_norm: eps must be a positive number, found {eps!r}")
+    d = int(np.prod(norm))
+    params = []
+    for name, value, default in (("weight", weight, 1.0), ("bias", bias, 0.0)):
+        if value is None:
+            params.append(_const(x, np.full(d, default)))
+            continue
+        v = _float_tensor("layer_norm", name, value)
+        if _shape(v) != norm:
+            raise ShapeError(f"layer_norm: {name} must have shape {norm}, found {_shape(v)}")
+        params.append(v if len(norm) == 1 else F.apply("reshape", v, shape=(d,)))
+    flat = x if len(norm) == 1 else F.apply("reshape", x, shape=xs[:len(xs) - len(norm)] + (d,))
+    out = F.apply("layer_norm", flat, params[0], params[1], eps=float(eps))
+    return out if len(norm) == 1 else F.apply("reshape", out, shape=xs)
+
+
+def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None,
+               bias: Any = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Any:
+    """Per-channel batch normalisation of ``(N, C)``, ``(N, C, L)`` or ``(N, C, H, W)``.
+
+    ``training=True`` normalises with the batch statistics (population variance) and, when
+    ``running_mean`` / ``running_var`` are NumPy arrays, updates them in place with
+    ``momentum`` (unbiased variance, as torch); that update needs the batch's values, so it is
+    refused while tracing. ``training=False`` uses the running statistics (arrays, required).
+    Refused: ``momentum=None`` (cumulative average), running statistics given as refs.
+    """
+    fn = "batch_norm"
+    x = _float_tensor(fn, "input", input)
+    xs = _shape(x)
+    if len(xs) not in (2, 3, 4):
+        raise ShapeError(f"{fn}: input must be (N, C), (N, C, L) or (N, C, H, W), found {xs}")
+    c = xs[1]
+    if momentum is None or not isinstance(momentum, int | float) or isinstance(momentum, bool):
+        raise UnsupportedArgumentError(f"{fn}: momentum must be a number (the cumulative "
+                                       f"average momentum=None is not supported), found "
+                                       f"{momentum!r}")
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or eps <= 0:
+        raise TorchLeanError(f"{fn}: eps must be a positive number, found {eps!r}")
+    stats: list[np.ndarray | None] = []
+    for name, value in (("running_mean", running_mean), ("running_var", running_var)):
+        if value is None:
+            stats.append(None)
+            continue
+        if isinstance(value, Ref):
+            raise UnsupportedArgumentError(f"{fn}: {name} must be a NumPy array (it is state, "
+                                           f"updated in place), found {type(value).__name__}")
+        if not isinstance(value, np.ndarray) or value.shape != (c,) or value.dtype.kind != "f":
+            raise ShapeError(f"{fn}: {name} must be a float NumPy array of shape ({c},), found "
+                             f"{getattr(value, 'dtype', type(value).__name__)} "
+                             f"{np.shape(value)}")
+        stats.append(value)
+    gamma, beta = [
+        _const(x, np.full(c, default)) if value is None else _float_tensor(fn, name, value)
+        for name, value, default in (("weight", weight, 1.0), ("bias", bias, 0.0))]
+    for name, v in (("weight", gamma), ("bias", beta)):
+        if _shape(v) != (c,):
+            raise ShapeError(f"{fn}: {name} must have shape ({c},), found {_shape(v)}")
+    per_channel = (c,) + (1,) * (len(xs) - 2)
+    if training:
+        if xs[0] * int(np.prod(xs[2:], dtype=np.int64)) < 2:
+            raise ShapeError(f"{fn}: training needs more than one value per channel, found "
+                             f"input shape {xs}")
+        update = stats[0] is not None or stats[1] is not None
+        batch = None
+        if update:
+            batch = _values(fn, "input", x)
+            if batch is None:
+                raise TraceError(f"{fn}: training=True with running statistics needs the "
+                                 "batch's values, which a traced graph does not have")
+        # The primitive takes (N, C, H, W): (N, C) and (N, C, L) gain unit spatial axes.
+        x4 = x if len(xs) == 4 else F.apply("reshape", x, shape=xs + (1,) * (4 - len(xs)))
+        out = F.apply("batch_norm", x4, gamma, beta, eps=float(eps))
+        out = out if len(xs) == 4 else F.apply("reshape", out, shape=xs)
+        if batch is not None:  # after the op succeeded: a failure leaves the statistics alone
+            axes = (0,) + tuple(range(2, len(xs)))
+            values = batch.astype(np.float64)
+            for array, new in ((stats[0], values.mean(axis=axes)),
+                               (stats[1], values.var(axis=axes, ddof=1))):
+                if array is not None:
+                    array[...] = (1 - momentum) * array + momentum * new
+        return out
+    mean, var = stats
+    if mean is None or var is None:
+        raise TorchLeanError(f"{fn}: training=False needs running_mean and running_var")
+    inv_std = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    centred = F.apply("sub", x, _const(x, mean.reshape(per_channel)))
+    normalised = F.apply("mul", centred, _const(x, inv_std.reshape(per_channel)))
+    scaled = F.apply("mul", normalised, F.apply("reshape", gamma, shape=per_channel))
+    return F.apply("add", scaled, F.apply("reshape", beta, shape=per_channel))
+
+
+def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+    """Inverted dropout with the owner's seeded mask when ``training``; identity otherwise."""
+    _no_inplace("dropout", inplace)
+    if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
+            or not 0 <= p < 1:
+        raise TorchLeanError(f"dropout: p must be a number in [0, 1), found {p!r} (p = 1 would "
+                             "zero everything)")
+    x = _float_tensor("dropout", "input", input)
+    if isinstance(x, Ref):
+        return x.owner.dropout(x, float(p), bool(training))
+    if training and p > 0:
+        raise TorchLeanError("dropout: training-mode dropout of a plain array needs a seeded "
+                             "random stream: pass a session ref or tl.Tensor, or training=False")
+    return x
+
+
+def _class_indices(fn: str, name: str, target: Any, num_classes: int | None
+                   ) -> np.ndarray | None:
+    """Integer class indices when their values are known (checked), else None."""
+    values = _values(fn, name, target)
+    if values is None:
+        return None
+    if values.dtype.kind == "f":
+        if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+            raise TorchLeanError(f"{fn}: {name} must hold integer class indices, found "
+                                 "non-integer values")
+    elif values.dtype.kind not in "iu":
+        raise TorchLeanError(f"{fn}: {name} must hold integer class indices, found dtype "
+                             f"{values.dtype}")
+    return values.astype(np.int64)
+
+
+def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Any:
+    """Rows of ``weight (num_embeddings, dim)`` picked by integer indices of any shape, as
+    ``one_hot(input) @ weight``; ``padding_idx``'s row takes no gradient."""
+    fn = "embedding"
+    _require(fn, "max_norm", max_norm, None)
+    _require(fn, "scale_grad_by_freq", scale_grad_by_freq, False)
+    _require(fn, "sparse", sparse, False)
+    w = _float_tensor(fn, "weight", weight)
+    ws = _shape(w)
+    if len(ws) != 2:
+        raise ShapeError(f"{fn}: weight must be 2-D (num_embeddings, dim), found {ws}; torch's "
+                         "order is embedding(input, weight)")
+    n = ws[0]
+    if padding_idx is not None:
+        padding_idx = _int(fn, "padding_idx", padding_idx)
+        if not -n <= padding_idx < n:
+            raise IndexRangeError(f"{fn}: padding_idx {padding_idx} out of range for {n} rows")
+        padding_idx %= n
+    ids = _tensor(fn, "input", input)
+    known = _class_indices(fn, "input", ids, n)
+    if known is not None:
+        if known.size and (known.min() < 0 or known.max() >= n):
+            raise IndexRangeError(f"{fn}: indices must lie in [0, {n}), found range "
+                                  f"[{known.min()}, {known.max()}]")
+        hot = np.eye(n, dtype=_dtype(w))[known]
+        onehot: Any = hot if not isinstance(ids, Ref) else _const(w, hot)
+    else:
+        onehot = F.apply("one_hot", ids, num_classes=n)
+    if padding_idx is None:
+        return F.matmul_any(onehot, w)
+    # The padding row is read through detach, so its gradient is zero (torch's padding_idx).
+    keep = np.ones((n, 1), dtype=_dtype(w))
+    keep[padding_idx] = 0.0
+    live = F.apply("mul", w, _const(w, keep))
+    frozen = F.apply("mul", F.apply("detach", w), _const(w, 1.0 - keep))
+    return F.matmul_any(onehot, F.apply("add", live, frozen))
+
+
+def one_hot(tensor: Any, num_classes: int = -1) -> Any:
+    """One-hot rows along a new last axis. Integer arrays give an int64 array (as torch); refs
+    give float refs (the ``one_hot`` primitive). ``num_classes=-1`` means max + 1 (needs the
+    values)."""
+    fn = "one_hot"
+    x = _tensor(fn, "tensor", tensor)
+    num_classes = _int(fn, "num_classes", num_classes, -1)
+    known = _class_indices(fn, "tensor", x, None)
+    if num_classes == -1:
+        if known is None:
+            raise TorchLeanError(f"{fn}: num_classes=-1 needs the values of the indices, which a "
+                                 "traced graph does not have; give num_classes")
+        num_classes = int(known.max()) + 1 if known.size else 0
+    if num_classes == 0:
+        raise TorchLeanError(f"{fn}: num_classes must be positive")
+    if known is not None and known.size and (known.min() < 0 or known.max() >= num_classes):
+        raise IndexRangeError(f"{fn}: class values must lie in [0, {num_classes}), found range "
+                              f"[{known.min()}, {known.max()}]")
+    if not isinstance(x, Ref):
+        return np.eye(num_classes, dtype=np.int64)[known]
+    return F.apply("one_hot", x, num_classes=num_classes)
+
+
+def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | None = None
+        ) -> Any:
+    """Constant padding: ``pad = (left_last, right_last, left_2nd_last, right_2nd_last, ...)``
+    as torch; non-negative amounts only (no cropping). Built from ``pad_range0`` on each padded
+    axis moved to the front."""
+    fn = "pad"
+    _require(fn, "mode", mode, "constant")
+    x = _float_tensor(fn, "input", input)
+    xs = _shape(x)
+    if not isinstance(pad, tuple | list) or len(pad) % 2 or len(pad) // 2 > len(xs) or any(
+            isinstance(v, bool) or not isinstance(v, int | np.integer) for v in pad):
+        raise TorchLeanError(f"{fn}: pad must be an even-length sequence of ints covering at "
+                             f"most {len(xs)} axes, found {pad!r}")
+    if any(v < 0 for v in pad):
+        raise UnsupportedArgumentError(f"{fn}: negative padding (cropping) is not supported, "
+                                       f"found {tuple(pad)}")
+    fill = 0.0 if value is None else value
+    if not isinstance(fill, int | float) or isinstance(fill, bool):
+        raise TorchLeanError(f"{fn}: value must be a number, found {value!r}")
+    out = x
+    shape = list(xs)
+    for k in range(len(pad) // 2):
+        before, after = int(pad[2 * k]), int(pad[2 * k + 1])
+        if before == after == 0:
+            continue
+        axis = len(xs) - 1 - k
+        perm = (axis,) + tuple(i for i in range(len(xs)) if i != axis)
+        back = tuple(int(i) for i in np.argsort(perm))
+        moved = out if axis == 0 else F.apply("permute", out, perm=perm)
+        moved = F.apply("pad_range0", moved, start=before, total=shape[axis] + before + after)
+        out = moved if axis == 0 else F.apply("permute", moved, perm=back)
+        shape[axis] += before + after
+    if fill != 0.0:
+        inside = np.zeros(shape)
+        window = []
+        for axis, n in enumerate(xs):
+            k = len(xs) - 1 - axis  # pad pairs count from the last axis
+            window.append(slice(pad[2 * k], pad[2 * k] + n) if k < len(pad) // 2 else slice(None))
+        inside[tuple(window)] = 1.0
+        out = F.apply("add", out, _const(x, (1.0 - inside) * fill))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+
+
+def _reduce(fn: str, per_item: Any, reduction: str, denominator: Any = None) -> Any:
+    """Apply ``reduction`` to per-item losses; 'mean' divides by ``denominator`` (default the
+    item count)."""
+    if reduction == "none":
+        return per_item
+    total = F.apply("sum", per_item)
+    if reduction == "sum":
+        return total
+    count = int(np.prod(_shape(per_item), dtype=np.int64)) if denominator is None else denominator
+    # torch gives nan for the mean over no items; so does 0/0 here.
+    return F.apply("scale", total, c=float("nan") if count == 0 else 1.0 / float(count))
+
+
+def _class_weights(fn: str, weight: Any, c: int) -> np.ndarray | None:
+    if weight is None:
+        return None
+    if isinstance(weight, Ref):
+        raise UnsupportedArgumentError(f"{fn}: weight must be a constant array of {c} class "
+                                       f"weights, found a {type(weight).__name__}")
+    w = np.asarray(to_host(weight), dtype=np.float64)
+    if w.shape != (c,):
+        raise ShapeError(f"{fn}: weight must have shape ({c},) (one per class), found {w.shape}")
+    return w
+
+
+def _weighted_nll(fn: str, log_probs: Any, target: Any, weight: Any, ignore_index: Any,
+                  reduction: str, label_smoothing: float) -> Any:
+    """The loss of log-probabilities with the class axis last, against ``target``.
+
+    Class-index targets with known values become one constant matrix ``Q`` (smoothing, class
+    weights and ignored items folded in), so the loss is ``-sum(Q * log_probs)`` per item.
+    """
+    shape = _shape(log_probs)
+    c = shape[-1]
+    lead = shape[:-1]
+    w = _class_weights(fn, weight, c)
+    ignore_index = _int(fn, "ignore_index", ignore_index)
+    target = _tensor(fn, "target", target)
+    t_shape = _shape(target)
+    probabilities = t_shape == shape and (isinstance(target, Ref) or target.dtype.kind == "f")
+    if probabilities:
+        if fn == "nll_loss":
+            raise ShapeError(f"{fn}: target must be class indices of shape {lead}, found "
+                             f"probabilities of shape {t_shape}")
+        q: Any = target
+        if label_smoothing:
+            q = F.apply("add_scalar", F.apply("scale", target, c=1.0 - label_smoothing),
+                        c=label_smoothing / c)
+        if w is not None:
+            q = F.apply("mul", q, _const(log_probs, w))
+        per_item = F.apply("scale", F.apply("reduce_sum", F.apply("mul", log_probs, q),
+                                            axis=-1), c=-1.0)
+        return _reduce(fn, per_item, reduction)
+    if t_shape != lead:
+        raise ShapeError(f"{fn}: target must be class indices of shape {lead} or (for "
+                         f"cross_entropy) probabilities of shape {shape}, found {t_shape}")
+    known = _class_indices(fn, "target", target, c)
+    if known is None:
+        # Values unknown (tracing): one_hot of the float indices; no weights or ignored items.
+        if w is not None:
+            raise UnsupportedArgumentError(f"{fn}: class weights need the target's values, "
+                                           "which a traced graph does not have")
+        q = F.apply("one_hot", target, num_classes=c)
+        if label_smoothing:
+            q = F.apply("add_scalar", F.apply("scale", q, c=1.0 - label_smoothing),
+                        c=label_smoothing / c)
+        per_item = F.apply("scale", F.apply("reduce_sum", F.apply("mul", log_probs, q),
+                                            axis=-1), c=-1.0)
+        return _reduce(fn, per_item, reduction)
+    ignored = known == ignore_index
+    bad = ~ignored & ((known < 0) | (known >= c))
+    if np.any(bad):
+        raise IndexRangeError(f"{fn}: target class indices must lie in [0, {c}) (or equal "
+                              f"ignore_index={ignore_index}), found {known[bad].flat[0]}")
+    safe = np.where(ignored, 0, known)
+    wc = np.ones(c) if w is None else w
+    item_weight = np.where(ignored, 0.0, wc[safe])
+    q_arr = (1.0 - label_smoothing) * np.eye(c)[safe] * item_weight[..., None]
+    if label_smoothing:
+        q_arr = q_arr + (label_smoothing / c) * wc * (~ignored)[..., None]
+    if not lead:  # a single unbatched sample
+        per_item = F.apply("scale", F.apply("sum", F.apply("mul", log_probs,
+                                                           _const(log_probs, q_arr))), c=-1.0)
+    else:
+        per_item = F.apply("scale", F.apply("reduce_sum", F.apply(
+            "mul", log_probs, _const(log_probs, q_arr)), axis=-1), c=-1.0)
+    return _reduce(fn, per_item, reduction, denominator=float(item_weight.sum()))
+
+
+def _classes_last(fn: str, input: Any) -> Any:
+    """torch puts classes on axis 1 of ``(N, C, d1, ...)`` (axis 0 of an unbatched ``(C,)``):
+    move them last for the last-axis primitives."""
+    x = _float_tensor(fn, "input", input)
+    xs = _shape(x)
+    if not xs:
+        raise ShapeError(f"{fn}: input must be (C,), (N, C) or (N, C, d1, ...), found a scalar")
+    if len(xs) <= 2:
+        return x
+    perm = (0,) + tuple(range(2, len(xs))) + (1,)
+    return F.apply("permute", x, perm=perm)
+
+
+def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
+                  ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Any:
+    """Softmax cross-entropy of logits ``(N, C)`` (classes on axis 1, as torch, also for
+    ``(N, C, d1, ...)``; ``(C,)`` unbatched) against integer class indices ``(N, d1, ...)`` or
+    class probabilities of the input's shape. ``weight``, ``ignore_index`` and
+    ``label_smoothing`` follow torch's formulas (a weighted mean divides by the summed weights of
+    the targets)."""
+    fn = "cross_entropy"
+    _no_legacy(fn, size_average, reduce)
+    reduction = _reduction(fn, reduction)
+    if not isinstance(label_smoothing, int | float) or isinstance(label_smoothing, bool) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise TorchLeanError(f"{fn}: label_smoothing must be in [0, 1], found "
+                             f"{label_smoothing!r}")
+    logits = _classes_last(fn, input)
+    target = _tensor(fn, "target", target)
+    if len(_shape(target)) == len(_shape(input)) and len(_shape(input)) > 2:
+        # probabilities (N, C, d1, ...): classes move last like the input's
+        target = F.apply("permute", target, perm=(0,) + tuple(range(2, len(_shape(target))))
+                         + (1,))
+    return _weighted_nll(fn, F.apply("log_softmax", logits), target, weight, ignore_index,
+                         reduction, float(label_smoothing))
+
+
+def nll_loss(input: Any, target: Any, weight: Any = None, size_average: Any = None,
+             ignore_index: int = -100, reduce: Any = None, reduction: str = "mean") -> Any:
+    """Negative log-likelihood of log-probabilities ``(N, C)`` (or ``(N, C, d1, ...)``, or
+    ``(C,)``) at integer class indices; ``weight`` and ``ignore_index`` as torch."""
+    fn = "nll_loss"
+    _no_legacy(fn, size_average, reduce)
+    reduction = _reduction(fn, reduction)
+    return _weighted_nll(fn, _classes_last(fn, input), target, weight, ignore_index, reduction,
+                         0.0)
+
+
+def _same_shape(fn: str, input: Any, target: Any) -> tuple[Any, Any]:
+    x = _float_tensor(fn, "input", input)
+    t = _float_tensor(fn, "target", target)
+    if _shape(x) != _shape(t):
+        raise ShapeError(f"{fn}: input and target must have the same shape (torch would "
+                         f"broadcast with a warning), found {_shape(x)} and {_shape(t)}")
+    return x, t
+
+
+def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean") -> Any:
+    """Squared error ``(input - target)^2``, reduced by ``reduction``."""
+    _no_legacy("mse_loss", size_average, reduce)
+    reduction = _reduction("mse_loss", reduction)
+    x, t = _same_shape("mse_loss", input, target)
+    return _reduce("mse_loss", F.apply("square", F.apply("sub", x, t)), reduction)
+
+
+def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+            reduction: str = "mean") -> Any:
+    """Absolute error ``|input - target|``, reduced by ``reduction`` (gradient sign(0) = 0)."""
+    _no_legacy("l1_loss", size_average, reduce)
+    reduction = _reduction("l1_loss", reduction)
+    x, t = _same_shape("l1_loss", input, target)
+    return _reduce("l1_loss", F.apply("abs", F.apply("sub", x, t)), reduction)
+
+
+def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None,
+                                     size_average: Any = None, reduce: Any = None,
+                                     reduction: str = "mean", pos_weight: Any = None) -> Any:
+    """``softplus(x) - target * x`` per entry (the stable form of BCE on sigmoid(x))."""
+    fn = "binary_cross_entropy_with_logits"
+    _no_legacy(fn, size_average, reduce)
+    _require(fn, "pos_weight", pos_weight, None)
+    reduction = _reduction(fn, reduction)
+    x, t = _same_shape(fn, input, target)
+    per_item = F.apply("sub", F.apply("softplus", x), F.apply("mul", t, x))
+    if weight is not None:
+        per_item = F.apply("mul", per_item, _float_tensor(fn, "weight", weight))
+    return _reduce(fn, per_item, reduction)

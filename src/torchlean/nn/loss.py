@@ -1,0 +1,155 @@
+"""``tl.nn`` loss and extra activation modules with torch's names and constructor arguments.
+
+Each is a thin ``Module`` over ``torchlean.nn.functional`` (PyTorch's argument order:
+``loss_fn(input, target)``), so it runs on whatever its input lives on: session refs,
+``tl.Tensor``, graph variables or plain arrays. Class weights are buffers, as in torch, so they
+appear in ``state_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import to_host
+from ..errors import TorchLeanError
+from . import functional as TF
+from .modules import Module
+
+__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Identity", "L1Loss", "LogSoftmax",
+           "MSELoss", "NLLLoss", "Softmax"]
+
+
+class _Loss(Module):
+    """Checks and stores ``reduction`` (torch's deprecated size_average/reduce are refused)."""
+
+    def __init__(self, name: str, size_average: Any, reduce: Any, reduction: str) -> None:
+        super().__init__()
+        TF._no_legacy(name, size_average, reduce)
+        self.reduction = TF._reduction(name, reduction)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, name: str, weight: Any, size_average: Any, reduce: Any,
+                 reduction: str) -> None:
+        super().__init__(name, size_average, reduce, reduction)
+        if weight is None:
+            self.weight = None
+        else:
+            w = np.asarray(to_host(weight))
+            if w.ndim != 1 or w.dtype.kind not in "fiu":
+                raise TorchLeanError(f"{name}: weight must be a 1-D array of class weights, "
+                                     f"found {w.dtype} {w.shape}")
+            self.register_buffer("weight", w.astype(np.float64))
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """``F.cross_entropy(input, target, ...)`` as a module (logits in, class indices or
+    probabilities as targets)."""
+
+    def __init__(self, weight: Any = None, size_average: Any = None, ignore_index: int = -100,
+                 reduce: Any = None, reduction: str = "mean",
+                 label_smoothing: float = 0.0) -> None:
+        super().__init__("CrossEntropyLoss", weight, size_average, reduce, reduction)
+        self.ignore_index = TF._int("CrossEntropyLoss", "ignore_index", ignore_index)
+        if not isinstance(label_smoothing, int | float) or isinstance(label_smoothing, bool) \
+                or not 0.0 <= label_smoothing <= 1.0:
+            raise TorchLeanError(f"CrossEntropyLoss: label_smoothing must be in [0, 1], found "
+                                 f"{label_smoothing!r}")
+        self.label_smoothing = float(label_smoothing)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                                reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+class NLLLoss(_WeightedLoss):
+    """``F.nll_loss(input, target, ...)`` as a module (log-probabilities in)."""
+
+    def __init__(self, weight: Any = None, size_average: Any = None, ignore_index: int = -100,
+                 reduce: Any = None, reduction: str = "mean") -> None:
+        super().__init__("NLLLoss", weight, size_average, reduce, reduction)
+        self.ignore_index = TF._int("NLLLoss", "ignore_index", ignore_index)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                           reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    """``F.mse_loss(input, target, reduction=...)`` as a module."""
+
+    def __init__(self, size_average: Any = None, reduce: Any = None,
+                 reduction: str = "mean") -> None:
+        super().__init__("MSELoss", size_average, reduce, reduction)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    """``F.l1_loss(input, target, reduction=...)`` as a module."""
+
+    def __init__(self, size_average: Any = None, reduce: Any = None,
+                 reduction: str = "mean") -> None:
+        super().__init__("L1Loss", size_average, reduce, reduction)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.l1_loss(input, target, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """``F.binary_cross_entropy_with_logits`` as a module (``pos_weight`` is not supported)."""
+
+    def __init__(self, weight: Any = None, size_average: Any = None, reduce: Any = None,
+                 reduction: str = "mean", pos_weight: Any = None) -> None:
+        super().__init__("BCEWithLogitsLoss", size_average, reduce, reduction)
+        TF._require("BCEWithLogitsLoss", "pos_weight", pos_weight, None)
+        self._weight = None if weight is None else np.asarray(to_host(weight), np.float64)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        weight = None if self._weight is None else self._weight.astype(input.dtype)
+        return TF.binary_cross_entropy_with_logits(input, target, weight=weight,
+                                                   reduction=self.reduction)
+
+
+class Softmax(Module):
+    """Softmax along ``dim`` (required here: torch's implicit choice is deprecated)."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Any) -> Any:
+        return TF.softmax(input, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    """log(softmax) along ``dim``."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Any) -> Any:
+        return TF.log_softmax(input, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Identity(Module):
+    """Returns its input; accepts and ignores any constructor arguments (as torch)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, input: Any) -> Any:
+        return input
