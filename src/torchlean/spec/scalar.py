@@ -51,6 +51,9 @@ def select(cond: Any, a: Any, b: Any) -> Any:
     decided = is_true(cond)
     if decided is not None:
         return a if decided else b
+    # Compare ``lhs - rhs`` with 0: sympy 1.14 can recurse without end on ``a >= b`` when both
+    # sides are linear in one symbol with high-precision Float coefficients.
+    cond = type(cond)(cond.lhs - cond.rhs, 0)
     return _sympy().Piecewise((a, cond), (b, True))
 
 
