@@ -128,12 +128,20 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         backend: str = "eager", seed: int = 0, shuffle: bool = True, progress: bool = True,
         metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
         on_epoch: Callable[[EpochMetrics], None] | None = None,
-        should_stop: Callable[[], bool] | None = None) -> list[EpochMetrics]:
+        should_stop: Callable[[], bool] | None = None, distributed: Any = False,
+        check_every: int = 0) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
     integer labels arrive as float class indices, which it accepts). Epoch k shuffles with seed
     ``seed + k``, so a run is reproducible.
+
+    ``distributed=True`` (or a ``torchlean.distributed.Communicator``) trains data-parallel over
+    MPI, run under ``mpiexec``: every rank calls ``fit`` with the same arguments, takes its shard
+    of each global batch of ``batch_size`` examples, and the averaged gradients make the result
+    equal to one process training on the whole batch (``loss_fn`` must be a mean over the
+    batch). Only rank 0 shows a progress bar; every rank returns the same history.
+    ``check_every=N`` compares a hash of the parameters across ranks every N steps.
     """
     if not isinstance(epochs, int) or epochs < 1:
         raise TorchLeanError(f"fit: epochs must be a positive int, found {epochs!r}")
@@ -142,6 +150,49 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
     params = list(model.parameters())
     dtype = params[0].dtype if params else np.dtype(np.float32)
     stepper = _Stepper(model, loss_fn, backend, dtype)
+    if distributed is not False and distributed is not None:
+        from .distributed import DataParallel, communicator
+
+        dp = DataParallel(params, optimizer, communicator(distributed), check_every=check_every)
+        try:
+            dp.start({"epochs": epochs, "batch_size": batch_size, "backend": backend,
+                      "seed": seed, "shuffle": shuffle, "dtype": str(dtype),
+                      "train_examples": len(train_data),
+                      "train_crc": _data_crc(train_data),
+                      "test_examples": None if test_data is None else len(test_data)})
+            return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size,
+                               test_data, backend, seed, shuffle,
+                               progress and dp.comm.is_main, metrics, on_epoch, should_stop,
+                               stepper, dtype, dp)
+        except BaseException as exc:
+            dp.fail(exc)  # aborts every rank unless all of them raise this together
+            raise
+    return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size, test_data,
+                       backend, seed, shuffle, progress, metrics, on_epoch, should_stop,
+                       stepper, dtype, None)
+
+
+def _data_crc(data: Dataset) -> int:
+    from .distributed import data_crc
+
+    return data_crc(data.inputs, data.targets)
+
+
+def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
+                train_data: Dataset, epochs: int, batch_size: int, test_data: Dataset | None,
+                backend: str, seed: int, shuffle: bool, progress: bool,
+                metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
+                on_epoch: Callable[[EpochMetrics], None] | None,
+                should_stop: Callable[[], bool] | None, stepper: _Stepper, dtype: Any,
+                dp: Any) -> list[EpochMetrics]:
+    """The epoch loop of ``fit``; ``dp`` (a ``DataParallel``) or ``None`` for one process."""
+
+    def stop_requested() -> bool:
+        if should_stop is None:
+            return False
+        # Every rank must leave the loop at the same batch, or the others wait forever.
+        return dp.any_rank(should_stop()) if dp is not None else should_stop()
+
     history: list[EpochMetrics] = []
     for epoch in range(1, epochs + 1):
         model.train()
@@ -152,13 +203,16 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
                             f"epoch {epoch}/{epochs}", progress)
         for x, y in batches:
             optimizer.zero_grad()
-            loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
+            if dp is None:
+                loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
+            else:
+                loss = dp.loss_and_grads(stepper, x, y)  # casts only its own shard
             optimizer.step()
             total += loss * len(x)
             seen += len(x)
             if hasattr(batches, "set_postfix"):
                 batches.set_postfix(loss=f"{loss:.4f}")
-            if should_stop is not None and should_stop():
+            if stop_requested():
                 break
         seconds = time.perf_counter() - start
         record = EpochMetrics(epoch, total / max(seen, 1), seconds=seconds,
@@ -172,7 +226,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         history.append(record)
         if on_epoch is not None:
             on_epoch(record)
-        if should_stop is not None and should_stop():
+        if stop_requested():
             break
     return history
 
