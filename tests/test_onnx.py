@@ -297,6 +297,19 @@ def test_as_module_runs_on_sessions_and_passes_verify_check_model() -> None:
         np.testing.assert_allclose(session.grad(grads, session.use(p)), g, rtol=1e-5, atol=1e-6)
     report = verify.check_model(module, F.cross_entropy, x, labels, quick=True)
     assert report.ok, str(report)
+    # Another batch size: the file is loaded again for that shape (nothing in it is batch-bound).
+    x3 = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(module(x3), net(torch.from_numpy(x3)).detach().numpy(), **TOL)
+
+
+def test_exported_reshapes_keep_the_batch_axis_free() -> None:
+    """torchlean's CNN export writes its flatten with a copied batch axis, so the loaded module
+    runs other batch sizes too (same values as the module itself)."""
+    config, shape = DEFAULT_CONFIGS["cnn"]
+    cnn = models.build(config).eval()
+    module = tlo.load(tlo.export(cnn, None, [shape]).SerializeToString()).as_module()
+    x = np.random.default_rng(16).standard_normal((5,) + shape[1:]).astype(np.float32)
+    np.testing.assert_array_equal(module(x), tl.compile(cnn, x.shape)(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,3 +504,7 @@ def test_cli_export_then_eval_onnx_matches_eval_checkpoint(
     assert cli.main(["verify", "--onnx", out, "--dataset", "iris", "--quick"]) == 0
     report = capsys.readouterr().out
     assert "model report: ONNX model" in report and " 0 failed" in report
+    assert cli.main(["certify", "--onnx", out, "--dataset", "iris", "--eps", "0.01",
+                     "--method", "ibp,crown", "--limit", "6", "--pgd-steps", "3"]) == 0
+    certified = capsys.readouterr().out
+    assert "certify ONNX model" in certified and "crown" in certified

@@ -229,6 +229,12 @@ def run_cli(args: Any) -> int:
     """``torchlean certify`` (the parser lives in ``torchlean.cli``)."""
     from .. import cli, datasets, models
 
+    if getattr(args, "onnx", None):
+        from ..onnx.cli import run_certify
+
+        return run_certify(args)
+    if not args.checkpoint:
+        raise BoundsError("certify: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
     eps_list = parse_eps(args.eps)
     methods = parse_methods(args.method)
     for path, what in ((args.plot, "--plot"), (args.json, "--json")):
@@ -284,8 +290,11 @@ def add_parser(sub: Any, positive_int: Any, non_negative_int: Any) -> None:
         description="Bound every margin logit_true - logit_other over the L-infinity ball of "
                     "each test example (clipped to the valid input range) and report clean, "
                     "certified (per method) and PGD accuracy with the time per example.")
-    p.add_argument("--checkpoint", metavar="PATH", required=True,
+    p.add_argument("--checkpoint", metavar="PATH", default=None,
                    help="a checkpoint written by 'torchlean train --save' (mlp or cnn)")
+    p.add_argument("--onnx", metavar="PATH", default=None,
+                   help="certify an ONNX classifier instead (with --dataset; the onnx extra)")
+    p.add_argument("--dataset", default=None, help="the dataset of an --onnx model")
     p.add_argument("--eps", default="0.01,0.02,0.05",
                    help="comma-separated L-infinity radii (default 0.01,0.02,0.05)")
     p.add_argument("--method", default=",".join(METHODS),

@@ -150,6 +150,15 @@ def _linear(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
     return e.reshape(e.node("Gemm", [flat, w, b], transB=1), out)
 
 
+def _reshape(e: _Emit, x: str, shape: Shape, out: Shape) -> str:
+    """Reshape to ``out``; a kept leading (batch) axis is written as 0, ONNX's "copy this axis",
+    so the node also serves other batch sizes (as PyTorch's flatten exports do)."""
+    target = list(out)
+    if len(shape) > 1 and len(target) > 1 and target[0] == shape[0] > 0:
+        target[0] = 0
+    return e.node("Reshape", [x, e.ints(target)])
+
+
 def _scalar_op(op: str) -> Emitter:
     return lambda e, ins, shapes, out, attrs: e.node(op, [ins[0], e.const(float(attrs["c"]))])
 
@@ -299,8 +308,8 @@ DIRECT: dict[str, Emitter] = {
     "scale": _scalar_op("Mul"), "add_scalar": _scalar_op("Add"),
     "softmax": lambda e, ins, shapes, out, attrs: e.node("Softmax", ins, axis=-1),
     "log_softmax": lambda e, ins, shapes, out, attrs: e.node("LogSoftmax", ins, axis=-1),
-    "reshape": lambda e, ins, shapes, out, attrs: e.reshape(ins[0], out),
-    "flatten": lambda e, ins, shapes, out, attrs: e.reshape(ins[0], out),
+    "reshape": lambda e, ins, shapes, out, attrs: _reshape(e, ins[0], shapes[0], out),
+    "flatten": lambda e, ins, shapes, out, attrs: _reshape(e, ins[0], shapes[0], out),
     "broadcast_to": lambda e, ins, shapes, out, attrs: e.node("Expand", [ins[0], e.ints(out)]),
     "concat_dim0": lambda e, ins, shapes, out, attrs: e.node("Concat", ins, axis=0),
     "concat_vectors": lambda e, ins, shapes, out, attrs: e.node("Concat", ins, axis=0),

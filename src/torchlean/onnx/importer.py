@@ -1047,6 +1047,7 @@ class OnnxModel(Compiled):
         self.input_shapes: list[tuple[int, ...]] = list(shapes)
         self.output_names = [o.name for o in graph.output]
         self.opset = opset
+        self.proto = model
         holder: dict[str, Any] = {}
         index = {i.name for i in inputs if i.type.tensor_type.elem_type in _INDEX_ELEM}
         self.index_inputs = [k for k, name in enumerate(self.input_names) if name in index]
@@ -1097,7 +1098,7 @@ class OnnxModel(Compiled):
     def as_module(self) -> OnnxModule:
         """This model as an ``nn.Module`` sharing its ``Param``s, for APIs that take modules
         (``fit``, ``verify.check_model``, sessions): calling it replays the graph's primitives on
-        the caller's refs. Inputs must have the shapes the model was loaded with."""
+        the caller's refs (other batch sizes load the file again for their shapes)."""
         return OnnxModule(self)
 
     def __repr__(self) -> str:
@@ -1106,44 +1107,73 @@ class OnnxModel(Compiled):
                 f"parameters={len(self.graph.params)})")
 
 
+def _plan_of(model: OnnxModel) -> dict[str, Any]:
+    """The loaded graph as plain data: steps (kind, primitive name, parents, attributes),
+    constants, input/output ids and the parameter names in input order."""
+    graph = model.graph
+    steps = [(node.kind, node.op.name if node.op is not None else "", node.parents,
+              dict(node.attrs)) for node in graph.nodes]
+    return {"steps": steps, "consts": dict(graph.consts), "inputs": list(graph.inputs),
+            "outputs": list(graph.outputs), "n": len(graph.inputs) - len(graph.params),
+            "params": [p.name for p in graph.params]}
+
+
 class OnnxModule(Module):
     """An ``OnnxModel``'s graph as a module (see ``OnnxModel.as_module``); its parameters are
     named as the ONNX initialisers.
 
     It holds the graph as plain data (primitive names, parents, attributes, constants), so a deep
     copy (``verify``'s float64 twin) copies arrays, never primitives; constants follow the dtype
-    of the refs it is called on, and parameters are read from ``_parameters`` on every call, so
-    replacing one (as that twin does) takes effect.
+    of the refs it is called on, and parameters are looked up by name in ``_parameters`` on every
+    call, so replacing one (as that twin does) takes effect. Called with input shapes other than
+    the loaded ones (another batch size), it loads the ONNX file again for those shapes (once per
+    shape), which works when the file does not bake the old shapes into its constants.
     """
 
     def __init__(self, model: OnnxModel) -> None:
         super().__init__()
-        graph = model.graph
-        steps = [(node.kind, node.op.name if node.op is not None else "", node.parents,
-                  dict(node.attrs)) for node in graph.nodes]
-        n = len(graph.inputs) - len(graph.params)
-        plan = {"steps": steps, "consts": dict(graph.consts), "inputs": list(graph.inputs),
-                "outputs": list(graph.outputs), "n": n, "names": list(model.input_names)}
-        object.__setattr__(self, "_plan", plan)
-        for p in graph.params:
+        object.__setattr__(self, "_names", list(model.input_names))
+        object.__setattr__(self, "_proto", model.proto.SerializeToString())
+        object.__setattr__(self, "_plans", {tuple(model.input_shapes): _plan_of(model)})
+        for p in model.graph.params:
             self._parameters[p.name] = p
+
+    def _plan(self, shapes: tuple[tuple[int, ...], ...]) -> dict[str, Any]:
+        plans = self.__dict__["_plans"]
+        plan = plans.get(shapes)
+        if plan is None:
+            names = self.__dict__["_names"]
+            try:
+                variant = load(self.__dict__["_proto"], dict(zip(names, shapes, strict=True)))
+            except TorchLeanError as exc:
+                loaded = next(iter(plans))
+                raise ShapeError(f"onnx module: inputs of shapes {list(shapes)} do not fit this "
+                                 f"model (loaded for {list(loaded)}): {exc}") from None
+            plan = plans[shapes] = _plan_of(variant)
+            missing = set(plan["params"]) - set(self._parameters)
+            if missing:
+                raise ShapeError(f"onnx module: the model for inputs {list(shapes)} uses "
+                                 f"initialisers {sorted(missing)} the loaded one does not")
+        return plan
 
     def forward(self, *xs: Any) -> Any:
         from .. import functional as F
 
-        plan = self.__dict__["_plan"]
+        names = self.__dict__["_names"]
+        if len(xs) != len(names):
+            raise ShapeError(f"onnx module: takes {len(names)} inputs {names}, found {len(xs)}")
+        plan = self._plan(tuple(tuple(int(d) for d in np.shape(x)) if not hasattr(x, "shape")
+                                else tuple(x.shape) for x in xs))
         n = plan["n"]
-        if len(xs) != n:
-            raise ShapeError(f"onnx module: takes {n} inputs {plan['names']}, found {len(xs)}")
         owner = F.owner_of(xs)
-        dtype = next((x.dtype for x in xs if hasattr(x, "dtype")), None)
-        params = list(self._parameters.values())
+        dtype = next((x.dtype for x in xs if hasattr(x, "dtype") and
+                      np.dtype(x.dtype).kind == "f"), None)
         values: list[Any] = [None] * len(plan["steps"])
         for k, i in enumerate(plan["inputs"]):
             if k < n:
                 values[i] = xs[k]
             else:
-                param = params[k - n]
+                param = self._parameters[plan["params"][k - n]]
                 values[i] = param.data if owner is None else owner.use(param)
         for i, (kind, name, parents, attrs) in enumerate(plan["steps"]):
             if kind == "const":
