@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a safetensors checkpoint (weights, optimiser state, config)")
     train.add_argument("--plot", metavar="PATH", help="write a PNG of loss and accuracy curves")
     train.add_argument("--json", metavar="PATH", help="write the metrics history as JSON")
+    train.add_argument("--distributed", action="store_true",
+                       help="data-parallel over MPI: launch with 'mpiexec -n N torchlean train "
+                            "--distributed' (pip install 'torchlean[distributed]')")
+    train.add_argument("--check-every", type=_non_negative_int, default=0, metavar="N",
+                       help="with --distributed: compare a hash of the parameters across ranks "
+                            "every N steps (0: never)")
 
     ev = sub.add_parser("eval", help="evaluate a saved checkpoint",
                         description="Rebuild the model saved by 'torchlean train --save' and "
@@ -328,6 +334,15 @@ def _load_data(model: str, dataset: str, seed: int) -> datasets.DatasetBundle:
 
 
 def _train(args: argparse.Namespace) -> int:
+    if getattr(args, "distributed", False):
+        from .distributed import cli_ranks
+
+        with cli_ranks(args):  # rank 0 prints and writes; one rank's error ends them all
+            return _train_on_this_rank(args)
+    return _train_on_this_rank(args)
+
+
+def _train_on_this_rank(args: argparse.Namespace) -> int:
     model_name = args.model
     dataset_name = args.dataset or models.DEFAULT_DATASET[model_name]
     models.check_compatible(model_name, dataset_name)
@@ -367,7 +382,9 @@ def _train(args: argparse.Namespace) -> int:
     with _StopFlag() as stop:
         history = fit(model, F.cross_entropy, optimizer, data.train, epochs, batch_size,
                       test_data=data.test, backend=args.backend, seed=args.seed, progress=True,
-                      metrics=datasets.score, on_epoch=report, should_stop=stop)
+                      metrics=datasets.score, on_epoch=report, should_stop=stop,
+                      distributed=getattr(args, "distributed", False),
+                      check_every=getattr(args, "check_every", 0))
     seconds = time.perf_counter() - start
     interrupted = stop.requested
     last = history[-1]

@@ -38,6 +38,8 @@ with the same bits (checked by the hash).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -45,14 +47,14 @@ import sys
 import time
 import traceback
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
 from .errors import TorchLeanError
 
-__all__ = ["Communicator", "DataParallel", "DistributedError", "MPICommunicator",
+__all__ = ["Communicator", "DataParallel", "DistributedError", "MPICommunicator", "cli_ranks",
            "communicator", "shard_slice"]
 
 _INSTALL_HINT = "mpi4py is not installed (pip install 'torchlean[distributed]')"
@@ -443,3 +445,33 @@ def abort_with(comm: Communicator, exc: BaseException) -> NoReturn:
     print(f"torchlean: rank {comm.rank} of {comm.world_size} failed: {type(exc).__name__}: "
           f"{message}; aborting all ranks", file=sys.stderr, flush=True)
     comm.abort(1)
+
+
+@contextlib.contextmanager
+def cli_ranks(args: argparse.Namespace) -> Iterator[Communicator]:
+    """``torchlean train --distributed``: every rank trains, rank 0 alone prints and writes.
+
+    On the other ranks stdout goes to /dev/null and ``--save``, ``--plot`` and ``--json`` are
+    dropped. An error on one rank aborts every rank (its message on stderr); an error every rank
+    raises together (a start-up mismatch) is reported once, by rank 0.
+    """
+    comm = communicator(True)
+    if not comm.is_main:
+        for name in ("save", "plot", "json"):
+            setattr(args, name, None)
+    with contextlib.ExitStack() as stack:
+        if not comm.is_main:
+            devnull = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+            stack.enter_context(contextlib.redirect_stdout(devnull))
+        print(f"distributed: {comm.world_size} MPI rank(s), each global batch split across "
+              "them", flush=True)
+        try:
+            yield comm
+        except BaseException as exc:
+            if comm.world_size == 1 or isinstance(exc, SystemExit):
+                raise
+            if getattr(exc, "collective", False):
+                if comm.is_main:
+                    raise
+                raise SystemExit(2) from None
+            abort_with(comm, exc)
