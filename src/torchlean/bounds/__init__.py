@@ -131,11 +131,13 @@ def _graph_and_consts(compiled: Any) -> tuple[Any, dict[int, Array], int]:
 
 def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "crown",
                    spec: Array | None = None, kernel: bool = True, alpha_steps: int = 20,
-                   alpha_lr: float = 0.5) -> Bounds:
+                   alpha_lr: float = 0.5, output_crown: bool = True) -> Bounds:
     """Bounds of every node of ``compiled`` for data inputs in ``[lower, upper]``.
 
     ``spec`` (``(B, K, *out_shape[1:])``): also bound ``sum(spec[b, k] * out[b])``, lower and
     upper. ``kernel``: enclose the float32 kernels' results too, not only the exact real ones.
+    ``output_crown=False`` leaves the output node with interval bounds (certification needs only
+    the specification's, which CROWN bounds directly).
     """
     if method not in METHODS:
         raise BoundsError(f"bounds: unknown method {method!r}; expected one of {METHODS}")
@@ -167,7 +169,7 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
         prop.interval(i)
         if i in targets:
             _tighten(prop, i, *prop.crown_node(i))
-    if crown and prop.batched(out_id):
+    if crown and output_crown and prop.batched(out_id):
         _tighten(prop, out_id, *prop.crown_node(out_id))
     info: dict[str, Any] = {}
     spec_bounds = None

@@ -149,21 +149,32 @@ class Propagation:
         return out
 
     def crown_node(self, i: int) -> tuple[Array, Array]:
-        """CROWN lower and upper bounds of node ``i`` (batched), chunked over its neurons."""
+        """CROWN lower and upper bounds of node ``i`` (batched), chunked over its neurons.
+
+        When every consumer is a relu, neurons whose interval is stable (one sign) in every
+        example keep it: the relu relaxation of a stable neuron is exact whatever its bounds.
+        """
+        box = self.ivals[i]
+        assert box is not None
         shape = self.nodes[i].shape
         rest = shape[1:]
         n = int(np.prod(rest))
-        lo = np.empty((self.batch, n))
-        hi = np.empty((self.batch, n))
+        lo = np.array(box.lo, dtype=np.float64).reshape(self.batch, n)
+        hi = np.array(box.hi, dtype=np.float64).reshape(self.batch, n)
+        consumers = [nd.op.name for nd in self.nodes if nd.op is not None and i in nd.parents]
+        if consumers and all(c == "relu" for c in consumers):
+            wanted = np.flatnonzero(((lo < 0) & (hi > 0)).any(axis=0))
+        else:
+            wanted = np.arange(n)
         width = max(1, CHUNK_ENTRIES // max(1, self.batch * self._widest()))
-        eye = np.eye(n)
-        for start in range(0, n, width):
-            stop = min(n, start + width)
-            rows = eye[start:stop].reshape((1, stop - start) + rest)
-            nu0 = np.concatenate([rows, -rows], axis=1)
-            bound = self.lower(i, nu0)
-            lo[:, start:stop] = bound[:, : stop - start]
-            hi[:, start:stop] = -bound[:, stop - start:]
+        for start in range(0, len(wanted), width):
+            which = wanted[start:start + width]
+            rows = np.zeros((len(which), n))
+            rows[np.arange(len(which)), which] = 1.0
+            rows = rows.reshape((1, len(which)) + rest)
+            bound = self.lower(i, np.concatenate([rows, -rows], axis=1))
+            lo[:, which] = bound[:, : len(which)]
+            hi[:, which] = -bound[:, len(which):]
         return lo.reshape(shape), hi.reshape(shape)
 
     def _widest(self) -> int:
