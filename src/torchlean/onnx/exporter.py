@@ -62,6 +62,13 @@ class _Emit:
     def reshape(self, x: str, shape: Sequence[int]) -> str:
         return self.node("Reshape", [x, self.ints(shape)])
 
+    def reduce(self, op: str, x: str, axes: Sequence[int], keepdims: int) -> str:
+        """A Reduce* node over ``axes``: an input from opset 18 on (13 for ReduceSum), an
+        attribute before."""
+        if op == "ReduceSum" or self.writer.opset >= 18:
+            return self.node(op, [x, self.ints(axes)], keepdims=keepdims)
+        return self.node(op, [x], axes=list(axes), keepdims=keepdims)
+
 
 Emitter = Callable[[_Emit, list[str], list[Shape], Shape, dict[str, Any]], str]
 
@@ -168,9 +175,7 @@ def _reduce_axis(op: str) -> Emitter:
              attrs: dict[str, Any]) -> str:
         axis = int(attrs["axis"])
         axis = axis + len(shapes[0]) if axis < 0 else axis
-        if op == "ReduceSum":
-            return e.node(op, [ins[0], e.ints([axis])], keepdims=0)
-        return e.node(op, ins, axes=[axis], keepdims=0)
+        return e.reduce(op, ins[0], [axis], 0)
 
     return emit
 
@@ -180,11 +185,11 @@ def _masked_softmax_body(e: _Emit, x: str, mask: Any) -> str:
         return e.node("Softmax", [x], axis=-1)
     allowed = e.const(np.asarray(mask, dtype=bool), np.bool_)
     masked = e.node("Where", [allowed, x, e.const(-np.inf)])
-    m = e.node("ReduceMax", [masked], axes=[-1], keepdims=1)
+    m = e.reduce("ReduceMax", masked, [-1], 1)
     # A fully masked row has max -inf: shift by 0 instead; its weights are all 0 anyway.
     m = e.node("Where", [e.node("IsInf", [m]), e.const(0.0), m])
     ex = e.node("Exp", [e.node("Sub", [masked, m])])
-    s = e.node("ReduceSum", [ex, e.ints([-1])], keepdims=1)
+    s = e.reduce("ReduceSum", ex, [-1], 1)
     safe = e.node("Where", [e.node("Greater", [s, e.const(0.0)]), s, e.const(1.0)])
     return e.node("Div", [ex, safe])
 
@@ -234,13 +239,13 @@ def _sum_to(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
                                 if d == 1 and x_shape[lead + i] != 1]
     if not axes:
         return e.reshape(ins[0], out)
-    return e.reshape(e.node("ReduceSum", [ins[0], e.ints(axes)], keepdims=1), out)
+    return e.reshape(e.reduce("ReduceSum", ins[0], axes, 1), out)
 
 
 def _standardize_body(e: _Emit, x: str, axes: list[int], eps: float) -> str:
-    mean = e.node("ReduceMean", [x], axes=axes, keepdims=1)
+    mean = e.reduce("ReduceMean", x, axes, 1)
     centred = e.node("Sub", [x, mean])
-    var = e.node("ReduceMean", [e.node("Mul", [centred, centred])], axes=axes, keepdims=1)
+    var = e.reduce("ReduceMean", e.node("Mul", [centred, centred]), axes, 1)
     std = e.node("Sqrt", [e.node("Add", [var, e.const(eps)])])
     return e.node("Div", [centred, std])
 
