@@ -382,6 +382,28 @@ def test_export_of_a_function_with_two_outputs_and_a_loaded_model(tmp_path: Path
         np.testing.assert_array_equal(o, r)
 
 
+def test_masks_and_losses_export_with_their_tie_rules() -> None:
+    """Piecewise-constant primitives keep torchlean's conventions in ONNX (ties, open
+    intervals, out-of-range gathers refused), and come back as the same primitives."""
+
+    def fn(a: Any, b: Any) -> Any:
+        return (F.mse_loss(a, b) + F.sum(F.positive_mask(a))
+                + F.sum(F.interval_mask(a, lo=-0.5, hi=0.5)) + F.sum(F.max_weight(a, b))
+                + F.sum(F.zeros_like(a)) + F.gather_scalar_nat(F.flatten(a), i=2))
+
+    # Entries exactly at 0, at the interval's ends and at ties between a and b.
+    a = np.array([[0.0, 1.0, -0.5], [0.3, 2.0, 0.5]], np.float32)
+    b = np.array([[0.0, 0.5, -0.7], [1.0, 2.0, 0.0]], np.float32)
+    compiled = tl.compile(fn, (2, 3), (2, 3))
+    proto = tlo.export(compiled)
+    session = ort.InferenceSession(proto.SerializeToString())
+    (runtime,) = session.run(None, {"input_0": a, "input_1": b})
+    np.testing.assert_allclose(runtime, compiled(a, b), **TOL)
+    np.testing.assert_array_equal(tlo.load(proto)(a, b), compiled(a, b))
+    with pytest.raises(UnsupportedOnnxError, match="indices outside"):
+        tlo.export(lambda x: F.gather_vec_nat(x, idx=[0, 5]), None, [(3,)])
+
+
 # ---------------------------------------------------------------------------------------------
 # Unsupported and malformed input
 
@@ -466,11 +488,11 @@ def test_malformed_truncated_and_missing_files_are_clear_errors(tmp_path: Path) 
 def test_export_lists_every_inexpressible_primitive() -> None:
     def fn(x: Any) -> Any:
         cols = F.pool_unfold(x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))
-        return F.sum(cols) + F.sum(F.positive_mask(x))
+        return F.sum(cols) + F.sum(F.sqrt_deriv(x))
 
     with pytest.raises(UnsupportedOnnxError) as info:
         tlo.export(fn, None, [(1, 1, 4, 4)])
-    assert sorted(op for _, op, _ in info.value.problems) == ["pool_unfold", "positive_mask"]
+    assert sorted(op for _, op, _ in info.value.problems) == ["pool_unfold", "sqrt_deriv"]
     assert "no ONNX form" in str(info.value)
     with pytest.raises(OnnxError, match="example_shapes"):
         tlo.export(fn)

@@ -296,6 +296,32 @@ def _pad_range0(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
     return e.node("Pad", [ins[0], e.ints([start] + [0] * (rank - 1) + [after] + [0] * (rank - 1))])
 
 
+def _cast(e: _Emit, x: str) -> str:
+    return e.node("Cast", [x], to=_ELEM[e.dtype])
+
+
+def _zeros_like(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+                attrs: dict[str, Any]) -> str:
+    onnx = require_onnx()
+    zero = onnx.numpy_helper.from_array(np.zeros(1, dtype=e.dtype))
+    return e.node("ConstantOfShape", [e.ints(out)], value=zero)
+
+
+def _mse_loss(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+              attrs: dict[str, Any]) -> str:
+    d = e.node("Sub", ins)
+    total = e.node("ReduceSum", [e.node("Mul", [d, d])], keepdims=0)
+    return e.node("Div", [total, e.const(float(np.prod(shapes[0], dtype=np.int64)))])
+
+
+def _max_weight(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+                attrs: dict[str, Any]) -> str:
+    # 1 where a > b, 0.5 at ties, 0 below: (greater + (1 - less)) / 2.
+    greater = _cast(e, e.node("Greater", ins))
+    not_less = e.node("Sub", [e.const(1.0), _cast(e, e.node("Less", ins))])
+    return e.node("Mul", [e.node("Add", [greater, not_less]), e.const(0.5)])
+
+
 class _Inexpressible(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -357,6 +383,15 @@ COMPOSED: dict[str, Emitter] = {
     "gather_rows_nat": _gather("rows"), "gather_vec_nat": _gather("vec"),
     "gather_row": _gather("row"), "gather_scalar": _gather("scalar"),
     "pad_range0": _pad_range0,
+    "zeros_like": _zeros_like,
+    "mse_loss": _mse_loss,
+    "positive_mask": lambda e, ins, shapes, out, attrs: _cast(
+        e, e.node("Greater", [ins[0], e.const(0.0)])),
+    "interval_mask": lambda e, ins, shapes, out, attrs: _cast(e, e.node("And", [
+        e.node("Greater", [ins[0], e.const(float(attrs["lo"]))]),
+        e.node("Less", [ins[0], e.const(float(attrs["hi"]))])])),
+    "max_weight": _max_weight,
+    "gather_scalar_nat": _gather("scalar"),
 }
 
 EXPORTED_PRIMITIVES: tuple[str, ...] = tuple(sorted(set(DIRECT) | set(COMPOSED)))
