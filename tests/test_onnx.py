@@ -469,6 +469,25 @@ def test_dynamic_input_shape_needs_a_concrete_shape() -> None:
     np.testing.assert_array_equal(model(x), np.maximum(x, 0))
 
 
+def test_double_models_load_as_float64_graphs_and_round_trip() -> None:
+    rng = np.random.default_rng(17)
+    w, b = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1),
+             helper.make_node("Tanh", ["h"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 4])],
+                  [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 3])],
+                  [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    model = tlo.load(data)
+    x = rng.standard_normal((2, 4))
+    assert model.dtype == np.float64 and model(x).dtype == np.float64
+    np.testing.assert_allclose(model(x), np.tanh(x @ w.T + b), rtol=1e-13)
+    again = tlo.export(model)
+    assert again.graph.input[0].type.tensor_type.elem_type == TensorProto.DOUBLE
+    np.testing.assert_array_equal(tlo.load(again)(x), model(x))
+    (runtime,) = ort.InferenceSession(again.SerializeToString()).run(None, {"input": x})
+    np.testing.assert_allclose(runtime, model(x), rtol=1e-12)
+
+
 def test_malformed_truncated_and_missing_files_are_clear_errors(tmp_path: Path) -> None:
     data = torch_export(TorchMLP().eval(), (2, 6))
     for bad in (data[: len(data) // 2], b"\x08\x07garbage\xff\xff not protobuf"):
