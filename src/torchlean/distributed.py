@@ -436,15 +436,15 @@ class DataParallel:
         abort_with(self.comm, exc)
 
 
-def abort_with(comm: Communicator, exc: BaseException) -> NoReturn:
+def abort_with(comm: Communicator, exc: BaseException, code: int = 1) -> NoReturn:
     """Print ``exc`` (with its traceback when ``TORCHLEAN_DEBUG`` is set) naming this rank, then
-    abort every rank."""
+    abort every rank with exit status ``code``."""
     if os.environ.get("TORCHLEAN_DEBUG"):
         traceback.print_exception(exc, file=sys.stderr)
     message = str(exc) or type(exc).__name__
     print(f"torchlean: rank {comm.rank} of {comm.world_size} failed: {type(exc).__name__}: "
           f"{message}; aborting all ranks", file=sys.stderr, flush=True)
-    comm.abort(1)
+    comm.abort(code)
 
 
 @contextlib.contextmanager
@@ -474,4 +474,5 @@ def cli_ranks(args: argparse.Namespace) -> Iterator[Communicator]:
                 if comm.is_main:
                     raise
                 raise SystemExit(2) from None
-            abort_with(comm, exc)
+            # Exit status 2 for a reported error, as the single-process command uses.
+            abort_with(comm, exc, 2 if isinstance(exc, TorchLeanError) else 1)
