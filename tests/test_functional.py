@@ -95,8 +95,11 @@ def test_indexing_and_matmul_shapes() -> None:
     assert (b @ w).shape == (2, 3, 5)
     with pytest.raises(tl.ShapeError, match=r"inner dimensions differ: \(2, 3, 4\) @ \(5, 5\)"):
         b @ s.input(np.ones((5, 5)))
-    with pytest.raises(tl.ShapeError, match="only exponents"):
-        m ** 3
+    # Integer exponents are repeated products (square-and-multiply); others are refused.
+    np.testing.assert_allclose(s.value(m ** 3), np.arange(12.0).reshape(3, 4) ** 3)
+    np.testing.assert_allclose(s.value(m ** -2)[1:], np.arange(4.0, 12.0).reshape(2, 4) ** -2.0)
+    with pytest.raises(tl.ShapeError, match="only integer exponents and 0.5"):
+        m ** 1.5
 
 
 def test_plain_arrays_are_computed_directly() -> None:

@@ -21,11 +21,37 @@ from .errors import (
     UnsupportedJvpError,
 )
 from .graph import Graph, GraphError
-from .nn import manual_seed
 from .optim import OptimizerError
 from .params import Param
 from .session import NatRef, Options, ParamList, ScalarTrainer, Session, TensorRef
 from .tape import Node, Tape
+from .tensor import (
+    Generator,
+    Tensor,
+    arange,
+    as_tensor,
+    autograd,
+    bool_,
+    cat,
+    default_generator,
+    enable_grad,
+    float32,
+    float64,
+    from_numpy,
+    full,
+    int64,
+    is_grad_enabled,
+    manual_seed,
+    no_grad,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    stack,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 
 __all__ = [
@@ -36,5 +62,9 @@ __all__ = [
     "optim", "train", "nn", "manual_seed", "save", "load", "read_metadata",
     "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
+    "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
+    "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "no_grad",
+    "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32", "float64", "int64",
+    "bool_",
 ]
 __version__ = "0.1.0"

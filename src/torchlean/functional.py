@@ -6,12 +6,16 @@ the one owner of its refs (``owner_of``: the single ownership check) and asks it
 backend, or a graph builder. With plain arrays and no ref at all, ``F.relu(array)`` simply computes
 the value, with inputs converted and checked as the tape checks them (no autodiff).
 
-There is one function here per registered primitive, generated from the registry, plus derived
-ops built only from primitives (silu, gelu, global_avg_pool2d, cross_entropy, nll, mean, ...): they
+There is one function here per registered primitive that takes inputs, generated from the
+registry (nullary primitives such as ``rand_uniform`` need an owner to draw from: use
+``Session.rand_uniform``), plus derived ops built only from primitives (silu, gelu,
+global_avg_pool2d, cross_entropy, nll, mean, the torch-style ``cat``, ``sum_dims``, ...): they
 have no rules of their own, so their derivatives are whatever the primitives' rules compose to.
 
-``Ref`` is the base of every traced value; it gives both kinds of ref the Python operators
-``+ - * / @``, unary ``-``, ``**2``, ``.T`` and simple indexing.
+``Ref`` is the base of every recorded value (session refs, graph variables, ``tl.Tensor``); it
+gives them the Python operators ``+ - * / @ **``, NumPy/PyTorch indexing, and torch-style
+methods (``sum(dim=, keepdim=)``, ``reshape(-1)``, ``permute``, ``softmax(dim)``, ...), all
+compositions of primitives, so the same code runs eager, traced or define-by-run.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .backend import operand_arrays
 from .errors import ShapeError, TraceError
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
+from .ops.take import normalize_index
 from .shape import as_shape
 
 
@@ -157,19 +162,7 @@ class Ref:
         return self
 
     def __pow__(self, exponent: Any) -> Ref:
-        if not _is_scalar(exponent):
-            raise ShapeError(f"pow: the exponent must be a number (2, 1, 0.5 or -1), found "
-                             f"{type(exponent).__name__}")
-        if exponent == 2:
-            return apply("square", self)
-        if exponent == 1:
-            return self
-        if exponent == 0.5:
-            return apply("sqrt", self)
-        if exponent == -1:
-            return apply("inv", self)
-        raise ShapeError(f"pow: only exponents 2, 1, 0.5 and -1 are primitives, found {exponent}; "
-                         "compose others with exp/log")
+        return power(self, exponent)
 
     def __matmul__(self, other: Any) -> Ref:
         return matmul_any(self, other)
@@ -184,7 +177,9 @@ class Ref:
         return apply("transpose2d", self)
 
     def __getitem__(self, index: Any) -> Ref:
-        """x[i] (Fin-checked gather on axis 0) and x[a:b] (slice_range0)."""
+        """Indexing as in NumPy and PyTorch. ``x[i]`` and ``x[a:b]`` on axis 0 record the
+        Fin-checked gathers and ``slice_range0``; anything else (several axes, steps, ``None``,
+        ``...``, integer or boolean index arrays and tensors) records ``take``."""
         if not self.shape:
             raise ShapeError(f"indexing: a scalar ref (shape ()) has no axis 0 to index, found "
                              f"index {index!r}")
@@ -200,18 +195,96 @@ class Ref:
         if isinstance(index, slice) and index.step in (None, 1):
             start, stop, _ = index.indices(self.shape[0])
             return apply("slice_range0", self, start=start, length=builtins.max(stop - start, 0))
-        raise ShapeError(f"indexing: only x[int] and x[a:b] on axis 0 are supported, found "
-                         f"{index!r}; use F.gather_* / F.slice_range0 / F.reshape")
+        return apply("take", self, index=normalize_index("indexing", _index_values(index),
+                                                          self.shape))
+
+    # --- torch-style methods: compositions of primitives, for every kind of ref ---------------
 
     def reshape(self, *shape: Any) -> Ref:
-        target = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return apply("reshape", self, shape=as_shape("reshape", target))
+        """The same entries in a new shape; one dimension may be -1 (inferred)."""
+        return reshape(self, _shape_arg(shape))
 
-    def sum(self) -> Ref:
-        return apply("sum", self)
+    view = reshape
 
-    def mean(self) -> Ref:
-        return mean(self)
+    def sum(self, dim: Any = None, keepdim: bool = False) -> Ref:
+        return sum_dims(self, dim, keepdim)
+
+    def mean(self, dim: Any = None, keepdim: bool = False) -> Ref:
+        return mean_dims(self, dim, keepdim)
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> Ref:
+        return amax(self, dim, keepdim)
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> Ref:
+        return amin(self, dim, keepdim)
+
+    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
+        """The largest entry, or ``(values, indices)`` along ``dim`` (indices need values, so
+        traced graphs use ``amax``). Ties share the gradient equally, as ``F.max`` does."""
+        return _extremum(self, dim, keepdim, largest=True)
+
+    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+        return _extremum(self, dim, keepdim, largest=False)
+
+    def softmax(self, dim: int) -> Ref:
+        return softmax_dim(self, dim)
+
+    def log_softmax(self, dim: int) -> Ref:
+        return log_softmax_dim(self, dim)
+
+    def permute(self, *dims: Any) -> Ref:
+        perm = dims[0] if len(dims) == 1 and not isinstance(dims[0], int | np.integer) else dims
+        return apply("permute", self, perm=tuple(_axis("permute", d, self.ndim) for d in perm))
+
+    def transpose(self, dim0: int, dim1: int) -> Ref:
+        return transpose(self, dim0, dim1)
+
+    def t(self) -> Ref:
+        return self.T
+
+    def unsqueeze(self, dim: int) -> Ref:
+        return unsqueeze(self, dim)
+
+    def squeeze(self, dim: int | None = None) -> Ref:
+        return squeeze(self, dim)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Ref:
+        return flatten_dims(self, start_dim, end_dim)
+
+    def relu(self) -> Ref:
+        return apply("relu", self)
+
+    def exp(self) -> Ref:
+        return apply("exp", self)
+
+    def log(self) -> Ref:
+        return apply("log", self)
+
+    def tanh(self) -> Ref:
+        return apply("tanh", self)
+
+    def sigmoid(self) -> Ref:
+        return apply("sigmoid", self)
+
+    def sqrt(self) -> Ref:
+        return apply("sqrt", self)
+
+    def abs(self) -> Ref:
+        return apply("abs", self)
+
+    def square(self) -> Ref:
+        return apply("square", self)
+
+    def pow(self, exponent: Any) -> Ref:
+        return power(self, exponent)
+
+    def clamp(self, min: float | None = None, max: float | None = None) -> Ref:  # noqa: A002
+        lo = -math.inf if min is None else float(min)
+        hi = math.inf if max is None else float(max)
+        return apply("clamp", self, lo=lo, hi=hi)
+
+    def matmul(self, other: Any) -> Ref:
+        return matmul_any(self, other)
 
 
 class NatRef:
@@ -276,26 +349,328 @@ def _data_shape(op: str, x: Any) -> tuple[int, ...]:
 
 
 def matmul_any(a: Any, b: Any) -> Any:
-    """``a @ b`` for 2-D @ 2-D (matmul), 3-D @ 3-D (bmm), and batched (..., n) @ (n, p)."""
-    sa, sb = np.shape(a) if not isinstance(a, Ref) else a.shape, (
-        np.shape(b) if not isinstance(b, Ref) else b.shape)
+    """``a @ b`` with torch.matmul's rules: 2-D @ 2-D (matmul), 3-D @ 3-D (bmm), (..., n) @
+    (n, p) as one GEMM, batch axes broadcast otherwise (matmul_nd); a 1-D operand is a row
+    (left) or column (right) vector whose axis is removed from the result."""
+    sa = tuple(a.shape if isinstance(a, Ref) else np.shape(a))
+    sb = tuple(b.shape if isinstance(b, Ref) else np.shape(b))
+    if not sa or not sb:
+        raise ShapeError(f"matmul: both operands need at least one axis, found {sa} @ {sb}")
+    if len(sa) == 1 or len(sb) == 1:
+        left = reshape(a, (1, sa[0])) if len(sa) == 1 else a
+        right = reshape(b, (sb[0], 1)) if len(sb) == 1 else b
+        out = matmul_any(left, right)
+        shape = tuple(out.shape if isinstance(out, Ref) else np.shape(out))
+        drop = shape[:-2] + ((shape[-2],) if len(sa) > 1 else ()) + (
+            (shape[-1],) if len(sb) > 1 else ())
+        return reshape(out, drop)
+    if sa[-1] != sb[-2]:
+        raise ShapeError(f"matmul: inner dimensions differ: {sa} @ {sb}")
     if len(sa) == 2 and len(sb) == 2:
         return apply("matmul", a, b)
-    if len(sa) == 3 and len(sb) == 3:
+    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
         return apply("bmm", a, b)
-    if len(sa) >= 1 and len(sb) == 2:
+    if len(sb) == 2:
         # (..., n) @ (n, p): one GEMM over the flattened leading axes.
-        if sa[-1] != sb[0]:
-            raise ShapeError(f"matmul: inner dimensions differ: {tuple(sa)} @ {tuple(sb)}")
-        lead = tuple(sa[:-1])
+        lead = sa[:-1]
         flat = apply("reshape", a, shape=(int(np.prod(lead, dtype=int)), sa[-1]))
         return apply("reshape", apply("matmul", flat, b), shape=lead + (sb[1],))
-    raise ShapeError(f"matmul: unsupported shapes {tuple(sa)} @ {tuple(sb)} (use 2-D @ 2-D, "
-                     "3-D @ 3-D, or (..., n) @ (n, p))")
+    return apply("matmul_nd", a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch-style derived ops (any kind of ref, or plain arrays): axes, reductions, layout, cat.
+
+
+def _shape_of(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape if isinstance(x, Ref) else np.shape(x))
+
+
+def _axis(op: str, dim: Any, ndim: int) -> int:
+    """``dim`` (negative counts from the end) as an axis of an ``ndim``-axis value."""
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
+        raise ShapeError(f"{op}: dim must be an int, found {dim!r}")
+    if not -ndim <= dim < builtins.max(ndim, 1):
+        raise ShapeError(f"{op}: dim {dim} is out of range for {ndim} axes")
+    return int(dim) % builtins.max(ndim, 1)
+
+
+def _axes(op: str, dim: Any, ndim: int) -> tuple[int, ...]:
+    dims = dim if isinstance(dim, tuple | list) else (dim,)
+    axes = tuple(_axis(op, d, ndim) for d in dims)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{op}: dim {dim!r} names an axis twice")
+    return axes
+
+
+def _shape_arg(shape: tuple[Any, ...]) -> Any:
+    return shape[0] if len(shape) == 1 and not isinstance(shape[0], int | np.integer) else shape
+
+
+def _index_values(index: Any) -> Any:
+    """Index entries that are refs (tensors) replaced by their values (they carry no
+    gradient: an index is data)."""
+    entries = index if isinstance(index, tuple) else (index,)
+    out = []
+    for e in entries:
+        if isinstance(e, Ref):
+            out.append(np.asarray(e.owner.value(e)))
+        elif isinstance(e, list):
+            out.append(np.asarray(e))
+        else:
+            out.append(e)
+    return tuple(out)
+
+
+def reshape(x: Any, shape: Any) -> Any:
+    """``x`` with a new shape; one entry may be -1 and is inferred (torch.reshape)."""
+    source = _shape_of(x)
+    dims: list[Any]
+    if isinstance(shape, int | np.integer):
+        dims = [shape]
+    elif isinstance(shape, tuple | list | np.ndarray):
+        dims = [int(d) if isinstance(d, np.integer) else d for d in shape]
+    else:
+        raise ShapeError(f"reshape: shape must be a tuple of ints, found {shape!r}")
+    if any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in dims):
+        raise ShapeError(f"reshape: shape entries must be ints, found {shape!r}")
+    if dims.count(-1) > 1:
+        raise ShapeError(f"reshape: only one dimension can be -1, found {tuple(dims)}")
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1], dtype=int))
+        total = int(np.prod(source, dtype=int))
+        if known == 0 or total % known:
+            raise ShapeError(f"reshape: cannot reshape {source} into {tuple(dims)}")
+        dims[dims.index(-1)] = total // known
+    return apply("reshape", x, shape=as_shape("reshape", dims))
+
+
+def sum_dims(x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    """Sum over ``dim`` (an axis, a tuple of axes, or None for all), as torch.sum."""
+    return _reduce("sum", "reduce_sum", x, dim, keepdim)
+
+
+def mean_dims(x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    """Mean over ``dim`` (an axis, a tuple of axes, or None for all), as torch.mean."""
+    return _reduce("mean", "reduce_mean", x, dim, keepdim)
+
+
+def _reduce(op: str, prim: str, x: Any, dim: Any, keepdim: bool) -> Any:
+    shape = _shape_of(x)
+    if dim is None and not keepdim:
+        return apply("sum", x) if op == "sum" else mean(x)
+    axes = tuple(range(len(shape))) if dim is None else _axes(op, dim, len(shape))
+    out = x
+    for axis in sorted(axes, reverse=True):  # highest first: lower axis numbers stay valid
+        out = apply(prim, out, axis=axis)
+    if keepdim:
+        out = reshape(out, tuple(1 if k in axes else d for k, d in enumerate(shape)))
+    return out
+
+
+def transpose(x: Any, dim0: int, dim1: int) -> Any:
+    """Swap two axes (torch.transpose)."""
+    n = len(_shape_of(x))
+    a, b = _axis("transpose", dim0, n), _axis("transpose", dim1, n)
+    perm = list(range(n))
+    perm[a], perm[b] = perm[b], perm[a]
+    return x if a == b else apply("permute", x, perm=tuple(perm))
+
+
+def _move_last(op: str, x: Any, dim: int) -> tuple[Any, tuple[int, ...] | None]:
+    n = len(_shape_of(x))
+    axis = _axis(op, dim, n)
+    if axis == n - 1:
+        return x, None
+    perm = tuple(k for k in range(n) if k != axis) + (axis,)
+    return apply("permute", x, perm=perm), perm
+
+
+def _move_back(x: Any, perm: tuple[int, ...] | None) -> Any:
+    if perm is None:
+        return x
+    inverse = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inverse[p] = k
+    return apply("permute", x, perm=tuple(inverse))
+
+
+def softmax_dim(x: Any, dim: int) -> Any:
+    """Softmax along ``dim`` (the primitive works on the last axis; others are permuted)."""
+    moved, perm = _move_last("softmax", x, dim)
+    return _move_back(apply("softmax", moved), perm)
+
+
+def log_softmax_dim(x: Any, dim: int) -> Any:
+    """Log-softmax along ``dim``."""
+    moved, perm = _move_last("log_softmax", x, dim)
+    return _move_back(apply("log_softmax", moved), perm)
+
+
+def unsqueeze(x: Any, dim: int) -> Any:
+    shape = _shape_of(x)
+    axis = _axis("unsqueeze", dim, len(shape) + 1)
+    return reshape(x, shape[:axis] + (1,) + shape[axis:])
+
+
+def squeeze(x: Any, dim: int | None = None) -> Any:
+    shape = _shape_of(x)
+    if dim is None:
+        return reshape(x, tuple(d for d in shape if d != 1))
+    axis = _axis("squeeze", dim, len(shape))
+    return x if shape[axis] != 1 else reshape(x, shape[:axis] + shape[axis + 1:])
+
+
+def flatten_dims(x: Any, start_dim: int = 0, end_dim: int = -1) -> Any:
+    """Merge axes ``start_dim..end_dim`` into one (torch.flatten)."""
+    shape = _shape_of(x)
+    if not shape:
+        return reshape(x, (1,))
+    a, b = _axis("flatten", start_dim, len(shape)), _axis("flatten", end_dim, len(shape))
+    if a > b:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    merged = int(np.prod(shape[a:b + 1], dtype=int))
+    return reshape(x, shape[:a] + (merged,) + shape[b + 1:])
+
+
+def power(x: Any, exponent: Any) -> Any:
+    """``x ** exponent`` for integer exponents (repeated products; negative ones invert) and
+    0.5 (sqrt)."""
+    if not _is_scalar(exponent):
+        raise ShapeError(f"pow: the exponent must be a number, found {type(exponent).__name__}")
+    if exponent == 0.5:
+        return apply("sqrt", x)
+    if float(exponent) != int(exponent):
+        raise ShapeError(f"pow: only integer exponents and 0.5 are supported, found {exponent}; "
+                         "compose others with exp/log")
+    n = int(exponent)
+    if n == 0:
+        return apply("add_scalar", apply("zeros_like", x), c=1.0)
+    base = x if n > 0 else apply("inv", x)
+    result = None
+    square = base
+    k = builtins.abs(n)
+    while k:  # square-and-multiply: about log2(k) products
+        if k & 1:
+            result = square if result is None else apply("mul", result, square)
+        k >>= 1
+        if k:
+            square = apply("square", square)
+    return result
+
+
+def amax(x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    """The largest entries over ``dim`` (all axes for None); ties share the gradient."""
+    return _fold_extremum("amax", "max", x, dim, keepdim)
+
+
+def amin(x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    """The smallest entries over ``dim`` (all axes for None); ties share the gradient."""
+    return _fold_extremum("amin", "min", x, dim, keepdim)
+
+
+def _fold_extremum(op: str, prim: str, x: Any, dim: Any, keepdim: bool) -> Any:
+    shape = _shape_of(x)
+    if not shape:
+        return x
+    axes = tuple(range(len(shape))) if dim is None else _axes(op, dim, len(shape))
+    # Move the reduced axes to the front as one axis, then fold the binary primitive over its
+    # entries (a tree, so ties split evenly between the two halves at each level).
+    rest = tuple(k for k in range(len(shape)) if k not in axes)
+    moved = x if axes + rest == tuple(range(len(shape))) else apply(
+        "permute", x, perm=axes + rest)
+    count = int(np.prod([shape[k] for k in axes], dtype=int))
+    if count == 0:
+        raise ShapeError(f"{op}: cannot reduce over an empty axis (shape {shape})")
+    flat = reshape(moved, (count,) + tuple(shape[k] for k in rest))
+    out = _tree_fold(prim, flat, count)
+    out = reshape(out, tuple(shape[k] for k in rest))
+    if keepdim:
+        out = reshape(out, tuple(1 if k in axes else d for k, d in enumerate(shape)))
+    return out
+
+
+def _tree_fold(prim: str, x: Any, n: int) -> Any:
+    """``prim`` folded over axis 0 (length n) as a balanced tree of binary ops on halves."""
+    if n == 1:
+        return apply("slice_range0", x, start=0, length=1)
+    half = n // 2
+    left = _tree_fold(prim, apply("slice_range0", x, start=0, length=half), half)
+    right = _tree_fold(prim, apply("slice_range0", x, start=half, length=n - half), n - half)
+    return apply(prim, left, right)
+
+
+def _extremum(x: Ref, dim: Any, keepdim: bool, largest: bool) -> Any:
+    values = (amax if largest else amin)(x, dim, keepdim)
+    if dim is None:
+        return values
+    from .tensor import MaxResult, Tensor  # a Tensor has values now; a traced ref has none
+
+    if not isinstance(x, Tensor):
+        raise TraceError(f"{'max' if largest else 'min'}(dim=...): the indices need values; on "
+                         "sessions and traced graphs use amax/amin for the values")
+    array = x.owner.value(x)
+    axis = _axis("max", dim, x.ndim)
+    indices = (np.argmax if largest else np.argmin)(array, axis=axis)
+    if keepdim:
+        indices = np.expand_dims(indices, axis)
+    return MaxResult(values, Tensor(indices.astype(np.int64)))
+
+
+def cat(xs: Any, dim: int = 0) -> Any:
+    """Concatenate refs along ``dim`` (torch.cat); other axes must agree."""
+    items = list(xs)
+    if not items:
+        raise ShapeError("cat: needs at least one tensor")
+    shape = _shape_of(items[0])
+    axis = _axis("cat", dim, len(shape))
+    for k, item in enumerate(items[1:], 1):
+        other = _shape_of(item)
+        if len(other) != len(shape) or any(a != b for j, (a, b) in enumerate(
+                zip(other, shape, strict=True)) if j != axis):
+            raise ShapeError(f"cat: tensor {k} has shape {other}, which differs from {shape} "
+                             f"outside dim {dim}")
+    if len(items) == 1:
+        return items[0]
+    perm = None
+    if axis != 0:
+        perm = (axis,) + tuple(k for k in range(len(shape)) if k != axis)
+        items = [apply("permute", item, perm=perm) for item in items]
+    out = items[0]
+    for item in items[1:]:
+        out = apply("concat_dim0", out, item)
+    if perm is not None:
+        inverse = [0] * len(perm)
+        for k, p in enumerate(perm):
+            inverse[p] = k
+        out = apply("permute", out, perm=tuple(inverse))
+    return out
+
+
+def stack(xs: Any, dim: int = 0) -> Any:
+    """Stack refs of one shape along a new axis ``dim`` (torch.stack)."""
+    items = list(xs)
+    if not items:
+        raise ShapeError("stack: needs at least one tensor")
+    shape = _shape_of(items[0])
+    for k, item in enumerate(items[1:], 1):
+        if _shape_of(item) != shape:
+            raise ShapeError(f"stack: tensor {k} has shape {_shape_of(item)}, expected {shape}")
+    return cat([unsqueeze(item, dim) for item in items], dim)
 
 
 def _make_function(prim: Primitive) -> Callable[..., Any]:
+    arity = len(prim.inputs)
+    plain = not prim.attrs
+
     def function(*args: Any, **kwargs: Any) -> Any:
+        if plain and not kwargs and len(args) == arity:
+            # The common call (refs of one owner, no attributes): the one ownership check, then
+            # straight to the owner; this is the per-op hot path of eager sessions.
+            owner = owner_of(args)
+            if owner is not None and all(type(a) is not np.ndarray and isinstance(a, Ref)
+                                         for a in args):
+                return owner.record(prim, args, {})
         inputs, attrs = prim.split_call(args, kwargs, "tensor inputs")
         return apply(prim, *inputs, **attrs)
 
@@ -306,10 +681,13 @@ def _make_function(prim: Primitive) -> Callable[..., Any]:
     return function
 
 
-# One function per primitive (nullary ones, like rand_uniform, need an owner: see Session).
+# One function per primitive that takes inputs (see the module docstring for nullary ones).
+# ``reshape`` is the one derived op that keeps a primitive's name: it resolves a -1 entry first.
+_DERIVED = {"reshape": reshape}
 for _name, _prim in REGISTRY.items():
-    if _prim.inputs:
+    if _prim.inputs and _name not in _DERIVED:
         globals()[_name] = _make_function(_prim)
+reshape.__doc__ = f"{reshape.__doc__}\n\n{REGISTRY['reshape'].semantics}"
 
 
 def __getattr__(name: str) -> Callable[..., Any]:

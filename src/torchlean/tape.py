@@ -131,7 +131,6 @@ class Tape:
         nodes = self._nodes
         n = len(nodes)
         values = []
-        shapes = []
         requires_grad = False
         for i in ids:
             # Plain ints skip the isinstance checks (this loop is the per-op hot path).
@@ -140,21 +139,12 @@ class Tape:
                 raise TapeError(f"{prim.name}: node id {i!r} is not on the tape "
                                 f"(ids run 0..{n - 1})")
             node = nodes[i]
-            value = node.value
-            values.append(value)
-            shapes.append(value.shape)
+            values.append(node.value)
             if node.requires_grad:
                 requires_grad = True
-        prim.infer(*shapes, **attrs)
-        if len(values) > 1:
-            dtype = values[0].dtype
-            for v in values:
-                if v.dtype != dtype:
-                    raise ShapeError(f"{prim.name}: dtypes differ: "
-                                     f"{', '.join(str(w.dtype) for w in values)}")
-        elif not values:
-            attrs = {**attrs, "dtype": self.dtype} if "dtype" in prim.attrs else attrs
-        out = prim.forward(*values, **attrs)
+        if not values and "dtype" in prim.attrs:
+            attrs = {**attrs, "dtype": self.dtype}
+        out = run_checked(prim, values, attrs)
         if self.check_finite:
             _check_finite(prim.name, out)
         requires_grad = requires_grad and not prim.nondiff
@@ -240,6 +230,23 @@ class _SeededNode:
         self.parents: tuple[int, ...] = ()
         self.attrs: dict[str, Any] = {}
         self.requires_grad = node.requires_grad
+
+
+def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any]) -> Any:
+    """``prim``'s forward on ``values`` after the checks every recording makes (the eager tape
+    and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs."""
+    if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
+        prim.infer(*[v.shape for v in values],
+                   **{k: v for k, v in attrs.items() if k != "dtype"})
+    else:
+        prim.infer(*[v.shape for v in values], **attrs)
+    if len(values) > 1:
+        dtype = values[0].dtype
+        for v in values:
+            if v.dtype != dtype:
+                raise ShapeError(f"{prim.name}: dtypes differ: "
+                                 f"{', '.join(str(w.dtype) for w in values)}")
+    return prim.forward(*values, **attrs)
 
 
 def _check_finite(op: str, value: Any) -> None:

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     pool,
     random,
     reductions,
+    take,
 )
 from .registry import ARRAY_OPS, REGISTRY, ErrorInput, Primitive, Sample, get, register
 

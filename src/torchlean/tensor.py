@@ -1,0 +1,641 @@
+"""``tl.Tensor``: the define-by-run, PyTorch-shaped front door on the same engine.
+
+A ``Tensor`` holds its value and, when it needs a gradient, the primitive that made it, its
+parent tensors and the op's attributes: PyTorch's autograd graph. Ops are recorded by one owner
+(``RECORDER``, a ``functional.Owner``), so ``F.*``, operators, ``nn`` layers and the torch-style
+methods of ``functional.Ref`` all work on tensors unchanged, and each op is checked by its
+primitive's shape rule before anything is computed (``tape.run_checked``, the same check the
+tape makes).
+
+``backward()`` and ``autograd.grad`` collect the graph behind an output, number its tensors in
+creation order (which is a topological order) and run the one reverse driver of
+``torchlean.autodiff`` over it, with the same plan builder and rules as the eager tape and the
+compiled graph. With ``create_graph=True`` the rules run on an interpreter that records tensors
+(``TensorOps``), so gradients are tensors with a history and can be differentiated again.
+
+Conventions follow PyTorch: leaves accumulate ``.grad`` (a tensor; a leaf made from a ``Param``
+by a layer also accumulates into ``param.grad``, which optimisers read); a graph is freed by
+``backward`` unless ``retain_graph=True``, and a second backward through it is an error;
+``no_grad()`` stops recording. Data of integer or bool dtype is carried (labels, masks, indices)
+but never requires gradient.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import functional as F
+from .autodiff import reverse_plan, run_reverse
+from .backend import numeric_array
+from .errors import ShapeError, TapeError, TorchLeanError
+from .functional import Ref
+from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
+from .params import Param
+from .shape import as_shape
+from .tape import run_checked
+
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+
+_sequence = itertools.count()  # creation order: parents always get smaller numbers
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops record a history for gradients (``no_grad`` turns it off, per thread)."""
+    return getattr(_state, "grad_enabled", True)
+
+
+class _GradMode:
+    """``no_grad()`` / ``enable_grad()``: a context manager and a decorator, as in PyTorch."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._saved: list[bool] = []
+
+    def __enter__(self) -> None:
+        self._saved.append(is_grad_enabled())
+        _state.grad_enabled = self.enabled
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.grad_enabled = self._saved.pop()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with _GradMode(self.enabled):
+                return fn(*args, **kwargs)
+
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapped.__doc__ = fn.__doc__
+        return wrapped
+
+
+def no_grad() -> _GradMode:
+    """Ops inside record no history (for evaluation and parameter updates)."""
+    return _GradMode(False)
+
+
+def enable_grad() -> _GradMode:
+    """Re-enable recording inside a ``no_grad`` block."""
+    return _GradMode(True)
+
+
+class Tensor(Ref):
+    """A value with an optional autograd history. Make one with ``tl.tensor`` or a factory."""
+
+    __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_param",
+                 "_freed")
+    __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
+
+    def __init__(self, value: Any, requires_grad: bool = False) -> None:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if requires_grad and arr.dtype.kind != "f":
+            raise TorchLeanError(f"tensor: only float tensors can require gradients, found "
+                                 f"dtype {arr.dtype}")
+        super().__init__(RECORDER, next(_sequence), tuple(arr.shape), arr.dtype)
+        self._value = arr
+        self._op: Primitive | None = None
+        self._parents: tuple[Tensor, ...] = ()
+        self._attrs: dict[str, Any] = {}
+        self.requires_grad = bool(requires_grad)
+        self.grad: Tensor | None = None
+        self._param: Param | None = None
+        self._freed = False
+
+    @classmethod
+    def _result(cls, value: Any, prim: Primitive, parents: tuple[Tensor, ...],
+                attrs: dict[str, Any]) -> Tensor:
+        t = cls(value)
+        t._op, t._parents, t._attrs, t.requires_grad = prim, parents, attrs, True
+        return t
+
+    # --- reading ------------------------------------------------------------------------------
+    @property
+    def is_leaf(self) -> bool:
+        return self._op is None
+
+    @property
+    def grad_fn(self) -> str | None:
+        """The name of the primitive that made this tensor (``None`` for a leaf)."""
+        return None if self._op is None else self._op.name
+
+    @property
+    def data(self) -> Tensor:
+        """The same values, detached from the graph."""
+        return self.detach()
+
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (the tensor's own storage, as torch's ``.numpy()``)."""
+        if self.requires_grad:
+            raise TorchLeanError("numpy: call .detach().numpy() on a tensor that requires grad "
+                                 "(as in PyTorch)")
+        return self._value
+
+    def item(self) -> Any:
+        if self._value.size != 1:
+            raise ShapeError(f"item: needs a tensor with one element, found shape {self.shape}")
+        return self._value.item()
+
+    def tolist(self) -> Any:
+        return self._value.tolist()
+
+    def numel(self) -> int:
+        return int(self._value.size)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing this value, with no history."""
+        return Tensor(self._value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if not self.is_leaf:
+            raise TorchLeanError("requires_grad_: only leaf tensors can change requires_grad; "
+                                 "use .detach() first")
+        if requires_grad and self.dtype.kind != "f":
+            raise TorchLeanError(f"requires_grad_: only float tensors can require gradients, "
+                                 f"found dtype {self.dtype}")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def zero_(self) -> Tensor:
+        """Zero the values in place (for ``x.grad.zero_()``); leaves only."""
+        if not self.is_leaf:
+            raise TorchLeanError("zero_: in-place updates of a recorded tensor would change its "
+                                 "gradient; only leaves can be zeroed")
+        self._value[...] = 0
+        return self
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._value, separator=", ", prefix="tensor(")
+        extra = f", dtype={self.dtype.name}" if self.dtype != float32 else ""
+        if self._op is not None:
+            extra += f", grad_fn=<{self._op.name}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # Values exist here (unlike a traced ref), so Python may read them.
+    def __bool__(self) -> bool:
+        if self._value.size != 1:
+            raise ShapeError(f"bool: the truth value of a tensor with {self._value.size} "
+                             "elements is ambiguous")
+        return bool(self._value)
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TorchLeanError(f"only integer tensors can be used as an index, found "
+                                 f"{self.dtype}")
+        return int(self.item())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._value if dtype is None else self._value.astype(dtype)
+
+    # Comparisons give bool tensors with no gradient (as in PyTorch).
+    def _compare(self, other: Any, op: Callable[[Any, Any], Any]) -> Tensor:
+        rhs = other._value if isinstance(other, Tensor) else other
+        return Tensor(np.asarray(op(self._value, rhs)))
+
+    def __lt__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.less)
+
+    def __le__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.less_equal)
+
+    def __gt__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.greater)
+
+    def __ge__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.greater_equal)
+
+    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.equal)
+
+    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(other, np.not_equal)
+
+    def float(self) -> Tensor:
+        return self.to(float32)
+
+    def double(self) -> Tensor:
+        return self.to(float64)
+
+    def long(self) -> Tensor:
+        return self.to(int64)
+
+    def to(self, dtype: Any) -> Tensor:
+        """A copy of another dtype: float to float keeps the history (the cast is linear);
+        anything else is a new tensor without gradient."""
+        target = np.dtype(dtype)
+        if target == self.dtype:
+            return self
+        if self.requires_grad:
+            # Every op runs in one float dtype, so a history cannot cross a cast.
+            raise TorchLeanError(f"to: cannot cast a tensor that requires grad from "
+                                 f"{self.dtype} to {target}; cast the leaves instead")
+        return Tensor(self._value.astype(target))
+
+    # --- reverse mode -------------------------------------------------------------------------
+    def backward(self, gradient: Any = None, retain_graph: bool = False,
+                 create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (and its ``Param``'s)."""
+        seed = _seed("backward", self, gradient)
+        leaves_and_grads = _reverse([self], [seed], create_graph, retain_graph or create_graph)
+        for t, g in leaves_and_grads:
+            if t.is_leaf and t.requires_grad:
+                _accumulate(t, g)
+
+    def retain_grad(self) -> None:
+        raise TorchLeanError("retain_grad: not supported; use tl.autograd.grad(out, [t]) for the "
+                             "gradient of a non-leaf tensor")
+
+
+class _NodeView:
+    """A tensor as a numbered node of one reverse pass (``autodiff.NodeLike``)."""
+
+    __slots__ = ("op", "parents", "attrs", "requires_grad", "shape")
+
+    def __init__(self, t: Tensor, parents: tuple[int, ...]) -> None:
+        self.op = t._op
+        self.parents = parents
+        self.attrs = t._attrs
+        self.requires_grad = t.requires_grad
+        self.shape = t.shape
+
+
+def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
+    """The tensors behind ``outputs`` in creation order (a topological order): every tensor
+    with a history, and the inputs of their ops (tensors without one are leaves here; the
+    rules read their values)."""
+    seen: dict[int, Tensor] = {}
+    stack = [t for t in outputs if t.requires_grad]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        if t._freed:
+            raise TapeError("backward: trying to backward through the graph a second time (or "
+                            "after its values were freed); pass retain_graph=True to the first "
+                            "backward if you need to")
+        seen[id(t)] = t
+        stack.extend(p for p in t._parents if id(p) not in seen)
+    return sorted(seen.values(), key=lambda t: t._id)
+
+
+def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
+             retain_graph: bool) -> list[tuple[Tensor, Any]]:
+    """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``."""
+    nodes = _graph_of(outputs)
+    if not nodes:
+        raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
+                             "under no_grad, or from tensors without requires_grad=True?)")
+    position = {id(t): k for k, t in enumerate(nodes)}
+    views = [_NodeView(t, tuple(position[id(p)] for p in t._parents)) for t in nodes]
+    # The driver starts from one output; with several (autograd.grad), run it once per output
+    # over the same plan and add the cotangents (outputs are few, usually one).
+    ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
+    values: list[Any] = nodes if create_graph else [t._value for t in nodes]
+    plan = reverse_plan(views)
+    total: list[Any] = [None] * len(nodes)
+    for out, seed in zip(outputs, seeds, strict=True):
+        if not out.requires_grad:
+            continue
+        k = position[id(out)]
+        grads = run_reverse(plan, values, k, seed, True, ops)
+        for i, g in enumerate(grads):
+            if g is not None:
+                total[i] = g if total[i] is None else ops.add(total[i], g)
+    if not retain_graph:
+        for t in nodes:
+            if t._op is not None:
+                t._freed = True
+                t._parents = ()
+    return [(t, g) for t, g in zip(nodes, total, strict=True) if g is not None]
+
+
+def _seed(op: str, out: Tensor, gradient: Any) -> Any:
+    if not isinstance(out, Tensor):
+        raise TorchLeanError(f"{op}: expected a Tensor output, found {type(out).__name__}")
+    if gradient is None:
+        if out.shape != ():
+            raise ShapeError(f"{op}: grad can be implicitly created only for scalar outputs; "
+                             f"output has shape {out.shape}, pass gradient=")
+        return np.ones((), dtype=out.dtype)
+    arr = gradient._value if isinstance(gradient, Tensor) else numeric_array(
+        f"{op} gradient", gradient)
+    if tuple(arr.shape) != out.shape:
+        raise ShapeError(f"{op}: gradient has shape {tuple(arr.shape)}, output has {out.shape}")
+    return arr.astype(out.dtype, copy=False)
+
+
+def _accumulate(leaf: Tensor, g: Any) -> None:
+    value = g._value if isinstance(g, Tensor) else g
+    if leaf._param is not None:
+        leaf._param.accumulate_grad(value)
+    if isinstance(g, Tensor):
+        leaf.grad = g if leaf.grad is None else leaf.grad + g  # type: ignore[assignment]
+    else:
+        leaf.grad = Tensor(g.copy()) if leaf.grad is None else Tensor(leaf.grad._value + g)
+
+
+class _AutogradNamespace:
+    """``tl.autograd``: ``grad`` and the grad-mode switches, under torch's names."""
+
+    no_grad = staticmethod(no_grad)
+    enable_grad = staticmethod(enable_grad)
+
+    @staticmethod
+    def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
+             grad_outputs: Any = None, retain_graph: bool | None = None,
+             create_graph: bool = False, allow_unused: bool = False) -> tuple[Any, ...]:
+        """Gradients of ``outputs`` w.r.t. ``inputs`` (leaves or not), one per input, without
+        touching any ``.grad``. ``create_graph=True`` makes them differentiable again."""
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        if not ins or any(not isinstance(t, Tensor) for t in ins + outs):
+            raise TorchLeanError("autograd.grad: outputs and inputs must be Tensors (or "
+                                 "sequences of them)")
+        seed_list: list[Any]
+        if grad_outputs is None:
+            seed_list = [None] * len(outs)
+        elif isinstance(grad_outputs, Tensor | np.ndarray):
+            seed_list = [grad_outputs]
+        else:
+            seed_list = list(grad_outputs)
+        if len(seed_list) != len(outs):
+            raise TorchLeanError(f"autograd.grad: {len(seed_list)} grad_outputs for "
+                                 f"{len(outs)} outputs")
+        seeds = [_seed("autograd.grad", o, g) for o, g in zip(outs, seed_list, strict=True)]
+        if create_graph:
+            seeds = [Tensor(s) for s in seeds]
+        retain = create_graph if retain_graph is None else retain_graph
+        found = {id(t): g for t, g in _reverse(outs, seeds, create_graph, retain)}
+        result = []
+        for k, t in enumerate(ins):
+            g = found.get(id(t))
+            if g is None and not allow_unused:
+                raise TorchLeanError(f"autograd.grad: input {k} was not used to compute the "
+                                     "outputs (pass allow_unused=True to get None)")
+            result.append(g if g is None or isinstance(g, Tensor) else Tensor(g))
+        return tuple(result)
+
+
+autograd = _AutogradNamespace()
+
+
+class _Recorder:
+    """The owner of every tensor (``functional.Owner``): runs an op now and, under grad mode,
+    remembers how it was made."""
+
+    def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Tensor:
+        tensors: Sequence[Tensor] = refs  # type: ignore[assignment]
+        values = [t._value for t in tensors]
+        for t in tensors:
+            if t.dtype.kind != "f" and not prim.nondiff:
+                raise ShapeError(f"{prim.name}: tensor of dtype {t.dtype} used as a number; "
+                                 "convert it with .float() (integer and bool tensors are data)")
+        if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
+            attrs = {**attrs, "dtype": float32}
+        out = run_checked(prim, values, attrs)
+        if is_grad_enabled() and not prim.nondiff and any(t.requires_grad for t in tensors):
+            return Tensor._result(out, prim, tuple(tensors), attrs)
+        return Tensor(out)
+
+    def const(self, array: Any) -> Tensor:
+        return tensor(array)
+
+    def use(self, param: Param) -> Tensor:
+        """A parameter as a leaf of the current computation; its gradient also accumulates into
+        ``param.grad``. The value is the parameter's own array (no copy)."""
+        if not isinstance(param, Param):
+            raise TorchLeanError(f"use: expected a Param, found {type(param).__name__}")
+        t = Tensor(param.data, requires_grad=param.requires_grad and is_grad_enabled())
+        t._param = param
+        return t
+
+    def value(self, ref: Ref) -> Any:
+        return ref._value  # type: ignore[attr-defined]
+
+    def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
+        if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
+                or not 0 <= p < 1:
+            raise TorchLeanError(f"dropout: p must be a number in [0, 1), found {p!r}")
+        if not training or p == 0:
+            return x
+        keep = default_generator.uniform(x.shape, x.dtype) >= p
+        mask = Tensor(keep.astype(x.dtype))
+        return F.apply("scale", F.apply("mul", x, mask), c=1.0 / (1.0 - p))
+
+
+RECORDER = _Recorder()
+
+
+class _TensorOps:
+    """The Ops interpreter that records tensors: ``create_graph=True`` runs the VJP rules on it,
+    so the gradients it returns have a history of their own."""
+
+    name = "tensor"
+
+    def __getattr__(self, name: str) -> Callable[..., Tensor]:
+        prim = REGISTRY.get(name)
+        if prim is None:
+            raise AttributeError(f"no primitive named {name!r} is registered")
+
+        def record(*inputs: Any, **attrs: Any) -> Tensor:
+            return RECORDER.record(prim, inputs, attrs)
+
+        setattr(self, name, record)
+        return record
+
+
+TENSOR_OPS = _TensorOps()
+
+
+# ---------------------------------------------------------------------------------------------
+# Creation
+
+
+class Generator:
+    """A counter-based random source (SplitMix64, as ``rand_uniform``): draw k uses key
+    (seed, k), so a seed gives the same numbers on every backend. ``torch.Generator``'s role."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed: int) -> Generator:
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise TorchLeanError(f"manual_seed: seed must be a non-negative int, found {seed!r}")
+        self.seed = int(seed)
+        self.counter = 0
+        return self
+
+    def uniform(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
+        """U[0, 1) draws of ``shape``."""
+        counter = self.counter
+        self.counter += 1
+        return REGISTRY["rand_uniform"].forward(shape=tuple(shape), seed=self.seed,
+                                                counter=counter, dtype=np.dtype(dtype))
+
+    def normal(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
+        """Standard normal draws (Box-Muller on two uniform draws, in float64)."""
+        u1 = self.uniform(shape)
+        u2 = self.uniform(shape)
+        radius = np.sqrt(-2.0 * np.log1p(-u1))  # 1 - u1 lies in (0, 1]: log is finite
+        return (radius * np.cos(2.0 * np.pi * u2)).astype(np.dtype(dtype))
+
+
+default_generator = Generator(0)
+
+
+def _dtype(dtype: Any, default: np.dtype = float32) -> np.dtype:
+    if dtype is None:
+        return default
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise TorchLeanError(f"dtype: expected a NumPy dtype or its name, found {dtype!r}") \
+            from None
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new leaf tensor holding a copy of ``data``. Python floats become float32 (PyTorch's
+    default), NumPy arrays keep their dtype, Python ints become int64, bools bool."""
+    if isinstance(data, Tensor):
+        data = data._value
+    elif isinstance(data, Ref):
+        raise TorchLeanError("tensor: a session or graph ref has no value here; use "
+                             "session.value(ref) first")
+    arr = numeric_array("tensor", data)
+    if dtype is not None:
+        arr = arr.astype(_dtype(dtype))
+    elif not isinstance(data, np.ndarray | np.generic) and arr.dtype == float64:
+        arr = arr.astype(float32)
+    return Tensor(np.array(arr, copy=True), requires_grad=requires_grad)
+
+
+def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+    """``data`` as a tensor, without a copy when it already is one of that dtype."""
+    if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype):
+        return data
+    return tensor(data, dtype)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing ``array``'s memory."""
+    if not isinstance(array, np.ndarray):
+        raise TorchLeanError(f"from_numpy: expected a NumPy array, found {type(array).__name__}")
+    return Tensor(array)
+
+
+def _shape_args(op: str, size: Any) -> tuple[int, ...]:
+    shape = size[0] if len(size) == 1 and not isinstance(size[0], int | np.integer) else size
+    return as_shape(op, shape)
+
+
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.zeros(_shape_args("zeros", size), _dtype(dtype)), requires_grad)
+
+
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.ones(_shape_args("ones", size), _dtype(dtype)), requires_grad)
+
+
+def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.full(_shape_args("full", (size,)), fill_value, _dtype(dtype)),
+                  requires_grad)
+
+
+def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
+           requires_grad: bool = False) -> Tensor:
+    """Values from ``start`` (0 if only one bound is given) up to ``end`` by ``step``; int64 when
+    all three are ints, float32 otherwise (as PyTorch)."""
+    lo, hi = (0, start) if end is None else (start, end)
+    ints = all(isinstance(v, int | np.integer) for v in (lo, hi, step))
+    default = int64 if ints else float32
+    return Tensor(np.arange(lo, hi, step).astype(_dtype(dtype, default)), requires_grad)
+
+
+def rand(*size: Any, generator: Generator | None = None, dtype: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    """U[0, 1) draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
+    gen = _generator("rand", generator)
+    return Tensor(gen.uniform(_shape_args("rand", size), _dtype(dtype)), requires_grad)
+
+
+def randn(*size: Any, generator: Generator | None = None, dtype: Any = None,
+          requires_grad: bool = False) -> Tensor:
+    """Standard normal draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
+    gen = _generator("randn", generator)
+    return Tensor(gen.normal(_shape_args("randn", size), _dtype(dtype)), requires_grad)
+
+
+def _generator(op: str, generator: Any) -> Generator:
+    if generator is None:
+        return default_generator
+    if not isinstance(generator, Generator):
+        raise TorchLeanError(f"{op}: generator must be a tl.Generator, found "
+                             f"{type(generator).__name__}")
+    return generator
+
+
+def manual_seed(seed: int) -> None:
+    """Seed parameter initialisation (``tl.nn``) and the default generator of ``rand``/``randn``
+    together, as ``torch.manual_seed`` does."""
+    from . import nn
+
+    nn.manual_seed(seed)
+    default_generator.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions on several tensors
+
+
+class MaxResult(NamedTuple):
+    """``values, indices`` of ``max(dim=)`` / ``min(dim=)``."""
+
+    values: Any
+    indices: Any
+
+
+def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
+    """Concatenate along ``dim`` (works on any refs: tensors, session refs, graph variables)."""
+    return F.cat(tensors, dim)
+
+
+def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
+    """Stack along a new axis ``dim``."""
+    return F.stack(tensors, dim)
+
+
+__all__ = [
+    "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
+    "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "manual_seed",
+    "no_grad", "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32",
+    "float64", "int64", "bool_", "MaxResult",
+]
