@@ -662,50 +662,41 @@ def _class_weights(fn: str, weight: Any, c: int) -> np.ndarray | None:
     return w
 
 
-def _weighted_nll(fn: str, log_probs: Any, target: Any, weight: Any, ignore_index: Any,
-                  reduction: str, label_smoothing: float) -> Any:
-    """The loss of log-probabilities with the class axis last, against ``target``.
+class _TargetPlan:
+    """How a classification loss uses its target, decided before anything is recorded.
 
-    Class-index targets with known values become one constant matrix ``Q`` (smoothing, class
-    weights and ignored items folded in), so the loss is ``-sum(Q * log_probs)`` per item.
+    ``kind`` is ``"known"`` (class indices with known values: ``q`` is the constant matrix with
+    smoothing, class weights and ignored items folded in, ``denominator`` the mean's divisor),
+    ``"traced"`` (float class indices whose values are unknown: one_hot at run time) or
+    ``"probabilities"`` (a target of the input's shape).
     """
-    shape = _shape(log_probs)
+
+    def __init__(self, kind: str, q: Any = None, denominator: float | None = None) -> None:
+        self.kind, self.q, self.denominator = kind, q, denominator
+
+
+def _plan_target(fn: str, shape: tuple[int, ...], target: Any, weight: Any, ignore_index: Any,
+                 label_smoothing: float) -> tuple[_TargetPlan, np.ndarray | None]:
+    """Check ``target`` against scores of ``shape`` (classes last) without recording."""
     c = shape[-1]
     lead = shape[:-1]
     w = _class_weights(fn, weight, c)
     ignore_index = _int(fn, "ignore_index", ignore_index)
-    target = _tensor(fn, "target", target)
     t_shape = _shape(target)
-    probabilities = t_shape == shape and (isinstance(target, Ref) or target.dtype.kind == "f")
-    if probabilities:
+    if t_shape == shape and np.dtype(target.dtype).kind == "f":
         if fn == "nll_loss":
             raise ShapeError(f"{fn}: target must be class indices of shape {lead}, found "
                              f"probabilities of shape {t_shape}")
-        q: Any = target
-        if label_smoothing:
-            q = F.apply("add_scalar", F.apply("scale", target, c=1.0 - label_smoothing),
-                        c=label_smoothing / c)
-        if w is not None:
-            q = F.apply("mul", q, _const(log_probs, w))
-        per_item = F.apply("scale", F.apply("reduce_sum", F.apply("mul", log_probs, q),
-                                            axis=-1), c=-1.0)
-        return _reduce(fn, per_item, reduction)
+        return _TargetPlan("probabilities"), w
     if t_shape != lead:
         raise ShapeError(f"{fn}: target must be class indices of shape {lead} or (for "
                          f"cross_entropy) probabilities of shape {shape}, found {t_shape}")
     known = _class_indices(fn, "target", target, c)
     if known is None:
-        # Values unknown (tracing): one_hot of the float indices; no weights or ignored items.
         if w is not None:
             raise UnsupportedArgumentError(f"{fn}: class weights need the target's values, "
                                            "which a traced graph does not have")
-        q = F.apply("one_hot", target, num_classes=c)
-        if label_smoothing:
-            q = F.apply("add_scalar", F.apply("scale", q, c=1.0 - label_smoothing),
-                        c=label_smoothing / c)
-        per_item = F.apply("scale", F.apply("reduce_sum", F.apply("mul", log_probs, q),
-                                            axis=-1), c=-1.0)
-        return _reduce(fn, per_item, reduction)
+        return _TargetPlan("traced"), w
     ignored = known == ignore_index
     bad = ~ignored & ((known < 0) | (known >= c))
     if np.any(bad):
@@ -714,29 +705,62 @@ def _weighted_nll(fn: str, log_probs: Any, target: Any, weight: Any, ignore_inde
     safe = np.where(ignored, 0, known)
     wc = np.ones(c) if w is None else w
     item_weight = np.where(ignored, 0.0, wc[safe])
-    q_arr = (1.0 - label_smoothing) * np.eye(c)[safe] * item_weight[..., None]
+    q = (1.0 - label_smoothing) * np.eye(c)[safe] * item_weight[..., None]
     if label_smoothing:
-        q_arr = q_arr + (label_smoothing / c) * wc * (~ignored)[..., None]
-    if not lead:  # a single unbatched sample
-        per_item = F.apply("scale", F.apply("sum", F.apply("mul", log_probs,
-                                                           _const(log_probs, q_arr))), c=-1.0)
+        q = q + (label_smoothing / c) * wc * (~ignored)[..., None]
+    return _TargetPlan("known", q, float(item_weight.sum())), w
+
+
+def _plan_loss(fn: str, log_probs: Any, target: Any, plan: _TargetPlan, w: np.ndarray | None,
+               reduction: str, label_smoothing: float) -> Any:
+    """``-sum_k q[..., k] log_probs[..., k]`` per item, reduced; ``q`` as ``plan`` says."""
+    c = _shape(log_probs)[-1]
+    q: Any
+    if plan.kind == "known":
+        q = _const(log_probs, plan.q)
     else:
-        per_item = F.apply("scale", F.apply("reduce_sum", F.apply(
-            "mul", log_probs, _const(log_probs, q_arr)), axis=-1), c=-1.0)
-    return _reduce(fn, per_item, reduction, denominator=float(item_weight.sum()))
+        q = target if plan.kind == "probabilities" else F.apply("one_hot", target, num_classes=c)
+        if label_smoothing:
+            q = F.apply("add_scalar", F.apply("scale", q, c=1.0 - label_smoothing),
+                        c=label_smoothing / c)
+        if w is not None:
+            q = F.apply("mul", q, _const(log_probs, w))
+    products = F.apply("mul", log_probs, q)
+    summed = (F.apply("sum", products) if len(_shape(products)) == 1
+              else F.apply("reduce_sum", products, axis=-1))
+    per_item = F.apply("scale", summed, c=-1.0)
+    return _reduce(fn, per_item, reduction, denominator=plan.denominator)
 
 
-def _classes_last(fn: str, input: Any) -> Any:
-    """torch puts classes on axis 1 of ``(N, C, d1, ...)`` (axis 0 of an unbatched ``(C,)``):
-    move them last for the last-axis primitives."""
-    x = _float_tensor(fn, "input", input)
-    xs = _shape(x)
+def _classes_last_shape(fn: str, input: Any) -> tuple[int, ...]:
+    """torch puts classes on axis 1 of ``(N, C, d1, ...)`` (axis 0 of an unbatched ``(C,)``);
+    the last-axis primitives want them last: the shape after that move."""
+    xs = _shape(input)
     if not xs:
         raise ShapeError(f"{fn}: input must be (C,), (N, C) or (N, C, d1, ...), found a scalar")
-    if len(xs) <= 2:
-        return x
-    perm = (0,) + tuple(range(2, len(xs))) + (1,)
-    return F.apply("permute", x, perm=perm)
+    return xs if len(xs) <= 2 else (xs[0],) + xs[2:] + (xs[1],)
+
+
+def _classes_last(x: Any) -> Any:
+    n = len(_shape(x))
+    return x if n <= 2 else F.apply("permute", x, perm=(0,) + tuple(range(2, n)) + (1,))
+
+
+def _classification(fn: str, input: Any, target: Any, weight: Any, ignore_index: Any,
+                    reduction: str, label_smoothing: float, take_log_softmax: bool) -> Any:
+    x = _float_tensor(fn, "input", input)
+    target = _tensor(fn, "target", target)
+    shape = _classes_last_shape(fn, x)
+    moved_target = target
+    if _shape(target) == _shape(x) and len(_shape(x)) > 2:
+        # probabilities (N, C, d1, ...): checked in the classes-last layout
+        perm = (0,) + tuple(range(2, len(_shape(x)))) + (1,)
+        moved_target = (F.apply("permute", target, perm=perm) if isinstance(target, Ref)
+                        else np.transpose(target, perm))
+    plan, w = _plan_target(fn, shape, moved_target, weight, ignore_index, label_smoothing)
+    scores = _classes_last(x)
+    log_probs = F.apply("log_softmax", scores) if take_log_softmax else scores
+    return _plan_loss(fn, log_probs, moved_target, plan, w, reduction, label_smoothing)
 
 
 def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
@@ -746,7 +770,7 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any
     ``(N, C, d1, ...)``; ``(C,)`` unbatched) against integer class indices ``(N, d1, ...)`` or
     class probabilities of the input's shape. ``weight``, ``ignore_index`` and
     ``label_smoothing`` follow torch's formulas (a weighted mean divides by the summed weights of
-    the targets)."""
+    the targets; with probability targets the mean divides by the item count)."""
     fn = "cross_entropy"
     _no_legacy(fn, size_average, reduce)
     reduction = _reduction(fn, reduction)
@@ -754,14 +778,8 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any
             or not 0.0 <= label_smoothing <= 1.0:
         raise TorchLeanError(f"{fn}: label_smoothing must be in [0, 1], found "
                              f"{label_smoothing!r}")
-    logits = _classes_last(fn, input)
-    target = _tensor(fn, "target", target)
-    if len(_shape(target)) == len(_shape(input)) and len(_shape(input)) > 2:
-        # probabilities (N, C, d1, ...): classes move last like the input's
-        target = F.apply("permute", target, perm=(0,) + tuple(range(2, len(_shape(target))))
-                         + (1,))
-    return _weighted_nll(fn, F.apply("log_softmax", logits), target, weight, ignore_index,
-                         reduction, float(label_smoothing))
+    return _classification(fn, input, target, weight, ignore_index, reduction,
+                           float(label_smoothing), take_log_softmax=True)
 
 
 def nll_loss(input: Any, target: Any, weight: Any = None, size_average: Any = None,
@@ -771,8 +789,8 @@ def nll_loss(input: Any, target: Any, weight: Any = None, size_average: Any = No
     fn = "nll_loss"
     _no_legacy(fn, size_average, reduce)
     reduction = _reduction(fn, reduction)
-    return _weighted_nll(fn, _classes_last(fn, input), target, weight, ignore_index, reduction,
-                         0.0)
+    return _classification(fn, input, target, weight, ignore_index, reduction, 0.0,
+                           take_log_softmax=False)
 
 
 def _same_shape(fn: str, input: Any, target: Any) -> tuple[Any, Any]:
