@@ -64,11 +64,15 @@ def _magnitude(inputs: Sequence[Any], attrs: dict[str, Any]) -> float:
 
 
 def reference(spec: Any, rational: bool, inputs: Sequence[Any],
-              attrs: dict[str, Any]) -> np.ndarray:
-    """The spec's exact (Fraction) or 40-digit (sympy Float) value at float inputs."""
+              attrs: dict[str, Any], high_precision: bool = True) -> np.ndarray:
+    """The spec's exact (Fraction) or 40-digit (sympy Float) value at float inputs; with
+    ``high_precision=False`` a non-rational spec runs on Python floats (``--quick``: its own
+    round-off, about 1e-16 relative, is far inside the 2^-40 bound)."""
     if rational:
         xs = [objects(x, Fraction) for x in inputs]
         return np.asarray(spec(*xs, **attrs), dtype=object)
+    if not high_precision:
+        return np.asarray(spec(*[objects(x, float) for x in inputs], **attrs), dtype=object)
     sp = sympy_module()
     xs = [objects(x, lambda f: sp.Float(f, DIGITS)) for x in inputs]
     return np.asarray(spec(*xs, **attrs), dtype=object)
@@ -123,8 +127,10 @@ def forward_error(kernel_out: np.ndarray, ref: np.ndarray, rational: bool,
             if not (np.isfinite(kv) and np.isfinite(rf)):
                 err, bound = float("inf"), 0.0
             else:
-                sp = sympy_module()
-                err = float(abs(sp.Float(kv, DIGITS) - rv))
+                if isinstance(rv, float):
+                    err = abs(kv - rv)
+                else:
+                    err = float(abs(sympy_module().Float(kv, DIGITS) - rv))
                 if dtype == "float64":
                     bound = TRANSCENDENTAL_BOUND * scale
                 else:
@@ -142,6 +148,7 @@ def forward_error(kernel_out: np.ndarray, ref: np.ndarray, rational: bool,
 class SpecDerivatives:
     """Exact directional derivatives of the spec at one sample along directions ``us``."""
 
+    chosen: np.ndarray  # bool, output shape: the entries differentiated (the others are 0)
     first: np.ndarray  # (J u)_i, float64, output shape (at kinks: the t = 0 branch's value)
     kink: np.ndarray  # bool, output shape: entries where a branch condition is on its boundary
     right: np.ndarray  # one-sided derivative from t > 0 (equals ``first`` where smooth)
@@ -162,8 +169,13 @@ def _kink_at_zero(expr: Any, t: Any, sp: Any) -> bool:
 
 def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np.ndarray],
                      attrs: dict[str, Any], second: bool, tie_break: bool,
-                     rational: bool = False) -> SpecDerivatives:
+                     rational: bool = False, limit: int | None = None,
+                     rng: np.random.Generator | None = None) -> SpecDerivatives:
     """Differentiate the spec along ``us`` at the sample (see the module docstring).
+
+    At most ``limit`` output entries are differentiated (sympy's ``diff`` costs tens of
+    milliseconds per entry): every kink entry, then a random choice of the others; ``chosen``
+    marks them, and the checks restrict their cotangents to them.
 
     Rational specs get exact ``Rational`` coordinates (sympy's Piecewise canonicalisation can
     recurse without end on comparisons between Float-coefficient expressions); the others get
@@ -190,18 +202,29 @@ def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np
 
     out = along(0)
     shape = out.shape
-    first = np.zeros(shape)
     kink = np.zeros(shape, dtype=bool)
+    for idx in np.ndindex(shape):
+        e = out[idx] = sp.sympify(out[idx])
+        kink[idx] = bool(e.has(sp.Piecewise) and _kink_at_zero(e, t, sp))
+    chosen = np.ones(shape, dtype=bool)
+    if limit is not None and out.size > limit:
+        chosen = kink.copy()
+        others = np.flatnonzero(~kink.reshape(-1))
+        room = max(0, limit - int(kink.sum()))
+        pick = (rng or np.random.default_rng(0)).permutation(others)[:room]
+        chosen.reshape(-1)[pick] = True
+    first = np.zeros(shape)
     right = np.zeros(shape)
     left = np.zeros(shape)
     sec = np.zeros(shape) if second else None
     eps = sp.Float(EPS_SIDE, DIGITS)
     for idx in np.ndindex(shape):
-        e = sp.sympify(out[idx])
+        if not chosen[idx]:
+            continue
+        e = out[idx]
         d = sp.diff(e, t)
         first[idx] = float(d.subs(t, 0))
-        if e.has(sp.Piecewise) and _kink_at_zero(e, t, sp):
-            kink[idx] = True
+        if kink[idx]:
             right[idx] = float(d.subs(t, eps))
             left[idx] = float(d.subs(t, -eps))
         else:
@@ -212,6 +235,8 @@ def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np
     if tie_break and kink.any():
         broken = along(sp.Rational(1, 2**80))
         tie_first = first.copy()
-        for idx in zip(*np.nonzero(kink), strict=True):
+        for idx in np.ndindex(shape):
+            if not kink[idx]:
+                continue
             tie_first[idx] = float(sp.diff(sp.sympify(broken[idx]), t).subs(t, 0))
-    return SpecDerivatives(first, kink, right, left, tie_first, sec)
+    return SpecDerivatives(chosen, first, kink, right, left, tie_first, sec)
