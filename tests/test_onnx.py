@@ -104,9 +104,28 @@ class TorchOpZoo(torch.nn.Module):
         return torch.cat([torch.softmax(e @ self.w, dim=0), picked, pooled.flatten(1) - 0.5], 1)
 
 
+class TorchActivations(torch.nn.Module):
+    """Pad (zero and non-zero value), Elu, Selu, HardSigmoid, HardSwish, PReLU, Softsign,
+    torch.where on a computed condition, and causal scaled-dot-product attention (Trilu and
+    Where on constants, folded at load time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prelu = torch.nn.PReLU(5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.pad(x, (1, 2)) + torch.nn.functional.pad(x, (0, 3), value=0.5)
+        act = (torch.nn.functional.elu(y) + torch.nn.functional.selu(y)
+               + torch.nn.functional.hardsigmoid(y) + torch.nn.functional.hardswish(y)
+               + torch.nn.functional.softsign(y) + torch.where(y > 0.1, y, -0.3 * y))
+        att = torch.nn.functional.scaled_dot_product_attention(act, act, act, is_causal=True)
+        return self.prelu(att)
+
+
 TORCH_CASES = {"mlp": (TorchMLP, (5, 6)), "cnn": (TorchCNN, (2, 2, 12, 12)),
                "transformer_block": (TorchBlock, (2, 5, 8)),
-               "op_zoo": (TorchOpZoo, (2, 3, 4, 4))}
+               "op_zoo": (TorchOpZoo, (2, 3, 4, 4)),
+               "activations": (TorchActivations, (2, 5, 4))}
 
 
 def torch_export(module: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
@@ -430,6 +449,8 @@ def test_every_unsupported_node_is_named_in_one_error() -> None:
         helper.make_node("Conv", ["x", "wg"], ["c2"], name="grouped", group=2),
         helper.make_node("Hardmax", ["x"], ["h"], name="hardmax"),
         helper.make_node("Relu", ["c1"], ["r"], name="after_bad"),  # skipped: depends on c1
+        # Also downstream of a bad node, but no input could make it importable: listed too.
+        helper.make_node("Cos", ["r"], ["cos"], name="cos_after_bad"),
         helper.make_node("Add", ["r", "c2"], ["y0"], name="sum"),
         helper.make_node("Add", ["y0", "h"], ["y"], name="sum2"),
     ]
@@ -439,9 +460,10 @@ def test_every_unsupported_node_is_named_in_one_error() -> None:
         tlo.load(data)
     problems = info.value.problems
     assert [(n, op) for n, op, _ in problems] == [("dilated", "Conv"), ("grouped", "Conv"),
-                                                  ("hardmax", "Hardmax")]
+                                                  ("hardmax", "Hardmax"),
+                                                  ("cos_after_bad", "Cos")]
     text = str(info.value)
-    assert "3 unsupported nodes" in text and "dilations" in text and "group=2" in text
+    assert "4 unsupported nodes" in text and "dilations" in text and "group=2" in text
     assert "no importer for this operator" in text
 
 

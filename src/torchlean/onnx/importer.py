@@ -244,10 +244,12 @@ def _static_kernels() -> dict[str, Callable[..., list[np.ndarray]]]:
 
     def slc(x: np.ndarray, starts: Any, ends: Any, axes: Any = None, steps: Any = None
             ) -> np.ndarray:
-        index = [slice(None)] * x.ndim
+        out = x
         for axis, start, stop, step in _slice_params("Slice", x.shape, starts, ends, axes, steps):
-            index[axis] = slice(start, stop, step)
-        return x[tuple(index)]
+            # Index arrays, not slice(start, stop, step): a normalised stop of -1 (before the
+            # first entry, for negative steps) would read as "the last entry" in a slice.
+            out = np.take(out, np.arange(start, stop, step, dtype=np.int64), axis=axis)
+        return out
 
     def cast(x: np.ndarray, to: int) -> np.ndarray:
         if to not in _NUMPY_OF_ELEM:
@@ -273,6 +275,8 @@ def _static_kernels() -> dict[str, Callable[..., list[np.ndarray]]]:
         "Greater": lambda a, b: [np.greater(a, b)], "Not": lambda a: [np.logical_not(a)],
         "And": lambda a, b: [np.logical_and(a, b)], "Or": lambda a, b: [np.logical_or(a, b)],
         "Where": lambda c, a, b: [np.asarray(np.where(c, a, b))],
+        "Trilu": lambda x, k=None, upper=1: [
+            (np.triu if upper else np.tril)(x, 0 if k is None else int(np.asarray(k)))],
         "Min": lambda *xs: [np.asarray(np.minimum.reduce(list(np.broadcast_arrays(*xs))))],
         "Max": lambda *xs: [np.asarray(np.maximum.reduce(list(np.broadcast_arrays(*xs))))],
         "Cast": lambda x, to: [cast(x, to)],
@@ -795,6 +799,125 @@ def _cast(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
     return [xs[0]]
 
 
+@handles("Elu", "Selu")
+def _elu(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    if node.op_type == "Elu":
+        alpha, gamma = float(attrs.get("alpha", 1.0)), 1.0
+    else:
+        alpha = float(attrs.get("alpha", 1.6732632423543772))
+        gamma = float(attrs.get("gamma", 1.0507009873554805))
+    # x for x > 0, alpha (exp(x) - 1) otherwise: relu(x) + alpha (exp(min(x, 0)) - 1).
+    negative = ctx.ops.scale(ctx.ops.relu(ctx.ops.scale(x, c=-1.0)), c=-1.0)
+    tail = ctx.ops.scale(ctx.ops.add_scalar(ctx.ops.exp(negative), c=-1.0), c=alpha)
+    out = ctx.ops.add(ctx.ops.relu(x), tail)
+    return [out if gamma == 1.0 else ctx.ops.scale(out, c=gamma)]
+
+
+@handles("HardSigmoid", "HardSwish")
+def _hard_sigmoid(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any
+                  ) -> list[Value]:
+    x = ctx.var(xs[0])
+    alpha = float(attrs.get("alpha", 0.2 if node.op_type == "HardSigmoid" else 1.0 / 6.0))
+    beta = float(attrs.get("beta", 0.5))
+    gate = ctx.ops.clamp(ctx.ops.add_scalar(ctx.ops.scale(x, c=alpha), c=beta), lo=0.0, hi=1.0)
+    return [gate if node.op_type == "HardSigmoid" else ctx.ops.mul(x, gate)]
+
+
+@handles("PRelu")
+def _prelu(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x, slope = ctx.var(xs[0]), ctx.var(xs[1])
+    # relu(x) - slope relu(-x): x where positive, slope x elsewhere.
+    negative_part = ctx.ops.relu(ctx.ops.scale(x, c=-1.0))
+    return [ctx.ops.sub(ctx.ops.relu(x), ctx.ops.mul(slope, negative_part))]
+
+
+@handles("Softsign")
+def _softsign(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    return [ctx.ops.mul(x, ctx.ops.inv(ctx.ops.add_scalar(ctx.ops.abs(x), c=1.0)))]
+
+
+@handles("Greater", "Less")
+def _compare(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    a, b = ctx.var(xs[0]), ctx.var(xs[1])
+    # A 0/1 float mask (zero derivative): a > b exactly when a - b > 0 (IEEE subtraction of
+    # finite floats is exact in sign, thanks to gradual underflow).
+    diff = ctx.ops.sub(a, b) if node.op_type == "Greater" else ctx.ops.sub(b, a)
+    return [ctx.ops.positive_mask(diff)]
+
+
+@handles("Not")
+def _not(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    return [ctx.ops.add_scalar(ctx.ops.scale(ctx.var(xs[0]), c=-1.0), c=1.0)]
+
+
+@handles("Where")
+def _where(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    cond, a, b = xs
+    shape = tuple(np.broadcast_shapes(cond.shape, a.shape, b.shape))
+    va, vb = (ctx.var(v) for v in (a, b))
+    va = va if va.shape == shape else ctx.ops.broadcast_to(va, shape=shape)
+    vb = vb if vb.shape == shape else ctx.ops.broadcast_to(vb, shape=shape)
+    if isinstance(cond, _Static):
+        # Exact selection: gather each entry from a or b (no arithmetic, so inf and NaN in the
+        # branch not taken cannot leak).
+        n = int(np.prod(shape, dtype=np.int64))
+        pick = np.where(np.broadcast_to(cond.array.astype(bool), shape).reshape(-1),
+                        np.arange(n), n + np.arange(n))
+        both = ctx.ops.concat_dim0(reshape(ctx, va, (n,)), reshape(ctx, vb, (n,)))
+        return [reshape(ctx, ctx.ops.gather_vec_nat(both, idx=pick), shape)]
+    # A mask computed by the graph (Greater / Less): a m + b (1 - m), exact for finite branches.
+    m = ctx.var(cond)
+    m = m if m.shape == shape else ctx.ops.broadcast_to(m, shape=shape)
+    keep_b = ctx.ops.add_scalar(ctx.ops.scale(m, c=-1.0), c=1.0)
+    return [ctx.ops.add(ctx.ops.mul(va, m), ctx.ops.mul(vb, keep_b))]
+
+
+@handles("Pad")
+def _pad(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    x = ctx.var(xs[0])
+    mode = attrs.get("mode", "constant")
+    if mode != "constant":
+        raise Unsupported(f"mode={mode!r} (only constant padding)")
+    pads = _ints(ctx.static(xs[1], "Pad pads")) if len(xs) > 1 and xs[1] is not None \
+        else [int(p) for p in attrs.get("pads", ())]
+    value = 0.0
+    if len(xs) > 2 and xs[2] is not None:
+        value = float(np.asarray(ctx.static(xs[2], "Pad value")).reshape(-1)[0]) \
+            if np.asarray(ctx.static(xs[2], "Pad value")).size else 0.0
+    axes = list(range(x.ndim))
+    if len(xs) > 3 and xs[3] is not None:
+        axes = [_axis("Pad", a, x.ndim) for a in _ints(ctx.static(xs[3], "Pad axes"))]
+    if len(pads) != 2 * len(axes):
+        raise Unsupported(f"pads {pads} do not give a begin and an end for axes {axes}")
+    out = x
+    for k, axis in enumerate(axes):
+        before, after = pads[k], pads[k + len(axes)]
+        if before < 0 or after < 0:
+            n = out.shape[axis]
+            out = slice_axis(ctx, out, axis, max(-before, 0), n - max(-before, 0)
+                             - max(-after, 0))
+            before, after = max(before, 0), max(after, 0)
+        if before or after:
+            perm = _front(axis, out.ndim)
+            moved = permute(ctx, out, perm)
+            total = moved.shape[0] + before + after
+            padded = ctx.ops.pad_range0(moved, start=before, total=total)
+            out = permute(ctx, padded, inverse_perm(perm))
+    if value != 0.0:
+        # pad_range0 pads with zeros: add the value on the border (0 where the data lies).
+        fill = np.full(out.shape, value, dtype=ctx.dtype)
+        inner = [slice(None)] * out.ndim
+        for k, axis in enumerate(axes):
+            before, after = pads[k], pads[k + len(axes)]
+            kept = x.shape[axis] - max(-before, 0) - max(-after, 0)
+            inner[axis] = slice(max(before, 0), max(before, 0) + kept)
+        fill[tuple(inner)] = 0.0
+        out = ctx.ops.add(out, ctx.builder.const(fill))
+    return [out]
+
+
 IMPORTED_OPS: tuple[str, ...] = tuple(sorted(set(HANDLERS) | {"Constant", "Shape"}))
 """ONNX operators ``load`` translates (plus integer shape arithmetic folded at load time)."""
 
@@ -931,6 +1054,10 @@ class _Translator:
                                 f"{exc.args[0]!r}, which no earlier node or input defines"
                                 ) from None
             if any(v is _BAD for v in ins):
+                # Consequences of an earlier problem are not reported again, but an operator
+                # that could never be imported is, so one run lists every unknown operator.
+                if not self.knows(node):
+                    self.problems.append((name, node.op_type, "no importer for this operator"))
                 outs: list[Any] = [_BAD] * len(node.output)
             else:
                 try:
@@ -980,6 +1107,14 @@ class _Translator:
             if isinstance(o, Var) and o.dtype != self.ctx.dtype:
                 raise Unsupported(f"result dtype {o.dtype}")
         return outs
+
+    def knows(self, node: Any) -> bool:
+        """Whether some input could make this node importable (its operator is known)."""
+        if (node.domain, node.op_type) in self.functions:
+            return True
+        return node.domain in ("", "ai.onnx") and (
+            node.op_type in HANDLERS or node.op_type in _STATIC
+            or node.op_type in ("Constant", "Shape"))
 
     def index_node(self, node: Any, ins: list[Any], attrs: dict[str, Any]) -> list[Any]:
         """A node reading run-time integers: an embedding lookup, a cast or a reshape."""
