@@ -5,6 +5,13 @@
 an object of the same structure. The format holds raw arrays and a JSON header only, so loading
 never unpickles or executes anything.
 
+PyTorch's order works too: ``save(obj, path)`` (the call is told apart by which argument is the
+path: a ``str`` or ``os.PathLike``), and ``load(path)`` with no target returns the flat state dict
+``{name: array}`` (what ``model.load_state_dict`` takes). Saving an ``nn.Module`` in either order
+records ``SAVE_FORMAT``, its class name and, when the module carries a ``model_config`` dict
+(``torchlean.models.build`` sets it), that config as JSON in the metadata, so ``torchlean eval
+--checkpoint`` can rebuild a model saved with ``tl.save(model, path)``.
+
 What can be saved or loaded into (``into`` must have the structure that was saved):
 
 - anything with ``state_dict()`` / ``load_state_dict()`` (modules, optimisers, parameter lists):
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -36,7 +44,10 @@ import numpy as np
 from .backend import namespace_of, to_host
 from .errors import CheckpointError
 
-__all__ = ["describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
+__all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
+
+SAVE_FORMAT = "torchlean.save/1"
+"""``metadata["format"]`` of a module saved by ``save``: its state-dict keys, unprefixed."""
 
 _INSTALL_HINT = "safetensors is not installed (pip install safetensors, or torchlean[examples])"
 
@@ -51,6 +62,16 @@ def _safetensors() -> Any:
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray | np.generic) or hasattr(x, "__array_namespace__")
+
+
+def _is_tensor(x: Any) -> bool:
+    """A ``tl.Tensor`` (a ref that holds its value): saved as its detached value."""
+    return hasattr(x, "owner") and callable(getattr(x, "detach", None)) and callable(
+        getattr(x, "numpy", None))
+
+
+def _host(x: Any) -> Any:
+    return x.detach().numpy() if _is_tensor(x) else to_host(x)
 
 
 def _is_param(x: Any) -> bool:
@@ -84,7 +105,7 @@ def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
                                   "wrap it in a dict, e.g. {'w': w}")
         if key in out:
             raise CheckpointError(f"checkpoint: two entries flatten to the key {key!r}")
-        out[key] = np.asarray(to_host(value))
+        out[key] = np.asarray(_host(value))
 
     def leaf(key: str, value: Any, target: Any) -> None:
         add(key, value)
@@ -125,7 +146,7 @@ def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
 
 
 def _is_scalar_or_array(x: Any) -> bool:
-    return _is_array(x) or isinstance(x, int | float | bool)
+    return _is_array(x) or _is_tensor(x) or isinstance(x, int | float | bool)
 
 
 def flatten(obj: Any) -> dict[str, np.ndarray]:
@@ -186,14 +207,54 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~umask
 
 
-def save(path: str | os.PathLike[str], obj: Any, metadata: Mapping[str, str] | None = None
-         ) -> None:
-    """Write ``obj`` to ``path`` as safetensors, atomically (see the module doc).
+def _is_path(x: Any) -> bool:
+    return isinstance(x, str | os.PathLike)
 
-    ``metadata`` is optional text stored in the header (``read_metadata`` returns it).
+
+def _save_order(first: Any, second: Any) -> tuple[str, Any]:
+    """``(path, obj)`` from ``save(path, obj)`` or torch's ``save(obj, path)``."""
+    if _is_path(first) and _is_path(second):
+        raise CheckpointError(f"save: both arguments are paths ({first!r}, {second!r}); call "
+                              "save(obj, path) (torch's order) or save(path, obj)")
+    if _is_path(first):
+        return os.fspath(first), second
+    if _is_path(second):
+        return os.fspath(second), first
+    raise CheckpointError(f"save: expected save(obj, path) (torch's order) or save(path, obj) "
+                          f"with the path a str or os.PathLike (file objects are not "
+                          f"supported), found ({type(first).__name__}, "
+                          f"{type(second).__name__})")
+
+
+def _module_metadata(obj: Any, path: str) -> dict[str, str]:
+    """What a saved module records about itself: format, class and (if known) its config."""
+    if not (_has_state(obj) and callable(getattr(obj, "named_parameters", None))):
+        return {}
+    meta = {"format": SAVE_FORMAT, "class": type(obj).__name__}
+    config = getattr(obj, "model_config", None)
+    if isinstance(config, Mapping):
+        try:
+            meta["config"] = json.dumps(dict(config))
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {path}: the module's model_config is not "
+                                  f"JSON-serialisable ({exc})") from None
+    return meta
+
+
+def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None = None
+         ) -> None:
+    """Write an object to a path as safetensors, atomically (see the module doc).
+
+    Both orders work: ``save(obj, path)`` (torch's) and ``save(path, obj)``; the path is the
+    ``str`` / ``os.PathLike`` argument. ``metadata`` is optional text stored in the header
+    (``read_metadata`` returns it); for a module it is added to what the module records
+    (``format``, ``class``, ``config``), and its own keys win.
     """
-    path = os.fspath(path)
+    path, obj = _save_order(obj_or_path, path_or_obj)
     meta = _check_metadata(metadata, path)
+    recorded = _module_metadata(obj, path)
+    if recorded:
+        meta = {**recorded, **(meta or {})}
     # safetensors writes an array's buffer as if it were C-ordered: copy the others first.
     # (np.asarray(order="C"), not np.ascontiguousarray, which turns 0-d arrays into shape (1,).)
     tensors = {key: np.asarray(value, order="C") for key, value in flatten(obj).items()}
@@ -256,13 +317,37 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     return _open(os.fspath(path))[1]
 
 
-def load(path: str | os.PathLike[str], into: Any) -> dict[str, str]:
-    """Load the checkpoint at ``path`` into ``into``; returns the file's metadata.
+_NO_TARGET = object()
 
-    The file must hold exactly ``into``'s keys with the same shapes and dtypes; otherwise a
-    ``CheckpointError`` lists every mismatch and ``into`` is unchanged.
+
+def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: Any = None,
+         weights_only: bool = True) -> Any:
+    """Read the checkpoint at ``path``.
+
+    ``load(path)`` (torch's form) returns its flat state dict ``{name: array}``.
+    ``load(path, into)`` loads it into ``into`` and returns the file's metadata: the file must
+    hold exactly ``into``'s keys with the same shapes and dtypes; otherwise a ``CheckpointError``
+    lists every mismatch and ``into`` is unchanged. ``map_location`` may be ``None`` or
+    ``"cpu"`` (arrays load on the host); ``weights_only`` is accepted for torch's sake: a
+    safetensors file holds only arrays, so nothing is ever unpickled either way.
     """
+    if not _is_path(path):
+        hint = " (torch's order is load(path); torchlean's is load(path, into))" if _is_path(
+            into) else ""
+        raise CheckpointError(f"load: the first argument must be the path (a str or "
+                              f"os.PathLike), found {type(path).__name__}{hint}")
+    if map_location not in (None, "cpu"):
+        raise CheckpointError(f"load: map_location must be None or 'cpu', found "
+                              f"{map_location!r}; move arrays to a device after loading")
+    if not isinstance(weights_only, bool):
+        raise CheckpointError(f"load: weights_only must be a bool, found {weights_only!r}")
     path = os.fspath(path)
+    if into is _NO_TARGET:
+        return _open(path)[0]
+    if into is None or _is_path(into):
+        raise CheckpointError(f"load: into must be the object to load into (a module, "
+                              f"optimiser, list or dict), found {into!r}; for a state dict "
+                              "call load(path)")
     expected: dict[str, np.ndarray] = {}
     loaders: list[tuple[str, Any, list[str]]] = []
     _flatten(into, "", expected, loaders)
@@ -288,6 +373,8 @@ def load(path: str | os.PathLike[str], into: Any) -> dict[str, str]:
                 value: Any = found[key]
                 if isinstance(old, bool | int | float):
                     value = value.item()
+                elif _is_tensor(old):  # a new tensor with the loaded value (no history)
+                    value = type(old)(value, requires_grad=bool(old.requires_grad))
                 elif not isinstance(old, np.ndarray | np.generic):
                     value = namespace_of(old).asarray(value)
                 container[slot] = value

@@ -99,6 +99,9 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchlean", description="Train, evaluate and inspect small models with torchlean.")
+    from . import __version__  # here: the package imports this module's siblings first
+
+    parser.add_argument("--version", action="version", version=f"torchlean {__version__}")
     sub = parser.add_subparsers(dest="command",
                                 metavar="{train,eval,graph,ops,export,verify,certify}")
     sub.required = True
@@ -419,9 +422,11 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
 
 def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     metadata = checkpoint.read_metadata(path)
-    if metadata.get("format") != CHECKPOINT_FORMAT or "config" not in metadata:
-        raise CliError(f"checkpoint {path}: not written by 'torchlean train --save' (no model "
-                       "config in its metadata)")
+    formats = (CHECKPOINT_FORMAT, checkpoint.SAVE_FORMAT)
+    if metadata.get("format") not in formats or "config" not in metadata:
+        raise CliError(f"checkpoint {path}: not written by 'torchlean train --save' or by "
+                       "tl.save(model, path) of a torchlean.models model (no model config in "
+                       "its metadata)")
     try:
         config = json.loads(metadata["config"])
         settings = json.loads(metadata.get("settings", "{}"))
@@ -446,7 +451,10 @@ def _load_model(path: str, config: dict[str, Any]) -> Any:
     """Rebuild the model and load its weights; every mismatched tensor is reported."""
     model = models.build(config)
     arrays = checkpoint.read_arrays(path)
-    found = {k[len("model."):]: v for k, v in arrays.items() if k.startswith("model.")}
+    if checkpoint.read_metadata(path).get("format") == checkpoint.SAVE_FORMAT:
+        found = arrays  # tl.save(model, path): the module's own state dict, unprefixed
+    else:  # torchlean train --save: {"model": ..., "optimizer": ...}
+        found = {k[len("model."):]: v for k, v in arrays.items() if k.startswith("model.")}
     problems = checkpoint.describe_mismatches(model.state_dict(), found)
     if problems:
         raise CliError(f"checkpoint {path} does not fit the {config['model']} its config "

@@ -170,7 +170,10 @@ def build(config: dict[str, Any]) -> nn.Module:
         raise TorchLeanError(f"unknown model {name!r}; valid models: {', '.join(NAMES)}")
     nn.manual_seed(int(config.get("seed", 0)))
     try:
-        return builder(config)
+        model = builder(config)
     except KeyError as exc:
         raise TorchLeanError(f"model config for {name!r} lacks the entry {exc.args[0]!r}: "
                              f"{config}") from None
+    # The model knows its config, so tl.save(model, path) records it for torchlean eval.
+    model.model_config = dict(config)
+    return model
