@@ -26,6 +26,7 @@ from ..nn import Module
 from ..ops.general import inverse_perm
 from ..ops.registry import REGISTRY
 from ..params import Param
+from ..shape import as_shape
 from ..transforms import Compiled
 from . import codec
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
@@ -991,6 +992,9 @@ def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
                             f"inputs are {names}")
         given_map = dict(given)
     else:
+        if not isinstance(given, list | tuple):
+            raise OnnxError(f"onnx load: {label}: input_shapes must be a dict (input name -> "
+                            f"shape) or a list of shapes, found {type(given).__name__}")
         shapes = list(given)
         if len(shapes) != len(names):
             raise OnnxError(f"onnx load: {label}: {len(shapes)} input shapes for "
@@ -1010,7 +1014,8 @@ def _input_shapes(graph: Any, inputs: list[Any], given: Any, label: str
         if elem in _FLOAT_ELEM:
             dtypes.add(_FLOAT_ELEM[elem])
         if inp.name in given_map:
-            shapes_out.append(tuple(int(d) for d in given_map[inp.name]))
+            shapes_out.append(as_shape(f"onnx load: input_shapes[{inp.name!r}]",
+                                       given_map[inp.name]))
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
         if not t.HasField("shape") or any(d is None or d <= 0 for d in dims):
