@@ -486,6 +486,10 @@ def test_dynamic_input_shape_needs_a_concrete_shape() -> None:
                   [_f("y", ["batch", 3])])
     with pytest.raises(UnsupportedOnnxError, match=r"x \(graph input\): dynamic shape"):
         tlo.load(data)
+    with pytest.raises(tl.ShapeError, match=r"input_shapes\['x'\]"):
+        tlo.load(data, input_shapes={"x": (2, -3)})
+    with pytest.raises(OnnxError, match="input_shapes names"):
+        tlo.load(data, input_shapes={"y": (2, 3)})
     model = tlo.load(data, input_shapes={"x": (2, 3)})
     x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
     np.testing.assert_array_equal(model(x), np.maximum(x, 0))
