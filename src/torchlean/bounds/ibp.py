@@ -104,7 +104,7 @@ _MOVEMENT = (
     "gather_row", "gather_rows_nat", "gather_scalar", "gather_scalar_nat", "gather_vec_nat",
     "slice_range0", "pad_range0", "concat_dim0", "concat_vectors", "max_pool", "max_pool2d",
     "max_pool2d_pad", "pool_unfold", "relu", "max", "min", "sign", "positive_mask",
-    "permute",
+    "permute", "take",
 )
 
 
@@ -149,7 +149,7 @@ def _zeros(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Interval
 # --- positive linear maps (sums, means, average pooling) -------------------------------------
 
 _POSITIVE_LINEAR = ("sum", "reduce_sum", "sum_to", "reduce_mean", "avg_pool", "avg_pool2d",
-                    "avg_pool2d_pad", "pool_fold")
+                    "avg_pool2d_pad", "pool_fold", "take_adjoint")
 
 
 def _make_positive_linear(name: str) -> Rule:
@@ -360,6 +360,35 @@ def _monotone_libm(name: str, ulps32: float = KERNEL32_ULPS) -> Rule:
 for _name in ("tanh", "sigmoid", "exp", "softplus", "erf", "safe_log", "sqrt"):
     if _name in REGISTRY:
         RULES[_name] = REGISTRY[_name].bounds = _monotone_libm(_name)
+
+
+def _smooth_max(name: str) -> Rule:
+    """(1/beta) log sum exp(beta x) per window: nondecreasing in every entry. The kernel's
+    max-shifted form rounds each exp (1 ulp), the sum (gamma_k), the log and the final add: its
+    absolute error is at most ``(4k + 16) u / beta + 4 u |y|``."""
+    fwd = _fwd(name)
+
+    def rule(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Interval:
+        x = ins[0]
+        lo = np.asarray(fwd(x.lo, **attrs), np.float64)
+        hi = np.asarray(fwd(x.hi, **attrs), np.float64)
+        ks = attrs["kernel_size"]
+        # window size; for an int kernel, ks ** ndim bounds it whatever the spatial rank
+        k = int(np.prod(ks)) if np.ndim(ks) else int(ks) ** max(1, np.ndim(x.lo))
+        beta = float(attrs["beta"])
+
+        def err(u: float, eta: float) -> Array:
+            return up((4 * k + 16) * u / beta + 4 * u * mag(lo, hi) + 8 * eta / beta)
+
+        lo, hi = widen(lo, hi, err(U64, ETA64))
+        return Interval(lo, hi, err(ctx.u, ctx.eta))
+
+    return rule
+
+
+for _name in ("smooth_max_pool", "smooth_max_pool2d"):
+    if _name in REGISTRY:
+        RULES[_name] = REGISTRY[_name].bounds = _smooth_max(_name)
 
 
 @bound_rule("log")
