@@ -23,7 +23,15 @@ from .errors import (
 from .graph import Graph, GraphError
 from .optim import OptimizerError
 from .params import Param
-from .session import NatRef, Options, ParamList, ScalarTrainer, Session, TensorRef
+from .session import (
+    NatRef,
+    Options,
+    ParamList,
+    ScalarTrainer,
+    Session,
+    StaleSessionError,
+    TensorRef,
+)
 from .tape import Node, Tape
 from .tensor import (
     Generator,
@@ -65,6 +73,6 @@ __all__ = [
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
     "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "no_grad",
     "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32", "float64", "int64",
-    "bool_",
+    "bool_", "StaleSessionError",
 ]
 __version__ = "0.1.0"

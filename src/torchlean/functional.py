@@ -29,7 +29,7 @@ import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .backend import operand_arrays
-from .errors import ShapeError, TraceError
+from .errors import ShapeError, SignatureError, TraceError
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .ops.take import normalize_index
@@ -320,8 +320,22 @@ def owner_of(args: Any) -> Owner | None:
 
 
 def apply(name: str | Primitive, *inputs: Any, **attrs: Any) -> Any:
-    """Apply a primitive to refs (recorded by their owner) or to plain arrays (computed now)."""
+    """Apply a primitive to refs (recorded by their owner) or to plain arrays (computed now).
+
+    The number of inputs and the attributes are checked (defaults filled) before anything is
+    recorded or computed."""
     prim = name if isinstance(name, Primitive) else get_primitive(name)
+    if len(inputs) != len(prim.inputs):
+        raise SignatureError(f"{prim.name}: expected {len(prim.inputs)} tensor inputs "
+                             f"{list(prim.inputs)}, found {len(inputs)}")
+    if prim.attrs:
+        attrs = prim.bind_attrs((), attrs)
+    elif attrs:
+        prim.split_call(inputs, attrs)  # raises, naming the unexpected attributes
+    return _apply_bound(prim, inputs, attrs)
+
+
+def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) -> Any:
     for v in attrs.values():
         if isinstance(v, NatRef):  # integer inputs travel as plain attribute values
             attrs = {k: w.value if isinstance(w, NatRef) else w for k, w in attrs.items()}
@@ -659,9 +673,16 @@ def stack(xs: Any, dim: int = 0) -> Any:
     return cat([unsqueeze(item, dim) for item in items], dim)
 
 
+# Ops whose seed argument order differs from PyTorch's: a shape error gets a hint naming both.
+_TORCH_ORDER = {"linear", "conv", "conv2d", "conv_transpose", "conv_transpose2d"}
+
+
 def _make_function(prim: Primitive) -> Callable[..., Any]:
     arity = len(prim.inputs)
     plain = not prim.attrs
+    hint = (f"; note torchlean.functional takes the seed's order {prim.name}"
+            f"({', '.join(prim.inputs)}, ...), while PyTorch's (input, weight, bias, ...) is "
+            f"torchlean.nn.functional.{prim.name}") if prim.name in _TORCH_ORDER else ""
 
     def function(*args: Any, **kwargs: Any) -> Any:
         if plain and not kwargs and len(args) == arity:
@@ -672,7 +693,16 @@ def _make_function(prim: Primitive) -> Callable[..., Any]:
                                          for a in args):
                 return owner.record(prim, args, {})
         inputs, attrs = prim.split_call(args, kwargs, "tensor inputs")
-        return apply(prim, *inputs, **attrs)
+        return _apply_bound(prim, inputs, attrs)
+
+    if hint:
+        unhinted = function
+
+        def function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return unhinted(*args, **kwargs)
+            except ShapeError as exc:
+                raise type(exc)(f"{exc}{hint}") from None
 
     function.__name__ = prim.name
     function.__qualname__ = prim.name
@@ -763,6 +793,8 @@ def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
     floats (shape without the class axis), or probabilities (a ref or array of the logits' shape).
     """
     shape = tuple(logits.shape if isinstance(logits, Ref) else np.shape(logits))
+    if isinstance(targets, Ref) and np.dtype(targets.dtype).kind in "iub":
+        targets = targets.owner.value(targets)  # integer labels (a tensor's) are data
     if isinstance(targets, Ref):
         if targets.shape == shape[:-1]:
             return apply("one_hot", targets, num_classes=shape[-1])

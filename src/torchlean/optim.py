@@ -33,6 +33,7 @@ import numpy as np
 from .backend import namespace_of, numeric_array, to_host
 from .checkpoint import describe_mismatches
 from .errors import ShapeError, TorchLeanError
+from .params import Param
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
 
@@ -158,6 +159,8 @@ class Optimizer:
         for p, g, state in work:
             state["step"] += 1
             self.apply_single(p, g, state)
+            if isinstance(p, Param):
+                p.mark_updated()
         self.step_count += 1
 
     def zero_grad(self) -> None:

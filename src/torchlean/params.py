@@ -2,7 +2,8 @@
 
 A ``Param`` is what optimisers update and checkpoints save. Sessions read ``param.value`` when a
 forward pass uses the parameter and write ``param.grad`` on backward (accumulating, like
-PyTorch's ``.grad``, until ``zero_grad``).
+PyTorch's ``.grad``, until ``zero_grad``). ``version`` counts value changes, so a recorded pass
+that used an older value is detected (PyTorch's version counter, for the same reason).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .errors import ShapeError
 class Param:
     """A trainable (or frozen) tensor: ``value``, ``name``, ``requires_grad`` and ``grad``."""
 
-    __slots__ = ("_value", "name", "requires_grad", "grad")
+    __slots__ = ("_value", "name", "requires_grad", "grad", "version")
 
     def __init__(self, value: Any, name: str | None = None, requires_grad: bool = True,
                  dtype: Any = None) -> None:
@@ -35,6 +36,9 @@ class Param:
         self.name = name
         self.requires_grad = bool(requires_grad)
         self.grad: Any = None
+        # Counts changes of the value (assign, optimiser steps): a recorded pass that used an
+        # older version is stale, and sessions and tensors refuse to go on with it.
+        self.version = 0
 
     @property
     def value(self) -> Any:
@@ -68,6 +72,11 @@ class Param:
             raise ShapeError(f"Param {self.name or ''}: cannot assign shape {tuple(arr.shape)} "
                              f"to a parameter of shape {self.shape}")
         self._value = arr.astype(self._value.dtype, copy=True)
+        self.version += 1
+
+    def mark_updated(self) -> None:
+        """Record an in-place change of ``data`` (optimisers call this after each update)."""
+        self.version += 1
 
     def accumulate_grad(self, g: Any) -> None:
         """``grad += g`` (a copy of ``g`` when there is none yet), as PyTorch's backward does."""

@@ -1,9 +1,11 @@
 """The PyTorch-style front-end (TorchLean's Torch session): Options, Session, refs, ParamList,
 ScalarTrainer.
 
-A ``Session`` records one forward pass, either eagerly on a ``Tape`` (values computed as each op
-is recorded) or as a compiled ``Graph`` (values computed when asked for, then backward runs on the
-graph's linked tape). User code is the same for both: ``F.*`` and operators on ``TensorRef``s.
+A ``Session`` records one forward pass through one of two backends, both owners in the sense of
+``functional.Owner``: ``EagerBackend`` records on a ``Tape`` (values computed as each op is
+recorded), ``CompiledBackend`` records a ``Graph`` (values computed when asked for, then backward
+runs on the graph's linked tape). User code is the same for both: ``F.*`` and operators on
+``TensorRef``s. ``Stepper`` is the one loss-and-gradients path of ``ScalarTrainer`` and ``fit``.
 Parameters (``Param``) live across sessions; ``backward`` accumulates into ``param.grad`` like
 PyTorch's ``loss.backward()``.
 
@@ -36,7 +38,8 @@ BACKENDS = ("eager", "compiled")
 @dataclass(frozen=True)
 class Options:
     """How a session runs. ``fast_kernels`` is accepted for TorchLean parity: the NumPy kernels
-    are always the fast ones, and the spec layer is what the verification suite compares with."""
+    are always the fast ones; ``torchlean.spec`` holds the reference definitions that
+    ``torchlean verify`` compares them with."""
 
     backend: str = "eager"
     device: str = "cpu"
@@ -56,6 +59,10 @@ class Options:
             raise TorchLeanError(f"Options: seed must be a non-negative int, found {self.seed!r}")
 
 
+class StaleSessionError(TorchLeanError):
+    """A session was reused after the parameters it recorded were updated."""
+
+
 class TensorRef(Ref):
     """A value recorded in a session; use it with F.* and operators."""
 
@@ -72,6 +79,7 @@ class _Backend:
         self.dtype = dtype
         self.params: dict[int, Param] = {}       # node id -> Param
         self.param_ids: dict[int, int] = {}      # id(Param) -> node id
+        self.versions: dict[int, int] = {}       # id(Param) -> its version when recorded
         self.random_draws = 0
 
     # --- what the two backends implement ------------------------------------------------------
@@ -98,11 +106,25 @@ class _Backend:
             raise TorchLeanError(f"use: expected a Param, found {type(param).__name__}")
         node = self.param_ids.get(id(param))
         if node is not None:
+            self.check_fresh("use")
             return self.ref(node)
         ref = self.leaf("use", param.data, param.requires_grad, param.name)
         self.params[ref.id] = param
         self.param_ids[id(param)] = ref.id
+        self.versions[id(param)] = param.version
         return ref
+
+    def check_fresh(self, op: str) -> None:
+        """Refuse to go on with a pass whose parameters changed since they were recorded.
+
+        A session records one forward pass with the parameter values it saw; after an optimiser
+        step, reusing it would silently compute with (and differentiate at) the old values."""
+        for param in self.params.values():
+            if param.version != self.versions[id(param)]:
+                raise StaleSessionError(
+                    f"{op}: parameter {param.name or '(unnamed)'} changed (an optimiser step or "
+                    "assign) after this session recorded it; a Session records one forward "
+                    "pass: call session.reset() (or use a new Session) before the next pass")
 
     def value(self, ref: Ref) -> Any:
         return self.linked_tape().value(ref.id)
@@ -305,6 +327,7 @@ class Session:
     def backward(self, out: Ref, seed: Any = None) -> dict[int, Any]:
         """Cotangents of the reached nodes (keyed by ref id); accumulates into ``Param.grad``."""
         out_id = self._check_ref("backward", out)
+        self._backend.check_fresh("backward")
         tape = self._backend.linked_tape()
         if seed is None:
             if out.shape != ():

@@ -91,7 +91,7 @@ class Tensor(Ref):
     """A value with an optional autograd history. Make one with ``tl.tensor`` or a factory."""
 
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_param",
-                 "_freed")
+                 "_param_version", "_freed")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
 
     def __init__(self, value: Any, requires_grad: bool = False) -> None:
@@ -107,6 +107,7 @@ class Tensor(Ref):
         self.requires_grad = bool(requires_grad)
         self.grad: Tensor | None = None
         self._param: Param | None = None
+        self._param_version = 0
         self._freed = False
 
     @classmethod
@@ -257,14 +258,31 @@ class Tensor(Ref):
                  create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (and its ``Param``'s)."""
         seed = _seed("backward", self, gradient)
+        if create_graph:
+            seed = Tensor(seed)
         leaves_and_grads = _reverse([self], [seed], create_graph, retain_graph or create_graph)
         for t, g in leaves_and_grads:
             if t.is_leaf and t.requires_grad:
                 _accumulate(t, g)
 
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """Indices of the largest entries (int64, no gradient); over all entries for None."""
+        return _arg("argmax", np.argmax, self, dim, keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        return _arg("argmin", np.argmin, self, dim, keepdim)
+
     def retain_grad(self) -> None:
         raise TorchLeanError("retain_grad: not supported; use tl.autograd.grad(out, [t]) for the "
                              "gradient of a non-leaf tensor")
+
+
+def _arg(op: str, fn: Callable[..., Any], t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    if dim is None:
+        return Tensor(np.asarray(fn(t._value), dtype=np.int64))
+    axis = F._axis(op, dim, t.ndim)
+    out = fn(t._value, axis=axis)
+    return Tensor((np.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 
 class _NodeView:
@@ -295,7 +313,13 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
                             "after its values were freed); pass retain_graph=True to the first "
                             "backward if you need to")
         seen[id(t)] = t
-        stack.extend(p for p in t._parents if id(p) not in seen)
+        for p in t._parents:
+            if p._param is not None and p._param.version != p._param_version:
+                raise TapeError(f"backward: parameter {p._param.name or '(unnamed)'} was "
+                                "updated in place (an optimiser step) after this graph used it; "
+                                "call backward before opt.step(), then run a new forward pass")
+            if id(p) not in seen:
+                stack.append(p)
     return sorted(seen.values(), key=lambda t: t._id)
 
 
@@ -428,6 +452,7 @@ class _Recorder:
             raise TorchLeanError(f"use: expected a Param, found {type(param).__name__}")
         t = Tensor(param.data, requires_grad=param.requires_grad and is_grad_enabled())
         t._param = param
+        t._param_version = param.version
         return t
 
     def value(self, ref: Ref) -> Any:

@@ -94,6 +94,9 @@ def arity_error(prim_inputs: Sequence[str]) -> ErrorInput:
 
 
 _REQUIRED = object()
+_TORCH_HINT = ("; these are the seed's primitives (softmax and log_softmax act on the last "
+               "axis). For torch-style dim= use the methods (x.softmax(dim), x.sum(dim=1, "
+               "keepdim=True)) or torchlean.nn.functional")
 
 
 class Primitive:
@@ -169,10 +172,13 @@ class Primitive:
     ) -> tuple[Sequence[Any], dict[str, Any]]:
         """Split a call ``op(*inputs, *attrs, **attrs)`` into its inputs and bound attributes."""
         arity = len(self.inputs)
-        if len(args) < arity or (not self.attrs and (len(args) > arity or kwargs)):
+        if len(args) < arity or (not self.attrs and len(args) > arity):
             then = f" then attributes {list(self.attrs)}" if self.attrs else ""
             raise error(f"{self.name}: expected {arity} {what} {list(self.inputs)}{then}, "
                         f"found {len(args)} positional arguments")
+        if not self.attrs and kwargs:
+            raise error(f"{self.name}: takes no attributes, found {sorted(kwargs)}"
+                        + _TORCH_HINT * bool({"dim", "keepdim"} & set(kwargs)))
         attrs = self.bind_attrs(args[arity:], kwargs) if self.attrs else {}
         return args[:arity], attrs
 
