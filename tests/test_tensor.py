@@ -277,3 +277,23 @@ def test_tensor_code_compiles_to_the_same_numbers() -> None:
     value, (gw, _) = c.value_and_backward(w0, x0)
     np.testing.assert_array_equal(value, eager.detach().numpy())
     np.testing.assert_array_equal(gw, w.grad.numpy())
+
+
+def test_model_compile_runs_the_graph_and_fills_the_same_grads() -> None:
+    tl.manual_seed(0)
+    model = tl.nn.Sequential(tl.nn.Linear(4, 8), tl.nn.Tanh(), tl.nn.Linear(8, 3))
+    compiled = model.compile()
+    x = tl.tensor(np.random.default_rng(0).standard_normal((5, 4)), dtype=tl.float32)
+    y = tl.tensor([0, 1, 2, 1, 0])
+    F.cross_entropy(compiled(x), y).backward()
+    from_graph = [p.grad.copy() for p in model.parameters()]
+    model.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    for p, g in zip(model.parameters(), from_graph, strict=True):
+        np.testing.assert_array_equal(p.grad, g)  # same rules, same driver: bitwise
+    assert len(compiled._compiled) == 1
+    compiled(tl.tensor(np.ones((2, 4), np.float32)))  # a new shape traces a second graph
+    assert len(compiled._compiled) == 2 and compiled.parameters() == model.parameters()
+    with pytest.raises(tl.TorchLeanError, match="first-order"):
+        x.requires_grad_()
+        (g,) = tl.autograd.grad(compiled(x).sum(), [x], create_graph=True)

@@ -494,6 +494,63 @@ TENSOR_OPS = _TensorOps()
 
 
 # ---------------------------------------------------------------------------------------------
+# Compiled modules on tensors
+
+
+class CompiledModule:
+    """``model.compile()``: the module's forward traced once per input shape, dtype and mode into
+    a graph and run compiled. Called on a tensor, it records one node whose backward is the
+    graph's backprop (the same reverse driver), so ``loss.backward()`` fills the parameters'
+    ``.grad`` as the eager module does. Other refs (sessions, traced graphs) call the module
+    itself. First-order only: for higher derivatives use the module uncompiled."""
+
+    def __init__(self, module: Any) -> None:
+        from .transforms import Compiled
+
+        self.module = module
+        self._compiled: dict[tuple[Any, ...], Compiled] = {}
+        self._make = Compiled
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)  # parameters(), train(), eval(), state_dict(), ...
+
+    def __call__(self, x: Any) -> Any:
+        if not isinstance(x, Tensor):
+            return self.module(x)
+        key = (x.shape, x.dtype, bool(getattr(self.module, "training", False)), x.requires_grad)
+        c = self._compiled.get(key)
+        if c is None:
+            c = self._compiled[key] = self._make(lambda ref: self.module(ref), [x.shape],
+                                                 dtype=x.dtype,
+                                                 wrt=None if x.requires_grad else ())
+        values = c._values("compiled module", [x._value])
+        out = values[c.graph.output]
+        params = c.params
+        if not is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in params)):
+            return Tensor(out)
+        parents = (x,) + tuple(RECORDER.use(p) for p in params)
+        return Tensor._result(out, _compiled_call(c, values), parents, {})
+
+
+def _compiled_call(c: Any, values: list[Any]) -> Primitive:
+    """A one-off primitive (not registered) for one call of a compiled module on tensors: its
+    VJP is the graph's backprop from this call's values."""
+
+    def vjp(ops: Any, g: Any, inputs: Any, out: Any) -> tuple[Any, ...]:
+        if ops is not ARRAY_OPS:
+            raise TorchLeanError("a compiled module supports first-order backward only; use the "
+                                 "module uncompiled for create_graph / higher derivatives")
+        return c._cotangents(values, g)
+
+    n = len(c.graph.inputs)
+    return Primitive(
+        "compiled_module", tuple(f"input{k}" for k in range(n)),
+        lambda *shapes: c.out_shape, lambda *xs: values[c.graph.output], vjp=vjp,
+        reverse_only=True, semantics="One call of a compiled module (its graph's forward; VJP: "
+        "the graph's backprop).", samples=lambda rng: [])
+
+
+# ---------------------------------------------------------------------------------------------
 # Creation
 
 

@@ -331,6 +331,13 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
+    def compile(self) -> Any:
+        """This module run as compiled graphs (one per input shape, dtype and mode); on tensors
+        ``loss.backward()`` goes through the graph's backprop (``tensor.CompiledModule``)."""
+        from ..tensor import CompiledModule
+
+        return CompiledModule(self)
+
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.zero_grad()
