@@ -215,9 +215,9 @@ def test_checkpoint_from_two_ranks_resumes_on_three(runs: Path) -> None:
 
 def test_a_failing_rank_takes_the_job_down_with_its_message(mpi: None, tmp_path: Path) -> None:
     done = _run(2, str(WORKER), "raise", str(tmp_path))  # TIMEOUT turns a hang into a failure
-    assert done.returncode != 0
-    assert "rank 1 of 2 failed" in done.stderr
-    assert "rank one exploded at its third step" in done.stderr
+    assert done.returncode != 0, done.stdout
+    assert "rank 1 of 2 failed" in done.stderr, done.stderr
+    assert "rank one exploded at its third step" in done.stderr, done.stderr
     assert "training finished" not in done.stdout
 
 
@@ -236,7 +236,7 @@ def test_cli_trains_distributed_like_one_process(mpi: None, tmp_path: Path) -> N
     done = _run(2, "-m", "torchlean", *args, "--distributed", "--check-every", "3",
                 "--save", str(tmp_path / "d.safetensors"), "--json", str(tmp_path / "d.json"))
     assert done.returncode == 0, done.stderr
-    assert "distributed: 2 MPI rank(s)" in done.stdout
+    assert "distributed: 2 MPI rank(s)" in done.stdout, done.stdout
     # Only rank 0 prints: each epoch line appears once.
     assert done.stdout.count("epoch 1/2") == 1 and done.stdout.count("epoch 2/2") == 1
     assert cli_main([*args, "--json", str(tmp_path / "s.json")]) == 0
@@ -263,5 +263,5 @@ def test_cli_error_on_one_rank_aborts_all(mpi: None, tmp_path: Path) -> None:
     # Only rank 0 checks --save; the other rank is already waiting in start-up.
     done = _run(2, "-m", "torchlean", "train", "--dataset", "iris", "--epochs", "1",
                 "--distributed", "--save", str(tmp_path / "missing" / "c.safetensors"))
-    assert done.returncode != 0
-    assert "rank 0 of 2 failed" in done.stderr and "does not exist" in done.stderr
+    assert done.returncode != 0, done.stdout
+    assert "rank 0 of 2 failed" in done.stderr and "does not exist" in done.stderr, done.stderr

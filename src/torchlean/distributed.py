@@ -370,15 +370,15 @@ class DataParallel:
                 if p.grad is None:
                     buf[offset:offset + size] = 0
                 else:
-                    buf[offset:offset + size] = np.asarray(p.grad).ravel()
+                    # Copy and scale in one pass over the gradient.
+                    np.multiply(np.asarray(p.grad).reshape(-1), weight,
+                                out=buf[offset:offset + size], casting="unsafe")
                 offset += size
             if k == last:
-                buf[offset] = local_loss
-                # Has-gradient flags: positive after scaling by a positive weight, so their sum
-                # over ranks is positive exactly when some rank produced that gradient.
+                buf[offset] = local_loss * weight
+                # Has-gradient flags: their sum over ranks is positive exactly when some rank
+                # produced that gradient.
                 buf[offset + 1:] = [p.grad is not None for p in self.params]
-            if weight != 1.0:
-                np.multiply(buf, weight, out=buf)
             handles.append(self.comm.iallreduce_sum(buf))
         t1 = time.perf_counter()
         for h in handles:
