@@ -380,8 +380,12 @@ def _conv(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
     if w is None or b is None or not prop.batched(px) or len(node.shape) != w.ndim:
         return False
     contribution = _adjoint(prop, i, v, px, [w, b, None], (False, False, True))
-    view = (1, 1, b.shape[0]) + (1,) * (w.ndim - 2)
-    terms.append(_sum_rest_down(v * b.reshape(view)))
+    # sum(v * b) = sum over channels of b_c times v's channel sums (no full-size product)
+    per_channel = v.reshape(v.shape[:3] + (-1,))
+    n = int(np.prod(v.shape[2:])) + 4
+    centre = per_channel.sum(axis=-1) @ b
+    size = np.abs(per_channel).sum(axis=-1) @ np.abs(b)
+    terms.append(down(centre - gamma(2 * n) * size - n * ETA64))
     key = ("absJ", i)
     if key not in prop._cache:
         attrs = {k: val for k, val in node.attrs.items() if k != "dtype"}
@@ -512,7 +516,9 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
         lower_k = np.where(unstable, np.clip(alpha, 0.0, 1.0), _with_k(lower))
     else:
         lower_k = _with_k(lower)
-    if alpha is None and v.shape[0] == 1 < prop.batch and px not in nu:
+    parent_op = prop.nodes[px].op
+    if (alpha is None and v.shape[0] == 1 < prop.batch and px not in nu
+            and parent_op is not None and parent_op.name == "linear"):
         # Shared multipliers (an intermediate bound's identity rows): keep nu_x factored, so the
         # next linear layer multiplies per example over its active neurons only.
         vx: Any = Scaled(v, upper, lower - upper)
@@ -682,8 +688,10 @@ def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     dom = _with_k(dominated)
     coef = np.where(dom | (v >= 0), v, 0.0)
     terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
-    up_coef = np.repeat(np.repeat(coef, k[0], axis=-2), k[1], axis=-1)
-    prop.accumulate(nu, px, up_coef * _with_k(onehot), slack)
+    b, kk, c, ho, wo = np.broadcast_shapes(coef.shape, dom.shape)
+    spread = (np.broadcast_to(coef, (b, kk, c, ho, wo))[:, :, :, :, None, :, None]
+              * onehot.reshape(onehot.shape[0], 1, c, ho, k[0], wo, k[1]))
+    prop.accumulate(nu, px, spread.reshape((b, kk) + prop.nodes[px].shape[1:]), slack)
     return True
 
 
