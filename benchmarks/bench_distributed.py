@@ -22,7 +22,8 @@ and ``-n 2`` with one BLAS thread per rank, and reports:
   machine it overstates the cost of communication itself; pack, wait and unpack are printed
   separately.
 
-Steps are fixed (``--steps``, after ``--warmup``); nothing is timed against a deadline.
+Steps are fixed (``--steps``, after ``--warmup``); each configuration runs ``--repeats`` times,
+interleaved, and the fastest run is kept. Nothing is timed against a deadline.
 ``--json PATH`` writes the table as JSON.
 """
 
@@ -124,6 +125,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -132,17 +134,25 @@ def main() -> None:
         return
     mpiexec = Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    rows = []
+    best: dict[tuple[str, int], dict] = {}
     load = os.getloadavg()[0]
-    print(f"{os.cpu_count()} CPUs, load average {load:.1f} at start; 1 BLAS thread per rank")
-    for name in WORKLOADS:
-        for ranks in (1, 2):
-            out = Path(f"/tmp/bench_distributed_{os.getpid()}_{name}_{ranks}.json")
-            cmd = [str(mpiexec), "-n", str(ranks), sys.executable, __file__, "--steps",
-                   str(args.steps), "--warmup", str(args.warmup), "--worker", name, str(out)]
-            subprocess.run(cmd, check=True, env=env)
-            rows.append(json.loads(out.read_text()))
-            out.unlink()
+    print(f"{os.cpu_count()} CPUs, load average {load:.1f} at start; 1 BLAS thread per rank; "
+          f"best of {args.repeats} interleaved runs of {args.steps} steps")
+    # Interleaved repeats, best kept: a shared machine's load drifts, and the best run is the
+    # one least disturbed by other work.
+    for _ in range(args.repeats):
+        for name in WORKLOADS:
+            for ranks in (1, 2):
+                out = Path(f"/tmp/bench_distributed_{os.getpid()}_{name}_{ranks}.json")
+                cmd = [str(mpiexec), "-n", str(ranks), sys.executable, __file__, "--steps",
+                       str(args.steps), "--warmup", str(args.warmup), "--worker", name, str(out)]
+                subprocess.run(cmd, check=True, env=env)
+                row = json.loads(out.read_text())
+                out.unlink()
+                key = (name, ranks)
+                if key not in best or row["examples_per_s"] > best[key]["examples_per_s"]:
+                    best[key] = row
+    rows = [best[(name, ranks)] for name in WORKLOADS for ranks in (1, 2)]
     base = {r["workload"]: r["examples_per_s"] for r in rows if r["ranks"] == 1}
     header = (f"{'workload':8} {'ranks':>5} {'ex/s':>9} {'speedup':>8} {'step ms':>8} "
               f"{'allreduce ms':>13} {'exposed ms':>11} {'% of step':>10} {'hidden':>7}")
