@@ -9,6 +9,9 @@
   second epoch, distributed and in one process; rank 0 writes ``resume-<world size>.json``.
 - ``raise``: rank 1's loss raises at its third step (the job must end promptly with its message).
 - ``mismatch``: rank 1 builds a wider model and a different batch size (start-up must say so).
+- ``stop``: only rank 1's ``should_stop`` asks to stop, after its third batch; every rank must
+  stop at the same step (rank 0 writes ``stop.json``).
+- ``diverge``: rank 1 changes its weights after epoch 1; the hash check must catch it.
 
 Everything is bounded by steps (two epochs of ten batches), never by time.
 """
@@ -182,6 +185,44 @@ def mismatch() -> None:
     print("mismatch: training started, which it must not", flush=True)
 
 
+def stop_on_one_rank(outdir: str) -> None:
+    comm = communicator(True)
+    calls = {"n": 0}
+
+    def should_stop() -> bool:
+        calls["n"] += 1
+        return comm.rank == 1 and calls["n"] >= 3
+
+    model = make_model("float64")
+    train_data, _ = make_data("float64")
+    opt = make_optimizer("sgd", model)
+    hist = fit(model, F.cross_entropy, opt, train_data, 2, BATCH, progress=False,
+               distributed=True, should_stop=should_stop)
+    steps = [int(b) for b in comm.allgather_bytes(str(opt.step_count).encode())]
+    if comm.is_main:
+        _write(outdir, "stop.json", {"steps": steps, "epochs": len(hist)})
+
+
+def diverge(outdir: str) -> None:
+    comm = communicator(True)
+
+    def nudge(record) -> None:  # noqa: ANN001
+        if comm.rank == 1:  # a bug that changes one rank's weights behind fit's back
+            p = model.parameters()[0]
+            p.assign(p.data + 1e-9)
+
+    model = make_model("float64")
+    train_data, _ = make_data("float64")
+    try:
+        fit(model, F.cross_entropy, make_optimizer("sgd", model), train_data, 2, BATCH,
+            progress=False, distributed=True, check_every=1, on_epoch=nudge)
+    except DistributedError as exc:
+        if comm.is_main:
+            print(f"diverge: {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    print("diverge: training finished, which it must not", flush=True)
+
+
 def _hash(params: list[np.ndarray]) -> str:
     import hashlib
 
@@ -206,5 +247,9 @@ if __name__ == "__main__":
         fail_raise()
     elif mode == "mismatch":
         mismatch()
+    elif mode == "stop":
+        stop_on_one_rank(out)
+    elif mode == "diverge":
+        diverge(out)
     else:
         raise SystemExit(f"dist_worker: unknown mode {mode!r}")

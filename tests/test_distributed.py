@@ -231,6 +231,22 @@ def test_mismatched_ranks_are_reported_at_start_up(mpi: None, tmp_path: Path) ->
     assert "training started" not in done.stdout
 
 
+def test_a_stop_on_one_rank_stops_every_rank_at_the_same_step(mpi: None,
+                                                               tmp_path: Path) -> None:
+    done = _run(2, str(WORKER), "stop", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "stop.json").read_text())
+    assert result == {"steps": [3, 3], "epochs": 1}
+
+
+def test_hash_check_catches_ranks_that_drift_apart(mpi: None, tmp_path: Path) -> None:
+    done = _run(2, str(WORKER), "diverge", str(tmp_path))
+    assert done.returncode == 3, done.stderr
+    # Epoch 1 has 10 steps; the nudge comes after it, the check after step 11.
+    assert "parameters differ across ranks after step 11" in done.stderr, done.stderr
+    assert "training finished" not in done.stdout
+
+
 def test_cli_trains_distributed_like_one_process(mpi: None, tmp_path: Path) -> None:
     args = ["train", "--dataset", "iris", "--epochs", "2", "--seed", "1"]
     done = _run(2, "-m", "torchlean", *args, "--distributed", "--check-every", "3",
