@@ -285,6 +285,10 @@ MODULES: dict[str, tuple[nn.Module, torch.nn.Module, list[np.ndarray]]] = {
     "L1Loss": (nn.L1Loss(), torch.nn.L1Loss(), [normal(0, 6, 5), normal(1, 6, 5)]),
     "BCEWithLogitsLoss": (nn.BCEWithLogitsLoss(), torch.nn.BCEWithLogitsLoss(),
                           [normal(0, 6, 5), rng(1).uniform(size=(6, 5))]),
+    "BCEWithLogitsLoss-weight": (
+        nn.BCEWithLogitsLoss(weight=np.linspace(0.5, 2.0, 5), reduction="sum"),
+        torch.nn.BCEWithLogitsLoss(weight=T(np.linspace(0.5, 2.0, 5)), reduction="sum"),
+        [normal(0, 6, 5), rng(1).uniform(size=(6, 5))]),
     "Softmax": (nn.Softmax(dim=1), torch.nn.Softmax(dim=1), [normal(0, 3, 4, 2)]),
     "LogSoftmax": (nn.LogSoftmax(dim=0), torch.nn.LogSoftmax(dim=0), [normal(0, 3, 4)]),
     "Identity": (nn.Identity(7, k=3), torch.nn.Identity(7, k=3), [normal(0, 3, 4)]),

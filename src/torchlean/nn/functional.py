@@ -831,5 +831,7 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
     x, t = _same_shape(fn, input, target)
     per_item = F.apply("sub", F.apply("softplus", x), F.apply("mul", t, x))
     if weight is not None:
-        per_item = F.apply("mul", per_item, _float_tensor(fn, "weight", weight))
+        w = _float_tensor(fn, "weight", weight)
+        # a constant weight takes the input's dtype (plain float32 and float64 do not mix)
+        per_item = F.apply("mul", per_item, w if isinstance(w, Ref) else _const(x, w))
     return _reduce(fn, per_item, reduction)

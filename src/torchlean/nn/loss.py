@@ -109,11 +109,13 @@ class BCEWithLogitsLoss(_Loss):
                  reduction: str = "mean", pos_weight: Any = None) -> None:
         super().__init__("BCEWithLogitsLoss", size_average, reduce, reduction)
         TF._require("BCEWithLogitsLoss", "pos_weight", pos_weight, None)
-        self._weight = None if weight is None else np.asarray(to_host(weight), np.float64)
+        if weight is None:
+            self.weight = None
+        else:  # a buffer, as in torch; broadcast against the input when used
+            self.register_buffer("weight", np.asarray(to_host(weight), np.float64))
 
     def forward(self, input: Any, target: Any) -> Any:
-        weight = None if self._weight is None else self._weight.astype(input.dtype)
-        return TF.binary_cross_entropy_with_logits(input, target, weight=weight,
+        return TF.binary_cross_entropy_with_logits(input, target, weight=self.weight,
                                                    reduction=self.reduction)
 
 
