@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TTF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torchlean as tl
 import torchlean.nn.functional as TF
@@ -419,3 +421,36 @@ def test_failed_call_records_nothing() -> None:
     with pytest.raises(ShapeError):
         TF.layer_norm(x, 5, weight=np.ones(4))
     assert len(s.tape.nodes) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawn shapes: any axis for softmax / log_softmax, any spatial extent for cross_entropy
+
+
+@st.composite
+def shape_and_dim(draw: st.DrawFn) -> tuple[tuple[int, ...], int]:
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+@settings(max_examples=25)
+@given(shape_and_dim(), st.sampled_from(["softmax", "log_softmax"]),
+       st.sampled_from(["eager", "tensor"]))
+def test_softmax_any_dim_matches_torch(case: tuple[tuple[int, ...], int], name: str,
+                                       path: str) -> None:
+    shape, dim = case
+    x = normal(sum(shape) + dim, *shape)
+    check(lambda v: getattr(TF, name)(v, dim=dim), lambda v: getattr(TTF, name)(v, dim=dim),
+          [x], path)
+
+
+@settings(max_examples=20)
+@given(st.integers(1, 4), st.integers(2, 5), st.lists(st.integers(1, 3), max_size=2),
+       st.sampled_from(["mean", "sum", "none"]), st.sampled_from([0.0, 0.3]))
+def test_cross_entropy_drawn_shapes_match_torch(n: int, c: int, spatial: list[int],
+                                                reduction: str, smoothing: float) -> None:
+    x = normal(n * c, n, c, *spatial)
+    labels = rng(n + c).integers(0, c, size=(n, *spatial))
+    check(lambda v: TF.cross_entropy(v, labels, reduction=reduction, label_smoothing=smoothing),
+          lambda v: TTF.cross_entropy(v, T(labels), reduction=reduction,
+                                      label_smoothing=smoothing), [x], "eager")
