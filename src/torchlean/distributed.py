@@ -388,16 +388,16 @@ class DataParallel:
         tail = sum(int(np.prod(self.params[i].shape)) for i in idx)
         loss = float(buf[tail])
         has_grad = buf[tail + 1:] > 0
-        for idx, buf in self._buckets:
+        for k, (idx, buf) in enumerate(self._buckets):
             offset = 0
             for i in idx:
                 p = self.params[i]
                 size = int(np.prod(p.shape))
-                # A copy: the buffer is reused by the next step while the optimiser may keep
-                # references to gradients.
-                p.grad = (buf[offset:offset + size].reshape(p.shape).copy() if has_grad[i]
-                          else None)
+                p.grad = buf[offset:offset + size].reshape(p.shape) if has_grad[i] else None
                 offset += size
+            # The gradients are views of this buffer, so the next step packs into a new one
+            # (no copy here, and no gradient anyone still holds is overwritten).
+            self._buckets[k] = (idx, np.empty_like(buf))
         t3 = time.perf_counter()
         s = self.stats
         s["steps"] += 1
