@@ -750,3 +750,44 @@ def test_float32_model_eager_and_compiled_are_bitwise_equal() -> None:
     by_param = dict(zip(map(id, c.params), grads[1:], strict=True))
     for p, g in zip(model.parameters(), eager_grads, strict=True):
         np.testing.assert_array_equal(by_param[id(p)], g)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers on tl.Tensor (define-by-run): the same modules, gradients into Param.grad
+
+
+def test_layers_on_tensors_match_torch() -> None:
+    """Conv / BatchNorm (training: batch statistics and running update) / pool / linear and an
+    Embedding fed an int64 index tensor, run on tl.Tensor, against torch.nn."""
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.BatchNorm2d(3), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(12, 4)).double()
+    randomise(theirs, 7)
+    ours = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1, **D), nn.BatchNorm2d(3, **D), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(12, 4, **D))
+    from_torch(ours, theirs)
+    x = np.random.default_rng(3).normal(size=(5, 2, 4, 4))
+    labels = np.array([0, 1, 2, 3, 1])
+    loss = nn.CrossEntropyLoss()(ours(tl.tensor(x, dtype="float64")), tl.tensor(labels))
+    loss.backward()
+    want = torch.nn.CrossEntropyLoss()(theirs(torch.tensor(x)), torch.tensor(labels))
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+    grads = {n: p.grad for n, p in ours.named_parameters()}
+    for name, p in theirs.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=RTOL, atol=ATOL)
+    for name, value in theirs.state_dict().items():
+        if "running" in name:
+            np.testing.assert_allclose(ours.state_dict()[name], value.numpy(), rtol=1e-12)
+
+    emb, temb = nn.Embedding(5, 3, **D), torch.nn.Embedding(5, 3).double()
+    from_torch(emb, temb)
+    ids = np.array([[0, 4], [1, 1]])
+    cot = np.arange(12.0).reshape(2, 2, 3)
+    out = emb(tl.tensor(ids))
+    (out * tl.tensor(cot)).sum().backward()
+    want_out = temb(torch.tensor(ids))
+    (want_out * torch.tensor(cot)).sum().backward()
+    np.testing.assert_array_equal(out.detach().numpy(), want_out.detach().numpy())
+    np.testing.assert_array_equal(emb.weight.grad, temb.weight.grad.numpy())

@@ -681,6 +681,9 @@ class Embedding(Module):
     def forward(self, ids: Any) -> Any:
         if not isinstance(ids, Ref):
             ids = np.asarray(ids, dtype=self.weight.dtype)
+        elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
+            # An integer index tensor (tl.Tensor int64): one_hot of it would be integer too.
+            ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
         one_hot = F.one_hot(ids, num_classes=self.num_embeddings)
         return one_hot @ _use(ids, self.weight)
 
