@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"torchlean {__version__}")
     sub = parser.add_subparsers(dest="command",
-                                metavar="{train,eval,graph,ops,export,verify,certify}")
+                                metavar="{train,eval,graph,ops,export,verify,certify,bench}")
     sub.required = True
 
     recipes = "; ".join(
@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .bounds import certify as certify_cli  # here: torchlean.bounds imports the graph layer
 
     certify_cli.add_parser(sub, _positive_int, _non_negative_int)
+    from . import bench
+
+    bench.add_arguments(sub.add_parser(
+        "bench", help="time the issue-13 workloads side by side with PyTorch, JAX, autograd",
+        description="Time W1-W5 in every installed framework (agreement checked first)."))
     return parser
 
 
@@ -541,9 +546,16 @@ def _certify(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.run(args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": _train, "eval": _eval, "graph": _graph, "ops": _ops,
-    "export": onnx_cli.run_export, "verify": verify_cli.run, "certify": _certify}
+    "export": onnx_cli.run_export, "verify": verify_cli.run, "certify": _certify,
+    "bench": _bench}
 
 
 

@@ -1,0 +1,98 @@
+"""``torchlean bench``: every workload runs once in every installed framework and agrees (so the
+benchmark cannot rot); the agreement check catches a wrong gradient; argument errors are named.
+Timings are never asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from torchlean import bench, cli
+
+
+@pytest.fixture(scope="module")
+def agreement() -> dict[str, dict[str, float | str]]:
+    return bench.run_agreement()
+
+
+def test_every_workload_runs_and_agrees_in_every_installed_framework(
+        agreement: dict[str, dict[str, float | str]]) -> None:
+    assert set(agreement) == set(bench.WORKLOADS)
+    for w, per_fw in agreement.items():
+        assert set(per_fw) == set(bench.FRAMEWORKS), w
+        for fw in ("torchlean-eager", "torchlean-compiled"):
+            err = per_fw[fw]
+            assert isinstance(err, float) and err <= 2e-3, (w, fw, err)
+        for fw in ("torch", "jax", "autograd"):
+            installed = importlib.util.find_spec(fw) is not None
+            if installed and not (fw == "autograd" and w == "W3"):
+                assert isinstance(per_fw[fw], float), (w, fw, per_fw[fw])
+            if not installed:
+                assert isinstance(per_fw[fw], str), (w, fw)
+
+
+def test_eager_and_compiled_give_identical_gradients() -> None:
+    data = bench.make_data("W2")
+    eager = bench.build("W2", "torchlean-eager", data)
+    compiled = bench.build("W2", "torchlean-compiled", data)
+    assert isinstance(eager, bench.Impl) and isinstance(compiled, bench.Impl)
+    (le, ge), (lc, gc) = eager.check(), compiled.check()
+    assert le == lc
+    for a, b in zip(ge, gc, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_numpy_floor_matches_torchlean_on_the_cnn() -> None:
+    data = bench.make_data("W3")
+    ref = bench.build("W3", "torchlean-eager", data)
+    floor = bench.build("W3", "numpy", data)
+    assert isinstance(ref, bench.Impl) and isinstance(floor, bench.Impl)
+    errors = bench.agree("W3", {"torchlean-eager": ref.check(), "numpy": floor.check()})
+    assert errors["numpy"] <= 2e-3
+
+
+def test_agreement_check_catches_a_wrong_gradient() -> None:
+    good = (1.0, [np.ones(3, np.float32), np.full(2, 0.5, np.float32)])
+    bad = (1.0, [np.ones(3, np.float32), np.array([0.5, 0.6], np.float32)])
+    with pytest.raises(bench.BenchError, match="gradient 1 disagrees"):
+        bench.agree("W2", {"torch": good, "numpy": bad})
+    with pytest.raises(bench.BenchError, match="loss"):
+        bench.agree("W2", {"torch": good, "numpy": (1.5, good[1])})
+
+
+def test_interleaved_timing_runs_every_entry_block_times_per_round() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        def fn() -> None:
+            calls[name] += 1
+        return fn
+
+    out = bench.time_interleaved({"a": make("a"), "b": make("b")}, block=3, rounds=4, warmup=1)
+    assert calls == {"a": 1 + 12, "b": 1 + 12}
+    for t in out.values():
+        assert t["rounds"] == 4 and t["min_ms"] <= t["median_ms"] <= t["max_ms"]
+
+
+def test_report_and_json_for_one_small_run(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bench.json"
+    status = cli.main(["bench", "--workloads", "W1", "--frameworks", "torchlean-eager,numpy",
+                       "--rounds", "1", "--json", str(path)])
+    assert status == 0
+    text = capsys.readouterr().out
+    assert "W1:" in text and "torchlean-eager" in text and "load average" in text
+    result = json.loads(path.read_text())
+    assert set(result["workloads"]["W1"]["times"]) == {"torchlean-eager", "numpy"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workloads", "W9"], "unknown workloads"),
+    (["--frameworks", "tensorflow"], "unknown frameworks"),
+    (["--rounds", "0"], "must be >= 1"),
+])
+def test_bad_arguments_are_named(argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert cli.main(["bench", *argv]) == 2
+    assert message in capsys.readouterr().err
