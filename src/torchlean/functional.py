@@ -340,6 +340,7 @@ def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) 
         if isinstance(v, NatRef):  # integer inputs travel as plain attribute values
             attrs = {k: w.value if isinstance(w, NatRef) else w for k, w in attrs.items()}
             break
+    attrs = prim.check_attrs(attrs)  # kinds checked and normalised before anything else
     owner = owner_of(inputs)
     if owner is None:
         arrays = operand_arrays(prim.name, inputs)

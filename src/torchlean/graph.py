@@ -294,6 +294,7 @@ class GraphBuilder:
         nodes = g.nodes
         if not ids and "dtype" in prim.attrs:
             attrs = {**attrs, "dtype": g.dtype}
+        attrs = prim.check_attrs(attrs)  # kinds checked and normalised before the shape rule
         shape = tuple(prim.infer(*[nodes[i].shape for i in ids],
                                  **{k: v for k, v in attrs.items() if k != "dtype"}))
         requires_grad = not prim.nondiff and any(nodes[i].requires_grad for i in ids)

@@ -144,6 +144,7 @@ class Tape:
                 requires_grad = True
         if not values and "dtype" in prim.attrs:
             attrs = {**attrs, "dtype": self.dtype}
+        attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
         out = run_checked(prim, values, attrs)
         if self.check_finite:
             _check_finite(prim.name, out)

@@ -107,7 +107,7 @@ register(Primitive(
     error_inputs=[ErrorInput(((3, 4),), {"mask": np.ones((3, 3), dtype=bool)}, ShapeError,
                              r"mask must have shape \(3, 4\), found \(3, 3\)"),
                   ErrorInput(((3, 3),), {"mask": np.ones((3, 3))}, ShapeError,
-                             "mask must be boolean"),
+                             "mask must be None or a boolean array"),
                   ErrorInput(((4,),), {"mask": np.ones((1, 4), dtype=bool)}, ShapeError,
                              "a mask needs at least 2-D input")],
 ))
@@ -285,7 +285,7 @@ register(Primitive(
                              ShapeError, r"wk must have wq's shape \(4, 4\)"),
                   ErrorInput(((4, 4), (4, 4), (4, 4), (4, 4), (3, 4)),
                              {"num_heads": 2, "mask": np.ones((3, 3))}, ShapeError,
-                             "mask must be boolean"),
+                             "mask must be None or a boolean array"),
                   ErrorInput(((4, 4), (4, 4), (4, 4), (4, 4), (4,)), {"num_heads": 1},
                              ShapeError, r"x must be \(n, d_model\) or \(B, n, d_model\)")],
 ))

@@ -77,7 +77,7 @@ def _conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     xb, batched = _batched(x, d)
     cols, out = _im2col_rows(xb, tuple(w.shape[2:]), s, p)
-    y = (w.reshape(w.shape[0], -1) @ cols).reshape((w.shape[0], xb.shape[0]) + out)
+    y = (w.reshape(w.shape[0], size(w.shape[1:])) @ cols).reshape((w.shape[0], xb.shape[0]) + out)
     y = y.swapaxes(0, 1)  # (N, outC, *out): a view of the GEMM's (outC, N, *out) result
     return y if batched else y[0]
 
@@ -91,8 +91,9 @@ def _conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
     n, ci = xb.shape[0], xb.shape[1]
     co, kernel = w.shape[1], tuple(w.shape[2:])
     spatial = tuple(xb.shape[2:])
-    rows = xb.reshape(n, ci, -1).swapaxes(0, 1).reshape(ci, -1)  # (Ci, N * P_in), one GEMM
-    cols = w.reshape(ci, -1).T @ rows  # (Co * K, N * P_in)
+    # Explicit sizes, not -1: a zero-size batch or spatial axis leaves -1 undetermined.
+    rows = xb.reshape(n, ci, size(spatial)).swapaxes(0, 1).reshape(ci, n * size(spatial))
+    cols = w.reshape(ci, co * size(kernel)).T @ rows  # (Co * K, N * P_in), one GEMM
     windows = np.moveaxis(cols.reshape((co,) + kernel + (n,) + spatial), 1 + d, 0)
     full = tuple((i - 1) * st + k + o
                  for i, st, k, o in zip(spatial, s, kernel, out_pad, strict=True))
@@ -110,7 +111,7 @@ def _conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any
     bb, _ = _batched(b, d)
     cols, _ = _im2col(bb, kernel, s, p)  # (N, B * K, P)
     n, ca = ab.shape[0], ab.shape[1]
-    a2 = ab.reshape(n, ca, -1)
+    a2 = ab.reshape(n, ca, size(ab.shape[2:]))  # not -1: N may be 0
     if n == 1:
         dw = a2[0] @ cols[0].T
     else:
@@ -292,7 +293,7 @@ register(Primitive(
         ErrorInput(((1, 1, 5, 5), (1, 3, 3)), {"stride": 1, "padding": 0}, ShapeError,
                    r"kernel \(5, 5\) larger than padded input \(3, 3\) with padding \(0, 0\)"),
         ErrorInput(((1, 1, 2, 2), (1, 3, 3)), {"stride": 0, "padding": 0}, ShapeError,
-                   "stride must be >= 1, found 0"),
+                   "stride must be >= 1.*found 0"),
         ErrorInput(((1, 1, 2, 2), (1, 1, 1, 3, 3)), {"stride": 1, "padding": 0}, ShapeError,
                    r"input must be \(C, spatial x2\) or \(N, C, spatial x2\)"),
     ],
@@ -378,7 +379,7 @@ register(Primitive(
                    ShapeError,
                    r"a has shape \(3, 5, 6\), but convolving b \(2, 5, 6\)"),
         ErrorInput(((3, 3, 4), (2, 5, 6)), {"kernel": 3, "stride": 1, "padding": 0}, ShapeError,
-                   "kernel must be a tuple of ints, found 3"),
+                   "kernel must be a non-empty tuple of positive ints, found 3"),
         ErrorInput(((2, 3, 3, 4), (3, 2, 5, 6)), {"kernel": (3, 3), "stride": 1, "padding": 0},
                    ShapeError,
                    "batch sizes differ"),

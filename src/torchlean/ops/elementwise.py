@@ -157,7 +157,7 @@ register(Primitive(
     samples=lambda rng: [Sample((normal(rng, 4),), {"c": 2.5}),
                          Sample((normal(rng, 2, 3),), {"c": -0.5})],
     torch_ref=lambda torch, x, c: x * c,
-    error_inputs=[ErrorInput(((3,),), {"c": "2"}, ShapeError, "c must be a real number, found '2'"),
+    error_inputs=[ErrorInput(((3,),), {"c": "2"}, ShapeError, "c must be a real number.*'2'"),
                   ErrorInput(((3,),), {}, SignatureError, "missing attribute 'c'")],
 ))
 
@@ -373,5 +373,5 @@ elementwise_unary(
     samples=lambda rng: [Sample((normal(rng, 5),), {"eps": 1e-6})],
     torch_ref=lambda torch, x, eps: torch.log(torch.nn.functional.softplus(x) + eps),
     error_inputs=[ErrorInput(((3,),), {"eps": [1e-6]}, ShapeError,
-                             r"eps must be a real number, found \[1e-06\]")],
+                             r"eps must be a positive number.*found \[1e-06\]")],
 )

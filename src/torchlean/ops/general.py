@@ -77,7 +77,7 @@ register(Primitive(
     error_inputs=[ErrorInput(((2, 3),), {"perm": (0, 0)}, ShapeError,
                              r"perm \(0, 0\) is not a permutation of the 2 axes"),
                   ErrorInput(((2, 3),), {"perm": 1}, ShapeError,
-                             "perm must be a sequence of axes, found 1")],
+                             "perm must be a tuple of int axes, found 1")],
 ))
 
 

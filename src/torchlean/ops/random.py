@@ -107,7 +107,7 @@ register(Primitive(
                                      "counter": 0}),
                          Sample((), {"shape": (5,), "seed": 7, "counter": 3})],
     error_inputs=[ErrorInput((), {"shape": (2, -1), "seed": 0}, ShapeError,
-                             "shape entries must be non-negative ints"),
+                             r"shape must be a shape \(tuple of non-negative ints\)"),
                   ErrorInput((), {"shape": (2,), "seed": -1}, ShapeError,
                              "seed must be a non-negative int, found -1"),
                   ErrorInput((), {"shape": (2,), "seed": 0, "counter": 1.5}, ShapeError,

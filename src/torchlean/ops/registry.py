@@ -42,6 +42,7 @@ from ..errors import (
     UnknownOpError,
     UnsupportedJvpError,
 )
+from . import attr_kinds
 
 Array = Any
 Rule = Callable[..., Any]
@@ -105,7 +106,7 @@ class Primitive:
     __slots__ = (
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
-        "fd_smooth", "selective", "spec", "bounds", "error_inputs",
+        "fd_smooth", "selective", "spec", "bounds", "error_inputs", "attr_kinds", "_attr_checks",
     )
 
     def __init__(
@@ -128,13 +129,14 @@ class Primitive:
         fd_smooth: bool = True,
         selective: bool = False,
         error_inputs: Sequence[ErrorInput] = (),
+        attr_kinds: dict[str, Callable[[str, str, Any], Any]] | None = None,
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.attrs = (
             dict(attrs) if isinstance(attrs, dict) else {a: _REQUIRED for a in attrs}
         )
-        self.infer = infer
+        self.infer = _size_limited(name, infer)
         self.forward = forward
         self.vjp = vjp
         self.jvp = jvp
@@ -158,6 +160,12 @@ class Primitive:
         records = tuple(error_inputs)
         self.error_inputs: Callable[[], list[ErrorInput]] | None = (
             (lambda: list(records)) if records else None)
+        # The kind of each attribute (``attr_kinds``): checked and normalised by ``check_attrs``
+        # on every entry point. Built-in primitives get theirs from ``attr_kinds.SCHEMAS``.
+        self.attr_kinds: dict[str, Callable[[str, str, Any], Any]] = {}
+        self._attr_checks: tuple[tuple[str, Callable[[str, str, Any], Any]], ...] = ()
+        if attr_kinds:
+            self.declare_attr_kinds(attr_kinds)
         if not nondiff and vjp is None:
             raise TypeError(f"primitive {name}: a differentiable op needs a vjp rule")
         if not (nondiff or linear or reverse_only) and jvp is None:
@@ -165,6 +173,34 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+    def declare_attr_kinds(self, kinds: dict[str, Callable[[str, str, Any], Any]]) -> None:
+        """Declare the kind of each attribute (see ``attr_kinds``); unknown names are refused."""
+        unknown = set(kinds) - set(self.attrs)
+        if unknown:
+            raise TypeError(f"primitive {self.name}: kinds for unknown attributes "
+                            f"{sorted(unknown)}")
+        self.attr_kinds = dict(kinds)
+        self._attr_checks = tuple(kinds.items())
+
+    def check_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """``attrs`` checked against their declared kinds and normalised (NumPy scalars become
+        Python numbers, lists tuples): the one attribute validator of every entry point, run
+        before any shape rule or kernel. Returns ``attrs`` itself when nothing changed."""
+        checks = self._attr_checks
+        if not checks or not attrs:
+            return attrs
+        out = attrs
+        name = self.name
+        for key, kind in checks:
+            if key in attrs:
+                value = attrs[key]
+                normal = kind(name, key, value)
+                if normal is not value:
+                    if out is attrs:
+                        out = dict(attrs)
+                    out[key] = normal
+        return out
 
     def split_call(
         self, args: Sequence[Any], kwargs: dict[str, Any], what: str = "inputs",
@@ -267,6 +303,24 @@ def unbroadcast(ops: Any, cotangent: Any, shape: tuple[int, ...]) -> Any:
     return ops.sum_to(cotangent, shape=shape)
 
 
+def _size_limited(name: str, infer: Rule) -> Rule:
+    """``infer`` followed by the allocation limit on the result's entries (``attr_kinds``)."""
+    limit = attr_kinds.max_elements
+
+    def checked(*shapes: Any, **attrs: Any) -> Any:
+        out = infer(*shapes, **attrs)
+        n = 1
+        for d in out:
+            n *= d
+        if n > limit():
+            attr_kinds.check_size(name, "result shape", tuple(out))
+        return out
+
+    checked.__name__ = getattr(infer, "__name__", "infer")
+    checked.__wrapped__ = infer  # type: ignore[attr-defined]
+    return checked
+
+
 REGISTRY: dict[str, Primitive] = {}
 
 
@@ -292,6 +346,8 @@ def register(prim: Primitive) -> Primitive:
     """Add a primitive to the registry and to the array interpreter."""
     if prim.name in REGISTRY:
         raise TypeError(f"primitive {prim.name} registered twice")
+    if not prim.attr_kinds and prim.name in attr_kinds.SCHEMAS:
+        prim.declare_attr_kinds(attr_kinds.SCHEMAS[prim.name])
     REGISTRY[prim.name] = prim
     setattr(ARRAY_OPS, prim.name, prim.forward)
     return prim
