@@ -4,9 +4,10 @@ Starting from each primitive's own samples, seeded generators make hostile calls
 every declared attribute kind, NumPy scalars where Python numbers are expected, inputs of the
 wrong dtype (complex, strings, ragged lists, bool, int), zero-size dimensions, and NaN / infinite
 entries. Each call goes through the eager tape (forward and backward), ``F.apply`` on plain arrays
-and ``tl.compile`` (forward and VJP). The only acceptable outcomes are a result or a
-``TorchLeanError``; a refused tape call must leave the tape unchanged; a bad attribute value must
-be refused before any compute by the kind's ``ShapeError`` naming the op and the attribute.
+and ``tl.compile`` (forward and VJP); bad attributes also go through ``tl.Tensor``. The only
+acceptable outcomes are a result or a ``TorchLeanError``; a refused tape call must leave the tape
+unchanged; a bad attribute value must be refused before any compute by the kind's
+``ShapeError`` naming the op and the attribute.
 
 The work is bounded by case counts (never by time). ``python tests/test_fuzz.py`` prints the
 counts: cases, named errors, other exceptions.
@@ -192,6 +193,9 @@ def _bad_attribute(prim: Primitive, inputs: list[Any], attrs: dict[str, Any], ke
     if not (key == "dtype" and not inputs):  # a tape sets a nullary op's dtype itself
         calls.append(("tape", lambda: tape.apply(name, *ids, **attrs)))
     if inputs:
+        tensors = [tl.tensor(x, requires_grad=True) for x in inputs]
+        calls.append(("tensor", lambda: F.apply(name, *tensors, **attrs)))
+
         def fn(*refs: Any) -> Any:
             return F.apply(name, *refs, **attrs)
 
