@@ -43,7 +43,7 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
 
     def bound(*alphas: Any) -> Any:
         slope = dict(zip(relus, alphas, strict=True))
-        owner = alphas[0]._owner
+        owner = alphas[0].owner
         nu: dict[int, Any] = {out_id: owner.const(spec)}
         total: Any = None
 

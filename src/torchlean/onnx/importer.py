@@ -1194,7 +1194,7 @@ class OnnxModel(Compiled):
 
         def build(*leaves: Var) -> Any:
             onnx = require_onnx()
-            ctx = _Context(leaves[0]._owner if leaves else _no_inputs(label), dtype, opset,
+            ctx = _Context(leaves[0].owner if leaves else _no_inputs(label), dtype, opset,
                            frozen)
             holder["ctx"] = ctx
             env: dict[str, Any] = dict(zip(self.input_names, leaves, strict=True))

@@ -291,8 +291,10 @@ class Primitive:
         """
         if self.nondiff:
             return (None,) * len(inputs)
-        reduce = self.broadcasting and any(x.shape != out.shape for x in inputs)
-        rule, kwargs = self.vjp_rule(attrs, needed, reduce)
+        # The reducing rule sums a cotangent back only where its shape differs from its input's,
+        # so it is right for any broadcasting call (the drivers decide from static shapes and
+        # skip it when nothing broadcasts).
+        rule, kwargs = self.vjp_rule(attrs, needed, self.broadcasting)
         return rule(ops, g, inputs, out, **kwargs)
 
 
