@@ -350,7 +350,8 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     key = ("absJ", i)
     if key not in prop._cache:
         prop._cache[key] = prop.vmax(px) @ np.abs(w).T
-    slack.append(_dot_rest(np.abs(v), prop._cache[key], True) * gamma(in_f + 4))
+    # each entry of the product sums out_f terms
+    slack.append(_dot_rest(np.abs(v), prop._cache[key], True) * gamma(max(out_f, in_f) + 4))
     prop.accumulate(nu, px, contribution, slack)
     return True
 
