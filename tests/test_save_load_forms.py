@@ -88,6 +88,49 @@ def test_tensors_are_saved_and_loaded_as_values(tmp_path: Path) -> None:
     assert holder["w"].requires_grad
 
 
+def test_general_checkpoint_comes_back_nested(tmp_path: Path) -> None:
+    """PyTorch's 'saving a general checkpoint' recipe: a dict of state dicts and numbers."""
+    model = small_model(4)
+    opt = tl.optim.Adam(model.parameters(), lr=1e-2)
+    for p in model.parameters():
+        p.grad = np.ones_like(p.value)
+    opt.step()
+    path = str(tmp_path / "ckpt.safetensors")
+    tl.save({"epoch": 7, "model_state_dict": model.state_dict(),
+             "optimizer_state_dict": opt.state_dict(), "extra": {"a.b": {"c": np.ones(2)}}},
+            path)
+    ckpt = tl.load(path)
+    assert sorted(ckpt) == ["epoch", "extra", "model_state_dict", "optimizer_state_dict"]
+    assert int(ckpt["epoch"]) == 7
+    np.testing.assert_array_equal(ckpt["extra"]["a.b"]["c"], np.ones(2))
+    restored = small_model(5)
+    restored.load_state_dict(ckpt["model_state_dict"])
+    restored_opt = tl.optim.Adam(restored.parameters(), lr=1e-2)
+    restored_opt.load_state_dict(ckpt["optimizer_state_dict"])
+    for key, value in opt.state_dict().items():
+        np.testing.assert_array_equal(restored_opt.state_dict()[key], value)
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(restored.state_dict()[key], value)
+    # The seed form's named objects nest the same way.
+    tl.save(path, {"model": model, "optim": opt})
+    assert sorted(tl.load(path)) == ["model", "optim"]
+
+
+def test_bad_group_metadata_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.safetensors")
+    tl.save({"w": np.ones(1)}, path, metadata={checkpoint.GROUPS_KEY: "{not json"})
+    with pytest.raises(CheckpointError, match="must be a JSON list of key prefixes"):
+        tl.load(path)
+    tl.save({"w": np.ones(1), "w.x": np.ones(1)}, path,
+            metadata={checkpoint.GROUPS_KEY: json.dumps(["w"])})
+    with pytest.raises(CheckpointError, match="'w.x' lies under 'w', which is also an array"):
+        tl.load(path)
+    tl.save({"w.x": np.ones(1), "w": np.ones(1)}, path,  # (the file decides the key order)
+            metadata={checkpoint.GROUPS_KEY: json.dumps(["w"])})
+    with pytest.raises(CheckpointError, match="lies under 'w'|'w' is an array and also a group"):
+        tl.load(path)
+
+
 BAD_CALLS = [
     (lambda p: tl.save(p, p), "save: both arguments are paths"),
     (lambda p: tl.save(small_model(), io.BytesIO()), "save: expected save\\(obj, path\\).*"

@@ -6,8 +6,11 @@ an object of the same structure. The format holds raw arrays and a JSON header o
 never unpickles or executes anything.
 
 PyTorch's order works too: ``save(obj, path)`` (the call is told apart by which argument is the
-path: a ``str`` or ``os.PathLike``), and ``load(path)`` with no target returns the flat state dict
-``{name: array}`` (what ``model.load_state_dict`` takes). Saving an ``nn.Module`` in either order
+path: a ``str`` or ``os.PathLike``), and ``load(path)`` with no target returns the state dict
+``{name: array}`` (what ``model.load_state_dict`` takes); a saved dict of dicts or objects, such as
+``{"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3}``, comes back nested the
+same way (the prefixes where nested dicts began are kept in the metadata; lists come back as
+their flat ``"name.0"`` keys and numbers as 0-d arrays). Saving an ``nn.Module`` in either order
 records ``SAVE_FORMAT``, its class name and, when the module carries a ``model_config`` dict
 (``torchlean.models.build`` sets it), that config as JSON in the metadata, so ``torchlean eval
 --checkpoint`` can rebuild a model saved with ``tl.save(model, path)``.
@@ -48,6 +51,8 @@ __all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_me
 
 SAVE_FORMAT = "torchlean.save/1"
 """``metadata["format"]`` of a module saved by ``save``: its state-dict keys, unprefixed."""
+GROUPS_KEY = "torchlean.groups"
+"""Metadata key: JSON list of the key prefixes where a nested dict or state dict began."""
 
 _INSTALL_HINT = "safetensors is not installed (pip install safetensors, or torchlean[examples])"
 
@@ -90,7 +95,8 @@ def _join(prefix: str, key: Any) -> str:
 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
-             loaders: list[tuple[str, Any, list[str]]] | None = None) -> None:
+             loaders: list[tuple[str, Any, list[str]]] | None = None,
+             groups: list[str] | None = None) -> None:
     """Add ``obj``'s arrays (host copies or views) to ``out`` under ``prefix``.
 
     ``loaders`` (when given) collects ``(key, target, keys)`` for every place a load writes to:
@@ -112,6 +118,8 @@ def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
         if loaders is not None:
             loaders.append((key, target, [key]))
 
+    if groups is not None and prefix and (_has_state(obj) or isinstance(obj, Mapping)):
+        groups.append(prefix)  # a nested dict (or state dict) starts here
     if _has_state(obj):
         state = obj.state_dict()
         if not isinstance(state, Mapping):
@@ -131,13 +139,13 @@ def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
             if _is_scalar_or_array(value):
                 leaf(_join(prefix, key), value, (obj, key))
             else:
-                _flatten(value, _join(prefix, key), out, loaders)
+                _flatten(value, _join(prefix, key), out, loaders, groups)
     elif isinstance(obj, list | tuple):
         for i, value in enumerate(obj):
             if _is_scalar_or_array(value) and isinstance(obj, list):
                 leaf(_join(prefix, str(i)), value, (obj, i))
             else:
-                _flatten(value, _join(prefix, str(i)), out, loaders)
+                _flatten(value, _join(prefix, str(i)), out, loaders, groups)
     else:
         raise CheckpointError(f"checkpoint: cannot save or load a {type(obj).__name__} "
                               f"(at {prefix or 'top level'}): expected an object with "
@@ -257,7 +265,12 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
         meta = {**recorded, **(meta or {})}
     # safetensors writes an array's buffer as if it were C-ordered: copy the others first.
     # (np.asarray(order="C"), not np.ascontiguousarray, which turns 0-d arrays into shape (1,).)
-    tensors = {key: np.asarray(value, order="C") for key, value in flatten(obj).items()}
+    flat: dict[str, np.ndarray] = {}
+    groups: list[str] = []
+    _flatten(obj, "", flat, groups=groups)
+    if groups:  # so load(path) can give back {"model": {...}, "optim": {...}} as torch does
+        meta = {GROUPS_KEY: json.dumps(groups), **(meta or {})}
+    tensors = {key: np.asarray(value, order="C") for key, value in flat.items()}
     st_numpy = _safetensors()
     try:
         payload = st_numpy.save(tensors, metadata=meta)
@@ -320,11 +333,41 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 _NO_TARGET = object()
 
 
+def _nest(path: str, arrays: dict[str, np.ndarray], groups_json: str | None) -> dict[str, Any]:
+    """The flat arrays as the nested dicts that were saved (the recorded group prefixes)."""
+    if groups_json is None:
+        return arrays
+    try:
+        groups = json.loads(groups_json)
+    except json.JSONDecodeError:
+        groups = None
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        raise CheckpointError(f"checkpoint {path}: metadata {GROUPS_KEY!r} must be a JSON list "
+                              f"of key prefixes, found {groups_json!r}")
+    root: dict[str, Any] = {}
+    for key, array in arrays.items():
+        chain = sorted((g for g in groups if key.startswith(g + ".")), key=len)
+        node, parent = root, ""
+        for group in chain:  # each is a prefix of the next: descend one level per group
+            child = node.setdefault(group[len(parent) + 1 if parent else 0:], {})
+            if not isinstance(child, dict):
+                raise CheckpointError(f"checkpoint {path}: key {key!r} lies under {group!r}, "
+                                      "which is also an array")
+            node, parent = child, group
+        leaf = key[len(parent) + 1 if parent else 0:]
+        if isinstance(node.get(leaf), dict):
+            raise CheckpointError(f"checkpoint {path}: key {key!r} is an array and also a "
+                                  "group of nested keys")
+        node[leaf] = array
+    return root
+
+
 def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: Any = None,
          weights_only: bool = True) -> Any:
     """Read the checkpoint at ``path``.
 
-    ``load(path)`` (torch's form) returns its flat state dict ``{name: array}``.
+    ``load(path)`` (torch's form) returns its state dict ``{name: array}``, nested as it was
+    saved (see the module doc).
     ``load(path, into)`` loads it into ``into`` and returns the file's metadata: the file must
     hold exactly ``into``'s keys with the same shapes and dtypes; otherwise a ``CheckpointError``
     lists every mismatch and ``into`` is unchanged. ``map_location`` may be ``None`` or
@@ -343,7 +386,8 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
         raise CheckpointError(f"load: weights_only must be a bool, found {weights_only!r}")
     path = os.fspath(path)
     if into is _NO_TARGET:
-        return _open(path)[0]
+        arrays, metadata = _open(path)
+        return _nest(path, arrays, metadata.get(GROUPS_KEY))
     if into is None or _is_path(into):
         raise CheckpointError(f"load: into must be the object to load into (a module, "
                               f"optimiser, list or dict), found {into!r}; for a state dict "
