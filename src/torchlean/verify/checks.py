@@ -539,8 +539,6 @@ def columns_symbolic(prim: Primitive, samples: Sequence[Sample], kinks: Sequence
         cols["jvp"].run(sample, jvp_check)
         cols["vjp"].run(sample, vjp_check)
         if second_wanted and not at_kink:
-            if spec is None:
-                return
             cols["2nd"].run(sample, second_check)
 
     if spec is None:

@@ -58,8 +58,8 @@ def objects(x: Any, convert: Any) -> np.ndarray:
 
 def _magnitude(inputs: Sequence[Any], attrs: dict[str, Any]) -> float:
     values = [1.0] + [float(np.max(np.abs(x))) for x in inputs if np.size(x)]
-    values += [abs(float(v)) for v in attrs.values()
-               if isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)]
+    # Float attributes (scale's c, clamp's bounds) enter the arithmetic; integer ones are sizes.
+    values += [abs(float(v)) for v in attrs.values() if isinstance(v, float | np.floating)]
     return (2.0 * max(values)) ** 2
 
 
