@@ -246,6 +246,13 @@ def test_dropout_masks_and_scales_in_training_only() -> None:
         TF.dropout(x, 0.5)
     with pytest.raises(TorchLeanError, match="dropout: p"):
         TF.dropout(s.input(x), p=1.0)
+    # On a tl.Tensor: the gradient is the same mask, scaled.
+    t = tl.tensor(x, dtype="float64", requires_grad=True)
+    dropped = TF.dropout(t, p=0.25)
+    dropped.sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), dropped.detach().numpy())
+    assert 0.65 < (dropped.detach().numpy() != 0).mean() < 0.85
+    assert TF.dropout(t, 0.25, training=False) is t
 
 
 def test_one_hot_matches_torch() -> None:
