@@ -48,6 +48,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _progress() -> Any:
+    """A one-line progress display on a terminal (stderr), nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    done = [0]
+
+    def show(result: Any) -> None:
+        done[0] += 1
+        print(f"\r\033[Kchecked {done[0]} primitives (last: {result.name})", end="",
+              file=sys.stderr, flush=True)
+
+    return show
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import cli as main_cli
     from .checks import VerifyError, check_ops, require_sympy
@@ -89,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
             if not names:
                 raise VerifyError("torchlean verify: --ops is empty; give primitive names "
                                   "separated by commas")
-        report = check_ops(names, quick=args.quick, seed=args.seed)
+        report = check_ops(names, quick=args.quick, seed=args.seed, progress=_progress())
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
     print(render_table(report, colour=colour), flush=True)
     if args.json:
         main_cli._write_text(args.json, json.dumps(report.as_dict(), indent=2, default=str)
