@@ -1,16 +1,33 @@
 """Teach a small decoder-only transformer to add two 2-digit numbers.
 
     pip install -e '.[examples]' && python examples/train_adder_transformer.py
+    python examples/train_adder_transformer.py --epochs 3 --threads 2  # shorter, 2 BLAS threads
 
 Each example is the token row  a1 a0 + b1 b0 = s0 s1 s2  (the sum written least significant digit
 first, the order a carry is computed in). The model predicts every next token; only the three
 answer positions are scored. Public API only: tl.nn layers, tl.optim, tl.train.fit.
 """
 
+import argparse
+
 import numpy as np
 
 import torchlean as tl
 import torchlean.functional as F
+
+# Command line: --epochs sets the run's length (the learning-rate schedule spans it, so a short
+# run is a complete, smaller run); --threads pins BLAS threads, as `torchlean train` does, so a
+# busy machine slows the run down instead of making its threads spin against other processes.
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--epochs", type=int, default=12, help="training epochs (default 12)")
+parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
+args = parser.parse_args()
+try:
+    from threadpoolctl import threadpool_limits  # comes with scikit-learn
+
+    threadpool_limits(limits=args.threads, user_api="blas")
+except ImportError:
+    pass
 
 PLUS, EQUALS, VOCAB = 10, 11, 12
 IGNORE = -1  # a label of -1 one-hot encodes to a zero row: that position adds nothing to the loss
@@ -63,7 +80,7 @@ def exact_match(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 tl.nn.manual_seed(0)
 model = TinyGPT()
-lr, epochs = 2e-3, 12
+lr, epochs = 2e-3, args.epochs
 optimizer = tl.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
 
