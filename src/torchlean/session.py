@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import anomaly
 from . import functional as F
 from .backend import as_dtype, check_device, namespace_for, numeric_array, to_host
 from .errors import ShapeError, TapeError, TorchLeanError
@@ -209,6 +210,8 @@ class CompiledBackend(_Backend):
         if self._linked is None or self._linked[0] != len(graph):
             graph.outputs = [len(graph) - 1] if len(graph) else []
             tape, _, _ = graph.to_tape(self.leaf_values)
+            if self.opts.check_finite:  # the compiled backend checks its replayed values too
+                anomaly.check_tape_values(tape, "check_finite (compiled)")
             self._linked = (len(graph), tape)
         return self._linked[1]
 
@@ -336,6 +339,8 @@ class Session:
             grads = tape.backward_scalar(out_id)
         else:
             grads = tape.backward(out_id, seed)
+        if self.opts.check_finite:
+            anomaly.check_tape_grads(tape, grads, "check_finite (backward)")
         for node_id, param in self._backend.params.items():
             g = grads.get(node_id)
             if g is not None and param.requires_grad:
@@ -369,6 +374,8 @@ class Session:
         ids = self._backend.param_ids
         optimizer_for(self._optimizers, kind, params, **hyper).step(
             [grads.get(ids[id(p)]) for p in params])
+        if self.opts.check_finite:
+            anomaly.check_parameters(params, f"check_finite ({kind} step)")
 
     def sgd_step(self, lr: float, grads: dict[int, Any]) -> None:
         """p <- p - lr * g for every used parameter that requires grad."""
@@ -454,6 +461,8 @@ class Stepper:
             if c.out_shape != ():
                 raise ShapeError(f"loss has shape {c.out_shape}, expected a scalar ()")
             value, grads = c.value_and_backward(*xs)
+            if self.opts.check_finite:  # names the first non-finite node, forward or reverse
+                anomaly.check_graph_run(c, xs, value, grads)
             pairs = [(p, g if p.requires_grad else None)
                      for p, g in zip(c.params, grads[len(xs):], strict=True)]
             return value, pairs
@@ -464,6 +473,8 @@ class Stepper:
         if not isinstance(out, Ref) or out.shape != ():
             raise ShapeError("loss must be a scalar ref")
         by_id = backend.linked_tape().backward_scalar(out.id)
+        if self.opts.check_finite:  # forward values were checked as they were recorded
+            anomaly.check_tape_grads(backend.linked_tape(), by_id)
         value = s.value(out)
         pairs = [(p, by_id.get(i) if p.requires_grad else None)
                  for i, p in sorted(backend.params.items())]

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
+from .anomaly import NonFiniteError
 from .autodiff import Step, forward_tangents, reverse_plan, run_reverse
 from .backend import as_dtype, check_device, namespace_for, namespace_of, numeric_array
-from .errors import DomainError, ShapeError, TapeError
+from .errors import ShapeError, TapeError
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .shape import as_shape
@@ -147,7 +148,7 @@ class Tape:
         attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
         out = run_checked(prim, values, attrs)
         if self.check_finite:
-            _check_finite(prim.name, out)
+            _check_finite(prim.name, out, n)
         requires_grad = requires_grad and not prim.nondiff
         nodes.append(Node(prim, tuple(ids), attrs, out, requires_grad, name))
         return n
@@ -250,11 +251,12 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any]) -
     return prim.forward(*values, **attrs)
 
 
-def _check_finite(op: str, value: Any) -> None:
+def _check_finite(op: str, value: Any, node: int | None = None) -> None:
     finite = namespace_of(value).isfinite(value)
     if not bool(finite.all()):
         bad = int(value.size - int(finite.sum()))
-        raise DomainError(f"{op}: {bad} of {value.size} entries are NaN or infinite")
+        at = "" if node is None else f" (node {node}, the first non-finite value of the pass)"
+        raise NonFiniteError(f"{op}: {bad} of {value.size} entries are NaN or infinite{at}")
 
 
 def _make_method(prim: Primitive) -> Callable[..., int]:

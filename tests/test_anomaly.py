@@ -1,0 +1,80 @@
+"""Anomaly detection (issue 15, item 4): check_finite names the first non-finite op and node in
+forward values, gradients and optimiser updates, on the eager and the compiled backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+import torchlean.functional as F
+from torchlean.anomaly import NonFiniteError
+from torchlean.errors import DomainError
+from torchlean.params import Param
+from torchlean.session import Options, Session, Stepper
+
+BACKENDS = ["eager", "compiled"]
+
+
+def _exp_loss(w: Param) -> Stepper:
+    def fn(owner, x):  # noqa: ANN001, ANN202  (the Stepper protocol)
+        return F.sum(F.exp(x * owner.use(w)))
+
+    return fn
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_value_names_the_first_op_and_node(backend: str) -> None:
+    w = Param(np.array([1.0, 1000.0]), name="w", dtype="float64")
+    x = np.array([2.0, 3.0])
+    stepper = Stepper(_exp_loss(w), Options(backend=backend, dtype="float64",
+                                            check_finite=True))
+    # mul (x * w) is finite; exp of 3000 is the first infinite value.
+    with pytest.raises(NonFiniteError, match=r"exp.*\(node \d+"):
+        stepper.value_and_grads([x])
+    # Without the check the overflow goes through silently (what check_finite is for).
+    loose = Stepper(_exp_loss(w), Options(backend=backend, dtype="float64"))
+    value, _ = loose.value_and_grads([x])
+    assert np.isinf(value)
+    # A finite pass is unaffected by the check.
+    w.assign(np.array([1.0, 1.0]))
+    value, pairs = stepper.value_and_grads([x])
+    assert np.isclose(value, np.exp(2.0) + np.exp(3.0))
+    np.testing.assert_allclose(pairs[0][1], x * np.exp(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_names_the_node_of_the_reverse_pass(backend: str) -> None:
+    w = Param(np.array([1e-200, 4.0]), name="w", dtype="float64")
+
+    def fn(owner, x):  # noqa: ANN001, ANN202
+        return F.sum(F.inv(owner.use(w)) * x)  # 1e200 is finite, the derivative -1e400 is not
+
+    stepper = Stepper(fn, Options(backend=backend, dtype="float64", check_finite=True))
+    with pytest.raises(NonFiniteError, match=r"gradient \(cotangent\) of .* node \d+ has 1 of 2 "
+                       r"entries infinite, made by the VJP of op inv \(node \d+\)"):
+        stepper.value_and_grads([np.ones(2)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_session_checks_values_gradients_and_updates(backend: str) -> None:
+    s = Session(Options(backend=backend, dtype="float64", check_finite=True))
+    x = s.input(np.array([1.0, 0.0]))
+    with pytest.raises(DomainError, match=r"inv.*\(node 1"):
+        s.value(F.inv(x)) if backend == "compiled" else F.inv(x)
+    # An update that overflows names the parameter and the optimiser.
+    w = Param(np.array([1.0, 2.0]), name="w", dtype="float64")
+    s = Session(Options(backend=backend, dtype="float64", check_finite=True))
+    loss = F.sum(s.use(w) * s.input(np.array([1e300, 1.0]), requires_grad=False))
+    grads = s.backward(loss)
+    with pytest.raises(NonFiniteError, match=r"SGD step.*parameter 'w'"):
+        s.sgd_step(1e10, grads)
+
+
+def test_tape_check_finite_names_the_node() -> None:
+    tape = tl.Tape(dtype="float64", check_finite=True)
+    x = tape.leaf(np.array([1.0, 0.0]))
+    y = tape.exp(x)
+    with pytest.raises(NonFiniteError, match=r"inv: 2 of 2 entries are NaN or infinite \(node 3"):
+        tape.inv(tape.sub(y, y))
+    assert tape.size == 3  # the refused op left nothing
