@@ -4,6 +4,7 @@ A shape-checked autodiff runtime whose eager tape, compiled graph and derivative
 one op registry. This module only re-exports the public names.
 """
 
+from . import alloc as _alloc  # noqa: F401  (pins malloc thresholds; see alloc.py)
 from . import nn, optim, train
 from .checkpoint import load, read_metadata, save
 from .data import Dataset
