@@ -34,10 +34,12 @@ from ..functional import Ref
 
 __all__ = [
     "UnsupportedArgumentError",
-    "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv2d",
-    "conv_transpose2d", "cross_entropy", "dropout", "embedding", "gelu", "l1_loss",
-    "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss", "nll_loss",
-    "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+    "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm",
+    "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv3d", "conv_transpose2d",
+    "cross_entropy", "dropout", "elu", "embedding", "gelu", "hardtanh", "huber_loss", "l1_loss",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "max_pool1d",
+    "max_pool2d", "max_pool3d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "relu6",
+    "sigmoid", "silu", "smooth_l1_loss", "softmax", "softplus", "tanh",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -196,30 +198,52 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Any:
     return F.apply("linear", w, b, x)
 
 
-def _conv_padding(fn: str, padding: Any, kernel: tuple[int, int], stride: tuple[int, int]
-                  ) -> tuple[int, int]:
+def _ntuple(fn: str, name: str, value: Any, d: int, minimum: int) -> tuple[int, ...]:
+    """An int or ``d`` ints (torch's ``_single`` / ``_pair`` / ``_triple``), each >= minimum."""
+    if d == 2:
+        return _pair(fn, name, value, minimum)
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        values: tuple[Any, ...] = (value,) * d
+    elif isinstance(value, tuple | list):
+        values = tuple(value)
+    else:
+        values = ()
+    if len(values) != d or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
+                               for v in values):
+        raise TorchLeanError(f"{fn}: {name} must be an int or {d} ints, found {value!r}")
+    if min(values) < minimum:
+        raise TorchLeanError(f"{fn}: {name} must be >= {minimum}, found {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _conv_padding(fn: str, padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...]
+                  ) -> tuple[int, ...]:
     if padding == "valid":
-        return (0, 0)
+        return (0,) * len(kernel)
     if padding == "same":
-        if stride != (1, 1) or kernel[0] % 2 == 0 or kernel[1] % 2 == 0:
+        if any(v != 1 for v in stride) or any(k % 2 == 0 for k in kernel):
             raise UnsupportedArgumentError(f"{fn}: padding='same' needs stride 1 and odd kernel "
                                            f"sizes here (symmetric padding), found kernel "
                                            f"{kernel}, stride {stride}")
-        return (kernel[0] // 2, kernel[1] // 2)
-    return _pair(fn, "padding", padding, 0)
+        return tuple(k // 2 for k in kernel)
+    return _ntuple(fn, "padding", padding, len(kernel), 0)
 
 
-def _conv_args(fn: str, input: Any, weight: Any, bias: Any, out_axis: int
+_LAYOUTS = {1: "(C, L) or (N, C, L)", 2: "(C, H, W) or (N, C, H, W)",
+            3: "(C, D, H, W) or (N, C, D, H, W)"}
+
+
+def _conv_args(fn: str, d: int, input: Any, weight: Any, bias: Any, out_axis: int
                ) -> tuple[Any, Any, Any]:
     x = _float_tensor(fn, "input", input)
     w = _float_tensor(fn, "weight", weight)
     xs, ws = _shape(x), _shape(w)
-    if len(ws) != 4:
-        raise ShapeError(f"{fn}: weight must be 4-D, found {ws}; torch's order is "
+    if len(ws) != d + 2:
+        raise ShapeError(f"{fn}: weight must be {d + 2}-D, found {ws}; torch's order is "
                          f"{fn}(input, weight, bias, ...)")
-    if len(xs) not in (3, 4):
-        raise ShapeError(f"{fn}: input must be (C, H, W) or (N, C, H, W), found {xs}; torch's "
-                         f"order is {fn}(input, weight, bias, ...)")
+    if len(xs) not in (d + 1, d + 2):
+        raise ShapeError(f"{fn}: input must be {_LAYOUTS[d]}, found {xs}; torch's order is "
+                         f"{fn}(input, weight, bias, ...)")
     out_channels = ws[out_axis]
     b = (_const(w, np.zeros(out_channels)) if bias is None
          else _float_tensor(fn, "bias", bias))
@@ -228,17 +252,35 @@ def _conv_args(fn: str, input: Any, weight: Any, bias: Any, out_axis: int
     return x, w, b
 
 
+def _conv(fn: str, d: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+          dilation: Any, groups: Any) -> Any:
+    _require(fn, "dilation", dilation, 1)
+    _require(fn, "groups", groups, 1)
+    x, w, b = _conv_args(fn, d, input, weight, bias, 0)
+    s = _ntuple(fn, "stride", stride, d, 1)
+    p = _conv_padding(fn, padding, _shape(w)[2:], s)
+    return F.apply("conv2d" if d == 2 else "conv", w, b, x, stride=s, padding=p)
+
+
+def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Any:
+    """1-D cross-correlation over ``(N, C_in, L)`` or ``(C_in, L)``; weight ``(C_out, C_in, k)``.
+    """
+    return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+
+
 def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1) -> Any:
     """2-D cross-correlation: ``input (N, C_in, H, W)`` or ``(C_in, H, W)``, ``weight (C_out,
     C_in, kH, kW)``; ``padding`` an int, a pair, ``'valid'`` or ``'same'`` (odd kernels,
     stride 1). ``dilation`` and ``groups`` must be 1."""
-    _require("conv2d", "dilation", dilation, 1)
-    _require("conv2d", "groups", groups, 1)
-    x, w, b = _conv_args("conv2d", input, weight, bias, 0)
-    s = _pair("conv2d", "stride", stride, 1)
-    p = _conv_padding("conv2d", padding, _shape(w)[2:], s)  # type: ignore[arg-type]
-    return F.apply("conv2d", w, b, x, stride=s, padding=p)
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Any:
+    """3-D cross-correlation over ``(N, C_in, D, H, W)``; weight ``(C_out, C_in, kD, kH, kW)``."""
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
 def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
@@ -248,7 +290,7 @@ def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
     ``groups`` and ``dilation`` must be 1."""
     _require("conv_transpose2d", "dilation", dilation, 1)
     _require("conv_transpose2d", "groups", groups, 1)
-    x, w, b = _conv_args("conv_transpose2d", input, weight, bias, 1)
+    x, w, b = _conv_args("conv_transpose2d", 2, input, weight, bias, 1)
     s = _pair("conv_transpose2d", "stride", stride, 1)
     p = _pair("conv_transpose2d", "padding", padding, 0)
     op = _pair("conv_transpose2d", "output_padding", output_padding, 0)
@@ -259,43 +301,106 @@ def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
 # Pooling
 
 
-def _pool_args(fn: str, input: Any, kernel_size: Any, stride: Any, padding: Any
-               ) -> tuple[Any, tuple[int, int], tuple[int, int], tuple[int, int]]:
+def _pool_args(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any
+               ) -> tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     x = _float_tensor(fn, "input", input)
-    if len(_shape(x)) not in (3, 4):
-        raise ShapeError(f"{fn}: input must be (C, H, W) or (N, C, H, W), found {_shape(x)}")
-    k = _pair(fn, "kernel_size", kernel_size, 1)
-    s = k if stride is None or (isinstance(stride, tuple | list) and not stride) else _pair(
-        fn, "stride", stride, 1)
-    p = _pair(fn, "padding", padding, 0)
-    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+    if len(_shape(x)) not in (d + 1, d + 2):
+        raise ShapeError(f"{fn}: input must be {_LAYOUTS[d]}, found {_shape(x)}")
+    k = _ntuple(fn, "kernel_size", kernel_size, d, 1)
+    s = k if stride is None or (isinstance(stride, tuple | list) and not stride) else _ntuple(
+        fn, "stride", stride, d, 1)
+    p = _ntuple(fn, "padding", padding, d, 0)
+    if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):
         raise ShapeError(f"{fn}: padding {p} must be at most half the kernel size {k} (as torch)")
     return x, k, s, p
+
+
+def _max_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any,
+              dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
+    _require(fn, "dilation", dilation, 1)
+    _require(fn, "ceil_mode", ceil_mode, False)
+    _require(fn, "return_indices", return_indices, False)
+    x, k, s, p = _pool_args(fn, d, input, kernel_size, stride, padding)
+    if d != 2:
+        return F.apply("max_pool", x, kernel_size=k, stride=s, padding=p)
+    if p == (0, 0):
+        return F.apply("max_pool2d", x, kernel_size=k, stride=s)
+    return F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+
+
+def _avg_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any,
+              ceil_mode: Any, count_include_pad: Any, divisor_override: Any = None) -> Any:
+    _require(fn, "ceil_mode", ceil_mode, False)
+    _require(fn, "count_include_pad", count_include_pad, True)
+    _require(fn, "divisor_override", divisor_override, None)
+    x, k, s, p = _pool_args(fn, d, input, kernel_size, stride, padding)
+    if d != 2:
+        return F.apply("avg_pool", x, kernel_size=k, stride=s, padding=p)
+    if p == (0, 0):
+        return F.apply("avg_pool2d", x, kernel_size=k, stride=s)
+    return F.apply("avg_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+
+
+def max_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """1-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
+    return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
 
 
 def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
                dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
     """2-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
-    _require("max_pool2d", "dilation", dilation, 1)
-    _require("max_pool2d", "ceil_mode", ceil_mode, False)
-    _require("max_pool2d", "return_indices", return_indices, False)
-    x, k, s, p = _pool_args("max_pool2d", input, kernel_size, stride, padding)
-    if p == (0, 0):
-        return F.apply("max_pool2d", x, kernel_size=k, stride=s)
-    return F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """3-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
+    return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def avg_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True) -> Any:
+    """1-D average pooling; zero padding counts in the divisor (``count_include_pad=True``)."""
+    return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad)
 
 
 def avg_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: Any = None) -> Any:
     """2-D average pooling; zero padding counts in the divisor (``count_include_pad=True``)."""
-    _require("avg_pool2d", "ceil_mode", ceil_mode, False)
-    _require("avg_pool2d", "count_include_pad", count_include_pad, True)
-    _require("avg_pool2d", "divisor_override", divisor_override, None)
-    x, k, s, p = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
-    if p == (0, 0):
-        return F.apply("avg_pool2d", x, kernel_size=k, stride=s)
-    return F.apply("avg_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override)
+
+
+def avg_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Any = None) -> Any:
+    """3-D average pooling; zero padding counts in the divisor (``count_include_pad=True``)."""
+    return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> Any:
+    """Adaptive average pooling to ``output_size`` when it divides the spatial size (the
+    windows are then equal and disjoint: an ordinary average pool); other sizes are refused."""
+    fn = "adaptive_avg_pool2d"
+    x = _float_tensor(fn, "input", input)
+    xs = _shape(x)
+    if len(xs) not in (3, 4):
+        raise ShapeError(f"{fn}: input must be {_LAYOUTS[2]}, found {xs}")
+    size = (output_size, output_size) if not isinstance(output_size, tuple | list) else tuple(
+        xs[-2 + i] if v is None else v for i, v in enumerate(output_size))
+    out = _pair(fn, "output_size", size, 1)
+    if xs[-2] % out[0] or xs[-1] % out[1]:
+        raise UnsupportedArgumentError(f"{fn}: output_size {out} must divide the spatial size "
+                                       f"{xs[-2:]} here (unequal windows are not supported)")
+    k = (xs[-2] // out[0], xs[-1] // out[1])
+    return F.apply("avg_pool2d", x, kernel_size=k, stride=k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,6 +428,45 @@ def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) 
     negative = F.apply("relu", F.apply("scale", x, c=-1.0))
     return F.apply("add", F.apply("relu", x), F.apply("scale", negative,
                                                       c=-float(negative_slope)))
+
+
+def _number(fn: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TorchLeanError(f"{fn}: {name} must be a number, found {value!r}")
+    return float(value)
+
+
+def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0,
+             inplace: bool = False) -> Any:
+    """``clamp(x, min_val, max_val)`` (the clamp primitive: derivative 0 at the bounds)."""
+    _no_inplace("hardtanh", inplace)
+    lo, hi = _number("hardtanh", "min_val", min_val), _number("hardtanh", "max_val", max_val)
+    if lo > hi:
+        raise TorchLeanError(f"hardtanh: min_val {lo} must be <= max_val {hi}")
+    return F.apply("clamp", _float_tensor("hardtanh", "input", input), lo=lo, hi=hi)
+
+
+def relu6(input: Any, inplace: bool = False) -> Any:
+    """``clamp(x, 0, 6)``."""
+    _no_inplace("relu6", inplace)
+    return F.apply("clamp", _float_tensor("relu6", "input", input), lo=0.0, hi=6.0)
+
+
+def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
+    """``relu(x) + alpha * (exp(-relu(-x)) - 1)``: x above 0, ``alpha (exp(x) - 1)`` below.
+    At exactly 0 the derivative is 0 (relu's convention; torch gives alpha there)."""
+    _no_inplace("elu", inplace)
+    a = _number("elu", "alpha", alpha)
+    x = _float_tensor("elu", "input", input)
+    negative = F.apply("scale", F.apply("relu", F.apply("scale", x, c=-1.0)), c=-1.0)
+    below = F.apply("scale", F.apply("add_scalar", F.apply("exp", negative), c=-1.0), c=a)
+    return F.apply("add", F.apply("relu", x), below)
+
+
+def logsigmoid(input: Any) -> Any:
+    """``log(sigmoid(x)) = -softplus(-x)`` (stable for large |x|)."""
+    x = _float_tensor("logsigmoid", "input", input)
+    return F.apply("scale", F.apply("softplus", F.apply("scale", x, c=-1.0)), c=-1.0)
 
 
 def gelu(input: Any, approximate: str = "none") -> Any:
@@ -818,6 +962,39 @@ def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = Non
     reduction = _reduction("l1_loss", reduction)
     x, t = _same_shape("l1_loss", input, target)
     return _reduce("l1_loss", F.apply("abs", F.apply("sub", x, t)), reduction)
+
+
+def _huber(fn: str, input: Any, target: Any, delta: float, reduction: str) -> Any:
+    """``0.5 m^2 + delta (|d| - m)`` with ``m = min(|d|, delta)``: quadratic inside, linear
+    outside, and no branch (the two pieces meet with equal slopes at ``|d| = delta``)."""
+    x, t = _same_shape(fn, input, target)
+    size = F.apply("abs", F.apply("sub", x, t))
+    inner = F.apply("clamp", size, lo=0.0, hi=delta)
+    per_item = F.apply("add", F.apply("scale", F.apply("square", inner), c=0.5),
+                       F.apply("scale", F.apply("sub", size, inner), c=delta))
+    return _reduce(fn, per_item, reduction)
+
+
+def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 1.0) -> Any:
+    """Huber loss: ``0.5 d^2`` for ``|d| <= delta``, ``delta (|d| - delta / 2)`` beyond."""
+    reduction = _reduction("huber_loss", reduction)
+    d = _number("huber_loss", "delta", delta)
+    if d <= 0:
+        raise TorchLeanError(f"huber_loss: delta must be positive, found {delta!r}")
+    return _huber("huber_loss", input, target, d, reduction)
+
+
+def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+                   reduction: str = "mean", beta: float = 1.0) -> Any:
+    """Smooth L1: ``0.5 d^2 / beta`` for ``|d| < beta``, ``|d| - beta / 2`` beyond
+    (= ``huber_loss(delta=beta) / beta``)."""
+    _no_legacy("smooth_l1_loss", size_average, reduce)
+    reduction = _reduction("smooth_l1_loss", reduction)
+    b = _number("smooth_l1_loss", "beta", beta)
+    if b <= 0:
+        raise UnsupportedArgumentError(f"smooth_l1_loss: beta must be positive here (beta = 0 "
+                                       f"is l1_loss), found {beta!r}")
+    return F.apply("scale", _huber("smooth_l1_loss", input, target, b, reduction), c=1.0 / b)
 
 
 def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None,
