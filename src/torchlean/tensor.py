@@ -570,10 +570,12 @@ class Generator:
 
     def uniform(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
         """U[0, 1) draws of ``shape``."""
+        prim = REGISTRY["rand_uniform"]
+        attrs = prim.check_attrs({"shape": shape, "dtype": dtype})  # before the counter moves
         counter = self.counter
         self.counter += 1
-        return REGISTRY["rand_uniform"].forward(shape=tuple(shape), seed=self.seed,
-                                                counter=counter, dtype=np.dtype(dtype))
+        return prim.forward(shape=attrs["shape"], seed=self.seed, counter=counter,
+                            dtype=attrs["dtype"])
 
     def normal(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
         """Standard normal draws (Box-Muller on two uniform draws, in float64)."""
@@ -583,7 +585,42 @@ class Generator:
         return (radius * np.cos(2.0 * np.pi * u2)).astype(np.dtype(dtype))
 
 
-default_generator = Generator(0)
+class ThreadLocalGenerator(Generator):
+    """A generator whose seed and counter are per thread: the default ones (``manual_seed``).
+
+    Threads that seed and draw at the same time (building models concurrently) each get what a
+    serial run gives, instead of interleaving one counter. A thread starts from seed 0, counter 0
+    until it calls ``manual_seed``. Pass an explicit ``Generator`` to share one stream on purpose.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self._local = threading.local()
+        super().__init__(seed)
+
+    def _state(self) -> Any:
+        local = self._local
+        if not hasattr(local, "seed"):
+            local.seed, local.counter = 0, 0
+        return local
+
+    @property  # type: ignore[override]
+    def seed(self) -> int:
+        return int(self._state().seed)
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._state().seed = value
+
+    @property  # type: ignore[override]
+    def counter(self) -> int:
+        return int(self._state().counter)
+
+    @counter.setter
+    def counter(self, value: int) -> None:
+        self._state().counter = value
+
+
+default_generator = ThreadLocalGenerator(0)
 
 
 def _dtype(dtype: Any, default: np.dtype = float32) -> np.dtype:
@@ -717,7 +754,8 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
-    "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "manual_seed",
+    "ones_like", "arange", "rand", "randn", "Generator", "ThreadLocalGenerator",
+    "default_generator", "manual_seed",
     "no_grad", "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32",
     "float64", "int64", "bool_", "MaxResult",
 ]
