@@ -1,21 +1,31 @@
 """``tl.nn``: PyTorch-style modules, losses and ``torchlean.nn.functional``.
 
-The layers and the ``Module`` base live in ``modules``, the loss modules and the extra
-activations (``Softmax``, ``LogSoftmax``, ``Identity``) in ``loss``, and PyTorch's functional
-signatures in ``functional`` (``import torchlean.nn.functional as TF``). This file only
-re-exports, so ``torchlean.nn.Linear`` and ``from torchlean.nn import ...`` keep working.
+The layers and the ``Module`` base live in ``modules``; the loss modules and the extra
+activation and pooling modules (``Softmax``, ``ELU``, ``AdaptiveAvgPool2d``, ...) in ``loss``;
+PyTorch's functional signatures in ``functional`` (``import torchlean.nn.functional as TF``).
+This file only re-exports, so ``torchlean.nn.Linear`` and ``from torchlean.nn import ...`` keep
+working.
 """
 
 from . import functional
 from .loss import (
+    ELU,
+    AdaptiveAvgPool2d,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
+    Hardtanh,
+    HuberLoss,
     Identity,
     L1Loss,
+    LeakyReLU,
+    LogSigmoid,
     LogSoftmax,
     MSELoss,
     NLLLoss,
+    ReLU6,
+    SmoothL1Loss,
     Softmax,
+    Softplus,
 )
 from .modules import (
     GELU,
@@ -45,10 +55,11 @@ from .modules import (
 )
 
 __all__ = [
-    "AvgPool2d", "BCEWithLogitsLoss", "BatchNorm2d", "Conv2d", "ConvTranspose2d",
-    "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "L1Loss",
-    "LayerNorm", "Linear", "LoadResult", "LogSoftmax", "MSELoss", "MaxPool2d", "Module",
-    "MultiheadAttention", "NLLLoss", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh",
-    "functional", "initial_seed", "kaiming_uniform_bound", "manual_seed", "normal_init",
-    "uniform_init",
+    "AdaptiveAvgPool2d", "AvgPool2d", "BCEWithLogitsLoss", "BatchNorm2d", "Conv2d",
+    "ConvTranspose2d", "CrossEntropyLoss", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
+    "Hardtanh", "HuberLoss", "Identity", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",
+    "LoadResult", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool2d", "Module",
+    "MultiheadAttention", "NLLLoss", "ReLU", "ReLU6", "Sequential", "SiLU", "Sigmoid",
+    "SmoothL1Loss", "Softmax", "Softplus", "Tanh", "functional", "initial_seed",
+    "kaiming_uniform_bound", "manual_seed", "normal_init", "uniform_init",
 ]

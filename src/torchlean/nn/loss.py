@@ -1,4 +1,5 @@
-"""``tl.nn`` loss and extra activation modules with torch's names and constructor arguments.
+"""``tl.nn`` loss modules and the extra activation / pooling modules, with torch's names and
+constructor arguments.
 
 Each is a thin ``Module`` over ``torchlean.nn.functional`` (PyTorch's argument order:
 ``loss_fn(input, target)``), so it runs on whatever its input lives on: session refs,
@@ -17,8 +18,9 @@ from ..errors import TorchLeanError
 from . import functional as TF
 from .modules import Module
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Identity", "L1Loss", "LogSoftmax",
-           "MSELoss", "NLLLoss", "Softmax"]
+__all__ = ["AdaptiveAvgPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss", "ELU", "Hardtanh",
+           "HuberLoss", "Identity", "L1Loss", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MSELoss",
+           "NLLLoss", "ReLU6", "SmoothL1Loss", "Softmax", "Softplus"]
 
 
 class _Loss(Module):
@@ -117,6 +119,100 @@ class BCEWithLogitsLoss(_Loss):
     def forward(self, input: Any, target: Any) -> Any:
         return TF.binary_cross_entropy_with_logits(input, target, weight=self.weight,
                                                    reduction=self.reduction)
+
+
+class HuberLoss(_Loss):
+    """``F.huber_loss(input, target, reduction=..., delta=...)`` as a module."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__("HuberLoss", None, None, reduction)
+        self.delta = TF._number("HuberLoss", "delta", delta)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class SmoothL1Loss(_Loss):
+    """``F.smooth_l1_loss(input, target, reduction=..., beta=...)`` as a module."""
+
+    def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+                 beta: float = 1.0) -> None:
+        super().__init__("SmoothL1Loss", size_average, reduce, reduction)
+        self.beta = TF._number("SmoothL1Loss", "beta", beta)
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return TF.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        TF._no_inplace("LeakyReLU", inplace)
+        self.negative_slope = TF._number("LeakyReLU", "negative_slope", negative_slope)
+
+    def forward(self, input: Any) -> Any:
+        return TF.leaky_relu(input, self.negative_slope)
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        TF._no_inplace("ELU", inplace)
+        self.alpha = TF._number("ELU", "alpha", alpha)
+
+    def forward(self, input: Any) -> Any:
+        return TF.elu(input, self.alpha)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0,
+                 inplace: bool = False) -> None:
+        super().__init__()
+        TF._no_inplace("Hardtanh", inplace)
+        self.min_val = TF._number("Hardtanh", "min_val", min_val)
+        self.max_val = TF._number("Hardtanh", "max_val", max_val)
+        if self.min_val > self.max_val:
+            raise TorchLeanError(f"Hardtanh: min_val {min_val} must be <= max_val {max_val}")
+
+    def forward(self, input: Any) -> Any:
+        return TF.hardtanh(input, self.min_val, self.max_val)
+
+
+class ReLU6(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        TF._no_inplace("ReLU6", inplace)
+
+    def forward(self, input: Any) -> Any:
+        return TF.relu6(input)
+
+
+class LogSigmoid(Module):
+    def forward(self, input: Any) -> Any:
+        return TF.logsigmoid(input)
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = TF._number("Softplus", "beta", beta), float(threshold)
+
+    def forward(self, input: Any) -> Any:
+        return TF.softplus(input, self.beta, self.threshold)
+
+
+class AdaptiveAvgPool2d(Module):
+    """``F.adaptive_avg_pool2d`` (output sizes that divide the input's spatial size)."""
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Any) -> Any:
+        return TF.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
 
 
 class Softmax(Module):
