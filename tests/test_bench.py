@@ -96,3 +96,23 @@ def test_report_and_json_for_one_small_run(tmp_path, capsys) -> None:  # type: i
 def test_bad_arguments_are_named(argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
     assert cli.main(["bench", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def _alloc_applied(env: dict[str, str]) -> dict[str, int]:
+    import os
+    import subprocess
+    import sys
+
+    code = "import json, torchlean.alloc as a; print(json.dumps(a.applied))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, check=True)
+    return dict(json.loads(proc.stdout))
+
+
+def test_malloc_thresholds_are_pinned_at_import_and_can_be_turned_off() -> None:
+    import platform
+
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        got = _alloc_applied({"TORCHLEAN_MALLOPT": "1"})
+        assert got.get("mmap_threshold", 0) >= 1 << 20 and got.get("trim_threshold", 0) >= 1 << 20
+    assert _alloc_applied({"TORCHLEAN_MALLOPT": "0"}) == {}

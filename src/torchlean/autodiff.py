@@ -56,10 +56,18 @@ def reverse_step(nodes: Sequence[NodeLike], i: int) -> Step | None:
     if op is None or op.nondiff or not node.requires_grad:
         return None
     parents = node.parents
-    needed = tuple(nodes[p].requires_grad for p in parents)
-    targets = tuple((k, p) for k, p in enumerate(parents) if needed[k])
-    shape = node.shape
-    reduce = op.broadcasting and any(nodes[p].shape != shape for p in parents)
+    # One plain loop instead of generator expressions: this runs once per node of every eager
+    # step (a fresh tape has no cached plan), so it is on the per-op hot path.
+    ins = [nodes[p] for p in parents]
+    needed = tuple([n.requires_grad for n in ins])
+    targets = tuple([(k, p) for k, p in enumerate(parents) if needed[k]])
+    reduce = False
+    if op.broadcasting:
+        shape = node.shape
+        for n in ins:
+            if n.shape != shape:
+                reduce = True
+                break
     rule, kwargs = op.vjp_rule(node.attrs, needed, reduce)
     return (i, rule, kwargs, parents, targets)
 
