@@ -1194,8 +1194,9 @@ class OnnxModel(Compiled):
 
         def build(*leaves: Var) -> Any:
             onnx = require_onnx()
-            ctx = _Context(leaves[0].owner if leaves else _no_inputs(label), dtype, opset,
-                           frozen)
+            owner = leaves[0].owner if leaves else _no_inputs(label)
+            assert isinstance(owner, GraphBuilder)  # trace() hands graph variables
+            ctx = _Context(owner, dtype, opset, frozen)
             holder["ctx"] = ctx
             env: dict[str, Any] = dict(zip(self.input_names, leaves, strict=True))
             for name, tensor in initialisers.items():
