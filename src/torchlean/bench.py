@@ -167,13 +167,20 @@ def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
     if workload == "W4":
         params, vs = data["params"], data["v"]
         x, y = inputs
+        # As in torch.func.grad(argnums=params) and jax.grad(loss)(params), only the parameters
+        # are differentiated; the batch is data (no cotangent of x is computed).
         if backend == "eager":
+            labels = data["labels"]
+
+            def of_params(*ps: Any) -> Any:
+                return loss(*ps, x, labels)
+
             # tl.hvp traces the function on every call: the define-by-run form of hvp.
             def hvp() -> tuple[Any, ...]:
-                return tl.hvp(loss, (*params, x, y),
-                              (*vs, np.zeros_like(x), np.zeros_like(y)))[:6]
+                return tl.hvp(of_params, params, vs)
         else:
-            c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape)
+            c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
+                           wrt=tuple(range(len(params))))
 
             def hvp() -> tuple[Any, ...]:
                 # The data are constants of the Hessian (None = zero direction).
