@@ -101,8 +101,14 @@ def _take_adjoint_infer(g: Shape, index: Any, shape: Any) -> Shape:
     return target
 
 
-def _torch_index(torch: Any, index: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in index)
+def _torch_take(torch: Any, x: Any, index: tuple[Any, ...]) -> Any:
+    """PyTorch's x[index]; PyTorch has no negative slice steps, so those read x through a
+    flat gather of the positions NumPy's rules select."""
+    if any(isinstance(e, slice) and e.step is not None and e.step < 0 for e in index):
+        positions = np.arange(int(np.prod(tuple(x.shape), dtype=np.int64))).reshape(
+            tuple(x.shape))[index]
+        return x.reshape(-1)[torch.as_tensor(np.ascontiguousarray(positions))]
+    return x[tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in index)]
 
 
 _INDEXES: list[tuple[tuple[int, ...], tuple[Any, ...], str]] = [
@@ -141,7 +147,7 @@ register(Primitive(
               "integer positions of their true entries). An index out of range is an "
               "IndexRangeError. VJP: take_adjoint (scatter-add back).",
     samples=_take_samples,
-    torch_ref=lambda torch, x, index: x[_torch_index(torch, index)],
+    torch_ref=_torch_take,
     error_inputs=[
         ErrorInput(((3, 4),), {"index": (3,)}, IndexRangeError, "take: index .* does not fit"),
         ErrorInput(((3, 4),), {"index": (0, 0, 0)}, IndexRangeError, "take: index .* does not "
