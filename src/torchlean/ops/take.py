@@ -111,6 +111,16 @@ def _torch_take(torch: Any, x: Any, index: tuple[Any, ...]) -> Any:
     return x[tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in index)]
 
 
+def _torch_take_adjoint(torch: Any, g: Any, index: tuple[Any, ...], shape: Any) -> Any:
+    """zeros(shape) with g added at the positions NumPy's x[index] reads (index_add)."""
+    target = tuple(int(d) for d in shape)
+    size = int(np.prod(target, dtype=np.int64))
+    positions = np.ascontiguousarray(np.arange(size).reshape(target)[index]).reshape(-1)
+    flat = torch.zeros(size, dtype=g.dtype).index_add(0, torch.as_tensor(positions),
+                                                      g.reshape(-1))
+    return flat.reshape(target)
+
+
 _INDEXES: list[tuple[tuple[int, ...], tuple[Any, ...], str]] = [
     ((3, 4, 5), (1, slice(None), slice(0, 5, 2)), "int, full slice, strided slice"),
     ((3, 4, 5), (Ellipsis, 0), "ellipsis then int"),
@@ -164,6 +174,7 @@ register(Primitive(
               "integer index selects k times receives the sum of its k cotangents). g must "
               "have the shape of x[index] (ShapeError otherwise). VJP: take.",
     samples=_take_adjoint_samples,
+    torch_ref=_torch_take_adjoint,
     error_inputs=[
         ErrorInput(((2,),), {"index": (0,), "shape": (3, 4)}, ShapeError,
                    r"take_adjoint: cotangent has shape \(2,\)"),
