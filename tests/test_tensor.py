@@ -184,8 +184,11 @@ def test_pytorch_conventions() -> None:
     assert labels.dtype == tl.int64
     with pytest.raises(tl.TorchLeanError, match="only float tensors"):
         tl.tensor([1, 2], requires_grad=True)
-    with pytest.raises(tl.ShapeError, match="int64 used as a number"):
-        labels * 2.0
+    # Integer data computes without a history; mixed with floats it takes their dtype.
+    assert (labels * 2.0).tolist() == [0.0, 4.0] and not (labels * 2.0).requires_grad
+    assert labels[1:].tolist() == [2] and labels.reshape(2, 1).shape == (2, 1)
+    mixed = x[:2] * labels
+    assert mixed.dtype == tl.float32 and mixed.requires_grad
     t = tl.tensor(np.zeros(2))
     assert t.dtype == tl.float64  # NumPy arrays keep their dtype
     with pytest.raises(tl.TraceError, match="refs from two different"):

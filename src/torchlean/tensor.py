@@ -272,6 +272,11 @@ class Tensor(Ref):
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return _arg("argmin", np.argmin, self, dim, keepdim)
 
+    def __getitem__(self, index: Any) -> Tensor:
+        if self.dtype.kind != "f":  # integer / bool data: NumPy indexing, no history
+            return Tensor(np.array(self._value[F._index_values(index)]))
+        return super().__getitem__(index)  # type: ignore[return-value]
+
     def retain_grad(self) -> None:
         raise TorchLeanError("retain_grad: not supported; use tl.autograd.grad(out, [t]) for the "
                              "gradient of a non-leaf tensor")
@@ -430,11 +435,15 @@ class _Recorder:
 
     def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Tensor:
         tensors: Sequence[Tensor] = refs  # type: ignore[assignment]
+        floats = [t for t in tensors if t.dtype.kind == "f"]
+        if len(floats) != len(tensors):
+            if not floats:  # integer / bool data (labels, masks, indices): no history
+                return Tensor(run_checked(prim, [t._value for t in tensors], attrs))
+            # Mixed with float tensors, data takes their dtype (as PyTorch promotes).
+            dtype = floats[0].dtype
+            tensors = [t if t.dtype.kind == "f" else Tensor(t._value.astype(dtype))
+                       for t in tensors]
         values = [t._value for t in tensors]
-        for t in tensors:
-            if t.dtype.kind != "f" and not prim.nondiff:
-                raise ShapeError(f"{prim.name}: tensor of dtype {t.dtype} used as a number; "
-                                 "convert it with .float() (integer and bool tensors are data)")
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
         out = run_checked(prim, values, attrs)
