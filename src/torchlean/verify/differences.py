@@ -9,7 +9,10 @@ such points in a sample, so the ``vjp``/``jvp`` columns assert the convention th
 A convention is one of: ``zero`` (the derivative at the kink is 0), ``mean`` (the mean of the two
 one-sided directional derivatives, e.g. a tie split 0.5/0.5), ``right`` or ``left`` (a one-sided
 derivative along the test direction), ``first`` (the whole derivative goes to one tied input, as
-max pooling's first maximum: it is one of the one-sided derivatives, ``right`` or ``left``).
+max pooling's first maximum, found by breaking ties toward earlier entries).
+
+Fully masked attention rows are not kinks: the mask is a static attribute, so the spec's
+definition of those rows (and their zero derivative) is checked like any other smooth value.
 """
 
 from __future__ import annotations
