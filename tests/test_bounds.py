@@ -386,3 +386,22 @@ def test_alpha_crown_optimisation_tightens_crown(seed):
     assert alpha.info["alpha_examples"] > 0
     none = B.compute_bounds(c, lo, hi, method="alpha-crown", spec=spec, alpha_steps=0)
     np.testing.assert_array_equal(none.spec[0], crown.spec[0])
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_smooth_relaxation_terms_bound_sigma_minus_a_line(name):
+    from torchlean.bounds.engine import max_g, min_g, smooth_slopes
+
+    rng = np.random.default_rng(1)
+    centre = rng.normal(0, 3, 400)
+    width = np.abs(rng.normal(0, 1, 400)) * rng.choice([1e-6, 0.1, 1.0, 5.0], 400)
+    lo, hi = centre - width, centre + width
+    a_lo, a_hi = smooth_slopes(name, lo, hi)
+    for a in (a_lo, a_hi, rng.uniform(-0.5, 1.5, 400)):
+        mn, mx = min_g(name, lo, hi, a), max_g(name, lo, hi, a)
+        t = lo[:, None] + (hi - lo)[:, None] * np.linspace(0, 1, 2001)[None, :]
+        f = np.tanh(t) if name == "tanh" else 1 / (1 + np.exp(-t))
+        g = f - a[:, None] * t
+        slack = 4e-16 * (1 + np.abs(g).max(axis=1))  # the grid's own float rounding
+        assert np.all(mn <= g.min(axis=1) + slack) and np.all(mx >= g.max(axis=1) - slack)
+        assert np.max(g.min(axis=1) - mn) < 1e-3 and np.max(mx - g.max(axis=1)) < 1e-3  # tight

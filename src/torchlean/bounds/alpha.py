@@ -18,7 +18,15 @@ import numpy as np
 
 from .. import functional as F
 from ..transforms import compile as compile_fn
-from .engine import Propagation, _with_k, pool_windows, relu_slopes, smooth_slope
+from .engine import (
+    Propagation,
+    _with_k,
+    max_g,
+    min_g,
+    pool_windows,
+    relu_slopes,
+    smooth_slopes,
+)
 
 Array = Any
 
@@ -134,11 +142,11 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
                 pbox = prop.ivals[px]
                 assert pbox is not None
                 if np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi)):
-                    s = smooth_slope(name, pbox.lo, pbox.hi)
-                    fwd = op.forward  # type: ignore[union-attr]
-                    h_lo, h_hi = fwd(pbox.lo) - s * pbox.lo, fwd(pbox.hi) - s * pbox.hi
+                    a_lo, a_hi = smooth_slopes(name, pbox.lo, pbox.hi)
+                    h_lo = min_g(name, pbox.lo, pbox.hi, a_lo)
+                    h_hi = max_g(name, pbox.lo, pbox.hi, a_hi)
                     add(_sum_rest(F.relu(v) * _with_k(h_lo) - F.relu(-v) * _with_k(h_hi)))
-                    give(px, v * _with_k(s))
+                    give(px, F.relu(v) * _with_k(a_lo) - F.relu(-v) * _with_k(a_hi))
                     continue
             elif handled and name == "max_pool2d":
                 px = node.parents[0]

@@ -15,8 +15,8 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
 - linear op ``v = J x + b``: the term ``nu . b`` (outward rounded) plus the residual of the rounded
   ``J^T nu``, at most ``gamma_n |nu|^T |J| max|x|``;
 - relu / tanh / sigmoid: ``min over [l, u] of nu * sigma(v) - nu_x * v``, per neuron, in closed
-  form (relu: the least of the values at l, u and 0; tanh / sigmoid: the slope is at most the
-  least derivative on [l, u], so ``sigma(v) - slope * v`` is nondecreasing);
+  form (relu: the least of the values at l, u and 0; tanh / sigmoid, with CROWN's tangent or
+  chord slopes: ends of the concave part, a tangent of the convex part at its critical point);
 - max pooling (non-overlapping windows): ``max(v) >= v_j`` for the window's entry with the
   greatest lower bound, ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
 - data inputs, constants and ops without a CROWN handler: ``nu . v`` over the node's interval.
@@ -41,7 +41,7 @@ from ..errors import TorchLeanError
 from ..graph import Graph, GraphNode
 from ..ops.registry import ARRAY_OPS, REGISTRY
 from .ibp import Context, Interval
-from .rounding import ETA64, U64, down, gamma, libm_hi, libm_lo, mag, mid_rad, sum_down, up
+from .rounding import ETA64, U64, down, gamma, libm_lo, mag, mid_rad, sum_down, up
 
 Array = Any
 
@@ -612,15 +612,77 @@ def _slopes(prop: Propagation, px: int) -> tuple[Array, Array, Array, Array]:
     return prop._cache[key]
 
 
-def smooth_slope(name: str, lo: Array, hi: Array) -> Array:
-    """A slope no greater than tanh'/sigmoid' anywhere on [lo, hi] (the derivative is unimodal
-    with its peak at 0, so its least value is at an end), shaded down for rounding."""
-    if name == "tanh":
-        d = np.minimum(1.0 - np.tanh(lo) ** 2, 1.0 - np.tanh(hi) ** 2)
-    else:
-        s_lo, s_hi = 1.0 / (1.0 + np.exp(-lo)), 1.0 / (1.0 + np.exp(-hi))
-        d = np.minimum(s_lo * (1.0 - s_lo), s_hi * (1.0 - s_hi))
-    return np.maximum(d * (1.0 - 64 * U64) - 16 * U64, 0.0)
+def _sigma(name: str, t: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return np.tanh(t) if name == "tanh" else 1.0 / (1.0 + np.exp(-t))
+
+
+def _dsigma(name: str, t: Array) -> Array:
+    """The derivative, computed (absolute error well below 32 u64: see ``min_g``)."""
+    y = _sigma(name, t)
+    return 1.0 - y * y if name == "tanh" else y * (1.0 - y)
+
+
+def _critical(name: str, a: Array) -> Array:
+    """Approximately the t < 0 where sigma'(t) = a (NaN where there is none)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if name == "tanh":
+            r = np.sqrt(1.0 - a)
+            return np.where((a > 0) & (a < 1), -np.arctanh(np.minimum(r, 1 - 1e-16)), np.nan)
+        r = np.sqrt(1.0 - 4.0 * a)
+        y = 0.5 * (1.0 - r)
+        return np.where((a > 0) & (a < 0.25), np.log(y / (1.0 - y)), np.nan)
+
+
+def _g_lo(name: str, t: Array, a: Array) -> Array:
+    """A lower bound of ``sigma(t) - a t`` (transcendental within LIBM_ULPS, one product)."""
+    return down(libm_lo(_sigma(name, t)) - up(a * t) - 2 * U64 * np.abs(a * t))
+
+
+def min_g(name: str, lo: Array, hi: Array, a: Array) -> Array:
+    """A rigorous lower bound of ``min over [lo, hi] of sigma(t) - a t`` (tanh, sigmoid).
+
+    sigma is convex on t <= 0 and concave on t >= 0. On the concave part the minimum is at an
+    end; on the convex part [p, q] the tangent of g at any m in it lies below g, so
+    ``g >= g(m) + g'(m) (t - m)``, least at p or q; m is the (approximate) critical point, so the
+    bound is nearly exact, and g'(m) is taken as an interval to cover its rounding.
+    """
+    best = np.minimum(_g_lo(name, lo, a), _g_lo(name, hi, a))
+    straddles = (lo < 0) & (hi > 0)
+    best = np.where(straddles, np.minimum(best, _g_lo(name, np.zeros_like(lo), a)), best)
+    p, q = lo, np.minimum(hi, 0.0)
+    convex = lo < 0
+    m = _critical(name, a)
+    m = np.where(np.isnan(m), np.where(_dsigma(name, p) >= a, p, q), m)
+    m = np.clip(m, p, q)
+    d = _dsigma(name, m) - a
+    e = 32 * U64 * (1.0 + np.abs(a))
+    lin = np.minimum(np.minimum((d - e) * (p - m), (d + e) * (p - m)),
+                     np.minimum((d - e) * (q - m), (d + e) * (q - m)))
+    tangent = down(_g_lo(name, m, a) + lin - 8 * U64 * np.abs(lin) - ETA64)
+    return np.where(convex, np.minimum(best, tangent), best)
+
+
+def max_g(name: str, lo: Array, hi: Array, a: Array) -> Array:
+    """A rigorous upper bound of ``max over [lo, hi] of sigma(t) - a t``, by symmetry:
+    tanh(-s) = -tanh(s) and sigmoid(-s) = 1 - sigmoid(s)."""
+    low = min_g(name, -hi, -lo, a)
+    return up(-low) if name == "tanh" else up(1.0 - low)
+
+
+def smooth_slopes(name: str, lo: Array, hi: Array) -> tuple[Array, Array]:
+    """CROWN's slopes for the lower and the upper line: the tangent at the midpoint where sigma
+    bends away from the line's side, the chord otherwise. Any slope is sound here (the dual
+    term bounds sigma(t) - a t itself), so these only steer tightness."""
+    mid = 0.5 * lo + 0.5 * hi
+    width = hi - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        chord = np.where(width > 1e-9, (_sigma(name, hi) - _sigma(name, lo)) / width,
+                         _dsigma(name, mid))
+    tangent = _dsigma(name, mid)
+    lower = np.where(hi <= 0, tangent, chord)
+    upper = np.where(lo >= 0, tangent, chord)
+    return lower, upper
 
 
 @_handler("tanh", "sigmoid")
@@ -635,16 +697,15 @@ def _smooth(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
         return False
     key = ("smooth", px)
     if key not in prop._cache:
-        fwd = node.op.forward
-        slope = smooth_slope(node.op.name, box.lo, box.hi)
-        # h(t) = sigma(t) - slope * t is nondecreasing on [l, u]: min h = h(l), max h = h(u).
-        h_lo = down(libm_lo(fwd(box.lo)) - up(slope * box.lo))
-        h_hi = up(libm_hi(fwd(box.hi)) - down(slope * box.hi))
-        prop._cache[key] = (slope, h_lo, h_hi)
-    slope, h_lo, h_hi = prop._cache[key]
+        name = node.op.name
+        a_lo, a_hi = smooth_slopes(name, box.lo, box.hi)
+        # nu >= 0: nu * min(sigma(t) - a_lo t); nu < 0: nu * max(sigma(t) - a_hi t)
+        prop._cache[key] = (a_lo, a_hi, min_g(name, box.lo, box.hi, a_lo),
+                            max_g(name, box.lo, box.hi, a_hi))
+    a_lo, a_hi, h_lo, h_hi = prop._cache[key]
     t = np.where(v >= 0, v * _with_k(h_lo), v * _with_k(h_hi))
     terms.append(_sum_rest_down(t))
-    vx = v * _with_k(slope)
+    vx = v * np.where(v >= 0, _with_k(a_lo), _with_k(a_hi))
     slack.append(_dot_rest(np.abs(vx), prop.vmax(px), True) * (2 * U64))
     prop.accumulate(nu, px, vx, slack)
     return True
