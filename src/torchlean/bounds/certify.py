@@ -233,7 +233,7 @@ def to_json(report: Report) -> str:
 
 def run_cli(args: Any) -> int:
     """``torchlean certify`` (the parser lives in ``torchlean.cli``)."""
-    from .. import cli, datasets, models
+    from .. import cli, datasets
 
     if getattr(args, "onnx", None):
         from ..onnx.cli import run_certify
@@ -285,7 +285,6 @@ def run_cli(args: Any) -> int:
     if args.plot:
         plot(args.plot, report, methods)
         print(f"wrote plot {args.plot}", flush=True)
-    del models
     return 0
 
 

@@ -293,7 +293,7 @@ def _sum_rest_down(t: Array) -> Array:
     return sum_down(t, axes)
 
 
-def _dot_rest(abs_nu: Array, m: Array, up_bound: bool) -> Array:
+def _dot_rest(abs_nu: Array, m: Array, up_bound: bool = True) -> Array:
     """An upper bound of ``sum(|nu| * m)`` over the node axes (both nonnegative)."""
     m = np.asarray(m)
     mk = _with_k(m) if m.ndim else m
