@@ -723,10 +723,14 @@ reshape.__doc__ = f"{reshape.__doc__}\n\n{REGISTRY['reshape'].semantics}"
 
 def __getattr__(name: str) -> Callable[..., Any]:
     # Primitives registered after import (plugins) are still reachable as F.<name>.
-    if name in REGISTRY:
-        function = _make_function(REGISTRY[name])
+    prim = REGISTRY.get(name)
+    if prim is not None and prim.inputs:
+        function = _make_function(prim)
         globals()[name] = function
         return function
+    if prim is not None:
+        raise AttributeError(f"torchlean.functional has no {name!r}: a primitive without inputs "
+                             f"needs an owner to draw from (Session.{name}, or tl.rand)")
     raise AttributeError(f"torchlean.functional has no op {name!r}")
 
 
