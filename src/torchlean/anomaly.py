@@ -20,12 +20,24 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["NonFiniteError", "all_finite", "check_graph_run", "check_gradients",
+__all__ = ["NonFiniteError", "TrainingDiverged", "all_finite", "check_graph_run", "check_gradients",
            "check_parameters", "check_tape_grads", "check_tape_values", "restore", "snapshot"]
 
 
 class NonFiniteError(DomainError):
     """A NaN or infinite value where a finite one was required (forward, gradient or update)."""
+
+
+class TrainingDiverged(NonFiniteError):
+    """``fit`` stopped because the loss (or, under ``check_finite``, a value, gradient or update)
+    became NaN or infinite. ``history`` holds the epochs completed before it, ``epoch`` and
+    ``batch`` say where it stopped; the model's parameters hold the last finite state."""
+
+    def __init__(self, message: str, history: list[Any], epoch: int, batch: int) -> None:
+        super().__init__(message)
+        self.history = history
+        self.epoch = epoch
+        self.batch = batch
 
 
 def all_finite(value: Any) -> bool:
