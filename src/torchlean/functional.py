@@ -738,6 +738,17 @@ def __getattr__(name: str) -> Callable[..., Any]:
 # Derived ops: compositions of primitives, no rules of their own.
 
 
+def inverted_dropout(x: Any, p: float, training: bool, mask_of: Callable[[float], Any]) -> Any:
+    """Inverted dropout, the part every owner shares: ``p`` checked, then ``x * mask / (1 - p)``
+    with the owner's {0, 1} mask ``mask_of(keep_probability)`` (drawn its own way)."""
+    if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
+            or not 0 <= p < 1:
+        raise ShapeError(f"dropout: p must be a number in [0, 1), found {p!r}")
+    if not training or p == 0:
+        return x
+    return apply("scale", apply("mul", x, mask_of(1.0 - float(p))), c=1.0 / (1.0 - p))
+
+
 def neg(x: Any) -> Any:
     return apply("scale", x, c=-1.0)
 

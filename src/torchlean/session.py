@@ -136,15 +136,12 @@ class _Backend:
 
     def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
         """Inverted dropout: zero each entry with probability p, scale the rest by 1/(1-p)."""
-        if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
-                or not 0 <= p < 1:
-            raise TorchLeanError(f"dropout: p must be a number in [0, 1), found {p!r}")
-        if not training or p == 0:
-            return x
-        keep = self.const(np.asarray(1.0 - p))
-        mask = F.apply("bernoulli_mask", keep, shape=tuple(x.shape), seed=self.opts.seed,
-                       counter=self.next_counter())
-        return F.apply("scale", F.apply("mul", x, mask), c=1.0 / (1.0 - p))
+
+        def mask_of(keep: float) -> Ref:
+            return F.apply("bernoulli_mask", self.const(np.asarray(keep)), shape=tuple(x.shape),
+                           seed=self.opts.seed, counter=self.next_counter())
+
+        return F.inverted_dropout(x, p, training, mask_of)  # type: ignore[no-any-return]
 
 
 class EagerBackend(_Backend):

@@ -468,14 +468,10 @@ class _Recorder:
         return ref._value  # type: ignore[attr-defined]
 
     def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
-        if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
-                or not 0 <= p < 1:
-            raise TorchLeanError(f"dropout: p must be a number in [0, 1), found {p!r}")
-        if not training or p == 0:
-            return x
-        keep = default_generator.uniform(x.shape, x.dtype) >= p
-        mask = Tensor(keep.astype(x.dtype))
-        return F.apply("scale", F.apply("mul", x, mask), c=1.0 / (1.0 - p))
+        def mask_of(keep: float) -> Tensor:
+            return Tensor((default_generator.uniform(x.shape, x.dtype) < keep).astype(x.dtype))
+
+        return F.inverted_dropout(x, p, training, mask_of)  # type: ignore[no-any-return]
 
 
 RECORDER = _Recorder()

@@ -262,6 +262,16 @@ def run_cli(args: Any) -> int:
     model = cli._load_model(path, config)
     if hasattr(model, "eval"):
         model.eval()
+    return certify_and_report(args, model, data, eps_list, methods, config["model"],
+                              dataset_name, f"{config['model']} from {path}")
+
+
+def certify_and_report(args: Any, model: Any, data: Any, eps_list: list[float],
+                       methods: list[str], model_name: str, dataset: str, label: str) -> int:
+    """The part of ``torchlean certify`` after the model is loaded (a checkpoint's or an ONNX
+    file's): the test examples, the input range, the report, and the table, JSON and plot."""
+    from .. import cli
+
     x, y = np.asarray(data.test.inputs), np.asarray(data.test.targets)
     if args.limit is not None:
         x, y = x[: args.limit], y[: args.limit]
@@ -269,7 +279,7 @@ def run_cli(args: Any) -> int:
     lo_all, hi_all = float(np.min(data.train.inputs)), float(np.max(data.train.inputs))
     clip = (0.0, 1.0) if lo_all >= 0.0 and hi_all <= 1.0 else None
     kernel = args.rounding == "float32"
-    print(f"certify {config['model']} from {path} on {dataset_name}: {len(y)} test examples, "
+    print(f"certify {label} on {dataset}: {len(y)} test examples, "
           f"inputs {'clipped to [0, 1]' if clip else 'unclipped'}, margin specifications, "
           f"bounds sound for the {'float32 kernels' if kernel else 'exact real network'}; "
           f"PGD {args.pgd_steps} steps x {args.pgd_restarts} restart(s)", flush=True)
@@ -277,7 +287,7 @@ def run_cli(args: Any) -> int:
         report = certify(model, x, y, eps_list, methods, clip=clip, kernel=kernel,
                          pgd_steps=args.pgd_steps, pgd_restarts=args.pgd_restarts,
                          seed=args.seed, alpha_steps=args.alpha_steps, progress=True,
-                         model_name=config["model"], dataset=dataset_name)
+                         model_name=model_name, dataset=dataset)
     print(format_table(report, methods), flush=True)
     if args.json:
         cli._write_text(args.json, to_json(report))

@@ -183,28 +183,5 @@ def run_certify(args: argparse.Namespace) -> int:
     if loaded.index_inputs:
         raise OnnxCliError(f"certify --onnx: {args.onnx} takes integer inputs; certification "
                            "needs a classifier of real-valued features or images")
-    model = loaded.as_module()
-    x, y = np.asarray(data.test.inputs), np.asarray(data.test.targets)
-    if args.limit is not None:
-        x, y = x[: args.limit], y[: args.limit]
-    # As for checkpoints: pixel data lives in [0, 1] and its balls are clipped there.
-    lo_all, hi_all = float(np.min(data.train.inputs)), float(np.max(data.train.inputs))
-    clip = (0.0, 1.0) if lo_all >= 0.0 and hi_all <= 1.0 else None
-    kernel = args.rounding == "float32"
-    print(f"certify ONNX model {args.onnx} on {args.dataset}: {len(y)} test examples, inputs "
-          f"{'clipped to [0, 1]' if clip else 'unclipped'}, margin specifications, bounds sound "
-          f"for the {'float32 kernels' if kernel else 'exact real network'}; PGD "
-          f"{args.pgd_steps} steps x {args.pgd_restarts} restart(s)", flush=True)
-    with cli._blas_threads(args.threads):
-        report = C.certify(model, x, y, eps_list, methods, clip=clip, kernel=kernel,
-                           pgd_steps=args.pgd_steps, pgd_restarts=args.pgd_restarts,
-                           seed=args.seed, alpha_steps=args.alpha_steps, progress=True,
-                           model_name=f"ONNX {args.onnx}", dataset=args.dataset)
-    print(C.format_table(report, methods), flush=True)
-    if args.json:
-        cli._write_text(args.json, C.to_json(report))
-        print(f"wrote results {args.json}", flush=True)
-    if args.plot:
-        C.plot(args.plot, report, methods)
-        print(f"wrote plot {args.plot}", flush=True)
-    return 0
+    return C.certify_and_report(args, loaded.as_module(), data, eps_list, methods,
+                                f"ONNX {args.onnx}", args.dataset, f"ONNX model {args.onnx}")
