@@ -116,47 +116,47 @@ class Ref:
     # --- arithmetic --------------------------------------------------------------------------
     def __add__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("add_scalar", self, c=float(other))
-        return apply("add", self, other)
+            return _op("add_scalar", (self,), c=float(other))
+        return _op("add", (self, other))
 
     def __radd__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("add_scalar", self, c=float(other))
-        return apply("add", other, self)
+            return _op("add_scalar", (self,), c=float(other))
+        return _op("add", (other, self))
 
     def __sub__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("add_scalar", self, c=-float(other))
-        return apply("sub", self, other)
+            return _op("add_scalar", (self,), c=-float(other))
+        return _op("sub", (self, other))
 
     def __rsub__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("add_scalar", apply("scale", self, c=-1.0), c=float(other))
-        return apply("sub", other, self)
+            return _op("add_scalar", (_op("scale", (self,), c=-1.0),), c=float(other))
+        return _op("sub", (other, self))
 
     def __mul__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("scale", self, c=float(other))
-        return apply("mul", self, other)
+            return _op("scale", (self,), c=float(other))
+        return _op("mul", (self, other))
 
     def __rmul__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("scale", self, c=float(other))
-        return apply("mul", other, self)
+            return _op("scale", (self,), c=float(other))
+        return _op("mul", (other, self))
 
     def __truediv__(self, other: Any) -> Ref:
         if _is_scalar(other):
-            return apply("scale", self, c=1.0 / float(other))
-        return apply("mul", self, apply("inv", other))
+            return _op("scale", (self,), c=1.0 / float(other))
+        return _op("mul", (self, _op("inv", (other,))))
 
     def __rtruediv__(self, other: Any) -> Ref:
-        inverse = apply("inv", self)
+        inverse = _op("inv", (self,))
         if _is_scalar(other):
-            return apply("scale", inverse, c=float(other))
-        return apply("mul", other, inverse)
+            return _op("scale", (inverse,), c=float(other))
+        return _op("mul", (other, inverse))
 
     def __neg__(self) -> Ref:
-        return apply("scale", self, c=-1.0)
+        return _op("scale", (self,), c=-1.0)
 
     def __pos__(self) -> Ref:
         return self
@@ -335,18 +335,36 @@ def apply(name: str | Primitive, *inputs: Any, **attrs: Any) -> Any:
     return _apply_bound(prim, inputs, attrs)
 
 
+def _op(name: str, inputs: tuple[Any, ...], **attrs: Any) -> Any:
+    """The Python operators' path: their primitives and attributes are fixed and well formed,
+    so no lookup by name through ``get`` and no attribute binding (the per-op hot path of
+    define-by-run tensors and traced code)."""
+    return _apply_bound(REGISTRY[name], inputs, attrs)
+
+
 def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) -> Any:
+    owner = None
+    all_refs = True
+    for x in inputs:  # owner_of, inlined: the one ownership check of the op
+        if isinstance(x, Ref):
+            if owner is None:
+                owner = x._owner
+            elif x._owner is not owner:
+                raise TraceError("refs from two different sessions or graphs were mixed in one op")
+        else:
+            all_refs = False
+    if all_refs and owner is not None and not attrs:
+        return owner.record(prim, inputs, attrs)
     for v in attrs.values():
         if isinstance(v, NatRef):  # integer inputs travel as plain attribute values
             attrs = {k: w.value if isinstance(w, NatRef) else w for k, w in attrs.items()}
             break
     attrs = prim.check_attrs(attrs)  # kinds checked and normalised before anything else
-    owner = owner_of(inputs)
     if owner is None:
         arrays = operand_arrays(prim.name, inputs)
         prim.infer(*[a.shape for a in arrays], **attrs)
         return prim.forward(*arrays, **attrs)
-    if all(isinstance(x, Ref) for x in inputs):
+    if all_refs:
         return owner.record(prim, inputs, attrs)
     # Arrays among the inputs become const leaves of the owner: check the op's shape rule first,
     # so a failing call leaves no orphan constants behind (nothing changes when a check fails).

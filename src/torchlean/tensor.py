@@ -111,10 +111,26 @@ class Tensor(Ref):
         self._freed = False
 
     @classmethod
-    def _result(cls, value: Any, prim: Primitive, parents: tuple[Tensor, ...],
+    def _result(cls, value: Any, prim: Primitive | None, parents: tuple[Tensor, ...],
                 attrs: dict[str, Any]) -> Tensor:
-        t = cls(value)
-        t._op, t._parents, t._attrs, t.requires_grad = prim, parents, attrs, True
+        """A computed tensor (``prim`` None: no history). Built slot by slot: this is the
+        per-op path, and ``value`` is already a fresh array of a float dtype."""
+        if type(value) is not np.ndarray:  # a kernel may return a NumPy scalar
+            value = np.asarray(value)
+        t = object.__new__(cls)
+        t._owner = RECORDER
+        t._id = next(_sequence)
+        t.shape = value.shape
+        t.dtype = value.dtype
+        t._value = value
+        t._op = prim
+        t._parents = parents
+        t._attrs = attrs
+        t.requires_grad = prim is not None
+        t.grad = None
+        t._param = None
+        t._param_version = 0
+        t._freed = False
         return t
 
     # --- reading ------------------------------------------------------------------------------
@@ -435,21 +451,31 @@ class _Recorder:
 
     def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Tensor:
         tensors: Sequence[Tensor] = refs  # type: ignore[assignment]
-        floats = [t for t in tensors if t.dtype.kind == "f"]
-        if len(floats) != len(tensors):
-            if not floats:  # integer / bool data (labels, masks, indices): no history
-                return Tensor(run_checked(prim, [t._value for t in tensors], attrs))
-            # Mixed with float tensors, data takes their dtype (as PyTorch promotes).
-            dtype = floats[0].dtype
-            tensors = [t if t.dtype.kind == "f" else Tensor(t._value.astype(dtype))
-                       for t in tensors]
-        values = [t._value for t in tensors]
+        values = []
+        history = False
+        for t in tensors:  # the per-op hot path: one pass over the inputs
+            if t.dtype.kind != "f":
+                return self._record_data(prim, tensors, attrs)
+            values.append(t._value)
+            if t.requires_grad:
+                history = True
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
         out = run_checked(prim, values, attrs)
-        if is_grad_enabled() and not prim.nondiff and any(t.requires_grad for t in tensors):
+        if history and not prim.nondiff and getattr(_state, "grad_enabled", True):
             return Tensor._result(out, prim, tuple(tensors), attrs)
-        return Tensor(out)
+        return Tensor._result(out, None, (), {})
+
+    def _record_data(self, prim: Primitive, tensors: Sequence[Tensor], attrs: dict[str, Any]
+                     ) -> Tensor:
+        """An op with integer or bool inputs (labels, masks, indices)."""
+        floats = [t for t in tensors if t.dtype.kind == "f"]
+        if not floats:  # data only: computed, no history
+            return Tensor(run_checked(prim, [t._value for t in tensors], attrs))
+        # Mixed with float tensors, data takes their dtype (as PyTorch promotes).
+        dtype = floats[0].dtype
+        return self.record(prim, [t if t.dtype.kind == "f" else Tensor(t._value.astype(dtype))
+                                  for t in tensors], attrs)
 
     def const(self, array: Any) -> Tensor:
         return tensor(array)
