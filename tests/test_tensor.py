@@ -262,7 +262,12 @@ def test_session_reused_after_a_step_is_refused() -> None:
     with pytest.raises(tl.StaleSessionError, match="reset"):
         s.backward(loss)
     s.reset()
-    np.testing.assert_allclose(s.value(F.sum(s.use(w))), 3 * (1 - 0.1), rtol=1e-6)
+    ref = s.use(w)
+    assert np.shares_memory(s.tape.node(ref.id).value, w.data)  # no per-step parameter copy
+    np.testing.assert_allclose(s.value(F.sum(ref)), 3 * (1 - 0.1), rtol=1e-6)
+    w.assign(np.zeros(3, np.float32))
+    with pytest.raises(tl.StaleSessionError, match="value: parameter w changed"):
+        s.value(ref)
 
 
 def test_tensor_code_compiles_to_the_same_numbers() -> None:

@@ -84,8 +84,8 @@ class _Backend:
         self.random_draws = 0
 
     # --- what the two backends implement ------------------------------------------------------
-    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None
-             ) -> TensorRef:
+    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
+             copy: bool = True) -> TensorRef:
         raise NotImplementedError
 
     def ref(self, node_id: int) -> TensorRef:
@@ -109,7 +109,9 @@ class _Backend:
         if node is not None:
             self.check_fresh("use")
             return self.ref(node)
-        ref = self.leaf("use", param.data, param.requires_grad, param.name)
+        # No copy of the parameter's array: an update changes its version, which every later
+        # read or backward of this pass checks (check_fresh), so a stale value is never used.
+        ref = self.leaf("use", param.data, param.requires_grad, param.name, copy=False)
         self.params[ref.id] = param
         self.param_ids[id(param)] = ref.id
         self.versions[id(param)] = param.version
@@ -151,13 +153,14 @@ class EagerBackend(_Backend):
         super().__init__(opts, dtype)
         self.tape = Tape(dtype, opts.device, opts.check_finite)
 
-    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None
-             ) -> TensorRef:
+    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
+             copy: bool = True) -> TensorRef:
         # The one place data of another dtype enters; inside ops, mixed dtypes are an error.
         arr = self.tape.as_array(op, array)
         if arr.dtype.kind == "f" and arr.dtype != self.dtype:
             arr = arr.astype(self.dtype)
-        return self.ref(self.tape.leaf(arr, name=name, requires_grad=requires_grad))
+        return self.ref(self.tape.leaf(arr, name=name, requires_grad=requires_grad,
+                                       copy=copy and arr is array))
 
     def ref(self, node_id: int) -> TensorRef:
         value = self.tape.nodes[node_id].value
@@ -182,8 +185,8 @@ class CompiledBackend(_Backend):
         self.leaf_values: list[Any] = []
         self._linked: tuple[int, Tape] | None = None
 
-    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None
-             ) -> TensorRef:
+    def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
+             copy: bool = True) -> TensorRef:
         arr = numeric_array(op, to_host(array) if not isinstance(array, list | tuple | float | int)
                             else array).astype(self.dtype)
         if requires_grad:
@@ -322,7 +325,10 @@ class Session:
         return ref.id
 
     def value(self, ref: Ref) -> Any:
-        return self._backend.linked_tape().value(self._check_ref("value", ref))
+        node_id = self._check_ref("value", ref)
+        if node_id in self._backend.params:  # a parameter's leaf holds the parameter's array
+            self._backend.check_fresh("value")
+        return self._backend.linked_tape().value(node_id)
 
     def backward(self, out: Ref, seed: Any = None) -> dict[int, Any]:
         """Cotangents of the reached nodes (keyed by ref id); accumulates into ``Param.grad``."""
@@ -357,6 +363,7 @@ class Session:
             raise TapeError(f"jvp: tangents must be a dict {{ref: tangent}}, found "
                             f"{type(tangents).__name__}")
         seeds = {self._check_ref("jvp", r): t for r, t in tangents.items()}
+        self._backend.check_fresh("jvp")
         return self._backend.linked_tape().jvp(out_id, seeds)
 
     # --- optimiser steps ---------------------------------------------------------------------

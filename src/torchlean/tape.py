@@ -112,9 +112,14 @@ class Tape:
             return arr
         return arr.astype(self.dtype)
 
-    def leaf(self, array: Any, name: str | None = None, requires_grad: bool = True) -> int:
-        """Append a leaf holding ``array`` (copied, so later edits to it cannot change the tape)."""
-        value = self.as_array("leaf", array).copy()
+    def leaf(self, array: Any, name: str | None = None, requires_grad: bool = True,
+             copy: bool = True) -> int:
+        """Append a leaf holding ``array``, copied so later edits to it cannot change the tape.
+        ``copy=False`` keeps the caller's array: for owners that detect changes themselves (a
+        session checks each parameter's version before it reads or differentiates again)."""
+        value = self.as_array("leaf", array)
+        if copy:
+            value = value.copy()
         if self.check_finite:
             _check_finite("leaf", value)
         self._nodes.append(Node(None, (), {}, value, bool(requires_grad), name))
