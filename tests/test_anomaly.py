@@ -3,12 +3,14 @@ forward values, gradients and optimiser updates, on the eager and the compiled b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import torchlean as tl
 import torchlean.functional as F
-from torchlean.anomaly import NonFiniteError
+from torchlean.anomaly import NonFiniteError, TrainingDiverged
 from torchlean.errors import DomainError
 from torchlean.params import Param
 from torchlean.session import Options, Session, Stepper
@@ -78,3 +80,65 @@ def test_tape_check_finite_names_the_node() -> None:
     with pytest.raises(NonFiniteError, match=r"inv: 2 of 2 entries are NaN or infinite \(node 3"):
         tape.inv(tape.sub(y, y))
     assert tape.size == 3  # the refused op left nothing
+
+
+def _blob_data() -> tl.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((96, 4)).astype(np.float32)
+    return tl.Dataset(x, (x[:, 0] > 0).astype(np.int64))
+
+
+def _mlp() -> tl.nn.Module:
+    tl.nn.manual_seed(0)
+    return tl.nn.Sequential(tl.nn.Linear(4, 8), tl.nn.ReLU(), tl.nn.Linear(8, 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fit_stops_when_the_loss_diverges_and_keeps_a_finite_state(backend: str) -> None:
+    model = _mlp()
+    optimizer = tl.optim.SGD(model.parameters(), lr=1e12)  # every parameter ends up NaN
+    with pytest.raises(TrainingDiverged, match=r"fit: stopped at epoch \d+, batch \d+: the loss "
+                                               r"is (nan|inf)") as info:
+        tl.train.fit(model, F.cross_entropy, optimizer, _blob_data(), epochs=5, batch_size=16,
+                     backend=backend, progress=False)
+    assert info.value.epoch >= 1 and len(info.value.history) == info.value.epoch - 1
+    assert "check_finite=True" in str(info.value)  # says how to find the op
+    for p in model.parameters():
+        assert np.isfinite(p.value).all(), p.name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fit_check_finite_names_the_op_or_the_update(backend: str) -> None:
+    model = _mlp()
+    optimizer = tl.optim.SGD(model.parameters(), lr=1e30)
+    with pytest.raises(TrainingDiverged, match=r"fit: stopped at epoch 1, batch \d+: .*"
+                                               r"(node \d+|parameter '[^']+')"):
+        tl.train.fit(model, F.cross_entropy, optimizer, _blob_data(), epochs=2, batch_size=16,
+                     backend=backend, progress=False, check_finite=True)
+    for p in model.parameters():
+        assert np.isfinite(p.value).all(), p.name
+    # A healthy run is unchanged by the check.
+    model, reference = _mlp(), _mlp()
+    for m, check in ((model, True), (reference, False)):
+        opt = tl.optim.SGD(m.parameters(), lr=0.1)
+        tl.train.fit(m, F.cross_entropy, opt, _blob_data(), epochs=2, batch_size=16,
+                     backend=backend, progress=False, check_finite=check)
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_array_equal(p.value, q.value)
+
+
+def test_cli_check_finite_and_save_keeps_the_last_finite_state(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture
+                                                               ) -> None:
+    from torchlean import cli
+
+    save = str(tmp_path / "diverged.safetensors")
+    code = cli.main(["train", "--dataset", "iris", "--epochs", "3", "--optimizer", "sgd",
+                     "--lr", "1e30", "--check-finite", "--save", save])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "stopped at epoch" in err and "--save" in err
+    state = tl.load(save)
+    for key, value in state["model"].items():
+        assert np.isfinite(value).all(), key
+    assert "stopped" in tl.read_metadata(save)

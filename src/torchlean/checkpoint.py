@@ -26,7 +26,11 @@ What can be saved or loaded into (``into`` must have the structure that was save
 
 Writes are atomic: the file is written to a temporary file in the same directory, flushed and
 fsynced, moved over ``path`` with ``os.replace``, and the directory is fsynced. If anything fails
-the temporary file is removed and an existing file at ``path`` is untouched.
+the temporary file is removed and an existing file at ``path`` is untouched. A save killed
+before it finishes (``kill -9``) leaves ``.<name>.<pid>.<random>.tmp``: the next save or load of
+that path removes it once process ``<pid>`` is gone. Saving to a symlink writes the file it points
+to (the link stays). The data section's SHA-256 is stored in the metadata and verified on every
+load; files without it (older ones, other tools) load with a warning (``safe_files``).
 
 Loads check the file against ``into`` first (key set, shapes, dtypes) and report every mismatch
 in one ``CheckpointError`` naming the file; nothing in ``into`` changes unless everything fits.
@@ -44,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from . import safe_files
 from .backend import namespace_of, to_host
 from .errors import CheckpointError
 
@@ -273,12 +278,15 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
     tensors = {key: np.asarray(value, order="C") for key, value in flat.items()}
     st_numpy = _safetensors()
     try:
-        payload = st_numpy.save(tensors, metadata=meta)
+        payload = st_numpy.save(tensors, metadata=safe_files.metadata_with_checksum_slot(meta))
     except Exception as exc:  # safetensors rejects e.g. object dtypes with its own errors
         raise CheckpointError(f"checkpoint {path}: cannot serialise ({exc})") from exc
+    payload = safe_files.fill_checksum(payload, path)  # SHA-256 of the data, checked on load
+    path = safe_files.resolve_target(path)  # through a symlink: update its target, keep it
     directory = os.path.dirname(os.path.abspath(path))
+    safe_files.remove_stale_temps(path)  # left by saves that were killed mid-write
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=safe_files.temp_prefix(path),
                                    suffix=".tmp")
     except OSError as exc:
         raise CheckpointError(f"checkpoint {path}: cannot create a file in {directory} "
@@ -305,19 +313,17 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
 
 
 def _open(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    _safetensors()
-    from safetensors import safe_open
-
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint {path}: no such file")
+    st_numpy = _safetensors()
+    data = safe_files.read_bytes(path)  # missing, directory, permission: each said as such
+    metadata = safe_files.verify(data, path)  # the SHA-256 of the data section, when stored
     try:
-        with safe_open(path, framework="np") as f:
-            metadata = f.metadata() or {}
-            arrays = {key: f.get_tensor(key) for key in f.keys()}
-    except Exception as exc:  # SafetensorError, OSError, bad JSON headers...
+        arrays = dict(sorted(st_numpy.load(data).items()))  # by key, as safe_open lists them
+    except Exception as exc:  # SafetensorError, bad JSON headers...
         raise CheckpointError(f"checkpoint {path}: not a valid safetensors file "
                               f"(truncated or corrupt?): {exc}") from exc
-    return arrays, dict(metadata)
+    with contextlib.suppress(OSError):
+        safe_files.remove_stale_temps(path)
+    return arrays, metadata
 
 
 def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ import numpy as np
 
 from . import checkpoint, datasets, models, optim
 from . import functional as F
+from .anomaly import TrainingDiverged
 from .backend import namespace_for
 from .errors import TorchLeanError
 from .onnx import cli as onnx_cli
@@ -45,6 +46,7 @@ __all__ = ["main", "build_parser", "CliError"]
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_DIVERGED = 1  # training stopped on a NaN or infinite value
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CHECKPOINT_FORMAT = "torchlean.train/1"
 
@@ -135,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--check-every", type=_non_negative_int, default=0, metavar="N",
                        help="with --distributed: compare a hash of the parameters across ranks "
                             "every N steps (0: never)")
+    train.add_argument("--check-finite", action="store_true",
+                       help="check every forward value, gradient and update for NaN/inf and "
+                            "name the first op and node that made one (without it, training "
+                            "still stops when the loss becomes NaN or infinite)")
 
     ev = sub.add_parser("eval", help="evaluate a saved checkpoint",
                         description="Rebuild the model saved by 'torchlean train --save' and "
@@ -387,15 +393,22 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
         optimizer.lr = lr * 0.5 * (1.0 + math.cos(math.pi * record.epoch / epochs))
 
     start = time.perf_counter()
+    diverged: TrainingDiverged | None = None
     with _StopFlag() as stop:
-        history = fit(model, F.cross_entropy, optimizer, data.train, epochs, batch_size,
-                      test_data=data.test, backend=args.backend, seed=args.seed, progress=True,
-                      metrics=datasets.score, on_epoch=report, should_stop=stop,
-                      distributed=getattr(args, "distributed", False),
-                      check_every=getattr(args, "check_every", 0))
+        try:
+            history = fit(model, F.cross_entropy, optimizer, data.train, epochs, batch_size,
+                          test_data=data.test, backend=args.backend, seed=args.seed,
+                          progress=True, metrics=datasets.score, on_epoch=report,
+                          should_stop=stop, distributed=getattr(args, "distributed", False),
+                          check_every=getattr(args, "check_every", 0),
+                          check_finite=getattr(args, "check_finite", False))
+        except TrainingDiverged as exc:  # the model holds its last finite state: report, save
+            diverged, history = exc, exc.history
+            kept = f"; --save writes the last finite state to {args.save}" if args.save else ""
+            print(f"torchlean train: {exc}{kept}", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
     interrupted = stop.requested
-    last = history[-1]
+    last = history[-1] if history else EpochMetrics(0, float("nan"))
     if interrupted:
         print(f"interrupted: stopped in epoch {last.epoch} (its metrics cover the batches run)",
               file=sys.stderr, flush=True)
@@ -410,6 +423,8 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
         metadata = {"format": CHECKPOINT_FORMAT, "config": json.dumps(config),
                     "settings": json.dumps(settings),
                     "final": json.dumps(last.as_dict()), "interrupted": json.dumps(interrupted)}
+        if diverged is not None:
+            metadata["stopped"] = str(diverged)
         checkpoint.save(args.save, {"model": model, "optimizer": optimizer}, metadata=metadata)
         print(f"saved checkpoint {args.save}", flush=True)
     if args.json:
@@ -418,6 +433,8 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, history, f"{model_name} on {dataset_name} ({args.backend})")
         print(f"wrote plot {args.plot}", flush=True)
+    if diverged is not None:
+        return EXIT_DIVERGED
     return EXIT_INTERRUPTED if interrupted else 0
 
 

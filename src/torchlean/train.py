@@ -8,6 +8,7 @@ is installed and the output is a terminal).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import anomaly
 from .data import Dataset
 from .errors import ShapeError, TorchLeanError
 from .functional import Ref
@@ -68,12 +70,12 @@ class _Stepper:
     ``ScalarTrainer`` takes too), one for the loss and one for the model's outputs."""
 
     def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], backend: str,
-                 dtype: Any) -> None:
+                 dtype: Any, check_finite: bool = False) -> None:
         if backend not in ("eager", "compiled"):
             raise TorchLeanError(f"fit: backend must be 'eager' or 'compiled', found {backend!r}")
         self.model = model
         self.dtype = np.dtype(dtype)
-        opts = Options(backend=backend, dtype=self.dtype.name)
+        opts = Options(backend=backend, dtype=self.dtype.name, check_finite=check_finite)
         self._loss = Stepper(lambda owner, x, y: loss_fn(model(x), y), opts)
         self._outputs = Stepper(lambda owner, x: model(x), opts)
 
@@ -129,7 +131,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
         on_epoch: Callable[[EpochMetrics], None] | None = None,
         should_stop: Callable[[], bool] | None = None, distributed: Any = False,
-        check_every: int = 0) -> list[EpochMetrics]:
+        check_every: int = 0, check_finite: bool = False) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
@@ -142,14 +144,23 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
     equal to one process training on the whole batch (``loss_fn`` must be a mean over the
     batch). Only rank 0 shows a progress bar; every rank returns the same history.
     ``check_every=N`` compares a hash of the parameters across ranks every N steps.
+
+    A loss that becomes NaN or infinite stops training with ``anomaly.TrainingDiverged`` (a
+    ``DomainError``; its ``history`` holds the epochs completed) and the parameters hold the last
+    finite state (restored from the start of the epoch when the step made them non-finite), as
+    Keras's ``TerminateOnNaN``. ``check_finite=True`` also checks every forward value and
+    gradient (naming the first op and node that produced a non-finite one) and every
+    optimiser update (naming the parameter), on both backends.
     """
+    if not isinstance(check_finite, bool):
+        raise TorchLeanError(f"fit: check_finite must be a bool, found {check_finite!r}")
     if not isinstance(epochs, int) or epochs < 1:
         raise TorchLeanError(f"fit: epochs must be a positive int, found {epochs!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise TorchLeanError(f"fit: batch_size must be a positive int, found {batch_size!r}")
     params = list(model.parameters())
     dtype = params[0].dtype if params else np.dtype(np.float32)
-    stepper = _Stepper(model, loss_fn, backend, dtype)
+    stepper = _Stepper(model, loss_fn, backend, dtype, check_finite)
     if distributed is not False and distributed is not None:
         from .distributed import DataParallel, communicator
 
@@ -163,13 +174,13 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
             return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size,
                                test_data, backend, seed, shuffle,
                                progress and dp.comm.is_main, metrics, on_epoch, should_stop,
-                               stepper, dtype, dp)
+                               stepper, dtype, dp, check_finite)
         except BaseException as exc:
             dp.fail(exc)  # aborts every rank unless all of them raise this together
             raise
     return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size, test_data,
                        backend, seed, shuffle, progress, metrics, on_epoch, should_stop,
-                       stepper, dtype, None)
+                       stepper, dtype, None, check_finite)
 
 
 def _data_crc(data: Dataset) -> int:
@@ -184,7 +195,7 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                 metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
                 on_epoch: Callable[[EpochMetrics], None] | None,
                 should_stop: Callable[[], bool] | None, stepper: _Stepper, dtype: Any,
-                dp: Any) -> list[EpochMetrics]:
+                dp: Any, check_finite: bool = False) -> list[EpochMetrics]:
     """The epoch loop of ``fit``; ``dp`` (a ``DataParallel``) or ``None`` for one process."""
 
     def stop_requested() -> bool:
@@ -194,20 +205,32 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
         return dp.any_rank(should_stop()) if dp is not None else should_stop()
 
     history: list[EpochMetrics] = []
+    params = list(model.parameters())
+    saved, saved_epoch = anomaly.snapshot(params), 1  # the last finite state, should it diverge
     for epoch in range(1, epochs + 1):
+        if epoch > 1 and all(anomaly.all_finite(p.data) for p in params):
+            saved, saved_epoch = anomaly.snapshot(params), epoch
         model.train()
         data = train_data.shuffle(seed + epoch) if shuffle else train_data
         start = time.perf_counter()
         total, seen = 0.0, 0
         batches = _progress(data.batches(batch_size), -(-len(data) // batch_size),
                             f"epoch {epoch}/{epochs}", progress)
-        for x, y in batches:
+        for batch, (x, y) in enumerate(batches, 1):
             optimizer.zero_grad()
-            if dp is None:
-                loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
-            else:
-                loss = dp.loss_and_grads(stepper, x, y)  # casts only its own shard
-            optimizer.step()
+            try:
+                if dp is None:
+                    loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
+                else:
+                    loss = dp.loss_and_grads(stepper, x, y)  # casts only its own shard
+                if not math.isfinite(loss):
+                    raise anomaly.NonFiniteError(f"the loss is {loss}")
+                optimizer.step()
+                if check_finite:
+                    anomaly.check_parameters(params, f"{type(optimizer).__name__} step")
+            except anomaly.NonFiniteError as exc:
+                raise _diverged(exc, params, saved, saved_epoch, epoch, batch, history,
+                                check_finite) from None
             total += loss * len(x)
             seen += len(x)
             if hasattr(batches, "set_postfix"):
@@ -229,6 +252,21 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
         if stop_requested():
             break
     return history
+
+
+def _diverged(exc: Exception, params: list[Any], saved: list[np.ndarray], saved_epoch: int,
+              epoch: int, batch: int, history: list[EpochMetrics],
+              check_finite: bool) -> anomaly.TrainingDiverged:
+    """Put the parameters in their last finite state and say where training stopped."""
+    if all(anomaly.all_finite(p.data) for p in params):
+        state = "the parameters are finite and kept"
+    else:
+        anomaly.restore(params, saved)
+        state = f"the parameters are restored to their values at the start of epoch {saved_epoch}"
+    hint = "" if check_finite else "; fit(..., check_finite=True) names the op that produced it"
+    return anomaly.TrainingDiverged(
+        f"fit: stopped at epoch {epoch}, batch {batch}: {exc}; {state}{hint} (a lower learning "
+        "rate usually helps)", history, epoch, batch)
 
 
 def _progress(items: Iterable[Any], total: int, desc: str, enabled: bool) -> Any:

@@ -15,7 +15,8 @@ Initialisation follows PyTorch's defaults and draws from a counter-based generat
 ``rand_uniform`` kernel: SplitMix64 of ``(seed, counter)``): ``manual_seed(seed)`` resets it, and
 every parameter draw takes the next counter, so a model's initial weights depend only on the seed
 and the order in which its layers are built. Draws are made in float64 and rounded once to the
-layer's dtype.
+layer's dtype. The default generator is per thread (models built in several threads at once get
+the serial weights); layers and init functions also take ``generator=tl.Generator(seed)``.
 
 Intended differences from torch.nn: ``GELU()`` defaults to the tanh approximation (torch's
 ``approximate="tanh"``; ``approximate="none"`` gives torch's exact default); ``Embedding`` takes
@@ -37,8 +38,8 @@ from .. import functional as F
 from ..backend import as_dtype, to_host
 from ..errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..functional import Ref
-from ..ops.registry import REGISTRY
 from ..params import Param
+from ..tensor import Generator, ThreadLocalGenerator
 
 __all__ = [
     "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
@@ -51,45 +52,45 @@ __all__ = [
 # Seeded initialisation
 
 
-class _InitGenerator:
-    """The (seed, counter) state that parameter initialisation draws from."""
-
-    def __init__(self) -> None:
-        self.seed = 0
-        self.counter = 0
-
-    def uniform(self, shape: tuple[int, ...]) -> np.ndarray:
-        """U[0, 1) draws (float64) of ``shape`` from the next counter."""
-        counter = self.counter
-        self.counter += 1
-        return REGISTRY["rand_uniform"].forward(shape=shape, seed=self.seed, counter=counter,
-                                                dtype="float64")
-
-
-_GENERATOR = _InitGenerator()
+# The default init generator is thread-local (``tensor.ThreadLocalGenerator``): each thread
+# seeds and draws its own (seed, counter), so models built in several threads at once get the
+# weights a serial build gets. Layers and init functions also take an explicit ``generator``.
+_GENERATOR = ThreadLocalGenerator(0)
 
 
 def manual_seed(seed: int) -> None:
-    """Restart parameter initialisation from ``seed`` (and counter 0)."""
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise TorchLeanError(f"manual_seed: seed must be a non-negative int, found {seed!r}")
-    _GENERATOR.seed = int(seed)
-    _GENERATOR.counter = 0
+    """Restart this thread's parameter initialisation from ``seed`` (and counter 0)."""
+    _GENERATOR.manual_seed(seed)
 
 
 def initial_seed() -> int:
-    """The seed given to the last ``manual_seed`` (0 before any)."""
+    """The seed given to this thread's last ``manual_seed`` (0 before any)."""
     return _GENERATOR.seed
 
 
-def uniform_init(shape: tuple[int, ...], bound: float, dtype: Any) -> np.ndarray:
-    """U(-bound, bound) from the init generator."""
-    return ((2.0 * _GENERATOR.uniform(shape) - 1.0) * bound).astype(as_dtype(dtype))
+def _generator(op: str, generator: Any) -> Generator:
+    """``generator`` checked (a ``tl.Generator``), or this thread's default one for ``None``."""
+    if generator is None:
+        return _GENERATOR
+    if not isinstance(generator, Generator):
+        raise TorchLeanError(f"{op}: generator must be a tl.Generator, found "
+                             f"{type(generator).__name__} {generator!r}")
+    return generator
 
 
-def normal_init(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """N(0, 1) from two uniform draws (Box-Muller; 1 - u lies in (0, 1], so the log is finite)."""
-    u1, u2 = _GENERATOR.uniform(shape), _GENERATOR.uniform(shape)
+def uniform_init(shape: tuple[int, ...], bound: float, dtype: Any,
+                 generator: Generator | None = None) -> np.ndarray:
+    """U(-bound, bound) from ``generator`` (default: the thread's init generator)."""
+    u = _generator("uniform_init", generator).uniform(shape)
+    return ((2.0 * u - 1.0) * bound).astype(as_dtype(dtype))
+
+
+def normal_init(shape: tuple[int, ...], dtype: Any, generator: Generator | None = None
+                ) -> np.ndarray:
+    """N(0, 1) from two uniform draws of ``generator`` (Box-Muller; 1 - u lies in (0, 1], so the
+    log is finite)."""
+    gen = _generator("normal_init", generator)
+    u1, u2 = gen.uniform(shape), gen.uniform(shape)
     z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * math.pi * u2)
     return z.astype(as_dtype(dtype))
 
@@ -409,13 +410,15 @@ class Linear(Module):
     """``y = x @ weight.T + bias`` over ``x (..., in_features)``; weight ``(out, in)``."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 dtype: Any = "float32") -> None:
+                 dtype: Any = "float32", generator: Any = None) -> None:
         super().__init__()
         _positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = int(in_features), int(out_features)
         bound = kaiming_uniform_bound(in_features)
-        self.weight = Param(uniform_init((out_features, in_features), bound, dtype), "weight")
-        self.bias = Param(uniform_init((out_features,), bound, dtype), "bias") if bias else None
+        self.weight = Param(uniform_init((out_features, in_features), bound, dtype, generator),
+                            "weight")
+        self.bias = (Param(uniform_init((out_features,), bound, dtype, generator), "bias")
+                     if bias else None)
 
     def forward(self, x: Any) -> Any:
         bias = (_use(x, self.bias) if self.bias is not None
@@ -431,7 +434,8 @@ class Conv2d(Module):
     """2-D convolution over ``(C, H, W)`` or ``(N, C, H, W)``; weight ``(out, in, kH, kW)``."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, bias: bool = True, dtype: Any = "float32") -> None:
+                 padding: Any = 0, bias: bool = True, dtype: Any = "float32",
+                 generator: Any = None) -> None:
         super().__init__()
         _positive("Conv2d", in_channels=in_channels, out_channels=out_channels)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
@@ -440,9 +444,10 @@ class Conv2d(Module):
         self.padding = _pair("Conv2d padding", padding)
         kh, kw = self.kernel_size
         bound = kaiming_uniform_bound(in_channels * kh * kw)
-        self.weight = Param(uniform_init((out_channels, in_channels, kh, kw), bound, dtype),
-                            "weight")
-        self.bias = Param(uniform_init((out_channels,), bound, dtype), "bias") if bias else None
+        self.weight = Param(
+            uniform_init((out_channels, in_channels, kh, kw), bound, dtype, generator), "weight")
+        self.bias = (Param(uniform_init((out_channels,), bound, dtype, generator), "bias")
+                     if bias else None)
 
     def forward(self, x: Any) -> Any:
         bias = (_use(x, self.bias) if self.bias is not None
@@ -463,7 +468,7 @@ class ConvTranspose2d(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, output_padding: Any = 0, bias: bool = True,
-                 dtype: Any = "float32") -> None:
+                 dtype: Any = "float32", generator: Any = None) -> None:
         super().__init__()
         _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
@@ -473,9 +478,10 @@ class ConvTranspose2d(Module):
         self.output_padding = _pair("ConvTranspose2d output_padding", output_padding)
         kh, kw = self.kernel_size
         bound = kaiming_uniform_bound(out_channels * kh * kw)
-        self.weight = Param(uniform_init((in_channels, out_channels, kh, kw), bound, dtype),
-                            "weight")
-        self.bias = Param(uniform_init((out_channels,), bound, dtype), "bias") if bias else None
+        self.weight = Param(
+            uniform_init((in_channels, out_channels, kh, kw), bound, dtype, generator), "weight")
+        self.bias = (Param(uniform_init((out_channels,), bound, dtype, generator), "bias")
+                     if bias else None)
 
     def forward(self, x: Any) -> Any:
         bias = (_use(x, self.bias) if self.bias is not None
@@ -626,7 +632,7 @@ class MultiheadAttention(Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, causal: bool = False,
-                 dtype: Any = "float32") -> None:
+                 dtype: Any = "float32", generator: Any = None) -> None:
         super().__init__()
         _positive("MultiheadAttention", embed_dim=embed_dim, num_heads=num_heads)
         if embed_dim % num_heads:
@@ -635,9 +641,10 @@ class MultiheadAttention(Module):
         self.embed_dim, self.num_heads, self.causal = int(embed_dim), int(num_heads), bool(causal)
         d = self.embed_dim
         # torch: xavier_uniform_ on in_proj_weight, Linear's default init for out_proj.
-        self.in_proj_weight = Param(uniform_init((3 * d, d), math.sqrt(6.0 / (4 * d)), dtype),
+        self.in_proj_weight = Param(uniform_init((3 * d, d), math.sqrt(6.0 / (4 * d)), dtype,
+                                                 generator),
                                     "in_proj_weight")
-        self.out_proj = Linear(d, d, bias=False, dtype=dtype)
+        self.out_proj = Linear(d, d, bias=False, dtype=dtype, generator=generator)
 
     def forward(self, x: Any, mask: Any = None) -> Any:
         shape = _shape(x)
@@ -672,11 +679,13 @@ class Embedding(Module):
     An index outside ``[0, num_embeddings)`` gives a zero row.
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32") -> None:
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32",
+                 generator: Any = None) -> None:
         super().__init__()
         _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.weight = Param(normal_init((num_embeddings, embedding_dim), dtype), "weight")
+        self.weight = Param(normal_init((num_embeddings, embedding_dim), dtype, generator),
+                            "weight")
 
     def forward(self, ids: Any) -> Any:
         if not isinstance(ids, Ref):
