@@ -135,6 +135,42 @@ def test_small_buckets_give_the_same_gradients() -> None:
         assert np.array_equal(p.grad, g)
 
 
+class _Recording(Communicator):
+    """The single-process world, noting which parameters already hold a ``.grad`` (set only
+    after the reverse pass returns) each time an allreduce starts."""
+
+    def __init__(self, params: list[object]) -> None:
+        self.params = params
+        self.starts: list[int] = []
+
+    def iallreduce_sum(self, buffer: np.ndarray) -> object:
+        self.starts.append(sum(p.grad is not None for p in self.params))  # type: ignore[attr-defined]
+        return super().iallreduce_sum(buffer)
+
+
+@pytest.mark.parametrize("backend", ["eager", "compiled"])
+def test_buckets_start_inside_the_reverse_pass(backend: str) -> None:
+    from torchlean.train import _Stepper
+
+    model, opt, data = _tiny("float64")
+    params = model.parameters()
+    comm = _Recording(params)
+    dp = DataParallel(params, opt, comm, bucket_bytes=8)  # one parameter per bucket
+    stepper = _Stepper(model, F.cross_entropy, backend, "float64")
+    x, y = data.inputs[:7], data.targets[:7]
+    plain_loss = stepper.loss_and_grads(x, y)
+    plain = [p.grad.copy() for p in params]
+    opt.zero_grad()
+    loss = dp.loss_and_grads(stepper, x, y)
+    # Every bucket but the last (which carries the loss and flags) started while no parameter
+    # had its .grad yet, i.e. during the reverse pass, as its gradient became final.
+    assert comm.starts[: len(params) - 1] == [0] * (len(params) - 1)
+    assert dp.stats["early_buckets"] == len(params) - 1
+    assert loss == plain_loss
+    for p, g in zip(params, plain, strict=True):
+        assert np.array_equal(p.grad, g)
+
+
 # ---------------------------------------------------------------------------------------------
 # Under mpiexec
 

@@ -27,7 +27,7 @@ so gradient sums never depend on object ids).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .errors import UnsupportedJvpError
@@ -82,12 +82,15 @@ def reverse_plan(nodes: Sequence[NodeLike], start: int = 0,
 
 
 def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int, seed: Any,
-                out_requires_grad: bool, ops: Any) -> list[Any]:
+                out_requires_grad: bool, ops: Any,
+                on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
     """Cotangents for every node from ``out_id`` back to 0; ``None`` where none arrives.
 
     A node used by several children receives the sum of their contributions, accumulated in the
     order the children are visited (decreasing id). Nodes without ``requires_grad`` neither
-    receive nor pass gradient.
+    receive nor pass gradient. ``on_leaf(i, g)`` is called as soon as leaf ``i``'s cotangent is
+    final (every consumer has a larger id, so that is when the walk reaches ``i``): data-parallel
+    training starts communicating a parameter's gradient there, while the walk goes on.
     """
     grads: list[Any] = [None] * len(values)
     if not out_requires_grad:
@@ -100,6 +103,8 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
             continue
         step = plan[i]
         if step is None:
+            if on_leaf is not None:
+                on_leaf(i, g)
             continue
         _, rule, kwargs, parents, targets = step
         contributions = rule(ops, g, [values[p] for p in parents], values[i], **kwargs)

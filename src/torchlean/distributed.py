@@ -276,8 +276,16 @@ class DataParallel:
         self.params = [p for p in params if getattr(p, "requires_grad", True)]
         self.check_every = check_every
         self.step_count = 0
-        self.stats = {"steps": 0, "pack_s": 0.0, "wait_s": 0.0, "unpack_s": 0.0}
+        self.stats = {"steps": 0, "pack_s": 0.0, "wait_s": 0.0, "unpack_s": 0.0,
+                      "early_buckets": 0}
         self._buckets = self._make_buckets(bucket_bytes)
+        self._bucket_of: dict[int, int] = {}   # parameter index -> its bucket
+        self._offsets: dict[int, int] = {}     # parameter index -> its offset in the bucket
+        for k, (idx, _) in enumerate(self._buckets):
+            offset = 0
+            for i in idx:
+                self._bucket_of[i], self._offsets[i] = k, offset
+                offset += int(np.prod(self.params[i].shape))
 
     def _make_buckets(self, bucket_bytes: int) -> list[tuple[list[int], np.ndarray]]:
         """Parameter indices in reverse order, cut where a bucket reaches ``bucket_bytes`` or the
@@ -348,21 +356,39 @@ class DataParallel:
         n = len(x)
         part = self.shard(n)
         count = part.stop - part.start
+        weight = count / n if n else 0.0
+        early = _EarlyBuckets(self, weight)
         local = (stepper.loss_and_grads(np.asarray(x[part], dtype=stepper.dtype),
-                                        np.asarray(y[part])) if count else 0.0)
-        loss = self.reduce(local, count / n if n else 0.0)
+                                        np.asarray(y[part]), on_param_grad=early.on_grad)
+                 if count else 0.0)
+        loss = self.reduce(local, weight, early.started)
         self.step_count += 1
         if self.check_every and self.step_count % self.check_every == 0:
             self.check_in_sync()
         return loss
 
-    def reduce(self, local_loss: float, weight: float) -> float:
+    def pack_into(self, k: int, i: int, grad: Any, weight: float) -> None:
+        """``weight * grad`` of parameter ``i`` into its place in bucket ``k``."""
+        idx, buf = self._buckets[k]
+        offset = self._offsets[i]
+        size = int(np.prod(self.params[i].shape))
+        # Copy and scale in one pass over the gradient.
+        np.multiply(np.asarray(grad).reshape(-1), weight, out=buf[offset:offset + size],
+                    casting="unsafe")
+
+    def reduce(self, local_loss: float, weight: float,
+               started: dict[int, Any] | None = None) -> float:
         """Sum ``weight * gradient`` and ``weight * loss`` over ranks (bucketed, non-blocking);
-        returns the summed loss and leaves the summed gradients in ``.grad``."""
+        returns the summed loss and leaves the summed gradients in ``.grad``. ``started`` holds
+        the buckets whose allreduce already began during the reverse pass (``_EarlyBuckets``);
+        the others are packed from ``.grad`` and started here."""
         t0 = time.perf_counter()
-        handles = []
+        started = {} if started is None else started
+        handles = list(started.values())
         last = len(self._buckets) - 1
         for k, (idx, buf) in enumerate(self._buckets):
+            if k in started:
+                continue
             offset = 0
             for i in idx:
                 p = self.params[i]
@@ -401,6 +427,7 @@ class DataParallel:
         t3 = time.perf_counter()
         s = self.stats
         s["steps"] += 1
+        s["early_buckets"] += len(started)
         s["pack_s"] += t1 - t0
         s["wait_s"] += t2 - t1
         s["unpack_s"] += t3 - t2
@@ -434,6 +461,31 @@ class DataParallel:
         if self.comm.world_size == 1 or getattr(exc, "collective", False):
             return
         abort_with(self.comm, exc)
+
+
+class _EarlyBuckets:
+    """One step's overlap: as the reverse pass reports each parameter's final gradient, it is
+    scaled into its bucket, and a bucket whose parameters have all arrived starts its allreduce
+    at once, while the reverse pass goes on with earlier layers. The last bucket also carries
+    the loss and the has-gradient flags, so it always starts after the pass (in ``reduce``)."""
+
+    def __init__(self, dp: DataParallel, weight: float) -> None:
+        self.dp = dp
+        self.weight = weight
+        self.index = {id(p): i for i, p in enumerate(dp.params)}
+        self.missing = [len(idx) for idx, _ in dp._buckets]
+        self.started: dict[int, Any] = {}
+
+    def on_grad(self, param: Any, grad: Any) -> None:
+        i = self.index.get(id(param))
+        if i is None:
+            return
+        dp = self.dp
+        k = dp._bucket_of[i]
+        dp.pack_into(k, i, grad, self.weight)
+        self.missing[k] -= 1
+        if self.missing[k] == 0 and k != len(dp._buckets) - 1:
+            self.started[k] = dp.comm.iallreduce_sum(dp._buckets[k][1])
 
 
 def abort_with(comm: Communicator, exc: BaseException, code: int = 1) -> NoReturn:

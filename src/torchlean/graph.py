@@ -196,11 +196,13 @@ class Graph:
             cached = self._plans["reverse"] = (len(self.nodes), reverse_plan(self.nodes))
         return cached[1]
 
-    def backprop(self, values: Sequence[Any], out: int, seed: Any) -> list[Any]:
+    def backprop(self, values: Sequence[Any], out: int, seed: Any,
+                 on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
         """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``:
-        the shared reverse driver over the cached plan (so the linked tape agrees bitwise)."""
+        the shared reverse driver over the cached plan (so the linked tape agrees bitwise);
+        ``on_leaf(i, g)`` as each leaf's cotangent becomes final."""
         return run_reverse(self._reverse_plan(), values, out, seed,
-                           self.nodes[out].requires_grad, ARRAY_OPS)
+                           self.nodes[out].requires_grad, ARRAY_OPS, on_leaf)
 
     def tangents(self, values: Sequence[Any], input_tangents: Sequence[Any]) -> list[Any]:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}

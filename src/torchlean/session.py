@@ -456,15 +456,27 @@ class Stepper:
         s.reset()
         return value
 
-    def value_and_grads(self, inputs: Sequence[Any], extra_key: Any = ()
+    def value_and_grads(self, inputs: Sequence[Any], extra_key: Any = (),
+                        on_param_grad: Callable[[Param, Any], None] | None = None
                         ) -> tuple[Any, list[tuple[Param, Any]]]:
-        """The scalar output and ``(param, gradient or None)`` for every parameter used."""
+        """The scalar output and ``(param, gradient or None)`` for every parameter used.
+
+        ``on_param_grad(param, g)`` is called during the reverse pass as soon as a trainable
+        parameter's gradient is final (data-parallel training starts its allreduce there)."""
         xs = self._arrays(inputs)
         if self.opts.backend == "compiled":
             c = self.compiled_for(xs, extra_key)
             if c.out_shape != ():
                 raise ShapeError(f"loss has shape {c.out_shape}, expected a scalar ()")
-            value, grads = c.value_and_backward(*xs)
+            on_input = None
+            if on_param_grad is not None:
+                first, params, report = len(xs), c.params, on_param_grad
+
+                def on_input(k: int, g: Any) -> None:
+                    if k >= first and params[k - first].requires_grad:
+                        report(params[k - first], g)
+
+            value, grads = c.value_and_backward(*xs, on_input=on_input)
             if self.opts.check_finite:  # names the first non-finite node, forward or reverse
                 anomaly.check_graph_run(c, xs, value, grads)
             pairs = [(p, g if p.requires_grad else None)
@@ -476,7 +488,16 @@ class Stepper:
         out = self.fn(backend, *[s.input(x, requires_grad=False) for x in xs])
         if not isinstance(out, Ref) or out.shape != ():
             raise ShapeError("loss must be a scalar ref")
-        by_id = backend.linked_tape().backward_scalar(out.id)
+        on_leaf = None
+        if on_param_grad is not None:
+            used, report_param = backend.params, on_param_grad
+
+            def on_leaf(i: int, g: Any) -> None:
+                param = used.get(i)
+                if param is not None and param.requires_grad:
+                    report_param(param, g)
+
+        by_id = backend.linked_tape().backward_scalar(out.id, on_leaf)
         if self.opts.check_finite:  # forward values were checked as they were recorded
             anomaly.check_tape_grads(backend.linked_tape(), by_id)
         value = s.value(out)

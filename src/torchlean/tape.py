@@ -168,16 +168,18 @@ class Tape:
                              f"has shape {tuple(value.shape)}")
         return seed_arr
 
-    def backward_dense(self, out: int, seed: Any) -> list[Any]:
-        """Cotangent of every node (``None`` where the reverse pass did not reach it)."""
+    def backward_dense(self, out: int, seed: Any,
+                       on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Cotangent of every node (``None`` where the reverse pass did not reach it);
+        ``on_leaf(i, g)`` as each leaf's cotangent becomes final (``autodiff.run_reverse``)."""
         seed_arr = self._seed("backward_dense", self._check_id("backward_dense", out), seed)
         nodes = self._nodes
         plan = self._plan
         if len(plan) < out + 1:
             reverse_plan(nodes[: out + 1], len(plan), plan)
         values = [node.value for node in nodes[: out + 1]]
-        return run_reverse(plan, values, out, seed_arr, nodes[out].requires_grad, ARRAY_OPS) + [
-            None] * (len(nodes) - out - 1)
+        return run_reverse(plan, values, out, seed_arr, nodes[out].requires_grad, ARRAY_OPS,
+                           on_leaf) + [None] * (len(nodes) - out - 1)
 
     def backward_dense_all(self, out: int, seed: Any) -> list[Any]:
         """Cotangent of every node, zeros where the reverse pass did not reach it."""
@@ -186,17 +188,20 @@ class Tape:
         return [xp.zeros_like(node.value) if g is None else g
                 for g, node in zip(dense, self._nodes, strict=True)]
 
-    def backward(self, out: int, seed: Any) -> dict[int, Any]:
+    def backward(self, out: int, seed: Any,
+                 on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
         """Cotangents of the reached nodes only, keyed by node id."""
-        return {i: g for i, g in enumerate(self.backward_dense(out, seed)) if g is not None}
+        dense = self.backward_dense(out, seed, on_leaf)
+        return {i: g for i, g in enumerate(dense) if g is not None}
 
-    def backward_scalar(self, out: int) -> dict[int, Any]:
+    def backward_scalar(self, out: int,
+                        on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
         """``backward`` with seed 1 for a scalar output (like ``loss.backward()``)."""
         value = self.value(self._check_id("backward_scalar", out))
         if value.shape != ():
             raise ShapeError(f"backward_scalar: output node {out} has shape {tuple(value.shape)}, "
                              "expected a scalar (); use backward(out, seed) for tensors")
-        return self.backward(out, self.xp.ones((), dtype=value.dtype))
+        return self.backward(out, self.xp.ones((), dtype=value.dtype), on_leaf)
 
     # --- forward mode --------------------------------------------------------------------------
 

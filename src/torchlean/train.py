@@ -79,10 +79,13 @@ class _Stepper:
         self._loss = Stepper(lambda owner, x, y: loss_fn(model(x), y), opts)
         self._outputs = Stepper(lambda owner, x: model(x), opts)
 
-    def loss_and_grads(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Loss of the batch; gradients are accumulated into each parameter's ``.grad``."""
+    def loss_and_grads(self, x: np.ndarray, y: np.ndarray,
+                       on_param_grad: Callable[[Any, Any], None] | None = None) -> float:
+        """Loss of the batch; gradients are accumulated into each parameter's ``.grad``
+        (``on_param_grad(param, g)`` also sees each one as soon as it is final)."""
         value, pairs = self._loss.value_and_grads(
-            [x, _labels_as_floats(y, self.dtype)], extra_key=self.model.training)
+            [x, _labels_as_floats(y, self.dtype)], extra_key=self.model.training,
+            on_param_grad=on_param_grad)
         for p, g in pairs:
             if g is not None:
                 p.accumulate_grad(g)

@@ -86,10 +86,22 @@ class Compiled:
         g = self.graph
         return g.evaluate(g.check_inputs(op, self._full(xs)))
 
-    def _cotangents(self, values: list[Any], seed: Any) -> tuple[Any, ...]:
-        """One cotangent per graph input (zeros where none arrives) for output seed ``seed``."""
+    def _cotangents(self, values: list[Any], seed: Any,
+                    on_input: Callable[[int, Any], None] | None = None) -> tuple[Any, ...]:
+        """One cotangent per graph input (zeros where none arrives) for output seed ``seed``;
+        ``on_input(k, g)`` as input ``k``'s cotangent becomes final during the pass."""
         g = self.graph
-        return _or_zeros(g.backprop(values, g.output, seed), values, g.inputs)
+        on_leaf = None
+        if on_input is not None:
+            index = {node: k for k, node in enumerate(g.inputs)}
+            callback = on_input
+
+            def on_leaf(i: int, cotangent: Any) -> None:
+                k = index.get(i)
+                if k is not None:
+                    callback(k, cotangent)
+
+        return _or_zeros(g.backprop(values, g.output, seed, on_leaf), values, g.inputs)
 
     def _scalar(self, op: str) -> None:
         if self.out_shape != ():
@@ -127,11 +139,14 @@ class Compiled:
         self._scalar("backward")
         return self.vjp(xs, np.ones((), dtype=self.dtype))
 
-    def value_and_backward(self, *xs: Any) -> tuple[Any, tuple[Any, ...]]:
-        """The scalar output and its gradients in one forward pass."""
+    def value_and_backward(self, *xs: Any, on_input: Callable[[int, Any], None] | None = None
+                           ) -> tuple[Any, tuple[Any, ...]]:
+        """The scalar output and its gradients in one forward pass; ``on_input(k, g)`` is called
+        as input ``k``'s gradient becomes final (parameters count after the traced leaves)."""
         self._scalar("value_and_backward")
         values = self._values("value_and_backward", xs)
-        return values[self.graph.output], self._cotangents(values, np.ones((), dtype=self.dtype))
+        return values[self.graph.output], self._cotangents(values, np.ones((), dtype=self.dtype),
+                                                           on_input)
 
     def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
         """One cotangent per node, in graph order (zeros where unreached)."""
