@@ -8,26 +8,13 @@ first, the order a carry is computed in). The model predicts every next token; o
 answer positions are scored. Public API only: tl.nn layers, tl.optim, tl.train.fit.
 """
 
-import argparse
-
+import example_options  # the scripts' shared command line (this folder)
 import numpy as np
 
 import torchlean as tl
 import torchlean.functional as F
 
-# Command line: --epochs sets the run's length (the learning-rate schedule spans it, so a short
-# run is a complete, smaller run); --threads pins BLAS threads, as `torchlean train` does, so a
-# busy machine slows the run down instead of making its threads spin against other processes.
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--epochs", type=int, default=12, help="training epochs (default 12)")
-parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
-args = parser.parse_args()
-try:
-    from threadpoolctl import threadpool_limits  # comes with scikit-learn
-
-    threadpool_limits(limits=args.threads, user_api="blas")
-except ImportError:
-    pass
+args = example_options.parse(__doc__.splitlines()[0], epochs=12)  # --epochs, --threads
 
 PLUS, EQUALS, VOCAB = 10, 11, 12
 IGNORE = -1  # a label of -1 one-hot encodes to a zero row: that position adds nothing to the loss

@@ -6,27 +6,14 @@
 Public API only: tl.nn layers, tl.optim, tl.train.fit.
 """
 
-import argparse
-
+import example_options  # the scripts' shared command line (this folder)
 import numpy as np
 from sklearn.datasets import load_digits
 
 import torchlean as tl
 import torchlean.functional as F
 
-# Command line: --epochs sets the run's length (the learning-rate schedule spans it, so a short
-# run is a complete, smaller run); --threads pins BLAS threads, as `torchlean train` does, so a
-# busy machine slows the run down instead of making its threads spin against other processes.
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--epochs", type=int, default=30, help="training epochs (default 30)")
-parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
-args = parser.parse_args()
-try:
-    from threadpoolctl import threadpool_limits  # comes with scikit-learn
-
-    threadpool_limits(limits=args.threads, user_api="blas")
-except ImportError:
-    pass
+args = example_options.parse(__doc__.splitlines()[0], epochs=30)  # --epochs, --threads
 
 # Data: images as (N, 1, 8, 8), pixels scaled to [0, 1], split 80/20 with a seeded shuffle.
 digits = load_digits()

@@ -733,23 +733,25 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None,
          requires_grad: bool = False) -> Tensor:
     """U[0, 1) draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
-    gen = _generator("rand", generator)
+    gen = check_generator("rand", generator)
     return Tensor(gen.uniform(_shape_args("rand", size), _dtype(dtype)), requires_grad)
 
 
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None,
           requires_grad: bool = False) -> Tensor:
     """Standard normal draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
-    gen = _generator("randn", generator)
+    gen = check_generator("randn", generator)
     return Tensor(gen.normal(_shape_args("randn", size), _dtype(dtype)), requires_grad)
 
 
-def _generator(op: str, generator: Any) -> Generator:
+def check_generator(op: str, generator: Any, default: Generator | None = None) -> Generator:
+    """``generator`` checked (a ``tl.Generator``), or ``default`` for ``None`` (the tensors'
+    default generator unless another is given, as ``tl.nn`` gives its init generator)."""
     if generator is None:
-        return default_generator
+        return default_generator if default is None else default
     if not isinstance(generator, Generator):
         raise TorchLeanError(f"{op}: generator must be a tl.Generator, found "
-                             f"{type(generator).__name__}")
+                             f"{type(generator).__name__} {generator!r}")
     return generator
 
 

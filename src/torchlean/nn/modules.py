@@ -39,7 +39,7 @@ from ..backend import as_dtype, to_host
 from ..errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..functional import Ref
 from ..params import Param
-from ..tensor import Generator, ThreadLocalGenerator
+from ..tensor import Generator, ThreadLocalGenerator, check_generator
 
 __all__ = [
     "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
@@ -69,13 +69,8 @@ def initial_seed() -> int:
 
 
 def _generator(op: str, generator: Any) -> Generator:
-    """``generator`` checked (a ``tl.Generator``), or this thread's default one for ``None``."""
-    if generator is None:
-        return _GENERATOR
-    if not isinstance(generator, Generator):
-        raise TorchLeanError(f"{op}: generator must be a tl.Generator, found "
-                             f"{type(generator).__name__} {generator!r}")
-    return generator
+    """``generator`` checked (a ``tl.Generator``), or this thread's init generator for None."""
+    return check_generator(op, generator, _GENERATOR)
 
 
 def uniform_init(shape: tuple[int, ...], bound: float, dtype: Any,
