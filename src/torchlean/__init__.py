@@ -21,6 +21,7 @@ from .errors import (
     UnknownOpError,
     UnsupportedJvpError,
 )
+from .generators import Generator, default_generator
 from .graph import Graph, GraphError
 from .optim import OptimizerError
 from .params import Param
@@ -35,14 +36,12 @@ from .session import (
 )
 from .tape import Node, Tape
 from .tensor import (
-    Generator,
     Tensor,
     arange,
     as_tensor,
     autograd,
     bool_,
     cat,
-    default_generator,
     enable_grad,
     float32,
     float64,

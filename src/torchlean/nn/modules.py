@@ -38,8 +38,8 @@ from .. import functional as F
 from ..backend import as_dtype, to_host
 from ..errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..functional import Ref
+from ..generators import Generator, ThreadLocalGenerator, check_generator
 from ..params import Param
-from ..tensor import Generator, ThreadLocalGenerator, check_generator
 
 __all__ = [
     "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
@@ -52,7 +52,7 @@ __all__ = [
 # Seeded initialisation
 
 
-# The default init generator is thread-local (``tensor.ThreadLocalGenerator``): each thread
+# The default init generator is thread-local (``generators.ThreadLocalGenerator``): each thread
 # seeds and draws its own (seed, counter), so models built in several threads at once get the
 # weights a serial build gets. Layers and init functions also take an explicit ``generator``.
 _GENERATOR = ThreadLocalGenerator(0)
