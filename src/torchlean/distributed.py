@@ -281,11 +281,13 @@ class DataParallel:
         self._buckets = self._make_buckets(bucket_bytes)
         self._bucket_of: dict[int, int] = {}   # parameter index -> its bucket
         self._offsets: dict[int, int] = {}     # parameter index -> its offset in the bucket
+        offset = 0
         for k, (idx, _) in enumerate(self._buckets):
             offset = 0
             for i in idx:
                 self._bucket_of[i], self._offsets[i] = k, offset
                 offset += int(np.prod(self.params[i].shape))
+        self._tail = offset  # the loss and the flags follow the last bucket's gradients
 
     def _make_buckets(self, bucket_bytes: int) -> list[tuple[list[int], np.ndarray]]:
         """Parameter indices in reverse order, cut where a bucket reaches ``bucket_bytes`` or the
@@ -367,14 +369,19 @@ class DataParallel:
             self.check_in_sync()
         return loss
 
-    def pack_into(self, k: int, i: int, grad: Any, weight: float) -> None:
-        """``weight * grad`` of parameter ``i`` into its place in bucket ``k``."""
-        idx, buf = self._buckets[k]
+    def _slot(self, i: int) -> slice:
+        """Where parameter ``i``'s gradient lies in its bucket."""
         offset = self._offsets[i]
-        size = int(np.prod(self.params[i].shape))
-        # Copy and scale in one pass over the gradient.
-        np.multiply(np.asarray(grad).reshape(-1), weight, out=buf[offset:offset + size],
-                    casting="unsafe")
+        return slice(offset, offset + int(np.prod(self.params[i].shape)))
+
+    def pack_into(self, k: int, i: int, grad: Any, weight: float) -> None:
+        """``weight * grad`` of parameter ``i`` into its place in bucket ``k`` (zeros for
+        ``None``: a parameter this rank produced no gradient for)."""
+        out = self._buckets[k][1][self._slot(i)]
+        if grad is None:
+            out[:] = 0
+        else:  # copy and scale in one pass over the gradient
+            np.multiply(np.asarray(grad).reshape(-1), weight, out=out, casting="unsafe")
 
     def reduce(self, local_loss: float, weight: float,
                started: dict[int, Any] | None = None) -> float:
@@ -386,41 +393,29 @@ class DataParallel:
         started = {} if started is None else started
         handles = list(started.values())
         last = len(self._buckets) - 1
+        tail = self._tail
         for k, (idx, buf) in enumerate(self._buckets):
             if k in started:
                 continue
-            offset = 0
             for i in idx:
-                p = self.params[i]
-                size = int(np.prod(p.shape))
-                if p.grad is None:
-                    buf[offset:offset + size] = 0
-                else:
-                    # Copy and scale in one pass over the gradient.
-                    np.multiply(np.asarray(p.grad).reshape(-1), weight,
-                                out=buf[offset:offset + size], casting="unsafe")
-                offset += size
+                self.pack_into(k, i, self.params[i].grad, weight)
             if k == last:
-                buf[offset] = local_loss * weight
+                buf[tail] = local_loss * weight
                 # Has-gradient flags: their sum over ranks is positive exactly when some rank
                 # produced that gradient.
-                buf[offset + 1:] = [p.grad is not None for p in self.params]
+                buf[tail + 1:] = [p.grad is not None for p in self.params]
             handles.append(self.comm.iallreduce_sum(buf))
         t1 = time.perf_counter()
         for h in handles:
             h.wait()
         t2 = time.perf_counter()
-        idx, buf = self._buckets[last]
-        tail = sum(int(np.prod(self.params[i].shape)) for i in idx)
+        buf = self._buckets[last][1]
         loss = float(buf[tail])
         has_grad = buf[tail + 1:] > 0
         for k, (idx, buf) in enumerate(self._buckets):
-            offset = 0
             for i in idx:
                 p = self.params[i]
-                size = int(np.prod(p.shape))
-                p.grad = buf[offset:offset + size].reshape(p.shape) if has_grad[i] else None
-                offset += size
+                p.grad = buf[self._slot(i)].reshape(p.shape) if has_grad[i] else None
             # The gradients are views of this buffer, so the next step packs into a new one
             # (no copy here, and no gradient anyone still holds is overwritten).
             self._buckets[k] = (idx, np.empty_like(buf))
