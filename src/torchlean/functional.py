@@ -30,6 +30,7 @@ import numpy as np
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .backend import operand_arrays
 from .errors import ShapeError, SignatureError, TraceError
+from .ops.general import inverse_perm
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .ops.take import normalize_index
@@ -63,6 +64,28 @@ class Owner(Protocol):
     def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
         """Inverted dropout of ``x`` (a graph builder refuses a random mask while tracing)."""
         ...
+
+
+class RecordingOps:
+    """The Ops interpreter that records on an owner: ``ops.mul(a, b)`` asks the owner to record
+    a ``mul``. VJP rules run on it record the backward pass itself (graph nodes for a graph
+    builder, tensors with a history for ``tl.Tensor``), so it can be differentiated again."""
+
+    def __init__(self, owner: Owner, name: str) -> None:
+        self._owner = owner
+        self.name = name
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        prim = REGISTRY.get(name)
+        if prim is None:
+            raise AttributeError(f"no primitive named {name!r} is registered")
+        owner = self._owner
+
+        def record(*inputs: Any, **attrs: Any) -> Any:  # the owner's kind of ref
+            return owner.record(prim, inputs, attrs)
+
+        setattr(self, name, record)  # cache: later lookups skip __getattr__
+        return record
 
 
 class Ref:
@@ -522,10 +545,7 @@ def _move_last(op: str, x: Any, dim: int) -> tuple[Any, tuple[int, ...] | None]:
 def _move_back(x: Any, perm: tuple[int, ...] | None) -> Any:
     if perm is None:
         return x
-    inverse = [0] * len(perm)
-    for k, p in enumerate(perm):
-        inverse[p] = k
-    return apply("permute", x, perm=tuple(inverse))
+    return apply("permute", x, perm=inverse_perm(perm))
 
 
 def softmax_dim(x: Any, dim: int) -> Any:
@@ -642,12 +662,7 @@ def _extremum(x: Ref, dim: Any, keepdim: bool, largest: bool) -> Any:
     if not isinstance(x, Tensor):
         raise TraceError(f"{'max' if largest else 'min'}(dim=...): the indices need values; on "
                          "sessions and traced graphs use amax/amin for the values")
-    array = x.owner.value(x)
-    axis = _axis("max", dim, x.ndim)
-    indices = (np.argmax if largest else np.argmin)(array, axis=axis)
-    if keepdim:
-        indices = np.expand_dims(indices, axis)
-    return MaxResult(values, Tensor(indices.astype(np.int64)))
+    return MaxResult(values, (x.argmax if largest else x.argmin)(dim, keepdim))
 
 
 def cat(xs: Any, dim: int = 0) -> Any:
@@ -672,12 +687,7 @@ def cat(xs: Any, dim: int = 0) -> Any:
     out = items[0]
     for item in items[1:]:
         out = apply("concat_dim0", out, item)
-    if perm is not None:
-        inverse = [0] * len(perm)
-        for k, p in enumerate(perm):
-            inverse[p] = k
-        out = apply("permute", out, perm=tuple(inverse))
-    return out
+    return _move_back(out, perm)
 
 
 def stack(xs: Any, dim: int = 0) -> Any:

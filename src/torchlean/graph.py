@@ -10,8 +10,8 @@ Execution reads the same registry as the eager tape, and reverse mode is the sam
 are static), which is why ``to_tape(xs)`` followed by ``tape.backward_dense_all`` equals
 ``Compiled.backprop_all`` bitwise by construction.
 
-``grad_graph`` records the reverse pass itself as graph nodes (the rules run on a
-``GraphOps`` interpreter), so gradients are again a graph: forward mode over it gives
+``grad_graph`` records the reverse pass itself as graph nodes (the rules run on the builder's
+``RecordingOps`` interpreter), so gradients are again a graph: forward mode over it gives
 Hessian-vector products (forward-over-reverse).
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from .autodiff import Step, forward_tangents, reverse_pass, reverse_plan, run_reverse
 from .backend import as_dtype, numeric_array
 from .errors import ShapeError, TapeError, TraceError
-from .functional import Ref
+from .functional import RecordingOps, Ref
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .tape import Tape
 
@@ -237,7 +237,7 @@ class GraphBuilder:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.ops = GraphOps(self)
+        self.ops = RecordingOps(self, "graph")  # rules run on it record graph nodes
 
     def var(self, i: int) -> Var:
         node = self.graph.nodes[i]
@@ -304,27 +304,6 @@ class GraphBuilder:
         return len(nodes) - 1
 
 
-class GraphOps:
-    """The Ops interpreter that records: ``ops.mul(a, b)`` appends a ``mul`` node."""
-
-    name = "graph"
-
-    def __init__(self, builder: GraphBuilder) -> None:
-        self._builder = builder
-
-    def __getattr__(self, name: str) -> Callable[..., Var]:
-        prim = REGISTRY.get(name)
-        if prim is None:
-            raise AttributeError(f"no primitive named {name!r} is registered")
-        builder = self._builder
-
-        def record(*inputs: Any, **attrs: Any) -> Var:
-            return builder.record(prim, inputs, attrs)
-
-        setattr(self, name, record)  # cache: later lookups skip __getattr__
-        return record
-
-
 def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any,
           wrt: Sequence[int] | None = None, owner_arg: bool = False) -> Graph:
     """Trace ``fn`` on fresh input leaves of the given shapes into a verified graph.
@@ -355,8 +334,9 @@ def trace(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtype: Any,
 def grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
     """A graph computing the gradient of ``graph``'s scalar output w.r.t. its inputs.
 
-    The forward nodes are copied, then the reverse pass is *recorded* (rules run on ``GraphOps``),
-    so the result is itself differentiable. Outputs: one gradient per requested input.
+    The forward nodes are copied, then the reverse pass is *recorded* (rules run on the
+    builder's ``RecordingOps``), so the result is itself differentiable. Outputs: one gradient
+    per requested input.
     """
     out = graph.output
     if graph.nodes[out].shape != ():

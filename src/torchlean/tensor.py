@@ -11,7 +11,7 @@ tape makes).
 creation order (which is a topological order) and run the one reverse driver of
 ``torchlean.autodiff`` over it, with the same plan builder and rules as the eager tape and the
 compiled graph. With ``create_graph=True`` the rules run on an interpreter that records tensors
-(``TensorOps``), so gradients are tensors with a history and can be differentiated again.
+(``TENSOR_OPS``), so gradients are tensors with a history and can be differentiated again.
 
 Conventions follow PyTorch: leaves accumulate ``.grad`` (a tensor; a leaf made from a ``Param``
 by a layer also accumulates into ``param.grad``, which optimisers read); a graph is freed by
@@ -35,7 +35,7 @@ from .backend import numeric_array
 from .errors import ShapeError, TapeError, TorchLeanError
 from .functional import Ref
 from .generators import Generator, check_generator, default_generator
-from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
+from .ops.registry import ARRAY_OPS, Primitive
 from .params import Param
 from .shape import as_shape
 from .tape import run_checked
@@ -504,25 +504,8 @@ class _Recorder:
 RECORDER = _Recorder()
 
 
-class _TensorOps:
-    """The Ops interpreter that records tensors: ``create_graph=True`` runs the VJP rules on it,
-    so the gradients it returns have a history of their own."""
-
-    name = "tensor"
-
-    def __getattr__(self, name: str) -> Callable[..., Tensor]:
-        prim = REGISTRY.get(name)
-        if prim is None:
-            raise AttributeError(f"no primitive named {name!r} is registered")
-
-        def record(*inputs: Any, **attrs: Any) -> Tensor:
-            return RECORDER.record(prim, inputs, attrs)
-
-        setattr(self, name, record)
-        return record
-
-
-TENSOR_OPS = _TensorOps()
+# The interpreter ``create_graph=True`` runs the VJP rules on: gradients get a history.
+TENSOR_OPS = F.RecordingOps(RECORDER, "tensor")
 
 
 # ---------------------------------------------------------------------------------------------
