@@ -376,19 +376,17 @@ def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) 
                 raise TraceError("refs from two different sessions or graphs were mixed in one op")
         else:
             all_refs = False
-    if all_refs and owner is not None and not attrs:
-        return owner.record(prim, inputs, attrs)
     for v in attrs.values():
         if isinstance(v, NatRef):  # integer inputs travel as plain attribute values
             attrs = {k: w.value if isinstance(w, NatRef) else w for k, w in attrs.items()}
             break
+    if all_refs and owner is not None:
+        return owner.record(prim, inputs, attrs)  # every owner checks attributes and shapes
     attrs = prim.check_attrs(attrs)  # kinds checked and normalised before anything else
     if owner is None:
         arrays = operand_arrays(prim.name, inputs)
         prim.infer(*[a.shape for a in arrays], **attrs)
         return prim.forward(*arrays, **attrs)
-    if all_refs:
-        return owner.record(prim, inputs, attrs)
     # Arrays among the inputs become const leaves of the owner: check the op's shape rule first,
     # so a failing call leaves no orphan constants behind (nothing changes when a check fails).
     shapes = [x.shape if isinstance(x, Ref) else _data_shape(prim.name, x) for x in inputs]

@@ -452,6 +452,8 @@ class _Recorder:
 
     def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Tensor:
         tensors: Sequence[Tensor] = refs  # type: ignore[assignment]
+        if attrs:
+            attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
         values = []
         history = False
         for t in tensors:  # the per-op hot path: one pass over the inputs
