@@ -192,9 +192,18 @@ class MPICommunicator(Communicator):
         self.comm.Barrier()
 
     def abort(self, code: int = 1) -> NoReturn:
+        # MPI_Abort makes the launcher kill every rank, and whatever this rank wrote that the
+        # launcher has not yet forwarded (its failure message) is lost with it: flush, then
+        # give the launcher a moment to forward before pulling the plug (failure path only).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_GRACE_S)
         self.comm.Abort(code)
         raise SystemExit(code)  # not reached: Abort ends the process
 
+
+# Seconds a failing rank waits after writing its message and before MPI_Abort.
+ABORT_GRACE_S = 1.0
 
 _SINGLE = Communicator()
 _WORLD: MPICommunicator | None = None
