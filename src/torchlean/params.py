@@ -4,6 +4,10 @@ A ``Param`` is what optimisers update and checkpoints save. Sessions read ``para
 forward pass uses the parameter and write ``param.grad`` on backward (accumulating, like
 PyTorch's ``.grad``, until ``zero_grad``). ``version`` counts value changes, so a recorded pass
 that used an older value is detected (PyTorch's version counter, for the same reason).
+
+On a device, a parameter is uploaded once, when a device session first uses it (``on``); from
+then on its value lives there (``data``), optimisers update it in place there, and the host sees
+it only through an explicit readback (``value``, cached until the next change).
 """
 
 from __future__ import annotations
@@ -12,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from .backend import as_dtype, numeric_array, to_host
+from .backend import as_dtype, namespace_of, numeric_array, to_device, to_host
 from .errors import ShapeError
 
 
 class Param:
     """A trainable (or frozen) tensor: ``value``, ``name``, ``requires_grad`` and ``grad``."""
 
-    __slots__ = ("_value", "name", "requires_grad", "grad", "version")
+    __slots__ = ("_value", "name", "requires_grad", "grad", "version", "_readback")
 
     def __init__(self, value: Any, name: str | None = None, requires_grad: bool = True,
                  dtype: Any = None) -> None:
@@ -39,11 +43,20 @@ class Param:
         # Counts changes of the value (assign, optimiser steps): a recorded pass that used an
         # older version is stale, and sessions and tensors refuse to go on with it.
         self.version = 0
+        self._readback: tuple[int, np.ndarray] | None = None  # (version, host copy)
 
     @property
     def value(self) -> Any:
-        """The current value (a host NumPy array, synchronised from the device if needed)."""
-        return to_host(self._value)
+        """The current value as a host NumPy array. For a parameter on a device this is an
+        explicit readback, made once per version (later reads reuse it until the next change);
+        treat it as read-only (``assign`` changes a parameter)."""
+        arr = self._value
+        if isinstance(arr, np.ndarray):
+            return arr
+        cached = self._readback
+        if cached is None or cached[0] != self.version:
+            cached = self._readback = (self.version, to_host(arr))
+        return cached[1]
 
     @value.setter
     def value(self, new: Any) -> None:
@@ -53,6 +66,20 @@ class Param:
     def data(self) -> Any:
         """The current value where it lives (NumPy or CuPy); optimisers update this in place."""
         return self._value
+
+    @property
+    def device(self) -> str:
+        """Where the value lives: "cpu" or "cuda"."""
+        return "cpu" if isinstance(self._value, np.ndarray) else "cuda"
+
+    def on(self, xp: Any) -> Any:
+        """The value in array namespace ``xp``, moving it there first if it lives elsewhere (one
+        explicit transfer; later calls return the same array)."""
+        arr = self._value
+        if namespace_of(arr) is not xp:
+            arr = self._value = to_device(arr, xp)
+            self._readback = None
+        return arr
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -71,6 +98,10 @@ class Param:
         if tuple(arr.shape) != self.shape:
             raise ShapeError(f"Param {self.name or ''}: cannot assign shape {tuple(arr.shape)} "
                              f"to a parameter of shape {self.shape}")
+        # The value stays where the parameter lives (a device parameter receives an upload).
+        xp = namespace_of(self._value)
+        if namespace_of(arr) is not xp:
+            arr = to_device(arr, xp)
         self._value = arr.astype(self._value.dtype, copy=True)
         self.version += 1
 
