@@ -10,8 +10,17 @@ PyTorch's to rounding.
 
 State lives next to the parameter (NumPy or CuPy, whatever ``param.data`` is) and is created
 when the optimiser is built, so a fresh optimiser already has the full ``state_dict`` key set and
-a checkpoint can be loaded into it. ``state_dict()`` is flat, ``dict[str, np.ndarray]``, ready for
-``torchlean.checkpoint.save``:
+a checkpoint can be loaded into it. A parameter moved to a device after the optimiser was built
+(``model.to("cuda")``, or ``fit`` on a device) takes its state along at the next ``step`` (one
+explicit upload per state array, once). On a device every update runs there, in place on
+``param.data`` (the same buffer every step, which a captured CUDA graph relies on) and on the
+moment buffers: on CuPy as one fused ``ElementwiseKernel`` per parameter and step, elsewhere (NumPy,
+the tests' stand-in device) through the array namespace, with the same formula and order of
+float operations either way. Step counts and bias corrections stay on the host (plain numbers),
+so a step never reads device data back.
+
+``state_dict()`` is flat, ``dict[str, np.ndarray]`` (host copies: explicit downloads from a
+device), ready for ``torchlean.checkpoint.save``:
 
 - ``"step"``: the number of ``step()`` calls (0-d int64);
 - ``"hyper.<name>"``: hyper-parameters (0-d float64, or 0-d bool for ``nesterov``);
@@ -30,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import namespace_of, numeric_array, to_host
+from .backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from .checkpoint import describe_mismatches
 from .errors import ShapeError, TorchLeanError
 from .params import Param
@@ -95,6 +104,8 @@ class Optimizer:
             state = {"step": np.zeros((), dtype=np.int64)}
             state.update(self.init_single(p))
             self.state.append(state)
+        # The namespace each parameter's state lives in (a step moves it to the parameter's).
+        self._state_xp: list[Any] = [namespace_of(p.data) for p in self.params]
 
     # -- the two methods an optimiser implements ------------------------------------------------
     def init_single(self, param: Any) -> dict[str, Any]:
@@ -146,7 +157,13 @@ class Optimizer:
                 continue
             data = p.data
             xp = namespace_of(data)
-            g = numeric_array(f"{name}.step: gradient of parameter {_label(p, i)}", g, xp)
+            label = f"{name}.step: gradient of parameter {_label(p, i)}"
+            gxp = namespace_of(g)
+            if gxp is xp or gxp is np:  # host data given for a device parameter: one upload
+                g = numeric_array(label, g, xp) if gxp is xp else to_device(
+                    numeric_array(label, g), xp)
+            else:  # a device gradient for a host parameter (or another device): explicit move
+                g = to_device(g, xp)
             if tuple(g.shape) != tuple(data.shape):
                 raise ShapeError(f"{name}.step: gradient of parameter {_label(p, i)} has shape "
                                  f"{tuple(g.shape)}, the parameter has shape {tuple(data.shape)}")
@@ -155,13 +172,25 @@ class Optimizer:
                                  f"{g.dtype}, expected a float dtype")
             if g.dtype != data.dtype:
                 g = g.astype(data.dtype)
-            work.append((p, g, self.state[i]))
+            work.append((p, g, self._state_on(i, xp)))
         for p, g, state in work:
             state["step"] += 1
             self.apply_single(p, g, state)
             if isinstance(p, Param):
                 p.mark_updated()
         self.step_count += 1
+
+    def _state_on(self, i: int, xp: Any) -> dict[str, Any]:
+        """Parameter ``i``'s state with its arrays in namespace ``xp`` (moved there, once, when
+        the parameter moved after the optimiser was built); the step counter stays on the host.
+        """
+        state = self.state[i]
+        if self._state_xp[i] is not xp:
+            for key, value in state.items():
+                if key != "step" and namespace_of(value) is not xp:
+                    state[key] = to_device(value, xp)
+            self._state_xp[i] = xp
+        return state
 
     def zero_grad(self) -> None:
         """Forget every parameter's gradient (``grad = None``, torch's ``set_to_none``)."""
@@ -203,10 +232,15 @@ class Optimizer:
         self.step_count = int(found["step"])
         for i, (p, state) in enumerate(zip(self.params, self.state, strict=True)):
             xp = namespace_of(p.data)
-            for key in state:
+            for key, old in state.items():
                 arr = found[f"state.{i}.{key}"]
-                state[key] = (np.array(arr, copy=True) if key == "step"
-                              else xp.array(arr, copy=True))
+                if key == "step":
+                    state[key] = np.array(arr, copy=True)
+                elif namespace_of(old) is xp:
+                    old[...] = to_device(arr, xp)  # in place: the buffers stay the same
+                else:  # the parameter moved since the state was made: one explicit upload
+                    state[key] = to_device(np.array(arr, copy=True), xp)
+            self._state_xp[i] = xp
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper.items())
@@ -251,6 +285,9 @@ class SGD(Optimizer):
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
         p = param.data
+        if is_cupy(namespace_of(p)):
+            _sgd_fused(p, grad, state, h)
+            return
         if h["weight_decay"] != 0.0:
             grad = grad + h["weight_decay"] * p
         if h["momentum"] != 0.0:
@@ -311,6 +348,9 @@ class Adam(Optimizer):
         lr, beta1, beta2, eps, wd = h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]
         p = param.data
         xp = namespace_of(p)
+        if is_cupy(xp):
+            _adam_fused(p, grad, state, h, self.decoupled)
+            return
         if wd != 0.0:
             if self.decoupled:
                 p *= 1.0 - lr * wd
@@ -342,3 +382,97 @@ class AdamW(Adam):
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused CuPy kernels: one launch per parameter and step instead of one per array operation.
+# Each is the xp formula above line by line: the same operations in the same order, the
+# host-computed scalars rounded to the parameter's dtype exactly as NumPy rounds a Python float
+# mixed with a float32 array, and ``--fmad=false`` so that NVRTC does not contract a * b + c into
+# one fused multiply-add (which rounds once, where NumPy rounds twice). Built on first use and
+# cached (CuPy compiles once per dtype and device). Not exercised without a GPU: the test suite
+# runs the xp formulas on its stand-in device.
+
+_KERNELS: dict[str, Any] = {}
+_NO_FMA = ("--fmad=false",)
+
+_SGD_PLAIN = """
+T d = g;
+if (has_wd) d = d + wd * p;
+p = p + neg_lr * d;
+"""
+
+_SGD_MOMENTUM = """
+T d = g;
+if (has_wd) d = d + wd * p;
+if (first) {
+    buf = d;
+} else {
+    buf = buf * momentum;
+    buf = buf + damp1 * d;
+}
+d = nesterov ? d + momentum * buf : buf;
+p = p + neg_lr * d;
+"""
+
+_ADAM = """
+T d = g;
+if (wd_mode == 2) p = p * decay;
+else if (wd_mode == 1) d = d + wd * p;
+if (low) m = m + w1 * (d - m);
+else m = d - (d - m) * one_minus_w1;
+v = v * beta2;
+v = v + c2 * d * d;
+T denom = sqrt(v) / bc2_sqrt;
+denom = denom + eps;
+p = p + neg_step * (m / denom);
+"""
+
+
+def _kernel(name: str) -> Any:
+    kernel = _KERNELS.get(name)
+    if kernel is None:
+        import cupy  # type: ignore[import-not-found]
+
+        if name == "sgd":
+            kernel = cupy.ElementwiseKernel(
+                "T g, T wd, T neg_lr, int32 has_wd", "T p", _SGD_PLAIN,
+                "torchlean_sgd", options=_NO_FMA)
+        elif name == "sgd_momentum":
+            kernel = cupy.ElementwiseKernel(
+                "T g, T wd, T neg_lr, T momentum, T damp1, int32 has_wd, int32 first, "
+                "int32 nesterov", "T p, T buf", _SGD_MOMENTUM, "torchlean_sgd_momentum",
+                options=_NO_FMA)
+        else:
+            kernel = cupy.ElementwiseKernel(
+                "T g, T decay, T wd, T w1, T one_minus_w1, T beta2, T c2, T bc2_sqrt, T eps, "
+                "T neg_step, int32 wd_mode, int32 low", "T p, T m, T v", _ADAM, "torchlean_adam",
+                options=_NO_FMA)
+        _KERNELS[name] = kernel
+    return kernel
+
+
+def _sgd_fused(p: Any, grad: Any, state: dict[str, Any], h: dict[str, Any]) -> None:
+    """``SGD.apply_single`` on CuPy as one kernel (``p`` and the buffer updated in place)."""
+    dt = p.dtype.type
+    wd, has_wd, neg_lr = dt(h["weight_decay"]), int(h["weight_decay"] != 0.0), dt(-h["lr"])
+    if h["momentum"] == 0.0:
+        _kernel("sgd")(grad, wd, neg_lr, has_wd, p)
+        return
+    _kernel("sgd_momentum")(grad, wd, neg_lr, dt(h["momentum"]), dt(1.0 - h["dampening"]),
+                            has_wd, int(int(state["step"]) == 1), int(h["nesterov"]), p,
+                            state["momentum_buffer"])
+
+
+def _adam_fused(p: Any, grad: Any, state: dict[str, Any], h: dict[str, Any],
+                decoupled: bool) -> None:
+    """``Adam.apply_single`` (and AdamW's) on CuPy as one kernel."""
+    dt = p.dtype.type
+    lr, beta1, beta2, eps, wd = h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]
+    step = float(state["step"])
+    weight = 1.0 - beta1
+    wd_mode = 0 if wd == 0.0 else (2 if decoupled else 1)
+    _kernel("adam")(grad, dt(1.0 - lr * wd), dt(wd), dt(weight), dt(1.0 - weight), dt(beta2),
+                    dt(1.0 - beta2), dt((1.0 - beta2 ** step) ** 0.5), dt(eps),
+                    dt(-(lr / (1.0 - beta1 ** step))), wd_mode, int(weight < 0.5), p,
+                    state["exp_avg"], state["exp_avg_sq"])
