@@ -15,6 +15,10 @@ hessian work through them:
 
 The strided-window helpers live in ``windows.py`` (shared with pooling). The only Python loop is
 col2im's loop over the ``prod(k)`` kernel offsets.
+
+Kernels run in the namespace of their inputs (``backend.namespace_of``): the same code serves
+NumPy and a CUDA device (CuPy's strided views, cuBLAS GEMMs and batched matmuls), with no
+host round trip.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, per_axis, size
 from .registry import (
@@ -94,7 +99,7 @@ def _conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
     # Explicit sizes, not -1: a zero-size batch or spatial axis leaves -1 undetermined.
     rows = xb.reshape(n, ci, size(spatial)).swapaxes(0, 1).reshape(ci, n * size(spatial))
     cols = w.reshape(ci, co * size(kernel)).T @ rows  # (Co * K, N * P_in), one GEMM
-    windows = np.moveaxis(cols.reshape((co,) + kernel + (n,) + spatial), 1 + d, 0)
+    windows = namespace_of(cols).moveaxis(cols.reshape((co,) + kernel + (n,) + spatial), 1 + d, 0)
     full = tuple((i - 1) * st + k + o
                  for i, st, k, o in zip(spatial, s, kernel, out_pad, strict=True))
     buf = scatter_windows(windows, full, s, kernel_first=True)
@@ -115,7 +120,7 @@ def _conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any
     if n == 1:
         dw = a2[0] @ cols[0].T
     else:
-        dw = np.matmul(a2, cols.transpose(0, 2, 1)).sum(axis=0)
+        dw = namespace_of(a2).matmul(a2, cols.transpose(0, 2, 1)).sum(axis=0)
     return dw.reshape((ca, bb.shape[1]) + kernel)
 
 
@@ -394,7 +399,14 @@ register(Primitive(
 def _add_bias(y: Any, b: Any, d: int) -> Any:
     # y is freshly computed by a core kernel (possibly a transposed view of its GEMM result);
     # a new array in C order keeps conv outputs contiguous for the layers after it.
-    return np.add(y, b.reshape((b.shape[0],) + (1,) * d), order="C")
+    bias = b.reshape((b.shape[0],) + (1,) * d)
+    if type(y) is np.ndarray:
+        return np.add(y, bias, order="C")
+    # CuPy's ufuncs take no ``order``: add into a fresh C-ordered array (one kernel).
+    xp = namespace_of(y)
+    out = xp.empty(y.shape, dtype=xp.result_type(y.dtype, b.dtype))
+    xp.add(y, bias, out=out)
+    return out
 
 
 def _conv_forward(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:

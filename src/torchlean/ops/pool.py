@@ -20,6 +20,10 @@ differentiable (hvp / hessian work through pooling):
   max_pool's JVP. Both treat x as piecewise constant (zero derivative in x).
 - ``pool_unfold(x)``: the windows of zero-padded x, flattened to a last axis of size prod(k).
   ``pool_fold(c)``: its adjoint (col2im). Both linear; avg and smooth max pooling use them.
+
+Kernels run in the namespace of their inputs (``backend.namespace_of``): one code path for NumPy
+and a CUDA device (strided views, masked copies and in-place ufuncs with ``out=``, all of which
+CuPy shares), with no host round trip.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError, SignatureError
 from ..shape import Shape, per_axis, size
 from .registry import _REQUIRED, ErrorInput, Primitive, Sample, register
@@ -111,9 +116,10 @@ def _offset_views(padded: Any, k: tuple[int, ...], s: tuple[int, ...]) -> list[A
 
 
 def _window_max(views: list[Any]) -> Any:
+    xp = namespace_of(views[0])
     best = views[0].copy()
     for v in views[1:]:
-        np.maximum(best, v, out=best)
+        xp.maximum(best, v, out=best)
     return best
 
 
@@ -123,6 +129,7 @@ def _first_max_masks(x: Any, k: tuple[int, ...], s: tuple[int, ...],
     first maximum in row-major order. -inf padding: padded cells never win."""
     views = _offset_views(pad_spatial(x, p, -np.inf), k, s)
     best = _window_max(views)
+    xp = namespace_of(best)
     masks = []
     taken = None
     for j, v in enumerate(views):
@@ -130,7 +137,7 @@ def _first_max_masks(x: Any, k: tuple[int, ...], s: tuple[int, ...],
         if taken is None:
             taken = hit.copy()
         else:
-            np.greater(hit, taken, out=hit)  # hit and not taken, in one pass
+            xp.greater(hit, taken, out=hit)  # hit and not taken, in one pass
             if j + 1 < len(views):
                 taken |= hit
         masks.append(hit)
@@ -143,7 +150,7 @@ def _fold(cols: Any, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int,
     full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
     buf = scatter_windows(cols.reshape(cols.shape[:-1] + k), full, s, kernel_first=False)
     y = crop_spatial(buf, p, spatial)
-    return y if not any(p) else np.ascontiguousarray(y)
+    return y if not any(p) else namespace_of(y).ascontiguousarray(y)
 
 
 def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, fixed_d: int | None) -> Any:
@@ -155,22 +162,24 @@ def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: A
     k = tuple(kernel_size)
     s, p = axes_tuple(stride, len(k)), axes_tuple(padding, len(k))  # an int means every axis
     d = len(k)
+    xp = namespace_of(g)
     spatial = tuple(x.shape[x.ndim - d:])
     full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
     out = g.shape[g.ndim - d:]
     # Windows that tile the input exactly write each cell once: no zero fill, no accumulation.
     tiled = s == k and not any(p) and all(
         o * kk == n for o, kk, n in zip(out, k, spatial, strict=True))
-    buf = (np.empty if tiled else np.zeros)(x.shape[: x.ndim - d] + full, dtype=g.dtype)
+    buf = (xp.empty if tiled else xp.zeros)(x.shape[: x.ndim - d] + full, dtype=g.dtype)
     for off, mask in zip(kernel_offsets(k), _first_max_masks(x, k, s, p), strict=True):
         target = (Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
                                      for o, ss, n in zip(off, s, out, strict=True))
+        view = buf[target]
         if tiled:
-            np.multiply(g, mask, out=buf[target])
+            xp.multiply(g, mask, out=view)
         else:
-            buf[target] += np.multiply(g, mask, dtype=g.dtype)
+            xp.add(view, xp.multiply(g, mask, dtype=g.dtype), out=view)
     y = crop_spatial(buf, p, spatial)
-    return y if not any(p) else np.ascontiguousarray(y)
+    return y if not any(p) else xp.ascontiguousarray(y)
 
 
 def _max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
@@ -178,9 +187,10 @@ def _max_pool_gather(x: Any, h: Any, kernel_size: Any, stride: Any, padding: Any
     s, p = axes_tuple(stride, len(k)), axes_tuple(padding, len(k))  # an int means every axis
     views = _offset_views(pad_spatial(h, p, 0.0), k, s)
     masks = _first_max_masks(x, k, s, p)
-    out = np.zeros(masks[0].shape, dtype=h.dtype)
+    xp = namespace_of(h)
+    out = xp.zeros(masks[0].shape, dtype=h.dtype)
     for v, mask in zip(views, masks, strict=True):
-        np.copyto(out, v, where=mask)
+        xp.copyto(out, v, where=mask)
     return out
 
 
@@ -208,8 +218,9 @@ def _smooth_max_pool(x: Any, beta: float, kernel_size: Any, stride: Any, padding
                      fixed_d: int | None) -> Any:
     _, k, s, p = geometry("smooth_max_pool", x.shape, kernel_size, stride, padding, fixed_d)[0]
     cols = _window_cols(x, k, s, p, 0.0)
+    xp = namespace_of(cols)
     m = cols.max(axis=-1, keepdims=True)
-    lse = np.log(np.exp((cols - m) * beta).sum(axis=-1)) / beta
+    lse = xp.log(xp.exp((cols - m) * beta).sum(axis=-1)) / beta
     return (m[..., 0] + lse).astype(x.dtype, copy=False)
 
 

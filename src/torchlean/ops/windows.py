@@ -5,6 +5,10 @@ windows of an (already padded) array without copying; ``scatter_windows`` is its
 (col2im); ``pad_spatial`` / ``crop_spatial`` add and remove symmetric padding; ``out_sizes`` is
 the one output-size rule with its check. Nothing here knows about kernels' channels or
 derivatives: conv.py and pool.py build their primitives on these.
+
+Every helper works in the namespace of its input (``backend.namespace_of``): NumPy, CuPy (whose
+``lib.stride_tricks.as_strided`` makes the same zero-copy views of device memory) or the tests'
+stand-in device; nothing is copied between host and device.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, conv_out_size
 
@@ -47,7 +52,8 @@ def pad_spatial(x: Any, padding: tuple[int, ...], fill: float = 0.0) -> Any:
     lead = x.shape[: x.ndim - d]
     spatial = x.shape[x.ndim - d:]
     shape = lead + tuple(n + 2 * p for n, p in zip(spatial, padding, strict=True))
-    buf = np.full(shape, fill, dtype=x.dtype) if fill else np.zeros(shape, dtype=x.dtype)
+    xp = namespace_of(x)
+    buf = xp.full(shape, fill, dtype=x.dtype) if fill else xp.zeros(shape, dtype=x.dtype)
     inner = (Ellipsis,) + tuple(slice(p, p + n) for n, p in zip(spatial, padding, strict=True))
     buf[inner] = x
     return buf
@@ -65,7 +71,9 @@ def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
     """A read-only strided view of the sliding windows over the trailing ``d`` axes of ``padded``.
 
     Shape ``lead + kernel + out`` when ``kernel_first`` (im2col order) else ``lead + out +
-    kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied.
+    kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied. On a
+    device the view is the device namespace's ``as_strided`` (CuPy's takes no ``writeable``:
+    callers only read it).
     """
     d = len(kernel)
     lead = padded.shape[: padded.ndim - d]
@@ -78,7 +86,10 @@ def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
         shape, st = lead + kernel + out, lead_st + sp_st + out_st
     else:
         shape, st = lead + out + kernel, lead_st + out_st + sp_st
-    return as_strided(padded, shape=shape, strides=st, writeable=False)
+    if type(padded) is np.ndarray:
+        return as_strided(padded, shape=shape, strides=st, writeable=False)
+    xp = namespace_of(padded)
+    return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=st)
 
 
 def kernel_offsets(kernel: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -92,7 +103,8 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
 
     ``cols`` has shape ``lead + kernel + out`` (``kernel_first``) or ``lead + out + kernel``.
     Non-overlapping windows (stride == kernel) are written in one strided copy; otherwise one
-    strided add per kernel offset.
+    strided in-place add per kernel offset (``prod(kernel)`` elementwise kernels on a device,
+    no atomics).
     """
     d = len(full)
     if kernel_first:
@@ -105,7 +117,8 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
         kernel = cols.shape[cols.ndim - d:]
     nl = len(lead)
     covered = tuple(o * k for o, k in zip(out, kernel, strict=True))
-    buf = np.zeros(lead + tuple(full), dtype=cols.dtype)
+    xp = namespace_of(cols)
+    buf = xp.zeros(lead + tuple(full), dtype=cols.dtype)
     if tuple(stride) == tuple(kernel):
         # Windows tile a leading block exactly: split each axis (n -> o, k) and copy once.
         region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
@@ -124,5 +137,6 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
             source = (Ellipsis,) + offset + (slice(None),) * d
         else:
             source = (Ellipsis,) + offset
-        buf[target] += cols[source]
+        view = buf[target]
+        xp.add(view, cols[source], out=view)  # in place: no write-back through __setitem__
     return buf
