@@ -49,3 +49,11 @@ class UnknownOpError(TorchLeanError, KeyError):
 
 class IndexRangeError(ShapeError, IndexError):
     """An index outside its valid range (also an ``IndexError``, as Python indexing expects)."""
+
+
+def device_mismatch(op: str, found: str, expected: str, what: str = "an array") -> DeviceError:
+    """The error for data on one device given to a computation on another: PyTorch refuses to
+    mix devices in one op, and so does torchlean (never a silent copy)."""
+    return DeviceError(f"{op}: expected all data on device '{expected}', found {what} on "
+                       f"'{found}'; move it explicitly first (tensor.to(device), "
+                       "backend.to_device / backend.to_host)")

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from .autodiff import Step, forward_tangents, reverse_pass, reverse_plan, run_reverse
-from .backend import as_dtype, numeric_array
-from .errors import ShapeError, TapeError, TraceError
+from .backend import as_dtype, device_of, namespace_of, numeric_array, to_device
+from .errors import ShapeError, TapeError, TraceError, device_mismatch
 from .functional import RecordingOps, Ref
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
-from .tape import Tape
+from .tape import Tape, array_on, device_kernel_check
 
 
 class GraphError(TapeError):
@@ -67,7 +67,10 @@ class Graph:
         self.inputs: list[int] = []
         self.consts: dict[int, Any] = {}
         self.outputs: list[int] = []
-        self._plans: dict[str, tuple[int, Any]] = {}  # execution plans, keyed by kind
+        self._plans: dict[Any, tuple[int, Any]] = {}  # execution plans, keyed by kind
+        # Constants uploaded to a device namespace, once per graph and namespace (keyed by the
+        # namespace; rebuilt when the graph gains constants).
+        self._device_consts: dict[Any, tuple[int, dict[int, Any]]] = {}
         # Parameters met while tracing (``builder.use(param)``): inputs after the traced leaves,
         # whose current values a ``Compiled`` supplies itself on every run.
         self.params: list[Any] = []
@@ -151,42 +154,84 @@ class Graph:
 
     # --- execution ---------------------------------------------------------------------------
 
-    def check_inputs(self, op: str, xs: Sequence[Any], allow_none: bool = False) -> list[Any]:
+    def check_inputs(self, op: str, xs: Sequence[Any], allow_none: bool = False,
+                     xp: Any = np) -> list[Any]:
         """Inputs as arrays of the graph's dtype and traced shapes (``None`` kept if allowed:
-        a zero tangent that forward mode can skip)."""
+        a zero tangent that forward mode can skip), in namespace ``xp``: host data is uploaded
+        to a device explicitly; data on another device is a ``DeviceError``."""
         if len(xs) != len(self.inputs):
             raise ShapeError(f"{op}: graph takes {len(self.inputs)} inputs, found {len(xs)}")
         arrays: list[Any] = []
+        dtype = self.dtype
         for k, (x, i) in enumerate(zip(xs, self.inputs, strict=True)):
             if x is None and allow_none:
                 arrays.append(None)
                 continue
-            arr = numeric_array(f"{op}: input {k}", x, np, self.dtype) \
-                if not isinstance(x, np.ndarray) or x.dtype != self.dtype else x
+            if xp is np:
+                if isinstance(x, np.ndarray) and x.dtype == dtype:
+                    arr = x
+                else:
+                    src = namespace_of(x)
+                    if src is not np:
+                        raise device_mismatch(f"{op}: input {k}", device_of(src), "cpu")
+                    arr = numeric_array(f"{op}: input {k}", x, np, dtype)
+            else:
+                arr = x if isinstance(x, xp.ndarray) and x.dtype == dtype else array_on(
+                    f"{op}: input {k}", x, xp, dtype)
             if arr.shape != self.nodes[i].shape:
                 raise ShapeError(f"{op}: input {k} has shape {arr.shape}, the graph was traced "
                                  f"with {self.nodes[i].shape}")
             arrays.append(arr)
         return arrays
 
-    def evaluate(self, xs: Sequence[Any]) -> list[Any]:
-        """The value of every node for inputs ``xs`` (already checked)."""
+    def evaluate(self, xs: Sequence[Any], xp: Any = None) -> list[Any]:
+        """The value of every node for inputs ``xs`` (already checked, in namespace ``xp``:
+        by default the inputs' own, NumPy when there are none)."""
+        if xp is None:
+            xp = namespace_of(xs[0]) if len(xs) else np
         values: list[Any] = [None] * len(self.nodes)
         for i, x in zip(self.inputs, xs, strict=True):
             values[i] = x
-        for i, c in self.consts.items():
+        for i, c in (self.consts if xp is np else self.consts_on(xp)).items():
             values[i] = c
-        for i, forward, parents, attrs in self._plan():
+        for i, forward, parents, attrs in self._plan(xp):
             values[i] = forward(*[values[p] for p in parents], **attrs)
         return values
 
-    def _plan(self) -> list[tuple[int, Callable[..., Any], tuple[int, ...], dict[str, Any]]]:
-        """Forward steps ``(id, kernel, parents, attrs)``, built once per graph size."""
-        cached = self._plans.get("forward")
+    def consts_on(self, xp: Any) -> dict[int, Any]:
+        """The constants in namespace ``xp``: on a device, uploaded once per graph and namespace
+        and kept (a graph replayed many times uploads its constants once)."""
+        if xp is np:
+            return self.consts
+        cached = self._device_consts.get(xp)
+        if cached is None or cached[0] != len(self.consts):
+            arrays = {}
+            for i, c in self.consts.items():
+                src = namespace_of(c)
+                if src is not np and src is not xp:
+                    raise device_mismatch(f"const %{i}", device_of(src), device_of(xp))
+                arrays[i] = to_device(c, xp)
+            cached = self._device_consts[xp] = (len(self.consts), arrays)
+        return cached[1]
+
+    def _plan(self, xp: Any = np
+              ) -> list[tuple[int, Callable[..., Any], tuple[int, ...], dict[str, Any]]]:
+        """Forward steps ``(id, kernel, parents, attrs)``, built once per graph size (and
+        namespace: on a device, each op is checked to have a device kernel when the plan is
+        built, and nullary ops get ``xp=``)."""
+        key = "forward" if xp is np else ("forward", xp)
+        cached = self._plans.get(key)
         if cached is None or cached[0] != len(self.nodes):
-            steps = [(i, n.op.forward, n.parents, n.attrs) for i, n in enumerate(self.nodes)
-                     if n.kind == "op" and n.op is not None]
-            cached = self._plans["forward"] = (len(self.nodes), steps)
+            check = device_kernel_check(xp)
+            steps = []
+            for i, n in enumerate(self.nodes):
+                if n.kind != "op" or n.op is None:
+                    continue
+                if check is not None:
+                    check(n.op, xp)
+                attrs = n.attrs if xp is np or n.parents else {**n.attrs, "xp": xp}
+                steps.append((i, n.op.forward, n.parents, attrs))
+            cached = self._plans[key] = (len(self.nodes), steps)
         return cached[1]
 
     def _reverse_plan(self) -> list[Step | None]:
@@ -208,17 +253,22 @@ class Graph:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
         return forward_tangents(self.nodes, values, seeds, ARRAY_OPS)
 
-    def to_tape(self, xs: Sequence[Any]) -> tuple[Tape, list[int], list[int]]:
-        """Replay the graph on a fresh eager tape; node ids coincide with graph ids."""
-        arrays = self.check_inputs("to_tape", xs)
-        tape = Tape(dtype=self.dtype)
+    def to_tape(self, xs: Sequence[Any], xp: Any = np) -> tuple[Tape, list[int], list[int]]:
+        """Replay the graph on a fresh eager tape of namespace ``xp``'s device; node ids
+        coincide with graph ids."""
+        arrays = self.check_inputs("to_tape", xs, xp=xp)
+        tape = Tape(dtype=self.dtype, device=device_of(xp))
+        if tape.xp is not xp:  # a namespace standing in for the device (tests)
+            tape.xp = xp
+            tape._kernel_check = device_kernel_check(xp)
+        consts = self.consts_on(xp)
         leaf_ids: list[int] = []
         for i, node in enumerate(self.nodes):
             if node.kind == "input":
                 tid = tape.leaf(arrays[node.index], requires_grad=node.requires_grad)
                 leaf_ids.append(tid)
             elif node.kind == "const":
-                tid = tape.leaf(self.consts[i], requires_grad=False)
+                tid = tape.leaf(consts[i], requires_grad=False)
             else:
                 assert node.op is not None
                 tid = tape.record(node.op, node.parents, node.attrs)
@@ -278,7 +328,9 @@ class GraphBuilder:
 
     def const(self, value: Any) -> Var:
         g = self.graph
-        arr = numeric_array("const", value)
+        # Host data stays on the host (the graph uploads its constants once per device); an
+        # array already on a device stays there.
+        arr = numeric_array("const", value, namespace_of(value))
         if arr.dtype.kind == "f" and arr.dtype != g.dtype:
             raise ShapeError(f"const: dtype {arr.dtype} differs from the graph's {g.dtype}")
         arr = arr.astype(g.dtype)
@@ -349,7 +401,7 @@ def grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
     g2.params = list(graph.params)
     builder = GraphBuilder(g2)
     values = [builder.var(i) for i in range(len(graph.nodes))]
-    seed = builder.const(np.ones((), dtype=graph.dtype))
+    seed = builder.const(np.ones((), dtype=graph.dtype))  # uploaded with the other constants
     cotangents = reverse_pass(g2.nodes, values, out, seed, builder.ops)
     outputs = []
     for k in (range(len(graph.inputs)) if wrt is None else wrt):

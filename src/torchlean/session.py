@@ -11,6 +11,12 @@ PyTorch's ``loss.backward()``.
 
 Randomness (``rand_uniform``, ``bernoulli_mask``, ``dropout``) is counter-based: draw k of a session
 uses key ``seed + k``, so the same seed gives the same bits in both backends.
+
+Devices: with ``Options(device="cuda")`` every value of a pass lives on the device. A parameter
+is moved there the first time a device session uses it (``Param.on``: one upload ever; later
+passes read ``param.data`` where it lives), host inputs and constants are uploaded explicitly
+once per use, and ``value``/``backward``/``grad``/``jvp`` return device arrays. Data on another
+device than the session's is a ``DeviceError``, never a silent copy.
 """
 
 from __future__ import annotations
@@ -23,14 +29,22 @@ import numpy as np
 
 from . import anomaly
 from . import functional as F
-from .backend import as_dtype, check_device, namespace_for, numeric_array, to_host
-from .errors import ShapeError, TapeError, TorchLeanError
+from .backend import (
+    as_dtype,
+    check_device,
+    device_of,
+    namespace_for,
+    namespace_of,
+    numeric_array,
+    to_host,
+)
+from .errors import ShapeError, TapeError, TorchLeanError, device_mismatch
 from .functional import NatRef, Ref
 from .graph import Graph, GraphBuilder
 from .ops.registry import REGISTRY, Primitive
 from .params import Param
 from .shape import as_shape
-from .tape import Tape
+from .tape import Tape, array_on
 from .transforms import Compiled
 
 BACKENDS = ("eager", "compiled")
@@ -75,9 +89,10 @@ class _Backend:
     which node each ``Param`` became. ``EagerBackend`` and ``CompiledBackend`` differ only in
     where an op is recorded and how values are read; one backend lives for one recorded pass."""
 
-    def __init__(self, opts: Options, dtype: np.dtype) -> None:
+    def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np) -> None:
         self.opts = opts
         self.dtype = dtype
+        self.xp = xp
         self.params: dict[int, Param] = {}       # node id -> Param
         self.param_ids: dict[int, int] = {}      # id(Param) -> node id
         self.versions: dict[int, int] = {}       # id(Param) -> its version when recorded
@@ -111,7 +126,17 @@ class _Backend:
             return self.ref(node)
         # No copy of the parameter's array: an update changes its version, which every later
         # read or backward of this pass checks (check_fresh), so a stale value is never used.
-        ref = self.leaf("use", param.data, param.requires_grad, param.name, copy=False)
+        # A device session moves the parameter there once; later passes find it there.
+        xp = self.xp
+        data = param.data
+        if type(data) is not np.ndarray or xp is not np:
+            src = namespace_of(data)
+            if src is not xp:
+                if src is not np:
+                    raise device_mismatch(f"use: parameter {param.name or '(unnamed)'}",
+                                          device_of(src), device_of(xp), "a parameter")
+                data = param.on(xp)
+        ref = self.leaf("use", data, param.requires_grad, param.name, copy=False)
         self.params[ref.id] = param
         self.param_ids[id(param)] = ref.id
         self.versions[id(param)] = param.version
@@ -149,8 +174,8 @@ class _Backend:
 class EagerBackend(_Backend):
     """Records on a ``Tape``: each op runs as it is recorded."""
 
-    def __init__(self, opts: Options, dtype: np.dtype) -> None:
-        super().__init__(opts, dtype)
+    def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np) -> None:
+        super().__init__(opts, dtype, xp)
         self.tape = Tape(dtype, opts.device, opts.check_finite)
 
     def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
@@ -179,16 +204,17 @@ class EagerBackend(_Backend):
 class CompiledBackend(_Backend):
     """Records a ``Graph``; values come from replaying it on its linked tape when asked for."""
 
-    def __init__(self, opts: Options, dtype: np.dtype) -> None:
-        super().__init__(opts, dtype)
+    def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np) -> None:
+        super().__init__(opts, dtype, xp)
         self.builder = GraphBuilder(Graph(dtype))
         self.leaf_values: list[Any] = []
         self._linked: tuple[int, Tape] | None = None
 
     def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
              copy: bool = True) -> TensorRef:
-        arr = numeric_array(op, to_host(array) if not isinstance(array, list | tuple | float | int)
-                            else array).astype(self.dtype)
+        # In the session's namespace: host data is uploaded to a device once, here; data on
+        # another device is a DeviceError. (astype copies, as a leaf's value must be.)
+        arr = array_on(op, array, self.xp).astype(self.dtype)
         if requires_grad:
             var = self.builder.input(arr.shape)
             self.leaf_values.append(arr)
@@ -209,7 +235,7 @@ class CompiledBackend(_Backend):
         graph = self.builder.graph
         if self._linked is None or self._linked[0] != len(graph):
             graph.outputs = [len(graph) - 1] if len(graph) else []
-            tape, _, _ = graph.to_tape(self.leaf_values)
+            tape, _, _ = graph.to_tape(self.leaf_values, self.xp)
             if self.opts.check_finite:  # the compiled backend checks its replayed values too
                 anomaly.check_tape_values(tape, "check_finite (compiled)")
             self._linked = (len(graph), tape)
@@ -235,7 +261,7 @@ class Session:
     def reset(self) -> None:
         """Forget the recorded pass (parameters and optimiser state are kept)."""
         backend = EagerBackend if self.opts.backend == "eager" else CompiledBackend
-        self._backend: _Backend = backend(self.opts, self.dtype)
+        self._backend: _Backend = backend(self.opts, self.dtype, self.xp)
 
     @property
     def tape(self) -> Tape | None:
@@ -424,6 +450,11 @@ class Stepper:
     traced per key (the input shapes plus ``extra_key``) and reused; on the eager backend each
     call records a fresh tape and frees it before returning (holding a step's arrays while the
     next one allocates defeats the allocator's reuse: measured 6.4 -> 3.9 ms per MLP step).
+
+    On a device (``opts.device``) inputs given as host data are uploaded explicitly, once per
+    call; inputs already there are used without a copy; parameters are moved there once and then
+    read where they live, so an optimiser's in-place update is seen by the next call with no
+    upload. Results (value, gradients) are device arrays.
     """
 
     def __init__(self, fn: Callable[..., Ref], opts: Options) -> None:
@@ -432,9 +463,14 @@ class Stepper:
         self.dtype = as_dtype(opts.dtype)
         self._compiled: dict[tuple[Any, ...], Compiled] = {}
         self._session = Session(opts)
+        self.xp = self._session.xp
 
     def _arrays(self, inputs: Sequence[Any]) -> list[Any]:
-        return [np.asarray(x).astype(self.dtype, copy=False) for x in inputs]
+        xp, dtype = self.xp, self.dtype
+        if xp is np:
+            return [x.astype(dtype, copy=False) if type(x) is np.ndarray
+                    else array_on("input", x, np).astype(dtype, copy=False) for x in inputs]
+        return [array_on("input", x, xp).astype(dtype, copy=False) for x in inputs]
 
     def compiled_for(self, xs: Sequence[Any], extra_key: Any = ()) -> Compiled:
         key = (tuple(x.shape for x in xs), extra_key)
@@ -442,7 +478,7 @@ class Stepper:
         if c is None:
             # The inputs are data (wrt=()): only the parameters met while tracing get gradients.
             c = self._compiled[key] = Compiled(self.fn, [x.shape for x in xs], dtype=self.dtype,
-                                               wrt=(), owner_arg=True)
+                                               wrt=(), owner_arg=True, device=self.opts.device)
         return c
 
     def forward(self, inputs: Sequence[Any], extra_key: Any = ()) -> Any:
@@ -538,8 +574,9 @@ class ParamList:
             raise ShapeError(f"ParamList.set_values: {len(values)} values for "
                              f"{len(self.params)} params")
         for p, v in zip(self.params, values, strict=True):
-            if tuple(np.shape(v)) != p.shape:  # check all before changing any
-                raise ShapeError(f"ParamList.set_values: {p.name}: shape {np.shape(v)}, "
+            shape = tuple(v.shape) if hasattr(v, "__array_namespace__") else np.shape(v)
+            if tuple(shape) != p.shape:  # check all before changing any
+                raise ShapeError(f"ParamList.set_values: {p.name}: shape {shape}, "
                                  f"expected {p.shape}")
         for p, v in zip(self.params, values, strict=True):
             p.assign(v)
@@ -599,16 +636,16 @@ class ScalarTrainer:
         """The loss and one gradient per parameter (``None`` for frozen or unreached ones)."""
         value, pairs = self._stepper.value_and_grads(inputs)
         by_param = {id(p): g for p, g in pairs}
-        return float(value), [by_param.get(id(p)) for p in self.param_list]
+        return float(to_host(value)), [by_param.get(id(p)) for p in self.param_list]
 
     def forward(self, *inputs: Any) -> float:
-        return float(self._stepper.forward(inputs))
+        return float(to_host(self._stepper.forward(inputs)))
 
     def backward(self, *inputs: Any) -> list[Any]:
         """One gradient per parameter (zeros for unreached, None for frozen)."""
         _, grads = self.value_and_grads(*inputs)
         return [None if g is None and not p.requires_grad else
-                (np.zeros(p.shape, p.dtype) if g is None else g)
+                (namespace_of(p.data).zeros(p.shape, p.dtype) if g is None else g)
                 for p, g in zip(self.param_list, grads, strict=True)]
 
     def _step(self, kind: str, inputs: Sequence[Any], **hyper: Any) -> float:

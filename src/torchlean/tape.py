@@ -20,8 +20,18 @@ import numpy as np
 from . import ops as _ops  # noqa: F401  (registers every primitive)
 from .anomaly import NonFiniteError
 from .autodiff import Step, forward_tangents, reverse_plan, run_reverse
-from .backend import as_dtype, check_device, namespace_for, namespace_of, numeric_array
-from .errors import ShapeError, TapeError
+from .backend import (
+    as_dtype,
+    check_device,
+    device_of,
+    namespace_for,
+    namespace_of,
+    numeric_array,
+    to_device,
+    to_host,
+)
+from .errors import ShapeError, TapeError, device_mismatch
+from .ops import registry as _registry
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .shape import as_shape
@@ -56,13 +66,21 @@ class Node:
 
 
 class Tape:
-    """An eager tape over one dtype (float32 by default) and device."""
+    """An eager tape over one dtype (float32 by default) and device.
+
+    On a device ("cuda") every value lives there: host data given as a leaf, seed or tangent is
+    uploaded explicitly (``backend.to_device``), and data already on another device is a
+    ``DeviceError`` naming the op and both devices, never a silent copy. Each recorded op is
+    checked to have a device kernel (``registry.check_device_kernel``)."""
 
     def __init__(self, dtype: Any = "float32", device: str = "cpu",
                  check_finite: bool = False) -> None:
         self.dtype = as_dtype(dtype)
         self.device = check_device(device)
         self.xp = namespace_for(device)
+        # On a device: the registry's check that an op has a device kernel (None on the CPU,
+        # so the per-op hot path pays one attribute test).
+        self._kernel_check = device_kernel_check(self.xp)
         self.check_finite = check_finite
         self._nodes: list[Node] = []
         self._plan: list[Step | None] = []  # reverse steps of nodes[: len(self._plan)]
@@ -103,11 +121,12 @@ class Tape:
     # --- building ------------------------------------------------------------------------------
 
     def as_array(self, op: str, array: Any) -> Any:
-        """Convert user data to this tape's array type; float arrays keep their dtype."""
+        """Convert user data to this tape's array type; float arrays keep their dtype. Host data
+        is uploaded to a device tape explicitly; data on another device is a ``DeviceError``."""
         xp = self.xp
         if isinstance(array, xp.ndarray) and array.dtype in (np.float32, np.float64):
             return array
-        arr = numeric_array(op, array, xp)
+        arr = array_on(op, array, xp)
         if arr.dtype.kind == "f" and arr.dtype in (np.float32, np.float64):
             return arr
         return arr.astype(self.dtype)
@@ -118,7 +137,7 @@ class Tape:
         ``copy=False`` keeps the caller's array: for owners that detect changes themselves (a
         session checks each parameter's version before it reads or differentiates again)."""
         value = self.as_array("leaf", array)
-        if copy:
+        if copy and (self.xp is np or value is array):  # an upload is already a fresh copy
             value = value.copy()
         if self.check_finite:
             _check_finite("leaf", value)
@@ -148,10 +167,15 @@ class Tape:
             values.append(node.value)
             if node.requires_grad:
                 requires_grad = True
-        if not values and "dtype" in prim.attrs:
-            attrs = {**attrs, "dtype": self.dtype}
+        if self._kernel_check is not None:
+            self._kernel_check(prim, self.xp)
+        xp = None
+        if not values:
+            if "dtype" in prim.attrs:
+                attrs = {**attrs, "dtype": self.dtype}
+            xp = self.xp  # a nullary op makes its value in the tape's namespace
         attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
-        out = run_checked(prim, values, attrs)
+        out = run_checked(prim, values, attrs, xp)
         if self.check_finite:
             _check_finite(prim.name, out, n)
         requires_grad = requires_grad and not prim.nondiff
@@ -162,7 +186,7 @@ class Tape:
 
     def _seed(self, op: str, out: int, seed: Any) -> Any:
         value = self.value(out)
-        seed_arr = numeric_array(f"{op} seed", seed, self.xp, value.dtype)
+        seed_arr = array_on(f"{op} seed", seed, self.xp, value.dtype)
         if seed_arr.shape != value.shape:
             raise ShapeError(f"{op}: seed has shape {tuple(seed_arr.shape)}, output node {out} "
                              f"has shape {tuple(value.shape)}")
@@ -215,7 +239,7 @@ class Tape:
         seeds: dict[int, Any] = {}
         for i, t in tangents.items():
             value = self.value(self._check_id("jvp", i))
-            t_arr = numeric_array(f"jvp tangent for node {i}", t, self.xp, value.dtype)
+            t_arr = array_on(f"jvp tangent for node {i}", t, self.xp, value.dtype)
             if t_arr.shape != value.shape:
                 raise ShapeError(f"jvp: tangent for node {i} has shape {tuple(t_arr.shape)}, "
                                  f"node has shape {tuple(value.shape)}")
@@ -244,9 +268,12 @@ class _SeededNode:
         self.requires_grad = node.requires_grad
 
 
-def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any]) -> Any:
+def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
+                xp: Any = None) -> Any:
     """``prim``'s forward on ``values`` after the checks every recording makes (the eager tape
-    and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs."""
+    and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs. ``xp`` is the
+    namespace a nullary op (``rand_uniform``) makes its value in; ``None`` or NumPy: the
+    kernel's default (the host)."""
     if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
         prim.infer(*[v.shape for v in values],
                    **{k: v for k, v in attrs.items() if k != "dtype"})
@@ -258,12 +285,44 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any]) -
             if v.dtype != dtype:
                 raise ShapeError(f"{prim.name}: dtypes differ: "
                                  f"{', '.join(str(w.dtype) for w in values)}")
+    if xp is not None and xp is not np and not values:
+        return prim.forward(**attrs, xp=xp)
     return prim.forward(*values, **attrs)
 
 
+def device_kernel_check(xp: Any) -> Callable[[Primitive, Any], None] | None:
+    """The registry's ``check_device_kernel(prim, xp)`` for a device namespace (``None`` on the
+    host, where every primitive has its kernel)."""
+    if xp is np:
+        return None
+    check: Callable[[Primitive, Any], None] | None = getattr(
+        _registry, "check_device_kernel", None)
+    return check
+
+
+def array_on(op: str, data: Any, xp: Any, dtype: Any = None) -> Any:
+    """User data as an array of namespace ``xp`` (then ``dtype`` if given), checked as
+    ``numeric_array`` checks it: host data goes to a device by one explicit upload; data
+    already on a device stays there, and on another device than ``xp`` is a ``DeviceError``
+    naming ``op`` and both devices."""
+    src = namespace_of(data)
+    if src is xp:
+        return numeric_array(op, data, xp, dtype)
+    if src is not np:
+        raise device_mismatch(op, device_of(src), device_of(xp))
+    arr = numeric_array(op, data, np, dtype)
+    return to_device(arr, xp)
+
+
 def _check_finite(op: str, value: Any, node: int | None = None) -> None:
-    finite = namespace_of(value).isfinite(value)
-    if not bool(finite.all()):
+    xp = namespace_of(value)
+    finite = xp.isfinite(value)
+    # One explicit readback of the reduced flag on a device (not of the whole array).
+    ok = finite.all() if xp is np else to_host(finite.all())
+    if not bool(ok):
+        if xp is not np:  # the error path reads the array back once to count
+            value = to_host(value)
+            finite = np.isfinite(value)
         bad = int(value.size - int(finite.sum()))
         at = "" if node is None else f" (node {node}, the first non-finite value of the pass)"
         raise NonFiniteError(f"{op}: {bad} of {value.size} entries are NaN or infinite{at}")

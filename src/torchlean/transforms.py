@@ -17,16 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from .backend import numeric_array
-from .errors import ShapeError, TraceError
+from .backend import device_of, namespace_for, namespace_of, numeric_array
+from .errors import ShapeError, TraceError, device_mismatch
 from .graph import Graph, grad_graph, trace
 from .shape import as_shape
-from .tape import Tape
+from .tape import Tape, array_on
 
 
 def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[list[Any], Any]:
     """Convert inputs to arrays of one float dtype: the inputs' own, or float64 for non-floats."""
-    arrays = [numeric_array(f"{op}: argument {k}", x) for k, x in enumerate(xs)]
+    # Device arrays stay where they are (the compiled run uploads host data next to them).
+    arrays = [numeric_array(f"{op}: argument {k}", x, namespace_of(x)) for k, x in enumerate(xs)]
     if dtype is None:
         floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
         if len(floats) > 1:
@@ -55,14 +56,22 @@ class Compiled:
     values are supplied automatically, and ``vjp``/``backward`` return their gradients last.
     ``to_tape`` replays the graph on an eager tape
     whose reverse pass equals ``backprop_all`` bitwise (the seed-004 link).
+
+    Devices: a run happens where its data is. With ``device`` given ("cpu" or "cuda") the
+    namespace is fixed; otherwise it is the device of the first input on one, else of the first
+    parameter on one, else the host. Host inputs of a device run are uploaded explicitly,
+    parameters are moved there once (``Param.on``) and read through ``param.data`` on every
+    run (so in-place optimiser updates are seen without an upload), constants are uploaded once
+    per graph (``Graph.consts_on``); data on another device is a ``DeviceError``.
     """
 
     def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
                  dtype: Any = "float32", wrt: Sequence[int] | None = None,
-                 owner_arg: bool = False) -> None:
+                 owner_arg: bool = False, device: str | None = None) -> None:
         leaf_shapes = [as_shape(f"compile: leaf {k} shape", s) for k, s in enumerate(shapes)]
         if wrt is not None:
             wrt = _argnums("compile wrt", tuple(wrt), len(leaf_shapes))[0] if tuple(wrt) else ()
+        self._fixed_xp: Any = None if device is None else namespace_for(device)
         self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt, owner_arg)
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
@@ -75,16 +84,48 @@ class Compiled:
     def params(self) -> list[Any]:
         return self.graph.params
 
-    def _full(self, xs: Sequence[Any]) -> list[Any]:
+    def namespace(self, xs: Sequence[Any]) -> Any:
+        """The array namespace a run on inputs ``xs`` happens in (see the class docstring)."""
+        xp = self._fixed_xp
+        if xp is not None:
+            return xp
+        for x in xs:
+            if type(x) is not np.ndarray and x is not None:
+                src = namespace_of(x)
+                if src is not np:
+                    return src
+        for p in self.graph.params:
+            arr = p.data
+            if type(arr) is not np.ndarray:
+                return namespace_of(arr)
+        return np
+
+    def _full(self, xs: Sequence[Any], xp: Any = np) -> list[Any]:
+        """The traced inputs, then the parameters' current arrays in namespace ``xp`` (each
+        parameter moved there once, then read where it lives)."""
         n = len(self.graph.inputs) - len(self.graph.params)
         if len(xs) != n:
             raise ShapeError(f"compiled function takes {n} inputs, found {len(xs)}")
-        return list(xs) + [p.data for p in self.graph.params]
+        params = self.graph.params
+        if xp is np:
+            arrays = [p.data for p in params]
+            for p, a in zip(params, arrays, strict=True):
+                if type(a) is not np.ndarray:
+                    raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
+                                          p.device, "cpu", "a parameter")
+            return list(xs) + arrays
+        for p in params:
+            src = namespace_of(p.data)
+            if src is not np and src is not xp:
+                raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
+                                      p.device, device_of(xp), "a parameter")
+        return list(xs) + [p.on(xp) for p in params]
 
     def _values(self, op: str, xs: Sequence[Any]) -> list[Any]:
         """Every node's value for inputs ``xs`` (checked against the traced shapes)."""
         g = self.graph
-        return g.evaluate(g.check_inputs(op, self._full(xs)))
+        xp = self.namespace(xs)
+        return g.evaluate(g.check_inputs(op, self._full(xs, xp), xp=xp), xp)
 
     def _cotangents(self, values: list[Any], seed: Any,
                     on_input: Callable[[int, Any], None] | None = None) -> tuple[Any, ...]:
@@ -108,8 +149,8 @@ class Compiled:
             raise ShapeError(f"{op}: output has shape {self.out_shape}, expected a scalar (); "
                              "use vjp(xs, seed) for tensor outputs")
 
-    def _seed(self, op: str, seed: Any) -> Any:
-        arr = numeric_array(f"{op} seed", seed, np, self.dtype)
+    def _seed(self, op: str, seed: Any, xp: Any = np) -> Any:
+        arr = array_on(f"{op} seed", seed, xp, self.dtype)
         if arr.shape != self.out_shape:
             raise ShapeError(f"{op}: seed has shape {arr.shape}, output has {self.out_shape}")
         return arr
@@ -123,7 +164,8 @@ class Compiled:
         """The output and its tangent for input tangents ``dxs`` (``None`` means zero)."""
         g = self.graph
         values = self._values("jvp", xs)
-        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True)
+        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True,
+                                  xp=_namespace_of_values(values, g))
         return values[g.output], _or_zeros(g.tangents(values, tangents), values, [g.output])[0]
 
     def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
@@ -132,12 +174,16 @@ class Compiled:
 
     def vjp(self, xs: Sequence[Any], seed: Any) -> tuple[Any, ...]:
         """One cotangent per input for output cotangent ``seed``."""
-        return self._cotangents(self._values("vjp", xs), self._seed("vjp", seed))
+        values = self._values("vjp", xs)
+        return self._cotangents(values, self._seed("vjp", seed,
+                                                   _namespace_of_values(values, self.graph)))
 
     def backward(self, *xs: Any) -> tuple[Any, ...]:
         """Gradients of a scalar output (seed 1), one per input."""
         self._scalar("backward")
-        return self.vjp(xs, np.ones((), dtype=self.dtype))
+        values = self._values("backward", xs)
+        out = values[self.graph.output]
+        return self._cotangents(values, namespace_of(out).ones((), dtype=self.dtype))
 
     def value_and_backward(self, *xs: Any, on_input: Callable[[int, Any], None] | None = None
                            ) -> tuple[Any, tuple[Any, ...]]:
@@ -145,18 +191,21 @@ class Compiled:
         as input ``k``'s gradient becomes final (parameters count after the traced leaves)."""
         self._scalar("value_and_backward")
         values = self._values("value_and_backward", xs)
-        return values[self.graph.output], self._cotangents(values, np.ones((), dtype=self.dtype),
-                                                           on_input)
+        out = values[self.graph.output]
+        seed = namespace_of(out).ones((), dtype=self.dtype)
+        return out, self._cotangents(values, seed, on_input)
 
     def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
         """One cotangent per node, in graph order (zeros where unreached)."""
         g = self.graph
         values = self._values("backprop_all", xs)
-        dense = g.backprop(values, g.output, self._seed("backprop_all", seed))
+        dense = g.backprop(values, g.output,
+                           self._seed("backprop_all", seed, _namespace_of_values(values, g)))
         return list(_or_zeros(dense, values, range(len(values))))
 
     def to_tape(self, *xs: Any) -> tuple[Tape, list[int], int]:
-        tape, leaf_ids, outs = self.graph.to_tape(self._full(xs))
+        xp = self.namespace(xs)
+        tape, leaf_ids, outs = self.graph.to_tape(self._full(xs, xp), xp)
         return tape, leaf_ids, outs[0]
 
     def _hvp_graph(self) -> Graph:
@@ -171,27 +220,29 @@ class Compiled:
         A ``None`` in ``vs`` is a zero direction, which forward mode skips entirely.
         """
         gg = self._hvp_graph()
-        values = gg.evaluate(gg.check_inputs("hvp", self._full(xs)))
-        tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True)
+        xp = self.namespace(xs)
+        values = gg.evaluate(gg.check_inputs("hvp", self._full(xs, xp), xp=xp), xp)
+        tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True, xp=xp)
         return _or_zeros(gg.tangents(values, tangents), values, gg.outputs)
 
     def hessian(self, xs: Sequence[Any], argnum: int) -> Any:
         """The Hessian of a scalar output w.r.t. input ``argnum``: shape ``x.shape + x.shape``,
         with ``H[i, j] = d^2 f / dx_i dx_j``, one forward-over-reverse pass per column."""
         gg = self._hvp_graph()
-        values = gg.evaluate(gg.check_inputs("hessian", self._full(xs)))
+        xp = self.namespace(xs)
+        values = gg.evaluate(gg.check_inputs("hessian", self._full(xs, xp), xp=xp), xp)
         x = values[gg.inputs[argnum]]
         n = x.size
-        rows = np.empty((n,) + x.shape, dtype=gg.dtype)
+        rows = xp.empty((n,) + x.shape, dtype=gg.dtype)
         seeds: list[Any] = [None] * len(gg.inputs)
         for j in range(n):
-            basis = np.zeros(n, dtype=gg.dtype)
+            basis = xp.zeros(n, dtype=gg.dtype)
             basis[j] = 1
             seeds[argnum] = basis.reshape(x.shape)
             t = gg.tangents(values, seeds)[gg.outputs[argnum]]
             rows[j] = 0 if t is None else t
         # rows[j] = H e_j is column j; transpose so that H[i, j] = (H e_j)_i.
-        return np.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
+        return xp.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
 
 
 def compile(  # noqa: A001  (the public name, as torch.compile)
@@ -218,8 +269,15 @@ def _compile_for(op: str, fn: Callable[..., Any], xs: Sequence[Any],
 
 
 def _or_zeros(found: Sequence[Any], values: Sequence[Any], ids: Sequence[int]) -> tuple[Any, ...]:
-    """``found[i]`` for each node id, or zeros of that node's shape where nothing arrived."""
-    return tuple(np.zeros_like(values[i]) if found[i] is None else found[i] for i in ids)
+    """``found[i]`` for each node id, or zeros of that node's shape (and namespace) where
+    nothing arrived."""
+    return tuple(namespace_of(values[i]).zeros_like(values[i]) if found[i] is None else found[i]
+                 for i in ids)
+
+
+def _namespace_of_values(values: Sequence[Any], graph: Graph) -> Any:
+    """The namespace a run's values live in (that of its output)."""
+    return namespace_of(values[graph.outputs[0]]) if graph.outputs else np
 
 
 def _pad_tangents(graph: Graph, tangents: Sequence[Any]) -> list[Any]:
@@ -261,7 +319,8 @@ def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[An
 
     def vjp_fn(seed: Any) -> tuple[Any, ...]:
         # One cotangent per argument (parameters met while tracing are held fixed).
-        return c._cotangents(values, c._seed("vjp", seed))[: len(xs)]
+        xp = _namespace_of_values(values, c.graph)
+        return c._cotangents(values, c._seed("vjp", seed, xp))[: len(xs)]
 
     return values[c.graph.output], vjp_fn
 
