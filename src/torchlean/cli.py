@@ -236,11 +236,13 @@ def _check_libraries(save: bool, plot: bool) -> None:
                            "'torchlean[examples]')") from None
 
 
-def _check_device(device: str) -> None:
+def _check_device(device: str, distributed: bool = False) -> None:
+    """Fail before loading data or training when ``--device`` cannot be used here."""
     if device == "cuda":
+        if distributed:
+            raise CliError("--device cuda: data-parallel training (--distributed) runs on the "
+                           "host; use --device cpu")
         namespace_for("cuda")  # DeviceError naming what is missing (CuPy, a GPU)
-        raise CliError("device 'cuda': CuPy and a GPU are present, but torchlean.train.fit runs "
-                       "its sessions on the CPU; use --device cpu")
 
 
 @contextlib.contextmanager
@@ -360,7 +362,7 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
     model_name = args.model
     dataset_name = args.dataset or models.DEFAULT_DATASET[model_name]
     models.check_compatible(model_name, dataset_name)
-    _check_device(args.device)
+    _check_device(args.device, bool(getattr(args, "distributed", False)))
     recipe = models.RECIPES[(model_name, dataset_name)]
     epochs = args.epochs or recipe["epochs"]
     batch_size = args.batch_size or recipe["batch_size"]
@@ -378,13 +380,14 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
     optimizer = _make_optimizer(optimizer_name, model.parameters(), lr)
     settings = {"epochs": epochs, "batch_size": batch_size, "lr": lr,
                 "schedule": "cosine", "optimizer": optimizer_name, "backend": args.backend,
-                "seed": args.seed}
+                "device": args.device, "seed": args.seed}
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
     scored = " (accuracy = exact match of the whole sum)" if dataset_name == "adder" else ""
     print(f"training {model_name} ({n_params:,} parameters) on {dataset_name} "
           f"({len(data.train)} train / {len(data.test)} test){scored}", flush=True)
+    where = "" if args.device == "cpu" else f" on {args.device}"
     print(f"{optimizer_name} lr {lr:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
-          f"{args.backend} backend, seed {args.seed}", flush=True)
+          f"{args.backend} backend{where}, seed {args.seed}", flush=True)
 
     def report(record: EpochMetrics) -> None:
         print(_epoch_line(record, epochs), flush=True)
@@ -401,7 +404,8 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
                           progress=True, metrics=datasets.score, on_epoch=report,
                           should_stop=stop, distributed=getattr(args, "distributed", False),
                           check_every=getattr(args, "check_every", 0),
-                          check_finite=getattr(args, "check_finite", False))
+                          check_finite=getattr(args, "check_finite", False),
+                          device=args.device)
         except TrainingDiverged as exc:  # the model holds its last finite state: report, save
             diverged, history = exc, exc.history
             kept = f"; --save writes the last finite state to {args.save}" if args.save else ""
@@ -487,6 +491,8 @@ def _load_model(path: str, config: dict[str, Any]) -> Any:
 
 def _eval(args: argparse.Namespace) -> int:
     _check_device(args.device)
+    if args.onnx and args.device != "cpu":
+        raise CliError("eval --onnx runs the ONNX model on the CPU; use --device cpu")
     if args.onnx:
         return onnx_cli.run_eval(args)
     if not args.checkpoint:
@@ -507,7 +513,7 @@ def _eval(args: argparse.Namespace) -> int:
     _check_fits_data(config, data, path)
     model = _load_model(path, config)
     result = evaluate(model, F.cross_entropy, data.test, batch_size=args.batch_size,
-                      backend=args.backend, metrics=datasets.score)
+                      backend=args.backend, metrics=datasets.score, device=args.device)
     print(f"{config['model']} from {path} on {dataset_name} ({len(data.test)} test examples): "
           f"test loss {result['loss']:.4f}  test acc {result['accuracy']:.4f}", flush=True)
     if args.json:

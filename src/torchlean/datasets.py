@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .backend import namespace_of, on_host, to_device, to_host
 from .data import Dataset
 from .errors import TorchLeanError
 
@@ -158,7 +159,7 @@ def adder(seed: int = 0, digits_per_operand: int = 2, size: int = 10_000,
                           "digits_per_operand": k, "answer_positions": (2 * k + 1, 3 * k + 2)})
 
 
-def score(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+def score(outputs: Any, targets: Any) -> dict[str, float]:
     """Accuracy of ``outputs`` (scores with a trailing class axis) against integer ``targets``.
 
     For one label per example this is the fraction of correct argmax predictions. For sequence
@@ -166,16 +167,26 @@ def score(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
     position (target not ``IGNORE``) is right; ``token_accuracy`` is the fraction of scored
     positions that are right. (With teacher forcing, all answer positions right is the same event
     as greedy decoding producing the whole answer, so exact match here is generation accuracy.)
+
+    Device arrays are scored where they live (targets given on the host are uploaded once); the
+    counts are the one thing read back.
     """
-    outputs, targets = np.asarray(outputs), np.asarray(targets)
+    if on_host(outputs):
+        outputs = np.asarray(outputs)
+    xp = namespace_of(outputs)
+    targets = to_device(np.asarray(targets) if on_host(targets) else targets, xp)
+    n = len(targets)
     predicted = outputs.argmax(axis=-1)
     if targets.ndim == 1:
-        return {"accuracy": float((predicted == targets).mean())}
+        right = int(to_host((predicted == targets).sum()))
+        return {"accuracy": right / n if n else float("nan")}
     scored = targets != IGNORE
     right = (predicted == targets) & scored
-    per_example = (right | ~scored).reshape(len(targets), -1).all(axis=1)
-    return {"accuracy": float(per_example.mean()),
-            "token_accuracy": float(right.sum() / max(int(scored.sum()), 1))}
+    per_example = (right | ~scored).reshape(n, -1).all(axis=1)
+    exact, tokens, total = (int(c) for c in to_host(
+        xp.stack([per_example.sum(), right.sum(), scored.sum()])))
+    return {"accuracy": exact / n if n else float("nan"),
+            "token_accuracy": tokens / max(total, 1)}
 
 
 _LOADERS: dict[str, Callable[..., DatasetBundle]] = {"digits": digits, "iris": iris,

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from . import nn
+from .backend import namespace_of
 from .datasets import DatasetBundle
 from .errors import TorchLeanError
+from .functional import Ref
 
 __all__ = ["COMPATIBLE", "NAMES", "RECIPES", "Block", "Transformer", "build", "check_compatible",
            "config_for"]
@@ -88,7 +90,10 @@ class Transformer(nn.Module):
                                  f"{self.seq_len} positions it was built for")
         # Position ids as a ref next to the tokens (0, 1, ..., T-1 in every row), so the
         # position table is used where the tokens live and receives gradients.
-        positions = tokens * 0.0 + np.arange(length, dtype=tokens.dtype)
+        # (Plain token arrays get the ids in their own namespace: on a device, made there.)
+        ids = (np.arange(length, dtype=tokens.dtype) if isinstance(tokens, Ref | np.ndarray)
+               else namespace_of(tokens).arange(length, dtype=tokens.dtype))
+        positions = tokens * 0.0 + ids
         x = self.tok(tokens) + self.pos(positions)
         return self.head(self.ln_f(self.blocks(x)))
 

@@ -106,6 +106,7 @@ class Optimizer:
             self.state.append(state)
         # The namespace each parameter's state lives in (a step moves it to the parameter's).
         self._state_xp: list[Any] = [namespace_of(p.data) for p in self.params]
+        self._fresh = [True] * len(self.params)  # state as init_single made it (no step, no load)
 
     # -- the two methods an optimiser implements ------------------------------------------------
     def init_single(self, param: Any) -> dict[str, Any]:
@@ -182,14 +183,18 @@ class Optimizer:
 
     def _state_on(self, i: int, xp: Any) -> dict[str, Any]:
         """Parameter ``i``'s state with its arrays in namespace ``xp`` (moved there, once, when
-        the parameter moved after the optimiser was built); the step counter stays on the host.
+        the parameter moved after the optimiser was built: made there afresh if no step has
+        changed it yet, else uploaded); the step counter stays on the host.
         """
         state = self.state[i]
         if self._state_xp[i] is not xp:
+            if self._fresh[i]:  # still the initial state: made afresh there, no upload
+                state.update(self.init_single(self.params[i]))
             for key, value in state.items():
                 if key != "step" and namespace_of(value) is not xp:
                     state[key] = to_device(value, xp)
             self._state_xp[i] = xp
+        self._fresh[i] = False
         return state
 
     def zero_grad(self) -> None:
@@ -241,6 +246,7 @@ class Optimizer:
                 else:  # the parameter moved since the state was made: one explicit upload
                     state[key] = to_device(np.array(arr, copy=True), xp)
             self._state_xp[i] = xp
+            self._fresh[i] = False
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper.items())

@@ -4,6 +4,14 @@
 1/N. ``fit`` trains a module on a ``Dataset`` with any optimiser, on the eager tape or on a graph
 compiled once per batch shape, and reports per-epoch metrics (with a tqdm progress bar when tqdm
 is installed and the output is a terminal).
+
+On a device (``fit(..., device="cuda")``, or a model already moved there with ``model.to``)
+everything that moves between host and device moves explicitly, and only this: the parameters
+once (``model.to``; they stay there after ``fit``), each batch's inputs and labels once per step
+(two uploads), the step's loss once per step (one 0-d download, so a NaN stops training at the
+batch that produced it, as on the CPU), the parameters once per epoch (the last finite state kept
+in case training diverges), and in evaluation each batch's inputs, the labels once and the
+metric counts once. The optimiser updates the parameters where they live.
 """
 
 from __future__ import annotations
@@ -12,13 +20,15 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from . import anomaly
+from .backend import check_device, namespace_for, namespace_of, on_host, to_device, to_host
 from .data import Dataset
-from .errors import ShapeError, TorchLeanError
+from .errors import DeviceError, ShapeError, TorchLeanError
 from .functional import Ref
 from .session import Options, Session, Stepper
 
@@ -60,9 +70,36 @@ class EpochMetrics:
         return out
 
 
-def _labels_as_floats(y: np.ndarray, dtype: Any) -> np.ndarray:
+def _labels_as_floats(y: Any, dtype: Any) -> Any:
     # Integer labels travel as float class indices so one compiled graph serves every batch.
     return y.astype(dtype) if y.dtype.kind in "iub" else y.astype(dtype, copy=False)
+
+
+def _on(xp: Any, x: Any, dtype: Any = None) -> Any:
+    """Batch data ``x`` (host or device) as an array of ``xp`` (one explicit upload for host
+    data on a device), converted to ``dtype`` if given (on the host, before the upload)."""
+    if on_host(x):
+        return to_device(np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype), xp)
+    x = to_device(x, xp)
+    return x if dtype is None else x.astype(dtype, copy=False)
+
+
+def resolve_device(model: Any, device: str | None, owner: str = "fit") -> str:
+    """The device to run ``model`` on: ``device`` (the parameters are moved there) or, for
+    ``None``, where its parameters already live (all on one device)."""
+    params = list(model.parameters())
+    if device is None:
+        where = {p.device for p in params}
+        if len(where) > 1:
+            raise DeviceError(f"{owner}: the model's parameters live on {sorted(where)}; move it "
+                              "with model.to(device) or pass device=")
+        return where.pop() if where else "cpu"
+    if not isinstance(device, str):
+        raise DeviceError(f"{owner}: device must be 'cpu' or 'cuda', found {device!r}")
+    xp = namespace_for(check_device(device))  # DeviceError when CuPy or a GPU is missing
+    for p in params:
+        p.on(xp)  # one explicit transfer per parameter that lives elsewhere; then resident
+    return device
 
 
 class _Stepper:
@@ -70,57 +107,76 @@ class _Stepper:
     ``ScalarTrainer`` takes too), one for the loss and one for the model's outputs."""
 
     def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], backend: str,
-                 dtype: Any, check_finite: bool = False) -> None:
+                 dtype: Any, check_finite: bool = False, device: str = "cpu") -> None:
         if backend not in ("eager", "compiled"):
             raise TorchLeanError(f"fit: backend must be 'eager' or 'compiled', found {backend!r}")
         self.model = model
         self.dtype = np.dtype(dtype)
-        opts = Options(backend=backend, dtype=self.dtype.name, check_finite=check_finite)
+        self.device = device
+        self.xp = namespace_for(device)
+        opts = Options(backend=backend, dtype=self.dtype.name, check_finite=check_finite,
+                       device=device)
         self._loss = Stepper(lambda owner, x, y: loss_fn(model(x), y), opts)
         self._outputs = Stepper(lambda owner, x: model(x), opts)
 
-    def loss_and_grads(self, x: np.ndarray, y: np.ndarray,
+    def loss_and_grads(self, x: Any, y: Any,
                        on_param_grad: Callable[[Any, Any], None] | None = None) -> float:
         """Loss of the batch; gradients are accumulated into each parameter's ``.grad``
-        (``on_param_grad(param, g)`` also sees each one as soon as it is final)."""
+        (``on_param_grad(param, g)`` also sees each one as soon as it is final). On a device
+        the batch is uploaded here (inputs and labels: one transfer each) and the loss read
+        back (one 0-d transfer)."""
+        xp = self.xp
         value, pairs = self._loss.value_and_grads(
-            [x, _labels_as_floats(y, self.dtype)], extra_key=self.model.training,
-            on_param_grad=on_param_grad)
+            [_on(xp, x, self.dtype), _labels_as_floats(_on(xp, y), self.dtype)],
+            extra_key=self.model.training, on_param_grad=on_param_grad)
         for p, g in pairs:
             if g is not None:
                 p.accumulate_grad(g)
-        return float(value)
+        return float(to_host(value))
 
-    def outputs(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self._outputs.forward([x], extra_key=self.model.training))
+    def outputs(self, x: Any) -> Any:
+        """The model's outputs for a batch, where the model runs (a device array on a device).
+        """
+        return self._outputs.forward([_on(self.xp, x, self.dtype)],
+                                     extra_key=self.model.training)
 
 
-def _default_metrics(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
-    """Loss-independent metrics: accuracy when targets are class labels."""
+def _default_metrics(outputs: Any, targets: Any) -> dict[str, float]:
+    """Loss-independent metrics: accuracy when targets are class labels (counted where the
+    outputs live; the count is the one value read back)."""
     if targets.dtype.kind in "iu" and outputs.shape[:-1] == targets.shape:
-        return {"accuracy": float((outputs.argmax(axis=-1) == targets).mean())}
+        right = int(to_host((outputs.argmax(axis=-1) == targets).sum()))
+        return {"accuracy": right / targets.size if targets.size else float("nan")}
     return {}
 
 
 def evaluate(model: Any, loss_fn: Callable[[Any, Any], Any], data: Dataset,
              batch_size: int = 256, backend: str = "eager", dtype: Any = "float32",
-             metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
-             _stepper: _Stepper | None = None) -> dict[str, float]:
-    """Mean loss and metrics of ``model`` (in eval mode) over ``data``."""
-    stepper = _stepper or _Stepper(model, loss_fn, backend, dtype)
+             metrics: Callable[[Any, Any], dict[str, float]] = _default_metrics,
+             _stepper: _Stepper | None = None, device: str | None = None) -> dict[str, float]:
+    """Mean loss and metrics of ``model`` (in eval mode) over ``data``.
+
+    ``device`` as in ``fit`` (``None``: where the parameters live). ``metrics(outputs,
+    targets)`` receives arrays where the model ran: on a device, device arrays (compute with
+    their namespace and read back what you report, as ``datasets.score`` does)."""
+    if _stepper is None:
+        _stepper = _Stepper(model, loss_fn, backend, dtype,
+                            device=resolve_device(model, device, "evaluate"))
+    stepper = _stepper
+    xp = stepper.xp
     was_training = model.training
     model.eval()
     try:
         outs = []
         for x, _ in data.batches(batch_size):
-            outs.append(stepper.outputs(np.asarray(x, dtype=stepper.dtype)))
-        outputs = np.concatenate(outs, axis=0)
-        targets = np.asarray(data.targets)
-        session = Session(Options(dtype=stepper.dtype.name))
+            outs.append(stepper.outputs(x))
+        outputs = xp.concatenate(outs, axis=0)
+        targets = _on(xp, data.targets)  # one upload of every label
+        session = Session(Options(dtype=stepper.dtype.name, device=stepper.device))
         loss_ref = loss_fn(session.const(outputs),
                            session.input(_labels_as_floats(targets, stepper.dtype),
                                          requires_grad=False))
-        result = {"loss": float(session.value(loss_ref))}
+        result = {"loss": float(to_host(session.value(loss_ref)))}
         result.update(metrics(outputs, targets))
         return result
     finally:
@@ -134,7 +190,8 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]] = _default_metrics,
         on_epoch: Callable[[EpochMetrics], None] | None = None,
         should_stop: Callable[[], bool] | None = None, distributed: Any = False,
-        check_every: int = 0, check_finite: bool = False) -> list[EpochMetrics]:
+        check_every: int = 0, check_finite: bool = False,
+        device: str | None = None) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
@@ -154,6 +211,11 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
     Keras's ``TerminateOnNaN``. ``check_finite=True`` also checks every forward value and
     gradient (naming the first op and node that produced a non-finite one) and every
     optimiser update (naming the parameter), on both backends.
+
+    ``device="cuda"`` trains on the GPU (CuPy): the parameters are moved there once and stay
+    (the optimiser's state follows them at its first step); ``None`` trains where the
+    parameters already live. See the module doc for what crosses between host and device.
+    Data-parallel training is host-only (``DeviceError``).
     """
     if not isinstance(check_finite, bool):
         raise TorchLeanError(f"fit: check_finite must be a bool, found {check_finite!r}")
@@ -163,8 +225,13 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         raise TorchLeanError(f"fit: batch_size must be a positive int, found {batch_size!r}")
     params = list(model.parameters())
     dtype = params[0].dtype if params else np.dtype(np.float32)
-    stepper = _Stepper(model, loss_fn, backend, dtype, check_finite)
-    if distributed is not False and distributed is not None:
+    parallel = distributed is not False and distributed is not None
+    if parallel and device not in (None, "cpu"):
+        raise DeviceError("fit: data-parallel training runs on the host (MPI moves host "
+                          f"buffers); found device={device!r}: use device='cpu'")
+    device = resolve_device(model, device)
+    stepper = _Stepper(model, loss_fn, backend, dtype, check_finite, device)
+    if parallel:
         from .distributed import DataParallel, communicator
 
         dp = DataParallel(params, optimizer, communicator(distributed), check_every=check_every)
@@ -211,7 +278,8 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
     params = list(model.parameters())
     saved, saved_epoch = anomaly.snapshot(params), 1  # the last finite state, should it diverge
     for epoch in range(1, epochs + 1):
-        if epoch > 1 and all(anomaly.all_finite(p.data) for p in params):
+        # p.value: the host value (on a device one readback per epoch, reused by snapshot).
+        if epoch > 1 and all(anomaly.all_finite(p.value) for p in params):
             saved, saved_epoch = anomaly.snapshot(params), epoch
         model.train()
         data = train_data.shuffle(seed + epoch) if shuffle else train_data
@@ -230,7 +298,7 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                     raise anomaly.NonFiniteError(f"the loss is {loss}")
                 optimizer.step()
                 if check_finite:
-                    anomaly.check_parameters(params, f"{type(optimizer).__name__} step")
+                    _check_parameters(params, f"{type(optimizer).__name__} step")
             except anomaly.NonFiniteError as exc:
                 raise _diverged(exc, params, saved, saved_epoch, epoch, batch, history,
                                 check_finite) from None
@@ -245,7 +313,7 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                               examples_per_second=seen / seconds if seconds > 0 else 0.0)
         if test_data is not None:
             result = evaluate(model, loss_fn, test_data, backend=backend, dtype=dtype,
-                              metrics=metrics, _stepper=stepper)
+                              metrics=metrics, _stepper=stepper, device=stepper.device)
             record.test_loss = result.pop("loss")
             record.test_accuracy = result.pop("accuracy", None)
             record.extra = result
@@ -261,7 +329,7 @@ def _diverged(exc: Exception, params: list[Any], saved: list[np.ndarray], saved_
               epoch: int, batch: int, history: list[EpochMetrics],
               check_finite: bool) -> anomaly.TrainingDiverged:
     """Put the parameters in their last finite state and say where training stopped."""
-    if all(anomaly.all_finite(p.data) for p in params):
+    if all(anomaly.all_finite(p.value) for p in params):
         state = "the parameters are finite and kept"
     else:
         anomaly.restore(params, saved)
@@ -270,6 +338,20 @@ def _diverged(exc: Exception, params: list[Any], saved: list[np.ndarray], saved_
     return anomaly.TrainingDiverged(
         f"fit: stopped at epoch {epoch}, batch {batch}: {exc}; {state}{hint} (a lower learning "
         "rate usually helps)", history, epoch, batch)
+
+
+def _check_parameters(params: list[Any], where: str) -> None:
+    """``anomaly.check_parameters`` where the parameters live: on a device the finiteness
+    flags are computed there and read back together (one transfer); only when one is false are
+    the values read back, to name the parameter."""
+    if all(on_host(p.data) for p in params):
+        anomaly.check_parameters(params, where)
+        return
+    xp = namespace_of(params[0].data)
+    flags = to_host(xp.stack([xp.isfinite(p.data).all() for p in params]))
+    if not flags.all():
+        anomaly.check_parameters([SimpleNamespace(name=p.name, data=p.value) for p in params],
+                                 where)
 
 
 def _progress(items: Iterable[Any], total: int, desc: str, enabled: bool) -> Any:

@@ -35,8 +35,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import functional as F
-from ..backend import as_dtype, to_host
-from ..errors import CheckpointError, IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..backend import as_dtype, check_device, namespace_for, namespace_of, to_device, to_host
+from ..errors import (
+    CheckpointError,
+    DeviceError,
+    IndexRangeError,
+    ShapeError,
+    TorchLeanError,
+    TraceError,
+)
 from ..functional import Ref
 from ..generators import Generator, ThreadLocalGenerator, check_generator
 from ..params import Param
@@ -107,19 +114,30 @@ class LoadResult(NamedTuple):
 
 
 def _use(x: Any, param: Param) -> Any:
-    """The parameter where ``x`` lives: a ref from x's owner, or the value for plain arrays."""
-    return x.owner.use(param) if isinstance(x, Ref) else param.data
+    """The parameter where ``x`` lives: a ref from x's owner, or the value for plain arrays
+    (which must live where the parameter does: nothing is moved implicitly)."""
+    if isinstance(x, Ref):
+        return x.owner.use(param)
+    data = param.data
+    if namespace_of(x) is not namespace_of(data):
+        raise DeviceError(f"parameter {param.name or '(unnamed)'} lives on {param.device} but "
+                          "the input is on another device; move the module with .to(device) "
+                          "or the input with torchlean.backend.to_device")
+    return data
 
 
 def _const(x: Any, array: Any) -> Any:
-    """A constant next to ``x`` (in x's dtype): a const ref of x's owner, or the array itself."""
-    dtype = x.dtype if isinstance(x, Ref) else np.asarray(x).dtype
-    arr = np.asarray(array, dtype=dtype)
-    return x.owner.const(arr) if isinstance(x, Ref) else arr
+    """A constant next to ``x`` (in x's dtype): a const ref of x's owner, or an array where x
+    lives (uploaded explicitly when x is a device array)."""
+    if isinstance(x, Ref):
+        return x.owner.const(np.asarray(array, dtype=x.dtype))
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return to_device(np.asarray(array, dtype=x.dtype), namespace_of(x))
+    return np.asarray(array, dtype=np.asarray(x).dtype)
 
 
 def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape) if isinstance(x, Ref) else tuple(np.shape(x))
+    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
 
 
 def _pair(name: str, value: Any, minimum: int = 0) -> tuple[int, int]:
@@ -326,6 +344,39 @@ class Module:
 
     def eval(self) -> Module:
         return self.train(False)
+
+    def to(self, device: Any) -> Module:
+        """Move every parameter to ``device`` ("cpu" or "cuda"), as ``torch.nn.Module.to``:
+        one explicit transfer per parameter that lives elsewhere, none for those already there.
+        Returns the module. Buffers (e.g. running statistics) stay host arrays; they enter a
+        pass as constants. Optimisers built before the move take their state along at their
+        next step."""
+        name = getattr(device, "type", device)  # a torch.device-like object has .type
+        if not isinstance(name, str):
+            raise DeviceError(f"{type(self).__name__}.to: expected a device name ('cpu' or "
+                              f"'cuda'), found {device!r}")
+        xp = namespace_for(check_device(name.split(":")[0]))
+        for p in self.parameters():
+            p.on(xp)
+        return self
+
+    def cuda(self) -> Module:
+        """``to("cuda")``."""
+        return self.to("cuda")
+
+    def cpu(self) -> Module:
+        """``to("cpu")``."""
+        return self.to("cpu")
+
+    @property
+    def device(self) -> str:
+        """Where the parameters live ("cpu" without parameters); a module split across devices
+        raises ``DeviceError``."""
+        where = {p.device for p in self.parameters()}
+        if len(where) > 1:
+            raise DeviceError(f"{type(self).__name__}: parameters live on {sorted(where)}; "
+                              "move the module with .to(device)")
+        return where.pop() if where else "cpu"
 
     def compile(self) -> Any:
         """This module run as compiled graphs (one per input shape, dtype and mode); on tensors
@@ -647,7 +698,8 @@ class MultiheadAttention(Module):
             raise ShapeError(f"MultiheadAttention: expected (n, {self.embed_dim}) or "
                              f"(B, n, {self.embed_dim}), found {shape}")
         n = shape[-2]
-        allowed = None if mask is None else np.asarray(mask)
+        # The mask is a static attribute of the op: host data (a device mask is read back).
+        allowed = None if mask is None else np.asarray(to_host(mask))
         if allowed is not None and (allowed.dtype != np.bool_ or allowed.shape != (n, n)):
             raise ShapeError(f"MultiheadAttention: mask must be a boolean ({n}, {n}) array "
                              f"(True = may attend), found {allowed.dtype} {allowed.shape}")
@@ -684,7 +736,8 @@ class Embedding(Module):
 
     def forward(self, ids: Any) -> Any:
         if not isinstance(ids, Ref):
-            ids = np.asarray(ids, dtype=self.weight.dtype)
+            xp = namespace_of(ids)
+            ids = xp.asarray(ids).astype(self.weight.dtype)
         elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
             # An integer index tensor (tl.Tensor int64): one_hot of it would be integer too.
             ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
