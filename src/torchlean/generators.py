@@ -34,21 +34,23 @@ class Generator:
         self.counter = 0
         return self
 
-    def uniform(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
-        """U[0, 1) draws of ``shape``."""
+    def uniform(self, shape: Sequence[int], dtype: Any = float64, xp: Any = np) -> Any:
+        """U[0, 1) draws of ``shape``, made in namespace ``xp`` (NumPy by default; a device
+        namespace computes the same bits on the device, with no upload)."""
         prim = REGISTRY["rand_uniform"]
         attrs = prim.check_attrs({"shape": shape, "dtype": dtype})  # before the counter moves
         counter = self.counter
         self.counter += 1
         return prim.forward(shape=attrs["shape"], seed=self.seed, counter=counter,
-                            dtype=attrs["dtype"])
+                            dtype=attrs["dtype"], xp=xp)
 
-    def normal(self, shape: Sequence[int], dtype: Any = float64) -> np.ndarray:
-        """Standard normal draws (Box-Muller on two uniform draws, in float64)."""
-        u1 = self.uniform(shape)
-        u2 = self.uniform(shape)
-        radius = np.sqrt(-2.0 * np.log1p(-u1))  # 1 - u1 lies in (0, 1]: log is finite
-        return (radius * np.cos(2.0 * np.pi * u2)).astype(np.dtype(dtype))
+    def normal(self, shape: Sequence[int], dtype: Any = float64, xp: Any = np) -> Any:
+        """Standard normal draws (Box-Muller on two uniform draws, in float64), made in
+        namespace ``xp``."""
+        u1 = self.uniform(shape, xp=xp)
+        u2 = self.uniform(shape, xp=xp)
+        radius = xp.sqrt(-2.0 * xp.log1p(-u1))  # 1 - u1 lies in (0, 1]: log is finite
+        return (radius * xp.cos(2.0 * np.pi * u2)).astype(np.dtype(dtype))
 
 
 class ThreadLocalGenerator(Generator):

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape
-from .registry import ErrorInput, Primitive, Sample, add_tangents, register
+from .registry import ErrorInput, Primitive, Sample, add_tangents, device_constant, register
 from .samples import normal
 
 # ---------------------------------------------------------------------------------------------
@@ -29,17 +30,19 @@ from .samples import normal
 
 
 def _masked_softmax(x: Any, mask: Any = None) -> Any:
+    xp = namespace_of(x)
     if mask is None:
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        e = xp.exp(x - x.max(axis=-1, keepdims=True))
         e /= e.sum(axis=-1, keepdims=True)
         return e
-    allowed = np.asarray(mask, dtype=bool)
-    masked = np.where(allowed, x, -np.inf)
+    # The mask is a static attribute: on a device it is uploaded once (device_constant).
+    allowed = device_constant(mask, xp, lambda m: np.asarray(m, dtype=bool))
+    masked = xp.where(allowed, x, -np.inf)
     m = masked.max(axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)  # a fully masked row: any shift works, all weights are 0
-    e = np.exp(masked - m)
+    m = xp.where(xp.isfinite(m), m, 0)  # a fully masked row: any shift works, all weights are 0
+    e = xp.exp(masked - m)
     s = e.sum(axis=-1, keepdims=True)
-    e /= np.where(s > 0, s, 1)
+    e /= xp.where(s > 0, s, 1)
     return e.astype(x.dtype, copy=False)
 
 
@@ -154,10 +157,10 @@ def _mha_forward(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
         return m.reshape(b, n, h, d).transpose(0, 2, 1, 3)
 
     q, k, v = heads(x2 @ wq), heads(x2 @ wk), heads(x2 @ wv)
-    scores = np.matmul(q, k.transpose(0, 1, 3, 2))
+    scores = q @ k.transpose(0, 1, 3, 2)
     scores *= 1.0 / math.sqrt(d)
     p = _masked_softmax(scores, mask)
-    o = np.matmul(p, v).transpose(0, 2, 1, 3).reshape(b * n, hd)
+    o = (p @ v).transpose(0, 2, 1, 3).reshape(b * n, hd)
     return (o @ wo).reshape(x.shape)
 
 

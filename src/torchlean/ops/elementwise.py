@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of, to_host
 from ..errors import DomainError, ShapeError, SignatureError
 from ..shape import broadcast_shapes
 from .registry import (
@@ -64,14 +65,35 @@ def _sum_tangents(ops: Any, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
     return _expand(ops, ops.add(a, b), shape)
 
 
+def _ufunc(name: str) -> Any:
+    """The forward ``f(x)`` of NumPy's ufunc ``name`` on any namespace: the ufunc itself for a
+    NumPy array (no extra lookup on the host path), ``namespace_of(x).name`` otherwise."""
+    host = getattr(np, name)
+
+    def forward(x: Any) -> Any:
+        if type(x) is np.ndarray:
+            return host(x)
+        return getattr(namespace_of(x), name)(x)
+
+    forward.__name__ = name
+    return forward
+
+
+def _namespace2(a: Any, b: Any) -> Any:
+    """The namespace of a binary op's operands (a device one if either is on a device)."""
+    xp = namespace_of(a)
+    return namespace_of(b) if xp is np else xp
+
+
 # ---------------------------------------------------------------------------------------------
-# Binary arithmetic.
+# Binary arithmetic. Forwards are operators, so they run on whatever array type arrives (NumPy
+# or a device); NumPy's operators are its ufuncs, bit for bit.
 
 _NO_BROADCAST = (ErrorInput(((2, 3), (4,)), {}, ShapeError,
                             r"shapes do not broadcast: \(2, 3\) and \(4,\)"),)
 
 register(Primitive(
-    "add", ("a", "b"), _binary_infer("add"), np.add,
+    "add", ("a", "b"), _binary_infer("add"), lambda a, b: a + b,
     vjp=lambda ops, g, xs, out: (g, g),
     jvp=lambda ops, ts, xs, out: _sum_tangents(ops, ts[0], ts[1], out.shape),
     broadcasting=True,
@@ -82,7 +104,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "sub", ("a", "b"), _binary_infer("sub"), np.subtract,
+    "sub", ("a", "b"), _binary_infer("sub"), lambda a, b: a - b,
     vjp=lambda ops, g, xs, out: (g, ops.scale(g, c=-1.0)),
     jvp=lambda ops, ts, xs, out: _sum_tangents(
         ops, ts[0], None if ts[1] is None else ops.scale(ts[1], c=-1.0), out.shape),
@@ -98,7 +120,7 @@ def _mul_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
 
 
 register(Primitive(
-    "mul", ("a", "b"), _binary_infer("mul"), np.multiply,
+    "mul", ("a", "b"), _binary_infer("mul"), lambda a, b: a * b,
     vjp=lambda ops, g, xs, out: (ops.mul(g, xs[1]), ops.mul(g, xs[0])),
     jvp=_mul_jvp, broadcasting=True,
     semantics="a * b elementwise, NumPy broadcasting. VJP: (g * b, g * a).",
@@ -109,7 +131,7 @@ register(Primitive(
 
 def max_weight(a: Any, b: Any) -> Any:
     """1 where a > b, 0.5 where a == b, 0 where a < b (in a's dtype)."""
-    dtype = np.result_type(a, b)
+    dtype = np.result_type(a.dtype, b.dtype)
     return (a > b).astype(dtype) + 0.5 * (a == b).astype(dtype)
 
 
@@ -144,8 +166,10 @@ def _minmax(name: str, forward: Any, pick_first: Any) -> Primitive:
     ))
 
 
-_minmax("max", np.maximum, lambda ops, a, b: ops.max_weight(a, b))
-_minmax("min", np.minimum, lambda ops, a, b: ops.max_weight(b, a))
+_minmax("max", lambda a, b: _namespace2(a, b).maximum(a, b),
+        lambda ops, a, b: ops.max_weight(a, b))
+_minmax("min", lambda a, b: _namespace2(a, b).minimum(a, b),
+        lambda ops, a, b: ops.max_weight(b, a))
 
 # ---------------------------------------------------------------------------------------------
 # Scalar-attribute arithmetic.
@@ -180,7 +204,7 @@ def _mask_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 register(Primitive(
-    "sign", ("x",), same_shape, np.sign, nondiff=True,
+    "sign", ("x",), same_shape, _ufunc("sign"), nondiff=True,
     semantics="sign(x): -1, 0 or 1; the subgradient of abs (0 at 0). Zero derivative.",
     samples=_mask_samples, torch_ref=lambda torch, x: torch.sign(x),
     error_inputs=[arity_error(("x",))],
@@ -210,7 +234,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "zeros_like", ("x",), same_shape, np.zeros_like, nondiff=True,
+    "zeros_like", ("x",), same_shape, _ufunc("zeros_like"), nondiff=True,
     semantics="Zeros of x's shape and dtype (the zero cotangent / tangent). Zero derivative.",
     samples=unary_samples(), torch_ref=lambda torch, x: torch.zeros_like(x),
     error_inputs=[arity_error(("x",))],
@@ -227,33 +251,35 @@ register(Primitive(
 # Unary ops declared by forward and derivative.
 
 elementwise_unary(
-    "square", np.square, lambda ops, x, y: ops.scale(x, c=2.0),
+    "square", _ufunc("square"), lambda ops, x, y: ops.scale(x, c=2.0),
     semantics="x * x. Derivative 2x.",
     samples=unary_samples(), torch_ref=lambda torch, x: x * x,
 )
 
 elementwise_unary(
-    "abs", np.abs, lambda ops, x, y: ops.sign(x),
+    "abs", _ufunc("abs"), lambda ops, x, y: ops.sign(x),
     semantics="|x|. Subgradient sign(x), which is 0 at 0 (PyTorch agrees).",
     samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: torch.abs(x),
 )
 
 elementwise_unary(
-    "relu", lambda x: np.maximum(x, 0), lambda ops, x, y: ops.positive_mask(x),
+    "relu", lambda x: namespace_of(x).maximum(x, 0), lambda ops, x, y: ops.positive_mask(x),
     semantics="max(x, 0). Derivative 1 for x > 0 and 0 for x <= 0 (0 at 0, as PyTorch).",
     samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: torch.relu(x),
 )
 
 
 def _sqrt(x: Any) -> Any:
-    return np.sqrt(np.maximum(x, 0))
+    xp = namespace_of(x)
+    return xp.sqrt(xp.maximum(x, 0))
 
 
 def _sqrt_deriv(x: Any) -> Any:
     """1 / (2 sqrt x) for x > 0, else 0, without dividing by zero."""
+    xp = namespace_of(x)
     positive = x > 0
-    safe = np.where(positive, x, 1)
-    return np.where(positive, 0.5 / np.sqrt(safe), 0).astype(x.dtype)
+    safe = xp.where(positive, x, 1)
+    return xp.where(positive, 0.5 / xp.sqrt(safe), 0).astype(x.dtype)
 
 
 elementwise_unary(
@@ -283,7 +309,7 @@ def _clamp_infer(shape: tuple[int, ...], lo: float, hi: float) -> tuple[int, ...
 
 
 elementwise_unary(
-    "clamp", lambda x, lo, hi: np.clip(x, lo, hi),
+    "clamp", lambda x, lo, hi: namespace_of(x).clip(x, lo, hi),
     lambda ops, x, y, lo, hi: ops.interval_mask(x, lo=lo, hi=hi),
     attrs=("lo", "hi"), infer=_clamp_infer,
     semantics="min(max(x, lo), hi). Derivative: the indicator of the open interval (lo, hi), 0 at "
@@ -299,8 +325,9 @@ elementwise_unary(
 
 def _sigmoid(x: Any) -> Any:
     # exp(-|x|) never overflows; the two branches agree where both are finite.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+    xp = namespace_of(x)
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
 
 
 elementwise_unary(
@@ -311,20 +338,22 @@ elementwise_unary(
 )
 
 elementwise_unary(
-    "tanh", np.tanh, lambda ops, x, y: ops.add_scalar(ops.scale(ops.square(y), c=-1.0), c=1.0),
+    "tanh", _ufunc("tanh"),
+    lambda ops, x, y: ops.add_scalar(ops.scale(ops.square(y), c=-1.0), c=1.0),
     semantics="tanh(x). Derivative 1 - y^2.",
     samples=unary_samples(), torch_ref=lambda torch, x: torch.tanh(x),
 )
 
 elementwise_unary(
-    "exp", np.exp, lambda ops, x, y: y,
+    "exp", _ufunc("exp"), lambda ops, x, y: y,
     semantics="exp(x). Derivative exp(x) (the output itself).",
     samples=unary_samples(), torch_ref=lambda torch, x: torch.exp(x),
 )
 
 
 def _softplus(x: Any) -> Any:
-    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+    xp = namespace_of(x)
+    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
 elementwise_unary(
@@ -336,11 +365,18 @@ elementwise_unary(
 
 
 def _log(x: Any) -> Any:
+    xp = namespace_of(x)
     bad = ~(x > 0)
-    if bad.any():
-        raise DomainError(f"log: {int(bad.sum())} of {x.size} entries are <= 0 or NaN; "
+    # On a device the domain check is one explicit download of a 0-d count (a synchronisation,
+    # as any value-dependent error needs); log stays total on nothing, as on the CPU.
+    if xp is np:
+        count = int(bad.sum()) if bad.any() else 0
+    else:
+        count = int(to_host(xp.count_nonzero(bad)))
+    if count:
+        raise DomainError(f"log: {count} of {x.size} entries are <= 0 or NaN; "
                           "log needs positive input (safe_log is total)")
-    return np.log(x)
+    return xp.log(x)
 
 
 elementwise_unary(
@@ -361,7 +397,7 @@ elementwise_unary(
 
 
 def _safe_log(x: Any, eps: float) -> Any:
-    return np.log(_softplus(x) + eps)
+    return namespace_of(x).log(_softplus(x) + eps)
 
 
 elementwise_unary(

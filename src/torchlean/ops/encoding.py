@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError, SignatureError
 from ..shape import Shape
 from .registry import ErrorInput, Primitive, Sample, register
 
 
 def _one_hot(labels: Any, num_classes: int) -> Any:
-    classes = np.arange(num_classes, dtype=labels.dtype)
+    classes = namespace_of(labels).arange(num_classes, dtype=labels.dtype)
     return (labels[..., None] == classes).astype(labels.dtype)
 
 

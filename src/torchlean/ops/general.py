@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import is_cupy, namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, broadcast_shapes
 from .registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
@@ -66,7 +67,8 @@ def _permute_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "permute", ("x",), _permute_infer,
-    lambda x, perm: np.ascontiguousarray(np.transpose(x, tuple(perm))), attrs=("perm",),
+    lambda x, perm: namespace_of(x).ascontiguousarray(x.transpose(tuple(perm))),
+    attrs=("perm",),
     vjp=lambda ops, g, xs, out, perm: (ops.permute(g, perm=inverse_perm(tuple(perm))),),
     linear=True,
     semantics="Reorder the axes: output axis k is input axis perm[k] (torch.permute, "
@@ -118,7 +120,7 @@ def _matmul_nd_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 register(Primitive(
-    "matmul_nd", ("a", "b"), _matmul_nd_infer, np.matmul,
+    "matmul_nd", ("a", "b"), _matmul_nd_infer, lambda a, b: a @ b,
     vjp=_matmul_nd_vjp, jvp=bilinear_jvp("matmul_nd"), selective=True, broadcasting=True,
     semantics="Batched matrix product (..., m, n) @ (..., n, p) -> (..., m, p) whose batch "
               "axes broadcast by NumPy's rule (torch.matmul / ONNX MatMul with both inputs at "
@@ -141,10 +143,104 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _erf(x: Any) -> Any:
-    # math.erf is correctly rounded in double precision; NumPy has no erf of its own. Computing in
-    # float64 and rounding once keeps float32 results within half an ulp of the true value.
-    arr = np.asarray(x)
-    return np.asarray(_ERF(arr.astype(np.float64)), dtype=np.float64).astype(arr.dtype)
+    # On the host, math.erf (the C library's erf) entry by entry; NumPy has no erf of its own.
+    # Computing in float64 and rounding once keeps float32 results within half an ulp of the
+    # true value. On CuPy, cupyx's erf kernel; on any other device namespace, the same
+    # algorithm as the C library's (fdlibm) written with array operations.
+    xp = namespace_of(x)
+    if xp is np:
+        arr = np.asarray(x)
+        return np.asarray(_ERF(arr.astype(np.float64)), dtype=np.float64).astype(arr.dtype)
+    if is_cupy(xp):
+        from cupyx.scipy.special import erf  # type: ignore[import-not-found]
+
+        return erf(x.astype(np.float64)).astype(x.dtype)
+    return erf_array(x.astype(np.float64)).astype(x.dtype)
+
+
+# fdlibm's erf (Sun Microsystems, 1993; the C library's erf is this algorithm): rational
+# approximations on |x| < 0.84375, [0.84375, 1.25) and [1.25, 6), and +-1 beyond. The
+# polynomials are evaluated in the grouped order of glibc's implementation (pairs, then powers
+# of the argument), which is what makes the results agree with math.erf bit for bit; exp is
+# the namespace's, so entries in [1.25, 6) can differ from the C library's in the last bit
+# where the two exps do.
+_ERX = 8.45062911510467529297e-01
+_EFX = 1.28379167095512586316e-01
+_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+       1.32494738004321644526e-04, -3.96022827877536812320e-06)
+_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+       -2.16637559486879084300e-03)
+_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+       1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+       6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+       6.57024977031928170135e+00, -6.04244152148580987438e-02)
+_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+       -4.83519191608651397019e+02)
+_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+       3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+       -2.24409524465858183362e+01)
+# |x| below this (high word 0x4006DB6E, about 1/0.35) uses (_RA, _SA), else (_RB, _SB).
+_TAIL_SPLIT = float(np.array(0x4006DB6E00000000, dtype=np.uint64).view(np.float64))
+
+
+def _grouped_poly(powers: tuple[Any, ...], z: Any, coefs: tuple[float, ...]) -> Any:
+    """sum c_k z^k as (c0 + z c1) + z^2 (c2 + z c3) + z^4 (c4 + z c5) + ..., added left to
+    right (a lone last coefficient times its power); ``powers`` is (z^2, z^4, z^6, z^8)."""
+    total = coefs[0] + z * coefs[1]
+    for k in range(2, len(coefs), 2):
+        term = coefs[k] if k + 1 == len(coefs) else coefs[k] + z * coefs[k + 1]
+        total = total + powers[k // 2 - 1] * term
+    return total
+
+
+def _powers(z: Any) -> tuple[Any, ...]:
+    z2 = z * z
+    z4 = z2 * z2
+    return z2, z4, z4 * z2, z4 * z4
+
+
+def erf_array(x: Any) -> Any:
+    """erf of a float64 array of any namespace (fdlibm's algorithm with the namespace's exp)."""
+    with np.errstate(all="ignore"):  # every branch is evaluated everywhere, then selected
+        return _erf_branches(namespace_of(x), x)
+
+
+def _erf_branches(xp: Any, x: Any) -> Any:
+    a = xp.abs(x)
+    negative = x < 0
+    # |x| < 0.84375: x + x R(x^2)/S(x^2); below 2**-28, x + efx x (scaled below the normals).
+    z = x * x
+    zp = _powers(z)
+    small = x + x * (_grouped_poly(zp, z, _PP) / _grouped_poly(zp, z, _QQ))
+    tiny = xp.where(a < 2.0 ** -1022, 0.0625 * (16.0 * x + (16.0 * _EFX) * x), x + _EFX * x)
+    small = xp.where(a < 2.0 ** -28, tiny, small)
+    # 0.84375 <= |x| < 1.25: +-(erx + P(s)/Q(s)), s = |x| - 1.
+    s = a - 1.0
+    sp = _powers(s)
+    pq = _grouped_poly(sp, s, _PA) / _grouped_poly(sp, s, _QA)
+    mid = xp.where(negative, -_ERX - pq, _ERX + pq)
+    # 1.25 <= |x| < 6: +-(1 - exp(-z^2 - 0.5625) exp((z - |x|)(z + |x|) + R/S) / |x|), with z
+    # |x| cut to its high 32 bits and R, S rational in 1/x^2.
+    t = 1.0 / (a * a)
+    tp = _powers(t)
+    ratio = xp.where(a < _TAIL_SPLIT, _grouped_poly(tp, t, _RA) / _grouped_poly(tp, t, _SA),
+                     _grouped_poly(tp, t, _RB) / _grouped_poly(tp, t, _SB))
+    zc = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+    r = xp.exp(-zc * zc - 0.5625) * xp.exp((zc - a) * (zc + a) + ratio)
+    q = r / a
+    tail = xp.where(negative, q - 1.0, 1.0 - q)
+    out = xp.where(a < 6.0, tail, xp.where(negative, -1.0, 1.0))
+    out = xp.where(a < 1.25, mid, out)
+    out = xp.where(a < 0.84375, small, out)
+    return xp.where(x != x, x, out)
 
 
 elementwise_unary(

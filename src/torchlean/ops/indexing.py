@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape
-from .registry import ErrorInput, Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import dim, normal
 
 
@@ -164,7 +165,7 @@ def _gather_nat_scalar_infer(x: Shape, i: Any) -> Shape:
 def _gather_scalar_nat(x: Any, i: int) -> Any:
     if i < x.shape[0]:
         return x[i, ...].copy()
-    return np.zeros((), dtype=x.dtype)
+    return namespace_of(x).zeros((), dtype=x.dtype)
 
 
 def _gather_scalar_nat_vjp(ops: Any, g: Any, xs: Any, out: Any, i: int) -> tuple[Any]:
@@ -184,15 +185,18 @@ def _gather_nat_infer(op: str, ndim: int) -> Any:
 
 def _gather_nat(x: Any, idx: Any) -> Any:
     """x[idx] along axis 0, with zeros (rows of zeros) where idx >= len(x)."""
+    xp = namespace_of(x)
     index = np.asarray(idx, dtype=np.int64)
     n = x.shape[0]
-    valid = index < n
     if n == 0:
-        return np.zeros(index.shape + x.shape[1:], dtype=x.dtype)
+        return xp.zeros(index.shape + x.shape[1:], dtype=x.dtype)
     flat = index.reshape(-1)
-    out = x[np.where(flat < n, flat, 0)]  # advanced indexing copies; never a NumPy scalar
+    # The indices are a static attribute: clipped and masked on the host, uploaded once.
+    safe = device_constant(idx, xp, lambda _: np.where(flat < n, flat, 0), f"gather {n}")
+    out = x[safe]  # advanced indexing copies; never a NumPy scalar
+    valid = flat < n
     if not valid.all():
-        out[~valid.reshape(-1)] = 0
+        out[device_constant(idx, xp, lambda _: ~valid, f"invalid {n}")] = 0
     return out.reshape(index.shape + x.shape[1:])
 
 
@@ -209,13 +213,20 @@ def _scatter_nat_infer(g: Shape, idx: Any, n: Any) -> Shape:
 
 def _scatter_nat(g: Any, idx: Any, n: int) -> Any:
     """Zeros of shape (n, *row), with g's rows added at the in-range indices (repeats add up)."""
+    xp = namespace_of(g)
     index = np.asarray(idx, dtype=np.int64)
     row = g.shape[index.ndim:]
-    out = np.zeros((n,) + row, dtype=g.dtype)
+    out = xp.zeros((n,) + row, dtype=g.dtype)
     flat = index.reshape(-1)
     rows = g.reshape((flat.size,) + row)
     valid = flat < n
-    np.add.at(out, flat[valid], rows[valid])
+    if xp is np:
+        np.add.at(out, flat[valid], rows[valid])
+        return out
+    # On a device: the in-range positions and their targets, uploaded once per attribute.
+    keep = device_constant(idx, xp, lambda _: np.flatnonzero(valid), f"keep {n}")
+    target = device_constant(idx, xp, lambda _: flat[valid], f"target {n}")
+    xp.add.at(out, target, rows[keep])
     return out
 
 
@@ -337,7 +348,7 @@ def _concat_dim0_infer(a: Shape, b: Shape) -> Shape:
 
 
 def _concatenate(a: Any, b: Any) -> Any:
-    return np.concatenate((a, b), axis=0)
+    return namespace_of(a).concatenate((a, b), axis=0)
 
 
 def _concat_vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any]:
@@ -394,7 +405,7 @@ def _pad_infer(s: Shape, start: Any, total: Any) -> Shape:
 
 
 def _pad(x: Any, start: int, total: int) -> Any:
-    out = np.zeros((total,) + x.shape[1:], dtype=x.dtype)
+    out = namespace_of(x).zeros((total,) + x.shape[1:], dtype=x.dtype)
     out[start:start + x.shape[0]] = x
     return out
 

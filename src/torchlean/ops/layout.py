@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, can_broadcast_to, size
 from .registry import ErrorInput, Primitive, Sample, arity_error, register
@@ -62,7 +61,7 @@ def _perm_infer(op: str, ndim: int, perm: tuple[int, ...]) -> Any:
 def _permutation(name: str, perm: tuple[int, ...], inverse: str, torch_perm: str) -> None:
     register(Primitive(
         name, ("x",), _perm_infer(name, len(perm), perm),
-        lambda x: np.transpose(x, perm),
+        lambda x: x.transpose(perm),
         vjp=lambda ops, g, xs, out: (getattr(ops, inverse)(g),), linear=True,
         semantics=f"Permute axes {perm} (PyTorch: {torch_perm}). VJP: the inverse permutation.",
         samples=lambda rng: [Sample((normal(rng, *range(2, 2 + len(perm))),))],
@@ -92,7 +91,7 @@ def _swap_infer(s: Shape, depth: int) -> Shape:
 
 register(Primitive(
     "swap_adjacent_at_depth", ("x",), _swap_infer,
-    lambda x, depth: np.swapaxes(x, depth, depth + 1), attrs=("depth",),
+    lambda x, depth: x.swapaxes(depth, depth + 1), attrs=("depth",),
     vjp=lambda ops, g, xs, out, depth: (ops.swap_adjacent_at_depth(g, depth=depth),), linear=True,
     semantics="Swap axes depth and depth+1 (x.transpose(depth, depth+1)). Self-adjoint.",
     samples=lambda rng: [Sample((normal(rng, 2, 3, 4),), {"depth": 1}),
@@ -130,7 +129,7 @@ def _sum_to_infer(s: Shape, shape: Any) -> Shape:
 
 register(Primitive(
     "broadcast_to", ("x",), _broadcast_infer,
-    lambda x, shape: np.broadcast_to(x, shape), attrs=("shape",),
+    lambda x, shape: namespace_of(x).broadcast_to(x, shape), attrs=("shape",),
     vjp=lambda ops, g, xs, out, shape: (ops.sum_to(g, shape=xs[0].shape),), linear=True,
     semantics="Broadcast to a shape by NumPy's rule (ShapeError otherwise). VJP: sum over the "
               "broadcast axes (sum_to).",

@@ -37,7 +37,7 @@ def _linear(w: Any, b: Any, x: Any) -> Any:
     # The GEMM's result is fresh: adding the bias in place saves one output-sized allocation
     # (and its page faults) per call; the sums are the same float32 additions, bit for bit.
     y = w @ x if x.ndim == 1 else x @ w.T
-    if y.ndim == 0 or y.dtype != np.result_type(y, b):
+    if y.ndim == 0 or y.dtype != np.result_type(y.dtype, b.dtype):
         return y + b  # a 0-d result is a scalar, and mixed dtypes must promote as before
     y += b
     return y
@@ -135,7 +135,7 @@ def _product_vjp(name: str, transpose: str) -> Any:
 
 
 register(Primitive(
-    "matmul", ("a", "b"), _matmul_infer, np.matmul,
+    "matmul", ("a", "b"), _matmul_infer, lambda a, b: a @ b,
     vjp=_product_vjp("matmul", "transpose2d"), jvp=bilinear_jvp("matmul"), selective=True,
     semantics="Matrix product (m, n) @ (n, p) -> (m, p). VJP: (g b^T, a^T g). JVP: "
               "ta b + a tb.",
@@ -147,7 +147,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "bmm", ("a", "b"), _bmm_infer, np.matmul,
+    "bmm", ("a", "b"), _bmm_infer, lambda a, b: a @ b,
     vjp=_product_vjp("bmm", "transpose3d_last_two"), jvp=bilinear_jvp("bmm"), selective=True,
     semantics="Batched matrix product (B, m, n) @ (B, n, p) -> (B, m, p) (torch.bmm). "
               "VJP: per batch (g b^T, a^T g). JVP: ta b + a tb.",

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, can_broadcast_to, size
 from .registry import ErrorInput, Primitive, Sample, register
@@ -45,14 +46,15 @@ def _trailing(x: Any, axes: tuple[int, ...]) -> bool:
 
 def _rows_centred(x2: Any, eps: float) -> tuple[Any, Any]:
     """Row-wise ``x - mean`` and ``rstd`` (a vector) of a 2-D array; means are BLAS matvecs."""
+    xp = namespace_of(x2)
     d = x2.shape[1]
-    inv_d = np.full(d, 1.0 / d, dtype=x2.dtype)
+    inv_d = xp.full(d, 1.0 / d, dtype=x2.dtype)
     c = x2 - (x2 @ inv_d)[:, None]
-    var = np.einsum("ij,ij->i", c, c)
+    var = xp.einsum("ij,ij->i", c, c)
     var *= 1.0 / d
     var += eps
-    rstd = np.sqrt(var)
-    np.divide(1.0, rstd, out=rstd)
+    rstd = xp.sqrt(var)
+    xp.divide(1.0, rstd, out=rstd)
     return c, rstd
 
 
@@ -70,9 +72,10 @@ def _stats(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
         # Explicit sizes, not -1: a zero-size batch leaves -1 undetermined.
         xhat, rstd = _rows_stats(x.reshape(size(lead), size(x.shape[len(lead):])), eps)
         return xhat.reshape(x.shape), rstd.reshape(lead + (1,) * len(axes))
+    xp = namespace_of(x)
     c = x - x.mean(axis=axes, keepdims=True)
-    var = np.square(c).mean(axis=axes, keepdims=True)
-    rstd = (1.0 / np.sqrt(var + eps)).astype(x.dtype, copy=False)
+    var = xp.square(c).mean(axis=axes, keepdims=True)
+    rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype, copy=False)
     c *= rstd
     return c, rstd
 
@@ -89,8 +92,9 @@ def _standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> Any:
         x2 = x.reshape(size(lead), size(x.shape[len(lead):]))
         g2 = g.reshape(x2.shape)
         c, rstd = _rows_centred(x2, eps)
-        inv_d = np.full(x2.shape[1], 1.0 / x2.shape[1], dtype=x.dtype)
-        coef = np.einsum("ij,ij->i", g2, c)
+        xp = namespace_of(x2)
+        inv_d = xp.full(x2.shape[1], 1.0 / x2.shape[1], dtype=x.dtype)
+        coef = xp.einsum("ij,ij->i", g2, c)
         coef *= (1.0 / x2.shape[1]) * rstd * rstd * rstd
         out = g2 - (g2 @ inv_d)[:, None]
         out *= rstd[:, None]
@@ -114,7 +118,7 @@ def _norm_param_grad(x: Any, g: Any, axes: Any, eps: float, shape: Any) -> Any:
         x2 = x.reshape(-1, size(shape))
         c, rstd = _rows_centred(x2, eps)
         gr = g.reshape(x2.shape) * rstd[:, None]
-        return np.einsum("ij,ij->j", gr, c).reshape(shape)
+        return namespace_of(gr).einsum("ij,ij->j", gr, c).reshape(shape)
     xhat = _stats(x, axes, eps)[0]
     xhat *= g
     lead = x.ndim - len(shape)

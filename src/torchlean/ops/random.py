@@ -11,6 +11,12 @@ bits on every backend and in every run (the GPU computes the same 64-bit integer
 - entry i (row-major) is ``u_i = (splitmix64(key + i) mod 2**32) / 2**32``, rounded to the dtype;
 - the mask is ``1 if keep_prob > u_i else 0``.
 
+The bits are computed where they are used: ``uniform_bits`` and ``splitmix64`` run on any array
+namespace (``xp``), so on a device the draw is a device kernel of uint64 arithmetic (an arange,
+shifts, xors and wrapping multiplies), never a host draw uploaded. ``rand_uniform``'s forward
+takes the namespace as a keyword (it has no array input to take it from); ``bernoulli_mask``
+draws on its keep_prob's.
+
 Both ops are ``nondiff``: their derivatives are zero (the draws do not depend on keep_prob
 smoothly, and rand_uniform has no float inputs).
 """
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, size
 from .registry import ErrorInput, Primitive, Sample, register
@@ -39,8 +46,8 @@ def splitmix64_int(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 of every entry of a uint64 array (wrapping arithmetic)."""
+def splitmix64(x: Any) -> Any:
+    """SplitMix64 of every entry of a uint64 array of any namespace (wrapping arithmetic)."""
     with np.errstate(over="ignore"):
         z = x + np.uint64(GAMMA)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX1)
@@ -53,18 +60,20 @@ def key_of(seed: int, counter: int) -> int:
     return splitmix64_int((seed + counter) & MASK64)
 
 
-def uniform_bits(shape: Shape, seed: int, counter: int) -> np.ndarray:
-    """The 32-bit draws ``splitmix64(key + i) mod 2**32`` for i in row-major order (uint64)."""
+def uniform_bits(shape: Shape, seed: int, counter: int, xp: Any = np) -> Any:
+    """The 32-bit draws ``splitmix64(key + i) mod 2**32`` for i in row-major order (uint64),
+    computed in namespace ``xp`` (NumPy by default; on a device, on the device)."""
     n = size(shape)
     with np.errstate(over="ignore"):
-        index = np.arange(n, dtype=np.uint64) + np.uint64(key_of(seed, counter))
+        index = xp.arange(n, dtype=np.uint64) + np.uint64(key_of(seed, counter))
     return (splitmix64(index) & np.uint64(0xFFFFFFFF)).reshape(shape)
 
 
-def _uniform(shape: Shape, seed: int, counter: int, dtype: Any) -> np.ndarray:
+def _uniform(shape: Shape, seed: int, counter: int, dtype: Any, xp: Any = np) -> Any:
     # u / 2**32 is exact in float64; one rounding to the dtype gives the same value as
     # rounding u first and dividing by the power of two (TorchLean's (u : α) / (2^32 : α)).
-    return (uniform_bits(tuple(shape), seed, counter).astype(np.float64) / 2.0**32).astype(dtype)
+    bits = uniform_bits(tuple(shape), seed, counter, xp)
+    return (bits.astype(np.float64) / 2.0**32).astype(dtype)
 
 
 def _check_seed(op: str, seed: Any, counter: Any) -> None:
@@ -79,8 +88,10 @@ def _rand_infer(shape: Any, seed: Any, counter: Any = 0, dtype: Any = None) -> S
     return target
 
 
-def _rand_forward(shape: Any, seed: int, counter: int = 0, dtype: Any = "float32") -> Any:
-    return _uniform(as_shape("rand_uniform", shape), int(seed), int(counter), dtype)
+def _rand_forward(shape: Any, seed: int, counter: int = 0, dtype: Any = "float32", *,
+                  xp: Any = np) -> Any:
+    """The draws in namespace ``xp`` (the executor's: rand_uniform has no array input)."""
+    return _uniform(as_shape("rand_uniform", shape), int(seed), int(counter), dtype, xp)
 
 
 def _mask_infer(keep_prob: Shape, shape: Any, seed: Any, counter: Any = 0) -> Shape:
@@ -92,7 +103,8 @@ def _mask_infer(keep_prob: Shape, shape: Any, seed: Any, counter: Any = 0) -> Sh
 
 
 def _mask_forward(keep_prob: Any, shape: Any, seed: int, counter: int = 0) -> Any:
-    u = _uniform(as_shape("bernoulli_mask", shape), int(seed), int(counter), keep_prob.dtype)
+    u = _uniform(as_shape("bernoulli_mask", shape), int(seed), int(counter), keep_prob.dtype,
+                 namespace_of(keep_prob))
     return (keep_prob > u).astype(keep_prob.dtype)
 
 

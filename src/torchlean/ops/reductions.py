@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, check_axis, size
 from .registry import ErrorInput, Primitive, Sample, arity_error, register
@@ -96,13 +97,14 @@ def _last_axis_infer(op: str) -> Any:
 
 
 def _softmax(x: Any) -> Any:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e = namespace_of(x).exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
 
 def _log_softmax(x: Any) -> Any:
+    xp = namespace_of(x)
     shifted = x - x.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def _sum_last_keep(ops: Any, v: Any) -> Any:

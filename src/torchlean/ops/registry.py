@@ -29,13 +29,16 @@ Each primitive also lists ``error_inputs``: calls it must refuse and the error e
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..backend import device_of, to_device
 from ..errors import (
+    DeviceError,
     SignatureError,
     TapeError,
     TorchLeanError,
@@ -107,6 +110,7 @@ class Primitive:
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
         "fd_smooth", "selective", "spec", "bounds", "error_inputs", "attr_kinds", "_attr_checks",
+        "device_kernel",
     )
 
     def __init__(
@@ -130,6 +134,7 @@ class Primitive:
         selective: bool = False,
         error_inputs: Sequence[ErrorInput] = (),
         attr_kinds: dict[str, Callable[[str, str, Any], Any]] | None = None,
+        device_kernel: bool = True,
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -151,6 +156,10 @@ class Primitive:
         # forward is piecewise constant in a way that random samples can straddle).
         self.fd_smooth = fd_smooth
         self.selective = selective
+        # Whether the forward and derivative kernels run on a device namespace (CuPy) as well as
+        # on NumPy. Executors call ``check_device_kernel`` before running a node on a device: an
+        # op without a device kernel is a ``DeviceError`` there, never a silent host fallback.
+        self.device_kernel = device_kernel
         # Never called by the runtime kernels. ``spec`` (the plain reference definition,
         # ``torchlean.spec``) and ``bounds`` (the interval rule used for certification,
         # ``torchlean.bounds``) are filled in by the modules that own them; ``error_inputs`` (bad
@@ -296,6 +305,56 @@ class Primitive:
         # skip it when nothing broadcasts).
         rule, kwargs = self.vjp_rule(attrs, needed, self.broadcasting)
         return rule(ops, g, inputs, out, **kwargs)
+
+
+def check_device_kernel(prim: Primitive, xp: Any) -> None:
+    """Refuse to run ``prim`` on a device namespace ``xp`` when it has no device kernel.
+
+    NumPy always passes. On a device (``xp`` is CuPy or the tests' stand-in) a primitive declared
+    with ``device_kernel=False`` raises ``DeviceError`` naming the op: nothing copies its inputs
+    to the host behind the caller's back.
+    """
+    if xp is np or prim.device_kernel:
+        return
+    device = device_of(xp)
+    raise DeviceError(
+        f"{prim.name}: no device kernel for device {device!r}; this primitive runs only on the "
+        f"CPU, and nothing is copied to the host implicitly (run it with device='cpu', or move "
+        f"its inputs with torchlean.backend.to_host and back with to_device)")
+
+
+# Device copies of host attribute arrays (masks, index arrays), one per (array, namespace, tag):
+# key -> (weak reference to the host array, a snapshot of its contents, the device array).
+_DEVICE_CONSTANTS: dict[tuple[int, int, str], tuple[Any, np.ndarray, Any]] = {}
+
+
+def device_constant(value: Any, xp: Any, make: Callable[[Any], np.ndarray] | None = None,
+                    tag: str = "") -> Any:
+    """``make(value)`` (default ``np.asarray(value)``), a host array derived from a static
+    attribute, as an array of namespace ``xp``: an explicit upload (``to_device``).
+
+    On NumPy it is computed and returned. On a device, when ``value`` is a NumPy array the upload
+    is cached for as long as that array lives and keeps its contents (compared on the host with a
+    snapshot, never by reading the device), so a mask or an index array of a training step is
+    uploaded once, not once per step, and a CUDA-graph capture never meets a host transfer. Other
+    attribute values (lists, ints) are uploaded on each call. ``tag`` names what ``make`` derives,
+    so two derivations of one attribute are cached apart.
+    """
+    if xp is np:
+        return np.asarray(value) if make is None else make(value)
+    if not isinstance(value, np.ndarray):
+        return to_device(np.asarray(value) if make is None else make(value), xp)
+    key = (id(value), id(xp), tag)
+    hit = _DEVICE_CONSTANTS.get(key)
+    if hit is not None:
+        ref, snapshot, device = hit
+        if (ref() is value and snapshot.shape == value.shape and snapshot.dtype == value.dtype
+                and np.array_equal(snapshot, value)):
+            return device
+    device = to_device(np.asarray(value) if make is None else make(value), xp)
+    _DEVICE_CONSTANTS[key] = (weakref.ref(value, lambda _: _DEVICE_CONSTANTS.pop(key, None)),
+                              value.copy(), device)
+    return device
 
 
 def unbroadcast(ops: Any, cotangent: Any, shape: tuple[int, ...]) -> Any:

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import IndexRangeError, ShapeError
 from ..shape import Shape, as_shape
-from .registry import ErrorInput, Primitive, Sample, register
+from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import normal
 
 
@@ -79,14 +80,23 @@ def _has_arrays(index: tuple[Any, ...]) -> bool:
     return any(isinstance(e, np.ndarray) for e in index)
 
 
+def _on(xp: Any, index: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``index`` with its integer arrays as arrays of namespace ``xp`` (uploaded once each)."""
+    if xp is np or not _has_arrays(index):
+        return index
+    return tuple(device_constant(e, xp) if isinstance(e, np.ndarray) else e for e in index)
+
+
 def _take(x: Any, index: tuple[Any, ...]) -> Any:
-    return np.ascontiguousarray(x[index])
+    xp = namespace_of(x)
+    return xp.ascontiguousarray(x[_on(xp, index)])
 
 
 def _take_adjoint(g: Any, index: tuple[Any, ...], shape: Shape) -> Any:
-    out = np.zeros(tuple(shape), dtype=g.dtype)
+    xp = namespace_of(g)
+    out = xp.zeros(tuple(shape), dtype=g.dtype)
     if _has_arrays(index):
-        np.add.at(out, index, g)  # a repeated integer index adds, never overwrites
+        xp.add.at(out, _on(xp, index), g)  # a repeated integer index adds, never overwrites
     else:
         out[index] = g  # basic indexing never selects an entry twice
     return out
