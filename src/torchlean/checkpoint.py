@@ -32,6 +32,11 @@ that path removes it once process ``<pid>`` is gone. Saving to a symlink writes 
 to (the link stays). The data section's SHA-256 is stored in the metadata and verified on every
 load; files without it (older ones, other tools) load with a warning (``safe_files``).
 
+Device data: saving reads every device array back explicitly (``to_host``; a device parameter's
+``value``, an optimiser's ``state_dict``); loading into device parameters or optimiser state
+uploads explicitly and leaves them on the device (``Param.assign`` keeps a parameter where it
+lives). ``load(path, map_location="cuda")`` returns the state dict uploaded to the device.
+
 Loads check the file against ``into`` first (key set, shapes, dtypes) and report every mismatch
 in one ``CheckpointError`` naming the file; nothing in ``into`` changes unless everything fits.
 """
@@ -49,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from . import safe_files
-from .backend import namespace_of, to_host
+from .backend import check_device, namespace_for, namespace_of, to_device, to_host
 from .errors import CheckpointError
 
 __all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
@@ -376,8 +381,10 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
     saved (see the module doc).
     ``load(path, into)`` loads it into ``into`` and returns the file's metadata: the file must
     hold exactly ``into``'s keys with the same shapes and dtypes; otherwise a ``CheckpointError``
-    lists every mismatch and ``into`` is unchanged. ``map_location`` may be ``None`` or
-    ``"cpu"`` (arrays load on the host); ``weights_only`` is accepted for torch's sake: a
+    lists every mismatch and ``into`` is unchanged (device targets stay on their device).
+    ``map_location`` may be ``None`` or ``"cpu"`` (arrays load on the host) or ``"cuda"``
+    (``load(path)`` uploads every array; ``load(path, into)`` loads where ``into`` lives
+    either way); ``weights_only`` is accepted for torch's sake: a
     safetensors file holds only arrays, so nothing is ever unpickled either way.
     """
     if not _is_path(path):
@@ -385,14 +392,17 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
             into) else ""
         raise CheckpointError(f"load: the first argument must be the path (a str or "
                               f"os.PathLike), found {type(path).__name__}{hint}")
-    if map_location not in (None, "cpu"):
-        raise CheckpointError(f"load: map_location must be None or 'cpu', found "
-                              f"{map_location!r}; move arrays to a device after loading")
+    if map_location not in (None, "cpu", "cuda"):
+        raise CheckpointError(f"load: map_location must be None or 'cpu' (host) or 'cuda' "
+                              f"(device), found {map_location!r}")
     if not isinstance(weights_only, bool):
         raise CheckpointError(f"load: weights_only must be a bool, found {weights_only!r}")
     path = os.fspath(path)
     if into is _NO_TARGET:
+        xp = namespace_for(check_device(map_location or "cpu"))  # DeviceError: no CuPy/GPU
         arrays, metadata = _open(path)
+        if xp is not np:
+            arrays = {k: to_device(v, xp) for k, v in arrays.items()}  # explicit uploads
         return _nest(path, arrays, metadata.get(GROUPS_KEY))
     if into is None or _is_path(into):
         raise CheckpointError(f"load: into must be the object to load into (a module, "
@@ -426,7 +436,7 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
                 elif _is_tensor(old):  # a new tensor with the loaded value (no history)
                     value = type(old)(value, requires_grad=bool(old.requires_grad))
                 elif not isinstance(old, np.ndarray | np.generic):
-                    value = namespace_of(old).asarray(value)
+                    value = to_device(value, namespace_of(old))  # back onto old's device
                 container[slot] = value
                 undo.append(functools.partial(container.__setitem__, slot, old))
             elif _has_state(target):

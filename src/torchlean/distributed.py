@@ -31,6 +31,11 @@ it with mpi4py's buffer interface (never its pickle-based lower-case methods), i
 - a rank that raises prints its message (prefixed with its rank) and aborts the communicator,
   which ends every rank at once instead of leaving them blocked in a collective.
 
+Data-parallel training is host-only: ``DataParallel`` raises ``DeviceError`` for parameters on a
+device (``fit`` and ``torchlean train --distributed --device cuda`` refuse before any work).
+mpi4py's buffer path moves host memory, and staging every gradient through the host each step
+would cost the GPU its advantage; a CUDA-aware MPI path is future work.
+
 The reduction order is fixed: MPICH's allreduce algorithms pick their order from the message
 size and the number of ranks, not from timing, so a run is reproducible and every rank ends
 with the same bits (checked by the hash).
@@ -52,7 +57,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .errors import TorchLeanError
+from .errors import DeviceError, TorchLeanError
 
 __all__ = ["Communicator", "DataParallel", "DistributedError", "MPICommunicator", "cli_ranks",
            "communicator", "shard_slice"]
@@ -280,6 +285,14 @@ class DataParallel:
         if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 0:
             raise DistributedError(f"DataParallel: check_every must be an int >= 0, found "
                                    f"{check_every!r}")
+        on_device = [getattr(p, "name", None) or f"#{i}" for i, p in enumerate(params)
+                     if getattr(p, "device", "cpu") != "cpu"]
+        if on_device:
+            # Host-only by design: MPI moves host buffers here, and staging every gradient
+            # through the host each step would cost more than the GPU saves.
+            raise DeviceError(f"DataParallel: data-parallel training runs on the host; "
+                              f"parameters {', '.join(on_device[:5])} live on a device (move "
+                              "the model with .to('cpu'))")
         self.comm = comm
         self.optimizer = optimizer
         self.params = [p for p in params if getattr(p, "requires_grad", True)]
