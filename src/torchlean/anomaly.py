@@ -9,6 +9,9 @@ to name the culprit only once something is wrong.
 
 Every report is a ``NonFiniteError`` (a ``DomainError``), whose message names the op, the node and
 where in the step it happened.
+
+On a device each check reads back one reduced flag per array (an explicit ``to_host`` of a
+0-d boolean), not the array; only a failing check reads the offending array back to count.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .backend import namespace_of, to_host
 from .errors import DomainError
 
 __all__ = ["NonFiniteError", "TrainingDiverged", "all_finite", "check_graph_run", "check_gradients",
@@ -42,6 +46,11 @@ class TrainingDiverged(NonFiniteError):
 
 def all_finite(value: Any) -> bool:
     """Whether every entry of ``value`` (an array or a number) is finite."""
+    xp = namespace_of(value)
+    if xp is not np:  # a device array: one reduced flag comes back, not the array
+        if value.dtype.kind not in "fc":
+            return True
+        return bool(to_host(xp.isfinite(value).all()))
     arr = np.asarray(value)
     if arr.dtype.kind not in "fc":
         return True
@@ -49,7 +58,7 @@ def all_finite(value: Any) -> bool:
 
 
 def _count(value: Any) -> str:
-    arr = np.asarray(value)
+    arr = to_host(value)  # the error path: one explicit readback on a device
     bad = int(arr.size - int(np.isfinite(arr).sum()))
     kinds = []
     if np.isnan(arr).any():
@@ -89,7 +98,7 @@ def check_graph_run(compiled: Any, xs: Sequence[Any], value: Any, grads: Sequenc
         raise NonFiniteError(f"{where}: forward value of {_node_name(graph, bad)} has "
                              f"{_count(values[bad])}; first non-finite value of the compiled "
                              f"graph ({len(graph.nodes)} nodes)")
-    seed = np.ones((), dtype=compiled.dtype)
+    seed = namespace_of(values[graph.output]).ones((), dtype=compiled.dtype)
     cotangents = graph.backprop(values, graph.output, seed)
     # The reverse pass runs from the last node to the first: the highest id with a non-finite
     # cotangent is the first to go bad, and the op named is the one that received it.
@@ -153,7 +162,8 @@ def check_parameters(params: Iterable[Any], where: str) -> None:
 
 
 def snapshot(params: Iterable[Any]) -> list[np.ndarray]:
-    """Copies of the parameters' values (to restore the last finite state)."""
+    """Host copies of the parameters' values (to restore the last finite state; on a device
+    this reuses each parameter's readback of its current version)."""
     return [np.array(p.value, copy=True) for p in params]
 
 

@@ -28,13 +28,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every primitive)
-from .backend import operand_arrays
-from .errors import ShapeError, SignatureError, TraceError
+from .backend import device_of, namespace_of, operand_arrays, to_host
+from .errors import ShapeError, SignatureError, TraceError, device_mismatch
 from .ops.general import inverse_perm
 from .ops.registry import REGISTRY, Primitive
 from .ops.registry import get as get_primitive
 from .ops.take import normalize_index
 from .shape import as_shape
+from .tape import device_kernel_check
 
 
 class Owner(Protocol):
@@ -384,7 +385,8 @@ def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) 
         return owner.record(prim, inputs, attrs)  # every owner checks attributes and shapes
     attrs = prim.check_attrs(attrs)  # kinds checked and normalised before anything else
     if owner is None:
-        arrays = operand_arrays(prim.name, inputs)
+        xp = _plain_namespace(prim, inputs)
+        arrays = operand_arrays(prim.name, inputs, xp)
         prim.infer(*[a.shape for a in arrays], **attrs)
         return prim.forward(*arrays, **attrs)
     # Arrays among the inputs become const leaves of the owner: check the op's shape rule first,
@@ -395,7 +397,34 @@ def _apply_bound(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any]) 
     return owner.record(prim, refs, attrs)
 
 
+def _plain_namespace(prim: Primitive, inputs: Sequence[Any]) -> Any:
+    """The namespace an op on plain arrays runs in: that of its device arrays (all on one
+    device; a host NumPy array among them is a ``DeviceError``, as PyTorch refuses to mix
+    devices: Python numbers and lists are uploaded), else NumPy. On a device the op must have
+    a device kernel (``registry.check_device_kernel``)."""
+    xp: Any = np
+    for x in inputs:
+        if type(x) is np.ndarray:
+            continue
+        src = namespace_of(x)
+        if src is not np:
+            if xp is not np and src is not xp:
+                raise device_mismatch(prim.name, device_of(src), device_of(xp))
+            xp = src
+    if xp is np:
+        return xp
+    for x in inputs:
+        if isinstance(x, np.ndarray):
+            raise device_mismatch(prim.name, "cpu", device_of(xp), "a NumPy array")
+    check = device_kernel_check(xp)
+    if check is not None:
+        check(prim, xp)
+    return xp
+
+
 def _data_shape(op: str, x: Any) -> tuple[int, ...]:
+    if hasattr(x, "__array_namespace__"):
+        return tuple(x.shape)
     try:
         return tuple(np.shape(x))
     except ValueError:  # ragged nested lists
@@ -406,15 +435,15 @@ def matmul_any(a: Any, b: Any) -> Any:
     """``a @ b`` with torch.matmul's rules: 2-D @ 2-D (matmul), 3-D @ 3-D (bmm), (..., n) @
     (n, p) as one GEMM, batch axes broadcast otherwise (matmul_nd); a 1-D operand is a row
     (left) or column (right) vector whose axis is removed from the result."""
-    sa = tuple(a.shape if isinstance(a, Ref) else np.shape(a))
-    sb = tuple(b.shape if isinstance(b, Ref) else np.shape(b))
+    sa = _shape_of(a)
+    sb = _shape_of(b)
     if not sa or not sb:
         raise ShapeError(f"matmul: both operands need at least one axis, found {sa} @ {sb}")
     if len(sa) == 1 or len(sb) == 1:
         left = reshape(a, (1, sa[0])) if len(sa) == 1 else a
         right = reshape(b, (sb[0], 1)) if len(sb) == 1 else b
         out = matmul_any(left, right)
-        shape = tuple(out.shape if isinstance(out, Ref) else np.shape(out))
+        shape = _shape_of(out)
         drop = shape[:-2] + ((shape[-2],) if len(sa) > 1 else ()) + (
             (shape[-1],) if len(sb) > 1 else ())
         return reshape(out, drop)
@@ -437,7 +466,10 @@ def matmul_any(a: Any, b: Any) -> Any:
 
 
 def _shape_of(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape if isinstance(x, Ref) else np.shape(x))
+    """The shape of a ref, an array of any namespace, or nested lists / numbers."""
+    if isinstance(x, Ref) or hasattr(x, "__array_namespace__"):
+        return tuple(x.shape)
+    return tuple(np.shape(x))
 
 
 def _axis(op: str, dim: Any, ndim: int) -> int:
@@ -463,12 +495,15 @@ def _shape_arg(shape: tuple[Any, ...]) -> Any:
 
 def _index_values(index: Any) -> Any:
     """Index entries that are refs (tensors) replaced by their values (they carry no
-    gradient: an index is data)."""
+    gradient: an index is data). An index is a static attribute of the op (its shape decides
+    the result's), so a device index is read back explicitly, as PyTorch synchronises for one."""
     entries = index if isinstance(index, tuple) else (index,)
     out = []
     for e in entries:
         if isinstance(e, Ref):
-            out.append(np.asarray(e.owner.value(e)))
+            out.append(to_host(e.owner.value(e)))
+        elif hasattr(e, "__array_namespace__") and type(e) is not np.ndarray:
+            out.append(to_host(e))
         elif isinstance(e, list):
             out.append(np.asarray(e))
         else:
@@ -785,7 +820,7 @@ def div(a: Any, b: Any) -> Any:
 
 def mean(x: Any) -> Any:
     """Mean of all entries (a scalar)."""
-    shape = x.shape if isinstance(x, Ref) else np.shape(x)
+    shape = _shape_of(x)
     n = int(np.prod(shape, dtype=int))
     if n == 0:
         raise ShapeError(f"mean: needs at least one entry, found shape {tuple(shape)}")
@@ -809,7 +844,7 @@ def gelu(x: Any) -> Any:
 
 def global_avg_pool2d(x: Any) -> Any:
     """Mean over the two spatial axes: (C, H, W) -> (C,) and (N, C, H, W) -> (N, C)."""
-    shape = tuple(x.shape if isinstance(x, Ref) else np.shape(x))
+    shape = _shape_of(x)
     if len(shape) not in (3, 4) or shape[-1] * shape[-2] == 0:
         raise ShapeError(f"global_avg_pool2d: expected (C, H, W) or (N, C, H, W) with H*W > 0, "
                          f"found {shape}")
@@ -817,15 +852,21 @@ def global_avg_pool2d(x: Any) -> Any:
     return apply("reduce_mean", flat, axis=-1)
 
 
-def one_hot_array(labels: Any, num_classes: int, dtype: Any = np.float32) -> np.ndarray:
-    """Integer labels (any shape) to a one-hot float array with a trailing class axis."""
-    idx = np.asarray(labels)
+def one_hot_array(labels: Any, num_classes: int, dtype: Any = np.float32) -> Any:
+    """Integer labels (any shape) to a one-hot float array with a trailing class axis, in the
+    labels' namespace (device labels: the range check reads back one flag)."""
+    xp = namespace_of(labels)
+    idx = np.asarray(labels) if xp is np else labels
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot_array: labels must be integers, found dtype {idx.dtype}")
-    if idx.size and (idx.min() < 0 or idx.max() >= num_classes):
-        raise ShapeError(f"one_hot_array: labels must lie in [0, {num_classes}), found range "
-                         f"[{idx.min()}, {idx.max()}]")
-    return np.eye(num_classes, dtype=dtype)[idx]
+    if idx.size:
+        out_of_range = (idx.min() < 0 or idx.max() >= num_classes) if xp is np else bool(
+            to_host(((idx < 0) | (idx >= num_classes)).any()))
+        if out_of_range:
+            host = to_host(idx)
+            raise ShapeError(f"one_hot_array: labels must lie in [0, {num_classes}), found "
+                             f"range [{host.min()}, {host.max()}]")
+    return xp.eye(num_classes, dtype=dtype)[idx]
 
 
 def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
@@ -834,7 +875,7 @@ def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
     Accepted: integer labels (array or NatRef-like ``.value``), a ref of class indices stored as
     floats (shape without the class axis), or probabilities (a ref or array of the logits' shape).
     """
-    shape = tuple(logits.shape if isinstance(logits, Ref) else np.shape(logits))
+    shape = _shape_of(logits)
     if isinstance(targets, Ref) and np.dtype(targets.dtype).kind in "iub":
         targets = targets.owner.value(targets)  # integer labels (a tensor's) are data
     if isinstance(targets, Ref):
@@ -844,7 +885,9 @@ def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
             raise ShapeError(f"{op}: targets of shape {targets.shape} fit neither labels "
                              f"{shape[:-1]} nor probabilities {shape}")
         return targets
-    labels = np.asarray(getattr(targets, "value", targets))
+    labels = getattr(targets, "value", targets)
+    if namespace_of(labels) is np:
+        labels = np.asarray(labels)
     if labels.dtype.kind not in "iu":
         probs = labels
     else:
@@ -864,7 +907,7 @@ def nll(log_probs: Any, targets: Any) -> Any:
     probabilities (one-hot or soft labels) of the same shape as ``log_probs``.
     """
     probs = _targets_as_probabilities("nll", log_probs, targets)
-    shape = tuple(log_probs.shape if isinstance(log_probs, Ref) else np.shape(log_probs))
+    shape = _shape_of(log_probs)
     batch = int(np.prod(shape[:-1], dtype=int)) if len(shape) > 1 else 1
     return apply("scale", apply("sum", apply("mul", log_probs, probs)), c=-1.0 / batch)
 

@@ -18,10 +18,17 @@ by a layer also accumulates into ``param.grad``, which optimisers read); a graph
 ``backward`` unless ``retain_graph=True``, and a second backward through it is an error;
 ``no_grad()`` stops recording. Data of integer or bool dtype is carried (labels, masks, indices)
 but never requires gradient.
+
+Devices, as in PyTorch: a tensor lives on one device (``.device``: "cpu" or "cuda"); factories
+take ``device=``; ``.to(device)``, ``.cuda()`` and ``.cpu()`` are the explicit transfers (with a
+history, the gradient flows back across the copy); an op on tensors of two devices is a
+``DeviceError``; ``.numpy()`` of a device tensor asks for ``.cpu()`` first; ``.item()``,
+``float()`` and printing read back explicitly.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -31,14 +38,23 @@ import numpy as np
 
 from . import functional as F
 from .autodiff import reverse_plan, run_reverse
-from .backend import numeric_array
-from .errors import ShapeError, TapeError, TorchLeanError
+from .backend import (
+    DEVICES,
+    check_device,
+    device_of,
+    namespace_for,
+    namespace_of,
+    numeric_array,
+    to_device,
+    to_host,
+)
+from .errors import DeviceError, ShapeError, TapeError, TorchLeanError, device_mismatch
 from .functional import Ref
 from .generators import Generator, check_generator, default_generator
 from .ops.registry import ARRAY_OPS, Primitive
 from .params import Param
 from .shape import as_shape
-from .tape import run_checked
+from .tape import array_on, run_checked
 
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
@@ -96,7 +112,7 @@ class Tensor(Ref):
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
 
     def __init__(self, value: Any, requires_grad: bool = False) -> None:
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        arr = value if isinstance(value, np.ndarray) else _as_value(value)
         if requires_grad and arr.dtype.kind != "f":
             raise TorchLeanError(f"tensor: only float tensors can require gradients, found "
                                  f"dtype {arr.dtype}")
@@ -116,8 +132,8 @@ class Tensor(Ref):
                 attrs: dict[str, Any]) -> Tensor:
         """A computed tensor (``prim`` None: no history). Built slot by slot: this is the
         per-op path, and ``value`` is already a fresh array of a float dtype."""
-        if type(value) is not np.ndarray:  # a kernel may return a NumPy scalar
-            value = np.asarray(value)
+        if type(value) is not np.ndarray:  # a kernel may return a NumPy scalar (or a device array)
+            value = _as_value(value)
         t = object.__new__(cls)
         t._owner = RECORDER
         t._id = next(_sequence)
@@ -149,20 +165,37 @@ class Tensor(Ref):
         """The same values, detached from the graph."""
         return self.detach()
 
+    @property
+    def device(self) -> str:
+        """Where the value lives: "cpu" or "cuda"."""
+        return "cpu" if isinstance(self._value, np.ndarray) else "cuda"
+
+    @property
+    def is_cuda(self) -> bool:
+        return not isinstance(self._value, np.ndarray)
+
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (the tensor's own storage, as torch's ``.numpy()``)."""
+        if not isinstance(self._value, np.ndarray):
+            raise DeviceError(f"numpy: the tensor is on device '{self.device}'; call .cpu() "
+                              "first to copy it to the host (as in PyTorch)")
         if self.requires_grad:
             raise TorchLeanError("numpy: call .detach().numpy() on a tensor that requires grad "
                                  "(as in PyTorch)")
         return self._value
 
+    def _host(self) -> np.ndarray:
+        """The value on the host: the array itself, or an explicit readback from a device."""
+        value = self._value
+        return value if isinstance(value, np.ndarray) else to_host(value)
+
     def item(self) -> Any:
         if self._value.size != 1:
             raise ShapeError(f"item: needs a tensor with one element, found shape {self.shape}")
-        return self._value.item()
+        return self._host().item()
 
     def tolist(self) -> Any:
-        return self._value.tolist()
+        return self._host().tolist()
 
     def numel(self) -> int:
         return int(self._value.size)
@@ -196,8 +229,9 @@ class Tensor(Ref):
         return self
 
     def __repr__(self) -> str:
-        body = np.array2string(self._value, separator=", ", prefix="tensor(")
-        extra = f", dtype={self.dtype.name}" if self.dtype != float32 else ""
+        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
+        extra = "" if self.device == "cpu" else f", device='{self.device}'"
+        extra += f", dtype={self.dtype.name}" if self.dtype != float32 else ""
         if self._op is not None:
             extra += f", grad_fn=<{self._op.name}>"
         elif self.requires_grad:
@@ -209,7 +243,7 @@ class Tensor(Ref):
         if self._value.size != 1:
             raise ShapeError(f"bool: the truth value of a tensor with {self._value.size} "
                              "elements is ambiguous")
-        return bool(self._value)
+        return bool(self._host())
 
     def __float__(self) -> float:
         return float(self.item())
@@ -224,30 +258,44 @@ class Tensor(Ref):
         return int(self.item())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if not isinstance(self._value, np.ndarray):
+            raise DeviceError(f"a tensor on device '{self.device}' cannot become a NumPy array "
+                              "implicitly; call .cpu() first (as in PyTorch)")
         return self._value if dtype is None else self._value.astype(dtype)
 
     # Comparisons give bool tensors with no gradient (as in PyTorch).
-    def _compare(self, other: Any, op: Callable[[Any, Any], Any]) -> Tensor:
-        rhs = other._value if isinstance(other, Tensor) else other
-        return Tensor(np.asarray(op(self._value, rhs)))
+    def _compare(self, other: Any, name: str) -> Tensor:
+        value = self._value
+        xp = np if type(value) is np.ndarray else namespace_of(value)
+        if isinstance(other, Tensor):
+            rhs = other._value
+            if namespace_of(rhs) is not xp:
+                raise device_mismatch(name, other.device, self.device, "a tensor")
+        else:
+            rhs = other
+            if xp is not np and isinstance(rhs, np.ndarray):
+                raise device_mismatch(name, "cpu", self.device, "a NumPy array")
+        if xp is np:
+            return Tensor(np.asarray(getattr(np, name)(value, rhs)))
+        return Tensor(getattr(xp, name)(value, rhs))
 
     def __lt__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.less)
+        return self._compare(other, "less")
 
     def __le__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.less_equal)
+        return self._compare(other, "less_equal")
 
     def __gt__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.greater)
+        return self._compare(other, "greater")
 
     def __ge__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.greater_equal)
+        return self._compare(other, "greater_equal")
 
     def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.equal)
+        return self._compare(other, "equal")
 
     def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(other, np.not_equal)
+        return self._compare(other, "not_equal")
 
     def float(self) -> Tensor:
         return self.to(float32)
@@ -258,17 +306,42 @@ class Tensor(Ref):
     def long(self) -> Tensor:
         return self.to(int64)
 
-    def to(self, dtype: Any) -> Tensor:
-        """A copy of another dtype: float to float keeps the history (the cast is linear);
-        anything else is a new tensor without gradient."""
-        target = np.dtype(dtype)
-        if target == self.dtype:
-            return self
-        if self.requires_grad:
-            # Every op runs in one float dtype, so a history cannot cross a cast.
+    def to(self, *args: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        """This tensor on another device and/or of another dtype, as torch's ``.to``:
+        ``.to(dtype)``, ``.to(device)``, ``.to(device, dtype)``, ``.to(other_tensor)`` or the
+        keywords. ``self`` when nothing changes. A move between devices is an explicit
+        transfer; with a history the gradient flows back across it (to the source device). A
+        cast of a tensor that requires grad is refused (every op runs in one float dtype)."""
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, str) and a in DEVICES:
+                device = a
+            else:
+                dtype = a
+        target = self.dtype if dtype is None else _dtype(dtype)
+        value = self._value
+        src = np if type(value) is np.ndarray else namespace_of(value)
+        xp = src if device is None else namespace_for(check_device(device))
+        if target != self.dtype and self.requires_grad:
             raise TorchLeanError(f"to: cannot cast a tensor that requires grad from "
                                  f"{self.dtype} to {target}; cast the leaves instead")
-        return Tensor(self._value.astype(target))
+        if xp is src:
+            return self if target == self.dtype else Tensor(value.astype(target))
+        moved = to_device(value, xp)  # the explicit transfer
+        if target != self.dtype:
+            moved = moved.astype(target)
+        if self.requires_grad and is_grad_enabled():
+            return Tensor._result(moved, _copy_between(src), (self,), {})
+        return Tensor(moved)
+
+    def cuda(self) -> Tensor:
+        """This tensor on the CUDA device (``.to("cuda")``)."""
+        return self.to(device="cuda")
+
+    def cpu(self) -> Tensor:
+        """This tensor on the host (``.to("cpu")``): an explicit readback from a device."""
+        return self.to(device="cpu")
 
     # --- reverse mode -------------------------------------------------------------------------
     def backward(self, gradient: Any = None, retain_graph: bool = False,
@@ -284,14 +357,17 @@ class Tensor(Ref):
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         """Indices of the largest entries (int64, no gradient); over all entries for None."""
-        return _arg("argmax", np.argmax, self, dim, keepdim)
+        return _arg("argmax", self, dim, keepdim)
 
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        return _arg("argmin", np.argmin, self, dim, keepdim)
+        return _arg("argmin", self, dim, keepdim)
 
     def __getitem__(self, index: Any) -> Tensor:
-        if self.dtype.kind != "f":  # integer / bool data: NumPy indexing, no history
-            return Tensor(np.array(self._value[F._index_values(index)]))
+        if self.dtype.kind != "f":  # integer / bool data: array indexing, no history
+            value = self._value
+            if isinstance(value, np.ndarray):
+                return Tensor(np.array(value[F._index_values(index)]))
+            return Tensor(value[_device_index(index, namespace_of(value))].copy())
         return super().__getitem__(index)  # type: ignore[return-value]
 
     def retain_grad(self) -> None:
@@ -299,12 +375,57 @@ class Tensor(Ref):
                              "gradient of a non-leaf tensor")
 
 
-def _arg(op: str, fn: Callable[..., Any], t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+def _as_value(value: Any) -> Any:
+    """A tensor's value: device arrays as they are, anything else as a NumPy array."""
+    if hasattr(value, "__array_namespace__") and namespace_of(value) is not np:
+        return value
+    return np.asarray(value)
+
+
+def _device_index(index: Any, xp: Any) -> Any:
+    """An index for a device array: tensor entries by their values (on that device), host
+    index arrays and lists uploaded explicitly, slices and numbers as they are."""
+    entries = index if isinstance(index, tuple) else (index,)
+    out = []
+    for e in entries:
+        if isinstance(e, Tensor):
+            if namespace_of(e._value) is not xp:
+                e = e.to(device_of(xp))
+            out.append(e._value)
+        elif isinstance(e, list | np.ndarray):
+            out.append(to_device(np.asarray(e), xp))
+        else:
+            out.append(e)
+    return tuple(out)
+
+
+def _arg(op: str, t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    value = t._value
+    xp = np if isinstance(value, np.ndarray) else namespace_of(value)
+    fn = getattr(xp, op)
     if dim is None:
-        return Tensor(np.asarray(fn(t._value), dtype=np.int64))
+        if xp is np:
+            return Tensor(np.asarray(fn(value), dtype=np.int64))
+        return Tensor(fn(value).astype(np.int64))
     axis = F._axis(op, dim, t.ndim)
-    out = fn(t._value, axis=axis)
-    return Tensor((np.expand_dims(out, axis) if keepdim else out).astype(np.int64))
+    out = fn(value, axis=axis)
+    return Tensor((xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
+
+
+def _copy_between(src: Any) -> Primitive:
+    """A one-off primitive (not registered) for ``.to(device)`` of a tensor with a history:
+    its VJP moves the cotangent back to the source namespace ``src`` (PyTorch's
+    ``ToCopyBackward``). First order only."""
+
+    def vjp(ops: Any, g: Any, inputs: Any, out: Any) -> tuple[Any, ...]:
+        if ops is not ARRAY_OPS:
+            raise TorchLeanError("a copy between devices supports first-order backward only; "
+                                 "move the leaves before recording for create_graph")
+        return (to_device(g, src),)
+
+    return Primitive("to_device", ("x",), lambda shape: shape, lambda x: x, vjp=vjp,
+                     reverse_only=True, semantics="A copy of a tensor to another device (VJP: "
+                     "the cotangent copied back).", samples=lambda rng: [])
 
 
 class _NodeView:
@@ -383,9 +504,15 @@ def _seed(op: str, out: Tensor, gradient: Any) -> Any:
         if out.shape != ():
             raise ShapeError(f"{op}: grad can be implicitly created only for scalar outputs; "
                              f"output has shape {out.shape}, pass gradient=")
-        return np.ones((), dtype=out.dtype)
-    arr = gradient._value if isinstance(gradient, Tensor) else numeric_array(
-        f"{op} gradient", gradient)
+        value = out._value
+        xp = np if isinstance(value, np.ndarray) else namespace_of(value)
+        return xp.ones((), dtype=out.dtype)
+    if isinstance(gradient, Tensor):
+        arr = gradient._value
+        if namespace_of(arr) is not namespace_of(out._value):
+            raise device_mismatch(f"{op} gradient", gradient.device, out.device, "a tensor")
+    else:  # host data goes to the output's device explicitly
+        arr = array_on(f"{op} gradient", gradient, namespace_of(out._value))
     if tuple(arr.shape) != out.shape:
         raise ShapeError(f"{op}: gradient has shape {tuple(arr.shape)}, output has {out.shape}")
     return arr.astype(out.dtype, copy=False)
@@ -421,7 +548,8 @@ class _AutogradNamespace:
         seed_list: list[Any]
         if grad_outputs is None:
             seed_list = [None] * len(outs)
-        elif isinstance(grad_outputs, Tensor | np.ndarray):
+        elif isinstance(grad_outputs, Tensor | np.ndarray) or hasattr(grad_outputs,
+                                                                       "__array_namespace__"):
             seed_list = [grad_outputs]
         else:
             seed_list = list(grad_outputs)
@@ -462,6 +590,12 @@ class _Recorder:
             values.append(t._value)
             if t.requires_grad:
                 history = True
+        if len(values) > 1:  # one device per op (one type test per input when they agree)
+            kind = type(values[0])
+            for v in values:
+                if type(v) is not kind:
+                    _check_one_device(prim.name, tensors)
+                    break
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
         out = run_checked(prim, values, attrs)
@@ -498,9 +632,22 @@ class _Recorder:
 
     def dropout(self, x: Ref, p: float, training: bool = True) -> Ref:
         def mask_of(keep: float) -> Tensor:
-            return Tensor((default_generator.uniform(x.shape, x.dtype) < keep).astype(x.dtype))
+            xp = namespace_of(x._value)  # type: ignore[attr-defined]
+            draw = _draw(default_generator, "uniform", x.shape, x.dtype, xp)
+            return Tensor((draw < keep).astype(x.dtype))
 
         return F.inverted_dropout(x, p, training, mask_of)  # type: ignore[no-any-return]
+
+
+def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
+    """``DeviceError`` when the tensors of one op live on different devices."""
+    first = tensors[0]
+    xp = namespace_of(first._value)
+    for t in tensors[1:]:
+        if namespace_of(t._value) is not xp:
+            raise DeviceError(f"{op}: expected all tensors on the same device, found "
+                              f"'{first.device}' and '{t.device}' (as PyTorch, torchlean never "
+                              "copies between devices implicitly; use .to(device))")
 
 
 RECORDER = _Recorder()
@@ -540,6 +687,11 @@ class CompiledModule:
             c = self._compiled[key] = self._make(lambda ref: self.module(ref), [x.shape],
                                                  dtype=x.dtype,
                                                  wrt=None if x.requires_grad else ())
+        xp = namespace_of(x._value)
+        for p in c.params:  # a compiled run would move them; eager ops refuse to mix devices
+            if namespace_of(p.data) is not xp:
+                raise device_mismatch(f"compiled module: parameter {p.name or '(unnamed)'}",
+                                      p.device, x.device, "a parameter")
         values = c._values("compiled module", [x._value])
         out = values[c.graph.output]
         params = c.params
@@ -583,27 +735,52 @@ def _dtype(dtype: Any, default: np.dtype = float32) -> np.dtype:
             from None
 
 
-def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def _namespace(device: str | None) -> Any:
+    """The array namespace of a ``device=`` argument (``None``: the host)."""
+    return np if device is None else namespace_for(check_device(device))
+
+
+def _draw(gen: Generator, method: str, shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
+    """``gen.<method>(shape, dtype)`` in namespace ``xp``: drawn on the device where the
+    generator has a device path (an ``xp`` keyword), else drawn on the host and uploaded once
+    (the same bits either way: the stream is counter-based)."""
+    fn = getattr(gen, method)
+    if xp is np:
+        return fn(shape, dtype)
+    if "xp" in inspect.signature(fn).parameters:
+        return fn(shape, dtype, xp=xp)
+    return to_device(fn(shape, dtype), xp)
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
+           device: str | None = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``. Python floats become float32 (PyTorch's
-    default), NumPy arrays keep their dtype, Python ints become int64, bools bool."""
+    default), NumPy arrays keep their dtype, Python ints become int64, bools bool. ``device``
+    ("cpu" or "cuda"): where it lives (default: where ``data`` is; host data on the host)."""
     if isinstance(data, Tensor):
         data = data._value
     elif isinstance(data, Ref):
         raise TorchLeanError("tensor: a session or graph ref has no value here; use "
                              "session.value(ref) first")
-    arr = numeric_array("tensor", data)
+    src = namespace_of(data)
+    arr = numeric_array("tensor", data, src)
     if dtype is not None:
         arr = arr.astype(_dtype(dtype))
-    elif not isinstance(data, np.ndarray | np.generic) and arr.dtype == float64:
+    elif src is np and not isinstance(data, np.ndarray | np.generic) and arr.dtype == float64:
         arr = arr.astype(float32)
-    return Tensor(np.array(arr, copy=True), requires_grad=requires_grad)
+    xp = src if device is None else _namespace(device)
+    if xp is not src:
+        return Tensor(to_device(arr, xp), requires_grad=requires_grad)  # a fresh copy there
+    copied = np.array(arr, copy=True) if src is np else arr.copy()
+    return Tensor(copied, requires_grad=requires_grad)
 
 
-def as_tensor(data: Any, dtype: Any = None) -> Tensor:
-    """``data`` as a tensor, without a copy when it already is one of that dtype."""
-    if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype):
+def as_tensor(data: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """``data`` as a tensor, without a copy when it already is one of that dtype and device."""
+    if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype) and (
+            device is None or check_device(device) == data.device):
         return data
-    return tensor(data, dtype)
+    return tensor(data, dtype, device=device)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -618,49 +795,64 @@ def _shape_args(op: str, size: Any) -> tuple[int, ...]:
     return as_shape(op, shape)
 
 
-def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.zeros(_shape_args("zeros", size), _dtype(dtype)), requires_grad)
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False,
+          device: str | None = None) -> Tensor:
+    xp = _namespace(device)
+    return Tensor(xp.zeros(_shape_args("zeros", size), _dtype(dtype)), requires_grad)
 
 
-def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.ones(_shape_args("ones", size), _dtype(dtype)), requires_grad)
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False,
+         device: str | None = None) -> Tensor:
+    xp = _namespace(device)
+    return Tensor(xp.ones(_shape_args("ones", size), _dtype(dtype)), requires_grad)
 
 
-def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.full(_shape_args("full", (size,)), fill_value, _dtype(dtype)),
+def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False,
+         device: str | None = None) -> Tensor:
+    xp = _namespace(device)
+    return Tensor(xp.full(_shape_args("full", (size,)), fill_value, _dtype(dtype)),
                   requires_grad)
 
 
-def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False,
+               device: str | None = None) -> Tensor:
+    """Zeros of ``t``'s shape, dtype and device (unless given)."""
+    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad,
+                 device=device or t.device)
 
 
-def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False,
+              device: str | None = None) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad,
+                device=device or t.device)
 
 
 def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
-           requires_grad: bool = False) -> Tensor:
+           requires_grad: bool = False, device: str | None = None) -> Tensor:
     """Values from ``start`` (0 if only one bound is given) up to ``end`` by ``step``; int64 when
     all three are ints, float32 otherwise (as PyTorch)."""
     lo, hi = (0, start) if end is None else (start, end)
     ints = all(isinstance(v, int | np.integer) for v in (lo, hi, step))
     default = int64 if ints else float32
-    return Tensor(np.arange(lo, hi, step).astype(_dtype(dtype, default)), requires_grad)
+    xp = _namespace(device)
+    return Tensor(xp.arange(lo, hi, step).astype(_dtype(dtype, default)), requires_grad)
 
 
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None,
-         requires_grad: bool = False) -> Tensor:
-    """U[0, 1) draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
+         requires_grad: bool = False, device: str | None = None) -> Tensor:
+    """U[0, 1) draws from ``generator`` (default: the one ``tl.manual_seed`` seeds); the same
+    numbers on every device."""
     gen = check_generator("rand", generator)
-    return Tensor(gen.uniform(_shape_args("rand", size), _dtype(dtype)), requires_grad)
+    return Tensor(_draw(gen, "uniform", _shape_args("rand", size), _dtype(dtype),
+                        _namespace(device)), requires_grad)
 
 
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None,
-          requires_grad: bool = False) -> Tensor:
+          requires_grad: bool = False, device: str | None = None) -> Tensor:
     """Standard normal draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
     gen = check_generator("randn", generator)
-    return Tensor(gen.normal(_shape_args("randn", size), _dtype(dtype)), requires_grad)
+    return Tensor(_draw(gen, "normal", _shape_args("randn", size), _dtype(dtype),
+                        _namespace(device)), requires_grad)
 
 
 def manual_seed(seed: int) -> None:
