@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..backend import namespace_of
+from ..backend import is_cupy, namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, conv_out_size
 
@@ -103,8 +103,9 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
 
     ``cols`` has shape ``lead + kernel + out`` (``kernel_first``) or ``lead + out + kernel``.
     Non-overlapping windows (stride == kernel) are written in one strided copy; otherwise one
-    strided in-place add per kernel offset (``prod(kernel)`` elementwise kernels on a device,
-    no atomics).
+    strided in-place add per kernel offset. On real CuPy the latter is one gather kernel
+    (``cuda_kernels.scatter_windows``: each cell sums its windows' entries in the same order)
+    instead of ``prod(kernel)`` launches.
     """
     d = len(full)
     if kernel_first:
@@ -118,8 +119,16 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
     nl = len(lead)
     covered = tuple(o * k for o, k in zip(out, kernel, strict=True))
     xp = namespace_of(cols)
+    tiled = tuple(stride) == tuple(kernel)
+    if not tiled and is_cupy(xp):
+        from . import cuda_kernels
+
+        done = cuda_kernels.scatter_windows(xp, cols, lead, tuple(full), tuple(kernel), tuple(out),
+                                            tuple(stride), kernel_first)
+        if done is not None:
+            return done
     buf = xp.zeros(lead + tuple(full), dtype=cols.dtype)
-    if tuple(stride) == tuple(kernel):
+    if tiled:
         # Windows tile a leading block exactly: split each axis (n -> o, k) and copy once.
         region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
         split = region.reshape(lead + tuple(itertools.chain.from_iterable(zip(out, kernel,
