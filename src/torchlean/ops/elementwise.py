@@ -131,7 +131,7 @@ register(Primitive(
 
 def max_weight(a: Any, b: Any) -> Any:
     """1 where a > b, 0.5 where a == b, 0 where a < b (in a's dtype)."""
-    dtype = np.result_type(a.dtype, b.dtype)
+    dtype = a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype)
     return (a > b).astype(dtype) + 0.5 * (a == b).astype(dtype)
 
 
