@@ -399,3 +399,41 @@ def test_cli_refuses_cuda_with_distributed(capsys: pytest.CaptureFixture[str]) -
     with device():
         assert cli.main(["train", "--device", "cuda", "--distributed"]) == 2
     assert "--distributed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.functional and losses on plain device arrays
+
+
+def test_nn_functional_on_plain_device_arrays_matches_the_cpu() -> None:
+    import torchlean.nn.functional as TF
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(6, 4)).astype(np.float32)
+    w = rng.normal(size=(3, 4)).astype(np.float32)
+    labels = np.array([0, 2, 1, -100, 2, 0])
+    table = rng.normal(size=(5, 4)).astype(np.float32)
+    ids = np.array([[0, 4], [3, 1]])
+    image = rng.normal(size=(2, 3, 4, 4)).astype(np.float32)
+
+    def run(up: Any) -> dict[str, Any]:
+        logits = TF.linear(up(x), up(w))  # no bias: a zero constant made next to the input
+        return {
+            "linear": logits,
+            "ce": TF.cross_entropy(logits, up(labels), weight=np.array([1.0, 2.0, 0.5]),
+                                   label_smoothing=0.1),
+            "nll": TF.nll_loss(TF.log_softmax(logits, dim=1), up(labels)),
+            "mse": nn.MSELoss()(logits, up(np.ones((6, 3), np.float32))),
+            "one_hot": TF.one_hot(up(ids), num_classes=5),
+            "embedding": TF.embedding(up(ids), up(table), padding_idx=1),
+            "layer_norm": TF.layer_norm(up(x), 4),
+            "pad": TF.pad(up(x), (1, 2), value=0.5),
+            "pool": TF.adaptive_avg_pool2d(up(image), 2),
+        }
+
+    expected = run(lambda a: a)
+    with device() as xp:
+        got = run(lambda a: to_device(a, xp))
+        for key, value in got.items():
+            assert type(value) is StrictArray, key
+            np.testing.assert_array_equal(xp.asnumpy(value), expected[key], err_msg=key)

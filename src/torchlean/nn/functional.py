@@ -13,6 +13,11 @@ Arguments torch accepts but torchlean cannot honour (``dilation``, ``groups``, `
 the argument, never silently ignored. Bad shapes raise ``ShapeError``, bad values
 ``TorchLeanError`` subclasses, each naming the function.
 
+Plain device arrays (CuPy) are computed on their device: constants the functions make (zero
+biases, one-hot rows, loss weights) are uploaded explicitly next to them, and class-index values
+that a check needs are read back explicitly; refs' constants become const leaves of their owner,
+which places them.
+
 Known differences from torch: ``mse_loss``/``l1_loss`` require equal shapes (torch broadcasts
 with a warning); integer class targets given as refs whose values are unknown while tracing a
 graph cannot be range-checked and then give no ``ignore_index``/``weight`` support; dropout on
@@ -28,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import functional as F
-from ..backend import to_host
+from ..backend import namespace_of, on_host, to_device, to_host
 from ..errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..functional import Ref
 
@@ -60,6 +65,10 @@ def _tensor(fn: str, name: str, x: Any) -> Any:
     if x is None or isinstance(x, str | bytes | dict | set):
         raise ShapeError(f"{fn}: {name} must be a tensor (a ref or a numeric array), found "
                          f"{type(x).__name__}")
+    if hasattr(x, "__array_namespace__") and not on_host(x):  # a device array stays there
+        if x.dtype.kind not in "fiub":
+            raise ShapeError(f"{fn}: {name} must be numeric, found dtype {x.dtype}")
+        return x
     try:
         arr = np.asarray(to_host(x))
     except (TypeError, ValueError) as exc:
@@ -80,16 +89,20 @@ def _float_tensor(fn: str, name: str, x: Any) -> Any:
 
 
 def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape) if isinstance(x, Ref) else tuple(np.shape(x))
+    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
 
 
 def _dtype(x: Any) -> np.dtype:
     return np.dtype(x.dtype)
 
 
-def _const(like: Any, array: Any) -> np.ndarray:
-    """A constant array in ``like``'s dtype (F turns it into a const leaf of the owner)."""
-    return np.asarray(array, dtype=_dtype(like))
+def _const(like: Any, array: Any) -> Any:
+    """A constant array in ``like``'s dtype: a host array next to a ref (F turns it into a const
+    leaf of the owner) or a host array, uploaded explicitly next to a plain device array."""
+    arr = np.asarray(array, dtype=_dtype(like))
+    if isinstance(like, Ref) or isinstance(like, np.ndarray) or on_host(like):
+        return arr
+    return to_device(arr, namespace_of(like))
 
 
 def _reduction(fn: str, reduction: Any) -> str:
@@ -152,7 +165,7 @@ def _dim(fn: str, dim: Any, ndim: int) -> int:
 def _values(fn: str, name: str, x: Any) -> np.ndarray | None:
     """The values of ``x`` when they are known (arrays, eager refs); None while tracing."""
     if not isinstance(x, Ref):
-        return np.asarray(x)
+        return np.asarray(to_host(x))  # a device array's values: one explicit readback
     try:
         return np.asarray(to_host(x.owner.value(x)))
     except TraceError:
@@ -697,8 +710,7 @@ def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = 
         if known.size and (known.min() < 0 or known.max() >= n):
             raise IndexRangeError(f"{fn}: indices must lie in [0, {n}), found range "
                                   f"[{known.min()}, {known.max()}]")
-        hot = np.eye(n, dtype=_dtype(w))[known]
-        onehot: Any = hot if not isinstance(ids, Ref) else _const(w, hot)
+        onehot: Any = _const(w, np.eye(n, dtype=_dtype(w))[known])
     else:
         onehot = F.apply("one_hot", ids, num_classes=n)
     if padding_idx is None:
@@ -730,7 +742,8 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Any:
         raise IndexRangeError(f"{fn}: class values must lie in [0, {num_classes}), found range "
                               f"[{known.min()}, {known.max()}]")
     if not isinstance(x, Ref):
-        return np.eye(num_classes, dtype=np.int64)[known]
+        hot = np.eye(num_classes, dtype=np.int64)[known]
+        return hot if on_host(x) else to_device(hot, namespace_of(x))
     return F.apply("one_hot", x, num_classes=num_classes)
 
 
@@ -900,7 +913,7 @@ def _classification(fn: str, input: Any, target: Any, weight: Any, ignore_index:
         # probabilities (N, C, d1, ...): checked in the classes-last layout
         perm = (0,) + tuple(range(2, len(_shape(x)))) + (1,)
         moved_target = (F.apply("permute", target, perm=perm) if isinstance(target, Ref)
-                        else np.transpose(target, perm))
+                        else target.transpose(perm))
     plan, w = _plan_target(fn, shape, moved_target, weight, ignore_index, label_smoothing)
     scores = _classes_last(x)
     log_probs = F.apply("log_softmax", scores) if take_log_softmax else scores
