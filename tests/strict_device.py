@@ -317,7 +317,7 @@ class StrictNamespace:
     ndarray = StrictArray
 
     def __init__(self) -> None:
-        self.log = TransferLog()
+        self.transfers = TransferLog()
         for name in CUPY_FUNCTIONS:
             setattr(self, name, _Function(getattr(np, name)))
         for name in _PASSTHROUGH:
@@ -334,8 +334,8 @@ class StrictNamespace:
         if type(a) is StrictArray:
             return a if dtype is None or a.dtype == dtype else StrictArray(a._a.astype(dtype))
         host = np.array(a, dtype=dtype, order=order or "K", copy=True)
-        self.log.uploads += 1
-        self.log.upload_shapes[host.shape] += 1
+        self.transfers.uploads += 1
+        self.transfers.upload_shapes[host.shape] += 1
         return StrictArray(host)
 
     def array(self, a: Any, dtype: Any = None, copy: bool = True, order: Any = None
@@ -348,7 +348,7 @@ class StrictNamespace:
         """Download (counted); host data passes through, as in CuPy."""
         if type(a) is not StrictArray:
             return np.asarray(a)
-        self.log.downloads += 1
+        self.transfers.downloads += 1
         return np.array(a._a, copy=True)
 
 
@@ -358,7 +358,7 @@ NAMESPACE = StrictNamespace()
 @contextlib.contextmanager
 def strict_cuda() -> Iterator[StrictNamespace]:
     """Within the block ``device="cuda"`` is the stand-in device; yields it with a fresh
-    transfer log (``ns.log``)."""
-    NAMESPACE.log = TransferLog()
+    transfer log (``ns.transfers``)."""
+    NAMESPACE.transfers = TransferLog()
     with cuda_namespace_override(NAMESPACE):
         yield NAMESPACE
