@@ -470,7 +470,8 @@ class Stepper:
         if xp is np:
             return [x.astype(dtype, copy=False) if type(x) is np.ndarray
                     else array_on("input", x, np).astype(dtype, copy=False) for x in inputs]
-        return [array_on("input", x, xp).astype(dtype, copy=False) for x in inputs]
+        return [x if isinstance(x, xp.ndarray) and x.dtype == dtype
+                else array_on("input", x, xp).astype(dtype, copy=False) for x in inputs]
 
     def compiled_for(self, xs: Sequence[Any], extra_key: Any = ()) -> Compiled:
         key = (tuple(x.shape for x in xs), extra_key)
