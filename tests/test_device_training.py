@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import strict_device
 from strict_device import StrictArray, TransferLog, strict_cuda
 
 from torchlean import checkpoint, cli, datasets, models, nn, optim
@@ -32,28 +31,15 @@ from torchlean.params import Param
 from torchlean.train import fit
 
 
-class _CallableLog(TransferLog):
-    """The stand-in's transfer log, also callable as ``xp.log`` (the natural logarithm).
-
-    ``StrictNamespace`` keeps its ``TransferLog`` in the attribute ``log``, which hides the
-    namespace's ``log`` function that kernels call (``xp.log``); until the harness renames one
-    of them, this object is both."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return strict_device._Function(np.log)(*args, **kwargs)
-
-
 @contextlib.contextmanager
 def device() -> Iterator[Any]:
-    """``strict_cuda()`` with a working ``xp.log`` function; yields the namespace."""
+    """``strict_cuda()``: within the block device "cuda" is the stand-in; yields its namespace."""
     with strict_cuda() as xp:
-        if not callable(xp.log):
-            xp.log = _CallableLog()
         yield xp
 
 
 def transfers(xp: Any) -> TransferLog:
-    log = xp.log if isinstance(xp.log, TransferLog) else xp.transfers
+    log = xp.transfers
     assert isinstance(log, TransferLog)
     return log
 
