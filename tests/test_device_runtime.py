@@ -196,7 +196,7 @@ def test_session_on_the_device_matches_the_cpu_and_uploads_parameters_once(backe
             want = _session_pass(cpu, cpu_params, d)
             value, grads, param_grads = _session_pass(s, params, d)
             # each parameter once ever, the two host inputs once per use (pass)
-            assert xp.transfers.uploads == 4 + 2 * (k + 1), xp.log
+            assert xp.transfers.uploads == 4 + 2 * (k + 1), xp.transfers
             assert xp.transfers.downloads == 0
             _same(value, want[0])
             for g, h in zip(param_grads, want[2], strict=True):
@@ -267,7 +267,7 @@ def test_stepper_trains_on_the_device_as_on_the_cpu(backend: str) -> None:
     with strict_cuda() as xp:
         losses, params = _train("cuda", backend, d, 5)
         # the two inputs once per step, each parameter once ever
-        assert xp.transfers.uploads == 2 * 5 + 4, xp.log
+        assert xp.transfers.uploads == 2 * 5 + 4, xp.transfers
         assert xp.transfers.downloads == 0
         for got, want in zip(losses, want_losses, strict=True):
             _same(got, want)
@@ -565,3 +565,45 @@ def test_device_arrays_of_a_finished_step_are_released(backend: str) -> None:
             step()
         assert _live_device_arrays() <= baseline
         assert baseline <= 4 + 2  # the parameters and the two inputs: nothing of a step
+
+
+# --- classification losses and dropout ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cross_entropy_with_integer_labels_on_the_device(backend: str) -> None:
+    d = _mlp_data(13)
+    labels = np.array([0, 2, 1, 1, 0, 2])
+
+    def run(s: Session, params: list[Param]) -> tuple[Any, list[Any]]:
+        w1, b1, w2, b2 = params
+        h = F.relu(F.linear(s.use(w1), s.use(b1), s.input(d["x"], requires_grad=False)))
+        loss = F.cross_entropy(F.linear(s.use(w2), s.use(b2), h), s.input(labels))
+        grads = s.backward(loss)
+        return s.value(loss), [s.grad(grads, s.use(p)) for p in params]
+
+    want = run(Session(Options(backend=backend)), _params(d))
+    with strict_cuda() as xp:
+        got = run(Session(Options(backend=backend, device="cuda")), _params(d))
+        assert xp.transfers.downloads == 0
+    _same(got[0], want[0])
+    for g, h in zip(got[1], want[1], strict=True):
+        _same(g, h)
+
+
+def test_dropout_draws_its_mask_on_the_device() -> None:
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    cpu = Session(Options(seed=9))
+    want = cpu.value(cpu.dropout(cpu.input(x), 0.5))
+    tl.manual_seed(2)
+    want_t = tl.nn.functional.dropout(tl.tensor(x), 0.5)
+    assert 0 < int((want_t.numpy() == 0).sum()) < 12
+    with strict_cuda() as xp:
+        s = Session(Options(seed=9, device="cuda"))
+        _same(s.value(s.dropout(s.input(x), 0.5)), want)
+        assert xp.transfers.uploads == 2  # the input and the keep probability, no mask
+        tl.manual_seed(2)
+        got_t = tl.nn.functional.dropout(tl.tensor(x, device="cuda"), 0.5)
+        assert xp.transfers.uploads == 3  # the tensor; its mask is drawn on the device
+        _same(got_t._value, want_t.numpy())
+        assert xp.transfers.downloads == 0
