@@ -98,11 +98,13 @@ class Param:
         if tuple(arr.shape) != self.shape:
             raise ShapeError(f"Param {self.name or ''}: cannot assign shape {tuple(arr.shape)} "
                              f"to a parameter of shape {self.shape}")
-        # The value stays where the parameter lives (a device parameter receives an upload).
+        # The value stays where the parameter lives. A device parameter receives an upload into
+        # its own buffer, which stays the same array: a captured CUDA graph reads it there.
         xp = namespace_of(self._value)
-        if namespace_of(arr) is not xp:
-            arr = to_device(arr, xp)
-        self._value = arr.astype(self._value.dtype, copy=True)
+        if xp is np:
+            self._value = arr.astype(self._value.dtype, copy=True)
+        else:
+            self._value[...] = to_device(arr, xp).astype(self._value.dtype, copy=False)
         self.version += 1
 
     def mark_updated(self) -> None:
