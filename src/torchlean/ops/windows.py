@@ -67,13 +67,13 @@ def crop_spatial(x: Any, padding: tuple[int, ...], out: tuple[int, ...]) -> Any:
 
 
 def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
-                kernel_first: bool) -> Any:
+                kernel_first: bool, writeable: bool = False) -> Any:
     """A read-only strided view of the sliding windows over the trailing ``d`` axes of ``padded``.
 
     Shape ``lead + kernel + out`` when ``kernel_first`` (im2col order) else ``lead + out +
     kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied. On a
-    device the view is the device namespace's ``as_strided`` (CuPy's takes no ``writeable``:
-    callers only read it).
+    device the view is the device namespace's ``as_strided`` (CuPy's takes no ``writeable``).
+    Only non-overlapping windows (stride >= kernel) may be asked for ``writeable``.
     """
     d = len(kernel)
     lead = padded.shape[: padded.ndim - d]
@@ -87,7 +87,7 @@ def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
     else:
         shape, st = lead + out + kernel, lead_st + out_st + sp_st
     if type(padded) is np.ndarray:
-        return as_strided(padded, shape=shape, strides=st, writeable=False)
+        return as_strided(padded, shape=shape, strides=st, writeable=writeable)
     xp = namespace_of(padded)
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=st)
 
@@ -116,7 +116,6 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
         lead = cols.shape[: cols.ndim - 2 * d]
         out = cols.shape[cols.ndim - 2 * d: cols.ndim - d]
         kernel = cols.shape[cols.ndim - d:]
-    nl = len(lead)
     covered = tuple(o * k for o, k in zip(out, kernel, strict=True))
     xp = namespace_of(cols)
     tiled = tuple(stride) == tuple(kernel)
@@ -129,15 +128,11 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
             return done
     buf = xp.zeros(lead + tuple(full), dtype=cols.dtype)
     if tiled:
-        # Windows tile a leading block exactly: split each axis (n -> o, k) and copy once.
+        # Windows tile a leading block exactly: one strided copy through a writeable window
+        # view of that block (built from strides, so a view on every backend, where a reshape
+        # of a sliced block could silently copy on CuPy).
         region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
-        split = region.reshape(lead + tuple(itertools.chain.from_iterable(zip(out, kernel,
-                                                                              strict=True))))
-        # split axes: lead, o0, k0, o1, k1, ...; bring them to the order of ``cols``.
-        o_axes = tuple(nl + 2 * i for i in range(d))
-        k_axes = tuple(nl + 2 * i + 1 for i in range(d))
-        order = tuple(range(nl)) + (k_axes + o_axes if kernel_first else o_axes + k_axes)
-        split.transpose(order)[...] = cols
+        window_view(region, tuple(kernel), tuple(stride), kernel_first, writeable=True)[...] = cols
         return buf
     for offset in kernel_offsets(kernel):
         target = (Ellipsis,) + tuple(
