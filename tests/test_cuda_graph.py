@@ -116,10 +116,10 @@ def test_no_host_transfers_after_the_inputs_are_on_the_device() -> None:
     with strict_cuda() as xp:
         step = GraphedStep(step_fn)
         batches = [[to_device(a, xp) for a in _data(seed)] for seed in range(5)]
-        uploads, downloads = xp.log.uploads, xp.log.downloads
+        uploads, downloads = xp.transfers.uploads, xp.transfers.downloads
         for batch in batches:
             step(*batch)
-        assert (xp.log.uploads, xp.log.downloads) == (uploads, downloads)
+        assert (xp.transfers.uploads, xp.transfers.downloads) == (uploads, downloads)
 
 
 def test_host_inputs_and_mixed_devices_are_refused() -> None:
@@ -170,11 +170,19 @@ def test_parameters_updated_in_place_need_no_recapture_and_are_seen() -> None:
         loss, _ = step(x)
         assert step.captures == 1
         np.testing.assert_allclose(to_host(loss), (x_host @ (w.value)).sum(), rtol=1e-6)
-        # Replacing the parameter's array (assign, a loaded checkpoint) means a new capture.
+        # assign is seen too (it copies into the parameter's array, or replaces it: either way
+        # the next call computes with the new value).
         w.assign(np.zeros((4, 2), np.float32))
         loss, _ = step(x)
-        assert step.captures == 2
         assert to_host(loss) == 0.0
+        # A replaced array (here: moved to the host and back) means a new capture.
+        captures = step.captures
+        w.on(np)
+        w.on(xp)
+        w.assign(np.ones((4, 2), np.float32))
+        loss, _ = step(x)
+        assert step.captures == captures + 1
+        np.testing.assert_allclose(to_host(loss), x_host.sum() * 2, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +233,7 @@ def test_maybe_graphed_compiled_steps_on_the_stand_in_equal_plain_steps() -> Non
                 p.on(xp)
             c = tl.transforms.Compiled(loss, [(6, 5), (6,)], wrt=(), owner_arg=True)
             batches = [[to_device(a, xp) for a in _batch(k)] for k in range(4)]
-            uploads, downloads = xp.log.uploads, xp.log.downloads
+            uploads, downloads = xp.transfers.uploads, xp.transfers.downloads
             losses = []
             for xs in batches:
                 value, grads = maybe_graphed(c, xs, enabled=graphed)
@@ -233,7 +241,7 @@ def test_maybe_graphed_compiled_steps_on_the_stand_in_equal_plain_steps() -> Non
                 for p, g in zip(params, grads[2:], strict=True):
                     p.data[...] = p.data - np.float32(0.1) * g
                     p.mark_updated()
-            assert (xp.log.uploads, xp.log.downloads) == (uploads, downloads)
+            assert (xp.transfers.uploads, xp.transfers.downloads) == (uploads, downloads)
             if graphed:
                 assert cuda_graph.graphed_step(c).captures == 1
                 assert len({id(v) for v in losses}) == len(losses)  # losses are copies
@@ -436,3 +444,44 @@ def test_a_failed_capture_ends_the_capture_and_names_the_cause() -> None:
         with pytest.raises(expected, match=str(error)):
             GraphedStep(fails_under_capture)(FAKE.asarray(np.ones(2, np.float32)))
         assert FAKE.ev.log[-3:] == ["end_capture side", "exit side", "private allocator off"]
+
+
+# ---------------------------------------------------------------------------------------------
+# torchlean bench --device cuda
+# ---------------------------------------------------------------------------------------------
+
+def test_gpu_bench_steps_agree_and_move_nothing_between_host_and_device() -> None:
+    from torchlean import bench
+
+    data = bench.make_data("W2")
+    with strict_cuda() as xp:
+        impls = {fw: bench.build_gpu("W2", fw, data, xp)
+                 for fw in ("torchlean-eager", "torchlean-compiled", "torchlean-graph")}
+        checks = {fw: impl.check() for fw, impl in impls.items()
+                  if isinstance(impl, bench.Impl)}
+        assert len(checks) == 3
+        errors = bench.agree("W2", checks)
+        assert all(e == 0.0 for e in errors.values()), errors  # the same kernels underneath
+        before = (xp.transfers.uploads, xp.transfers.downloads)
+        for impl in impls.values():
+            assert isinstance(impl, bench.Impl)
+            for _ in range(2):
+                impl.step()
+        assert (xp.transfers.uploads, xp.transfers.downloads) == before
+
+
+def test_gpu_bench_without_a_gpu_is_a_clean_device_error(capsys: Any) -> None:
+    from torchlean import cli
+    from torchlean.backend import namespace_for
+
+    try:
+        namespace_for("cuda")
+    except DeviceError as exc:
+        reason = str(exc)
+    else:
+        pytest.skip("a CUDA GPU is present: tests/test_gpu.py runs the GPU benchmark")
+    assert cli.main(["bench", "--device", "cuda", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"torchlean bench: error: {reason}" and "Traceback" not in err
+    assert cli.main(["bench", "--device", "cuda", "--workloads", "W1"]) == 2
+    assert "unknown workloads on --device cuda" in capsys.readouterr().err

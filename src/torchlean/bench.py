@@ -205,7 +205,8 @@ def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
 # PyTorch eager
 # ---------------------------------------------------------------------------------------------
 
-def _torch_loss(torch: Any, workload: str, data: dict[str, Any]) -> Callable[..., Any]:
+def _torch_loss(torch: Any, workload: str, data: dict[str, Any], device: str = "cpu"
+                ) -> Callable[..., Any]:
     nnf = torch.nn.functional
     if workload == "W1":
         def chain(x: Any, y: Any) -> Any:
@@ -216,7 +217,8 @@ def _torch_loss(torch: Any, workload: str, data: dict[str, Any]) -> Callable[...
             return h.sum()
         return chain
     if workload in ("W2", "W4"):
-        xt, yt = torch.tensor(data["x"]), torch.tensor(data["labels"])
+        xt, yt = (torch.tensor(data["x"], device=device),
+                  torch.tensor(data["labels"], device=device))
 
         def mlp(w1: Any, b1: Any, w2: Any, b2: Any, w3: Any, b3: Any) -> Any:
             h = torch.relu(nnf.linear(xt, w1, b1))
@@ -224,14 +226,16 @@ def _torch_loss(torch: Any, workload: str, data: dict[str, Any]) -> Callable[...
             return nnf.cross_entropy(nnf.linear(h, w3, b3), yt)
         return mlp
     if workload == "W3":
-        xt, yt = torch.tensor(data["x"]), torch.tensor(data["labels"])
+        xt, yt = (torch.tensor(data["x"], device=device),
+                  torch.tensor(data["labels"], device=device))
 
         def cnn(w1: Any, b1: Any, w2: Any, b2: Any, w3: Any, b3: Any) -> Any:
             h = nnf.max_pool2d(torch.relu(nnf.conv2d(xt, w1, b1, padding=1)), 2)
             h = nnf.max_pool2d(torch.relu(nnf.conv2d(h, w2, b2, padding=1)), 2)
             return nnf.cross_entropy(nnf.linear(h.reshape(h.shape[0], -1), w3, b3), yt)
         return cnn
-    xt, tt = torch.tensor(data["x"]), torch.tensor(data["target"])
+    xt, tt = (torch.tensor(data["x"], device=device),
+              torch.tensor(data["target"], device=device))
 
     def block(g1: Any, be1: Any, wq: Any, wk: Any, wv: Any, wo: Any, g2: Any, be2: Any,
               m1: Any, c1: Any, m2: Any, c2: Any) -> Any:
@@ -674,9 +678,13 @@ class Timing:
 
 
 def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: int,
-                     warmup: int = 2, seed: int = 0) -> dict[str, dict[str, float]]:
+                     warmup: int = 2, seed: int = 0, sync: Callable[[], Any] | None = None
+                     ) -> dict[str, dict[str, float]]:
     """Warm up every step, then ``rounds`` rounds; each round runs a block of ``block`` steps
-    of every entry in a shuffled order. Medians and min-max over rounds."""
+    of every entry in a shuffled order. Medians and min-max over rounds. ``sync`` (the GPU
+    benchmark: wait for the device) is called before each block's clock starts and before it
+    stops, so a block's time includes all the device work it queued."""
+    wait = sync or (lambda: None)
     for fn in steps.values():
         for _ in range(warmup):
             fn()
@@ -687,10 +695,12 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
         shuffle.shuffle(order)
         for name in order:
             fn = steps[name]
+            wait()
             f0 = _faults()
             t0 = time.perf_counter()
             for _ in range(block):
                 fn()
+            wait()
             t1 = time.perf_counter()
             timings[name].seconds.append((t1 - t0) / block)
             timings[name].faults.append((_faults() - f0) / block)
@@ -820,6 +830,138 @@ def run_isolated(workloads: Sequence[str], frameworks: Sequence[str], rounds: in
 
 
 # ---------------------------------------------------------------------------------------------
+# GPU (--device cuda): torchlean eager, compiled and compiled + CUDA graph vs PyTorch CUDA eager
+# ---------------------------------------------------------------------------------------------
+
+GPU_WORKLOADS = ("W2", "W3", "W5")
+GPU_FRAMEWORKS = ("torchlean-eager", "torchlean-compiled", "torchlean-graph", "torch")
+
+
+def _device_sync(xp: Any) -> Callable[[], None]:
+    """Wait for all work on the device (every stream, CuPy's and PyTorch's); nothing to wait
+    for on a namespace that is not real CuPy (the tests' stand-in device)."""
+    from .backend import is_cupy
+
+    if not is_cupy(xp):
+        return lambda: None
+    return xp.cuda.runtime.deviceSynchronize  # type: ignore[no-any-return]
+
+
+def build_torchlean_gpu(workload: str, data: dict[str, Any], variant: str, xp: Any) -> Impl:
+    """torchlean on the device: parameters and the batch uploaded once, then ``Stepper`` (the
+    path of ``fit``) and ``tl.optim.SGD`` on the device. ``variant`` is "eager", "compiled", or
+    "graph" (the compiled step replayed from a CUDA graph, ``cuda_graph.maybe_graphed``). A step
+    leaves its loss on the device: no host transfer inside the timed loop."""
+    from . import optim
+    from .backend import to_device, to_host
+    from .cuda_graph import maybe_graphed
+    from .params import Param
+    from .session import Options, Stepper
+
+    loss = _tl_loss(workload, data)
+    params = [Param(to_device(p, xp)) for p in data["params"]]
+    inputs = [to_device(x, xp) for x in _tl_inputs(workload, data)]
+
+    def fn(owner: Any, *refs: Any) -> Any:
+        return loss(*[owner.use(p) for p in params], *refs)
+
+    stepper = Stepper(fn, Options(backend="eager" if variant == "eager" else "compiled",
+                                  device="cuda"))
+    opt = optim.SGD(params, lr=LR)
+
+    def grads_now() -> tuple[Any, list[Any]]:
+        if variant == "graph":
+            c = stepper.compiled_for(inputs)
+            value, grads = maybe_graphed(c, inputs)
+            by_param = dict(zip(map(id, c.params), grads[len(inputs):], strict=True))
+        else:
+            value, pairs = stepper.value_and_grads(inputs)
+            by_param = {id(p): g for p, g in pairs}
+        return value, [by_param.get(id(p)) for p in params]
+
+    def step() -> Any:
+        value, grads = grads_now()
+        opt.step(grads)
+        return value
+
+    def check() -> tuple[float, list[np.ndarray]]:
+        value, grads = grads_now()
+        return float(to_host(value)), [to_host(g) for g in grads]
+
+    note = {"eager": "", "compiled": "", "graph": "CUDA graph"}[variant]
+    return Impl(step, check, note=note)
+
+
+def build_torch_cuda(workload: str, data: dict[str, Any]) -> Impl | str:
+    """PyTorch CUDA eager: the CPU benchmark's step with parameters and data on the GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"PyTorch {torch.__version__} has no CUDA here"
+    loss = _torch_loss(torch, workload, data, device="cuda")
+    params = [torch.tensor(p, device="cuda", requires_grad=True) for p in data["params"]]
+    opt = torch.optim.SGD(params, lr=LR)
+
+    def step() -> Any:
+        opt.zero_grad()
+        out = loss(*params)
+        out.backward()
+        opt.step()
+        return out
+
+    def check() -> tuple[float, list[np.ndarray]]:
+        out = loss(*params)
+        grads = torch.autograd.grad(out, params)
+        return float(out.detach().cpu()), [g.cpu().numpy() for g in grads]
+    return Impl(step, check, note="CUDA eager")
+
+
+def build_gpu(workload: str, framework: str, data: dict[str, Any], xp: Any) -> Impl | str:
+    try:
+        if framework.startswith("torchlean-"):
+            return build_torchlean_gpu(workload, data, framework.removeprefix("torchlean-"), xp)
+        if framework == "torch":
+            return build_torch_cuda(workload, data)
+    except ImportError as exc:
+        return f"not installed ({exc.name})"
+    raise BenchError(f"bench --device cuda: unknown framework {framework!r}, expected one of "
+                     f"{GPU_FRAMEWORKS}")
+
+
+def gpu_info(xp: Any) -> str:
+    from .backend import is_cupy
+
+    if not is_cupy(xp):
+        return f"{getattr(xp, '__name__', type(xp).__name__)} (not a real GPU)"
+    props = xp.cuda.runtime.getDeviceProperties(xp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    free, total = xp.cuda.runtime.memGetInfo()
+    return (f"{name}, {total / 2**30:.0f} GiB, CUDA runtime {xp.cuda.runtime.runtimeGetVersion()},"
+            f" CuPy {xp.__version__}")
+
+
+def bench_workload_gpu(workload: str, frameworks: Sequence[str], rounds: int, xp: Any
+                       ) -> dict[str, Any]:
+    """Build, check agreement and time one workload on the device (synchronised timing)."""
+    data = make_data(workload)
+    impls: dict[str, Impl] = {}
+    notes: dict[str, str] = {}
+    for fw in frameworks:
+        impl = build_gpu(workload, fw, data, xp)
+        if isinstance(impl, str):
+            notes[fw] = impl
+        else:
+            impls[fw] = impl
+    errors = agree(workload, {fw: impl.check() for fw, impl in impls.items()})
+    times = time_interleaved({fw: impl.step for fw, impl in impls.items()}, BLOCK[workload],
+                             rounds, sync=_device_sync(xp))
+    for fw, impl in impls.items():
+        if impl.note:
+            times[fw]["note"] = impl.note  # type: ignore[assignment]
+    return {"title": TITLES[workload], "times": times, "notes": notes, "max_rel_err": errors}
+
+
+# ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
 
@@ -857,6 +999,9 @@ def format_report(result: dict[str, Any]) -> str:
                  f"OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}")
     lines.append("load average at start {:.2f} {:.2f} {:.2f}; at end {:.2f} {:.2f} {:.2f}".format(
         *m["load_average"], *result["load_average_end"]))
+    if result.get("device") == "cuda":
+        lines.append(f"device cuda: {result['gpu']}; timing synchronises the device before "
+                     "and after each block of steps")
     for w, res in result["workloads"].items():
         times = res["times"]
         base = _baseline(w, times)
@@ -894,6 +1039,8 @@ def format_report(result: dict[str, Any]) -> str:
 
 def targets(result: dict[str, Any]) -> list[str]:
     """The issue's targets as met / missed lines (ratios of this run's medians)."""
+    if result.get("device") == "cuda":
+        return gpu_targets(result)
     out = ["targets (issue 13):"]
     ws = result["workloads"]
     iso = result.get("isolated", {}).get("times", {})
@@ -951,6 +1098,24 @@ def targets(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def gpu_targets(result: dict[str, Any]) -> list[str]:
+    """Issue 16's GPU targets: compiled + CUDA graph at most 1.0x PyTorch CUDA eager on W2 and
+    W3, eager at most 2x (ratios of this run's medians)."""
+    out = ["targets (issue 16, GPU):"]
+    for w in ("W2", "W3"):
+        times = result["workloads"].get(w, {}).get("times", {})
+        base = times.get("torch")
+        for fw, limit in (("torchlean-graph", 1.0), ("torchlean-eager", 2.0)):
+            if base is None or fw not in times:
+                continue
+            r = times[fw]["median_ms"] / base["median_ms"]
+            verdict = "met" if r <= limit else f"missed by {r / limit:.2f}x"
+            out.append(f"  {w} {fw} vs torch CUDA eager: {r:.2f}x <= {limit}x: {verdict}")
+    if len(out) == 1:
+        out.append("  (no PyTorch CUDA timing in this run: no ratios)")
+    return out
+
+
 def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     bad = [n for n in names if n not in allowed]
@@ -961,11 +1126,15 @@ def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated subset of {','.join(WORKLOADS)} (default all)")
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+    parser.add_argument("--workloads", default=None,
+                        help=f"comma-separated subset of {','.join(WORKLOADS)} (default all; "
+                             f"with --device cuda a subset of {','.join(GPU_WORKLOADS)})")
+    parser.add_argument("--frameworks", default=None,
                         help=f"comma-separated subset of {','.join(FRAMEWORKS)} (default all "
-                             "installed)")
+                             f"installed; with --device cuda of {','.join(GPU_FRAMEWORKS)})")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: time W2, W3 and W5 on the GPU (torchlean eager, compiled, "
+                             "compiled + CUDA graph, PyTorch CUDA eager); needs CuPy and a GPU")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (default 7)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
                         help="BLAS / PyTorch threads for every framework (default 2)")
@@ -977,11 +1146,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``torchlean bench``: validate the arguments, run, print the table (and write JSON)."""
-    workloads = _names(args.workloads, WORKLOADS, "workloads")
-    frameworks = _names(args.frameworks, FRAMEWORKS, "frameworks")
+    gpu = getattr(args, "device", "cpu") == "cuda"
+    all_workloads, all_frameworks = (GPU_WORKLOADS, GPU_FRAMEWORKS) if gpu else (WORKLOADS,
+                                                                               FRAMEWORKS)
+    where = " on --device cuda" if gpu else ""
+    workloads = _names(args.workloads or ",".join(all_workloads), all_workloads,
+                       "workloads" + where)
+    frameworks = _names(args.frameworks or ",".join(all_frameworks), all_frameworks,
+                        "frameworks" + where)
     if args.rounds < 1 or args.threads < 1:
         raise BenchError(f"bench: --rounds and --threads must be >= 1, found {args.rounds} and "
                          f"{args.threads}")
+    if gpu:
+        if args.isolated:
+            raise BenchError("bench: --isolated times CPU processes; it does not apply to "
+                             "--device cuda")
+        return run_gpu(args, workloads, frameworks)
     if getattr(args, "child", None):
         args.workloads, args.frameworks = workloads, frameworks
         return _child(args)
@@ -995,6 +1175,30 @@ def run(args: argparse.Namespace) -> int:
     result["workloads"] = {w: bench_workload(w, frameworks, args.rounds) for w in workloads}
     if args.isolated:
         result["isolated"] = run_isolated(workloads, frameworks, args.rounds, args.threads)
+    result["load_average_end"] = list(os.getloadavg())
+    del limiter
+    print(format_report(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+def run_gpu(args: argparse.Namespace, workloads: Sequence[str], frameworks: Sequence[str]
+            ) -> int:
+    """``torchlean bench --device cuda``: a ``DeviceError`` (no CuPy, no GPU) before anything
+    is built; otherwise the table, with synchronised timing and ratios to PyTorch CUDA eager."""
+    from .backend import namespace_for
+
+    xp = namespace_for("cuda")
+    limiter = _pin_threads(args.threads)
+    result: dict[str, Any] = {"machine": machine_info(), "threads": args.threads,
+                              "rounds": args.rounds, "device": "cuda", "gpu": gpu_info(xp),
+                              "command": (f"torchlean bench --device cuda --workloads "
+                                          f"{','.join(workloads)} --frameworks "
+                                          f"{','.join(frameworks)} --rounds {args.rounds}")}
+    result["workloads"] = {w: bench_workload_gpu(w, frameworks, args.rounds, xp)
+                           for w in workloads}
     result["load_average_end"] = list(os.getloadavg())
     del limiter
     print(format_report(result))

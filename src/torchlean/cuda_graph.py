@@ -16,8 +16,8 @@ The discipline a captured graph needs, and what ``GraphedStep`` does on every na
   output that must outlive the next step.
 - Parameters. The step reads each parameter through the array it had at capture
   (``param.data``); optimisers update that array in place, so no re-capture is needed across
-  steps. If a parameter's array is replaced (``assign``, loading a checkpoint), the next call
-  captures again (counted in ``captures``).
+  steps. If a parameter's array is replaced (moved to the host and back, or by code that
+  does not copy into it), the next call captures again (counted in ``captures``).
 - Private memory. On CuPy, every allocation of the warm-up and the capture comes from a
   ``cupy.cuda.MemoryPool`` that belongs to this capture and lives as long as its graph, so the
   blocks the graph writes at replay are never handed to anyone else.
