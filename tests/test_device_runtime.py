@@ -607,3 +607,49 @@ def test_dropout_draws_its_mask_on_the_device() -> None:
         assert xp.transfers.uploads == 3  # the tensor; its mask is drawn on the device
         _same(got_t._value, want_t.numpy())
         assert xp.transfers.downloads == 0
+
+
+# --- modules on tensors, indexing --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_module_on_device_tensors_matches_the_cpu(compiled: bool) -> None:
+    x = np.random.default_rng(14).standard_normal((5, 4)).astype(np.float32)
+
+    def run(device: str) -> tuple[Any, list[Any]]:
+        tl.manual_seed(0)
+        model = tl.nn.Sequential(tl.nn.Linear(4, 6), tl.nn.ReLU(), tl.nn.Linear(6, 2)).to(device)
+        net = model.compile() if compiled else model
+        loss = (net(tl.tensor(x, device=device)) ** 2).mean()
+        loss.backward()
+        return loss, [p.grad for p in model.parameters()]
+
+    want_loss, want_grads = run("cpu")
+    with strict_cuda() as xp:
+        loss, grads = run("cuda")
+        assert xp.transfers.uploads == 4 + 1  # the parameters once, the input
+        assert xp.transfers.downloads == 0
+        _same(loss._value, want_loss.detach().numpy())
+        for g, h in zip(grads, want_grads, strict=True):
+            _same(g, h)
+        tl.manual_seed(0)
+        host_model = tl.nn.Linear(4, 2)
+        net = host_model.compile() if compiled else host_model
+        with pytest.raises(DeviceError):  # a host module on a device tensor
+            net(tl.tensor(x, device="cuda"))
+
+
+def test_indexing_device_tensors() -> None:
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    labels = np.array([3, 1, 2, 0])
+    with strict_cuda() as xp:
+        t = tl.tensor(data, device="cuda")
+        _same(t[1]._value, data[1])
+        _same(t[:, 1:3]._value, data[:, 1:3])
+        rows = tl.tensor(np.array([2, 0]), device="cuda")
+        _same(t[rows]._value, data[[2, 0]])  # an index read back explicitly (a static attribute)
+        ints = tl.tensor(labels, device="cuda")
+        _same(ints[1:3]._value, labels[1:3])
+        _same(ints[[0, 2]]._value, labels[[0, 2]])  # a host index list uploaded explicitly
+        _same(ints[tl.tensor(np.array([1, 1]), device="cuda")]._value, labels[[1, 1]])
+        assert xp.transfers.downloads == 1

@@ -293,11 +293,7 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
 def device_kernel_check(xp: Any) -> Callable[[Primitive, Any], None] | None:
     """The registry's ``check_device_kernel(prim, xp)`` for a device namespace (``None`` on the
     host, where every primitive has its kernel)."""
-    if xp is np:
-        return None
-    check: Callable[[Primitive, Any], None] | None = getattr(
-        _registry, "check_device_kernel", None)
-    return check
+    return None if xp is np else _registry.check_device_kernel
 
 
 def array_on(op: str, data: Any, xp: Any, dtype: Any = None) -> Any:

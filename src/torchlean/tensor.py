@@ -28,7 +28,6 @@ history, the gradient flows back across the copy); an op on tensors of two devic
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -315,14 +314,14 @@ class Tensor(Ref):
         for a in args:
             if isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device
-            elif isinstance(a, str) and a in DEVICES:
+            elif _is_device(a):
                 device = a
             else:
                 dtype = a
         target = self.dtype if dtype is None else _dtype(dtype)
         value = self._value
         src = np if type(value) is np.ndarray else namespace_of(value)
-        xp = src if device is None else namespace_for(check_device(device))
+        xp = src if device is None else _namespace(device)
         if target != self.dtype and self.requires_grad:
             raise TorchLeanError(f"to: cannot cast a tensor that requires grad from "
                                  f"{self.dtype} to {target}; cast the leaves instead")
@@ -735,21 +734,30 @@ def _dtype(dtype: Any, default: np.dtype = float32) -> np.dtype:
             from None
 
 
-def _namespace(device: str | None) -> Any:
+def _device_name(device: Any) -> str:
+    """"cpu" or "cuda" from a device argument ("cuda:0" and ``torch.device``-like objects with
+    a ``type`` are accepted, as torch accepts them)."""
+    name = getattr(device, "type", device)
+    if not isinstance(name, str):
+        raise DeviceError(f"device: expected 'cpu' or 'cuda', found {device!r}")
+    return check_device(name.split(":")[0])
+
+
+def _is_device(value: Any) -> bool:
+    name = getattr(value, "type", value)
+    return isinstance(name, str) and name.split(":")[0] in DEVICES
+
+
+def _namespace(device: Any) -> Any:
     """The array namespace of a ``device=`` argument (``None``: the host)."""
-    return np if device is None else namespace_for(check_device(device))
+    return np if device is None else namespace_for(_device_name(device))
 
 
 def _draw(gen: Generator, method: str, shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
-    """``gen.<method>(shape, dtype)`` in namespace ``xp``: drawn on the device where the
-    generator has a device path (an ``xp`` keyword), else drawn on the host and uploaded once
-    (the same bits either way: the stream is counter-based)."""
+    """``gen.<method>(shape, dtype)`` drawn in namespace ``xp`` (on a device, by the device's
+    SplitMix64 kernel: the same bits as on the host, and no upload)."""
     fn = getattr(gen, method)
-    if xp is np:
-        return fn(shape, dtype)
-    if "xp" in inspect.signature(fn).parameters:
-        return fn(shape, dtype, xp=xp)
-    return to_device(fn(shape, dtype), xp)
+    return fn(shape, dtype) if xp is np else fn(shape, dtype, xp=xp)
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
@@ -778,7 +786,7 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
 def as_tensor(data: Any, dtype: Any = None, device: str | None = None) -> Tensor:
     """``data`` as a tensor, without a copy when it already is one of that dtype and device."""
     if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype) and (
-            device is None or check_device(device) == data.device):
+            device is None or _device_name(device) == data.device):
         return data
     return tensor(data, dtype, device=device)
 
