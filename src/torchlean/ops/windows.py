@@ -68,7 +68,8 @@ def crop_spatial(x: Any, padding: tuple[int, ...], out: tuple[int, ...]) -> Any:
 
 def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
                 kernel_first: bool, writeable: bool = False) -> Any:
-    """A read-only strided view of the sliding windows over the trailing ``d`` axes of ``padded``.
+    """A strided view (read-only unless ``writeable``) of the sliding windows over the trailing
+    ``d`` axes of ``padded``.
 
     Shape ``lead + kernel + out`` when ``kernel_first`` (im2col order) else ``lead + out +
     kernel`` (pooling order); ``out[i] = (n[i] - k[i]) // s[i] + 1``. No data is copied. On a
@@ -86,9 +87,9 @@ def window_view(padded: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
         shape, st = lead + kernel + out, lead_st + sp_st + out_st
     else:
         shape, st = lead + out + kernel, lead_st + out_st + sp_st
-    if type(padded) is np.ndarray:
-        return as_strided(padded, shape=shape, strides=st, writeable=writeable)
     xp = namespace_of(padded)
+    if xp is np:
+        return as_strided(padded, shape=shape, strides=st, writeable=writeable)
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=st)
 
 
