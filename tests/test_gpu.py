@@ -181,6 +181,19 @@ def test_bernoulli_masks_and_session_draws_equal_the_cpu(xp: Any) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+def test_generator_uniform_bits_equal_the_cpu(xp: Any) -> None:
+    for dtype in ("float32", "float64"):
+        host_gen, dev_gen = tl.Generator(9), tl.Generator(9)
+        for shape in [(5,), (4, 6), (257,)]:
+            host = host_gen.uniform(shape, dtype)
+            dev = dev_gen.uniform(shape, dtype, xp=xp)
+            assert _is_device(dev, xp)
+            np.testing.assert_array_equal(to_host(dev), host)
+        # normal: Box-Muller in float64 on both; log/cos kernels may differ in the last bits.
+        _close(tl.Generator(4).normal((300,), xp=xp), tl.Generator(4).normal((300,)),
+               "Generator.normal", rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # Short trainings of the default models, CPU vs GPU; parameters uploaded once
 # ---------------------------------------------------------------------------------------------
