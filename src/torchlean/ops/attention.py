@@ -22,6 +22,7 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape
+from .array_api import amax, astype, asum, permute_dims, reshape
 from .registry import ErrorInput, Primitive, Sample, add_tangents, device_constant, register
 from .samples import normal
 
@@ -32,18 +33,18 @@ from .samples import normal
 def _masked_softmax(x: Any, mask: Any = None) -> Any:
     xp = namespace_of(x)
     if mask is None:
-        e = xp.exp(x - x.max(axis=-1, keepdims=True))
-        e /= e.sum(axis=-1, keepdims=True)
+        e = xp.exp(x - amax(x, -1, True))
+        e /= asum(e, -1, True)
         return e
     # The mask is a static attribute: on a device it is uploaded once (device_constant).
     allowed = device_constant(mask, xp, lambda m: np.asarray(m, dtype=bool))
     masked = xp.where(allowed, x, -np.inf)
-    m = masked.max(axis=-1, keepdims=True)
+    m = amax(masked, -1, True)
     m = xp.where(xp.isfinite(m), m, 0)  # a fully masked row: any shift works, all weights are 0
     e = xp.exp(masked - m)
-    s = e.sum(axis=-1, keepdims=True)
+    s = asum(e, -1, True)
     e /= xp.where(s > 0, s, 1)
-    return e.astype(x.dtype, copy=False)
+    return astype(e, x.dtype, copy=False)
 
 
 def _softmax_rule(ops: Any, g: Any, y: Any) -> Any:
@@ -151,17 +152,17 @@ def _mha_forward(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
     b = x.size // (n * dm)
     hd = wq.shape[1]
     h, d = num_heads, hd // num_heads
-    x2 = x.reshape(b * n, dm)
+    x2 = reshape(x, (b * n, dm))
 
     def heads(m: Any) -> Any:  # (B*n, H*D) -> (B, H, n, D), a view
-        return m.reshape(b, n, h, d).transpose(0, 2, 1, 3)
+        return permute_dims(reshape(m, (b, n, h, d)), (0, 2, 1, 3))
 
     q, k, v = heads(x2 @ wq), heads(x2 @ wk), heads(x2 @ wv)
-    scores = q @ k.transpose(0, 1, 3, 2)
+    scores = q @ permute_dims(k, (0, 1, 3, 2))
     scores *= 1.0 / math.sqrt(d)
     p = _masked_softmax(scores, mask)
-    o = (p @ v).transpose(0, 2, 1, 3).reshape(b * n, hd)
-    return (o @ wo).reshape(x.shape)
+    o = reshape(permute_dims(p @ v, (0, 2, 1, 3)), (b * n, hd))
+    return reshape(o @ wo, x.shape)
 
 
 class _Layout:

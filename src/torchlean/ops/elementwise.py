@@ -16,6 +16,7 @@ import numpy as np
 from ..backend import namespace_of, to_host
 from ..errors import DomainError, ShapeError, SignatureError
 from ..shape import broadcast_shapes
+from .array_api import astype
 from .registry import (
     ErrorInput,
     Primitive,
@@ -131,8 +132,8 @@ register(Primitive(
 
 def max_weight(a: Any, b: Any) -> Any:
     """1 where a > b, 0.5 where a == b, 0 where a < b (in a's dtype)."""
-    dtype = a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype)
-    return (a > b).astype(dtype) + 0.5 * (a == b).astype(dtype)
+    dtype = a.dtype if a.dtype == b.dtype else _namespace2(a, b).result_type(a.dtype, b.dtype)
+    return astype(a > b, dtype) + 0.5 * astype(a == b, dtype)
 
 
 register(Primitive(
@@ -211,7 +212,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "positive_mask", ("x",), same_shape, lambda x: (x > 0).astype(x.dtype), nondiff=True,
+    "positive_mask", ("x",), same_shape, lambda x: astype(x > 0, x.dtype), nondiff=True,
     semantics="1 where x > 0, else 0 (so relu has derivative 0 at 0). Zero derivative.",
     samples=_mask_samples, torch_ref=lambda torch, x: (x > 0).to(x.dtype),
     error_inputs=[arity_error(("x",))],
@@ -219,7 +220,7 @@ register(Primitive(
 
 
 def _interval_mask(x: Any, lo: float, hi: float) -> Any:
-    return ((x > lo) & (x < hi)).astype(x.dtype)
+    return astype((x > lo) & (x < hi), x.dtype)
 
 
 register(Primitive(
@@ -279,7 +280,7 @@ def _sqrt_deriv(x: Any) -> Any:
     xp = namespace_of(x)
     positive = x > 0
     safe = xp.where(positive, x, 1)
-    return xp.where(positive, 0.5 / xp.sqrt(safe), 0).astype(x.dtype)
+    return astype(xp.where(positive, 0.5 / xp.sqrt(safe), 0), x.dtype)
 
 
 elementwise_unary(
@@ -327,7 +328,7 @@ def _sigmoid(x: Any) -> Any:
     # exp(-|x|) never overflows; the two branches agree where both are finite.
     xp = namespace_of(x)
     e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+    return astype(xp.where(x >= 0, 1 / (1 + e), e / (1 + e)), x.dtype)
 
 
 elementwise_unary(
@@ -368,11 +369,15 @@ def _log(x: Any) -> Any:
     xp = namespace_of(x)
     bad = ~(x > 0)
     # On a device the domain check is one explicit download of a 0-d count (a synchronisation,
-    # as any value-dependent error needs); log stays total on nothing, as on the CPU.
+    # as any value-dependent error needs); log stays total on nothing, as on the CPU. A
+    # namespace with no download of its own (the array API standard has none) reads the count
+    # with int(), the standard's conversion of a 0-d array.
     if xp is np:
         count = int(bad.sum()) if bad.any() else 0
-    else:
+    elif hasattr(xp, "asnumpy"):
         count = int(to_host(xp.count_nonzero(bad)))
+    else:
+        count = int(xp.count_nonzero(bad))
     if count:
         raise DomainError(f"log: {count} of {x.size} entries are <= 0 or NaN; "
                           "log needs positive input (safe_log is total)")

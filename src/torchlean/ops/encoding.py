@@ -13,12 +13,13 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import ShapeError, SignatureError
 from ..shape import Shape
+from .array_api import astype
 from .registry import ErrorInput, Primitive, Sample, register
 
 
 def _one_hot(labels: Any, num_classes: int) -> Any:
     classes = namespace_of(labels).arange(num_classes, dtype=labels.dtype)
-    return (labels[..., None] == classes).astype(labels.dtype)
+    return astype(labels[..., None] == classes, labels.dtype)
 
 
 def _one_hot_infer(s: Shape, num_classes: int) -> Shape:

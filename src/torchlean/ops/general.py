@@ -20,6 +20,7 @@ import numpy as np
 from ..backend import is_cupy, namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, broadcast_shapes
+from .array_api import contiguous, permute_dims
 from .registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
 from .samples import dim, normal
 
@@ -67,7 +68,7 @@ def _permute_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "permute", ("x",), _permute_infer,
-    lambda x, perm: namespace_of(x).ascontiguousarray(x.transpose(tuple(perm))),
+    lambda x, perm: contiguous(permute_dims(x, tuple(perm))),
     attrs=("perm",),
     vjp=lambda ops, g, xs, out, perm: (ops.permute(g, perm=inverse_perm(tuple(perm))),),
     linear=True,

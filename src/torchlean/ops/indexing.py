@@ -20,6 +20,7 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape
+from .array_api import copy, reshape, take0
 from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import dim, normal
 
@@ -96,11 +97,11 @@ def _scatter_row_infer(x: Shape, v: Shape, i: Any) -> Shape:
 
 def _row(x: Any, i: int) -> Any:
     # x[i, ...] is a view with the row's shape (a 0-d array for a vector), never a NumPy scalar.
-    return x[i, ...].copy()
+    return copy(x[i, ...])
 
 
 def _scatter_add(x: Any, v: Any, i: int) -> Any:
-    out = x.copy()
+    out = copy(x)
     out[i, ...] += v
     return out
 
@@ -164,7 +165,7 @@ def _gather_nat_scalar_infer(x: Shape, i: Any) -> Shape:
 
 def _gather_scalar_nat(x: Any, i: int) -> Any:
     if i < x.shape[0]:
-        return x[i, ...].copy()
+        return copy(x[i, ...])
     return namespace_of(x).zeros((), dtype=x.dtype)
 
 
@@ -193,11 +194,11 @@ def _gather_nat(x: Any, idx: Any) -> Any:
     flat = index.reshape(-1)
     # The indices are a static attribute: clipped and masked on the host, uploaded once.
     safe = device_constant(idx, xp, lambda _: np.where(flat < n, flat, 0), f"gather {n}")
-    out = x[safe]  # advanced indexing copies; never a NumPy scalar
+    out = take0(x, safe)  # a gather copies; never a NumPy scalar
     valid = flat < n
     if not valid.all():
         out[device_constant(idx, xp, lambda _: ~valid, f"invalid {n}")] = 0
-    return out.reshape(index.shape + x.shape[1:])
+    return reshape(out, index.shape + x.shape[1:])
 
 
 def _scatter_nat_infer(g: Shape, idx: Any, n: Any) -> Shape:
@@ -348,7 +349,7 @@ def _concat_dim0_infer(a: Shape, b: Shape) -> Shape:
 
 
 def _concatenate(a: Any, b: Any) -> Any:
-    return namespace_of(a).concatenate((a, b), axis=0)
+    return namespace_of(a).concat((a, b), axis=0)
 
 
 def _concat_vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any]:
@@ -406,13 +407,13 @@ def _pad_infer(s: Shape, start: Any, total: Any) -> Shape:
 
 def _pad(x: Any, start: int, total: int) -> Any:
     out = namespace_of(x).zeros((total,) + x.shape[1:], dtype=x.dtype)
-    out[start:start + x.shape[0]] = x
+    out[start:start + x.shape[0], ...] = x
     return out
 
 
 register(Primitive(
     "slice_range0", ("x",), _slice_infer,
-    lambda x, start, length: x[start:start + length].copy(), attrs=("start", "length"),
+    lambda x, start, length: copy(x[start:start + length, ...]), attrs=("start", "length"),
     linear=True,
     vjp=lambda ops, g, xs, out, start, length: (
         ops.pad_range0(g, start=start, total=xs[0].shape[0]),),

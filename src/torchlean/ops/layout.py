@@ -12,6 +12,7 @@ from typing import Any
 from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, as_shape, can_broadcast_to, size
+from .array_api import asum, permute_dims, reshape, swapaxes
 from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import normal
 
@@ -26,7 +27,7 @@ def _reshape_infer(shape: Shape, shape_to: Any = None, *, op: str = "reshape") -
 
 register(Primitive(
     "reshape", ("x",), lambda s, shape: _reshape_infer(s, shape),
-    lambda x, shape: x.reshape(shape), attrs=("shape",),
+    reshape, attrs=("shape",),
     vjp=lambda ops, g, xs, out, shape: (ops.reshape(g, shape=xs[0].shape),), linear=True,
     semantics="Same entries in row-major order, new shape; sizes must be equal (ShapeError "
               "otherwise). VJP: reshape back.",
@@ -40,7 +41,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "flatten", ("x",), lambda s: (size(s),), lambda x: x.reshape(-1),
+    "flatten", ("x",), lambda s: (size(s),), lambda x: reshape(x, (-1,)),
     vjp=lambda ops, g, xs, out: (ops.reshape(g, shape=xs[0].shape),), linear=True,
     semantics="Row-major flatten to a vector of all entries (torch.flatten, start_dim=0).",
     samples=lambda rng: [Sample((normal(rng, 2, 3, 2),)), Sample((normal(rng, 4),))],
@@ -61,7 +62,7 @@ def _perm_infer(op: str, ndim: int, perm: tuple[int, ...]) -> Any:
 def _permutation(name: str, perm: tuple[int, ...], inverse: str, torch_perm: str) -> None:
     register(Primitive(
         name, ("x",), _perm_infer(name, len(perm), perm),
-        lambda x: x.transpose(perm),
+        lambda x: permute_dims(x, perm),
         vjp=lambda ops, g, xs, out: (getattr(ops, inverse)(g),), linear=True,
         semantics=f"Permute axes {perm} (PyTorch: {torch_perm}). VJP: the inverse permutation.",
         samples=lambda rng: [Sample((normal(rng, *range(2, 2 + len(perm))),))],
@@ -91,7 +92,7 @@ def _swap_infer(s: Shape, depth: int) -> Shape:
 
 register(Primitive(
     "swap_adjacent_at_depth", ("x",), _swap_infer,
-    lambda x, depth: x.swapaxes(depth, depth + 1), attrs=("depth",),
+    lambda x, depth: swapaxes(x, depth, depth + 1), attrs=("depth",),
     vjp=lambda ops, g, xs, out, depth: (ops.swap_adjacent_at_depth(g, depth=depth),), linear=True,
     semantics="Swap axes depth and depth+1 (x.transpose(depth, depth+1)). Self-adjoint.",
     samples=lambda rng: [Sample((normal(rng, 2, 3, 4),), {"depth": 1}),
@@ -115,8 +116,8 @@ def _sum_to(x: Any, shape: Shape) -> Any:
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1
     )
-    out = x.sum(axis=axes, keepdims=True) if axes else x
-    return out.reshape(shape)
+    out = asum(x, axes, True) if axes else x
+    return reshape(out, shape)
 
 
 def _sum_to_infer(s: Shape, shape: Any) -> Shape:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, size
 from .registry import ErrorInput, Primitive, Sample, bilinear, bilinear_jvp, register
@@ -37,7 +38,8 @@ def _linear(w: Any, b: Any, x: Any) -> Any:
     # The GEMM's result is fresh: adding the bias in place saves one output-sized allocation
     # (and its page faults) per call; the sums are the same float32 additions, bit for bit.
     y = w @ x if x.ndim == 1 else x @ w.T
-    if y.ndim == 0 or (b.dtype != y.dtype and y.dtype != np.result_type(y.dtype, b.dtype)):
+    if y.ndim == 0 or (b.dtype != y.dtype
+                       and y.dtype != namespace_of(y).result_type(y.dtype, b.dtype)):
         return y + b  # a 0-d result is a scalar, and mixed dtypes must promote as before
     y += b
     return y

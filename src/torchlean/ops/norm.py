@@ -24,6 +24,7 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, can_broadcast_to, size
+from .array_api import amean, astype, asum, reshape
 from .registry import ErrorInput, Primitive, Sample, register
 from .samples import normal
 
@@ -44,17 +45,37 @@ def _trailing(x: Any, axes: tuple[int, ...]) -> bool:
     return axes == tuple(range(x.ndim - len(axes), x.ndim))
 
 
+def _extended(xp: Any) -> bool:
+    """Whether ``xp`` has the NumPy extensions the fast paths below use (``einsum``, ``out=``):
+    NumPy, CuPy and the tests' stand-in device do; a namespace with only the array API standard
+    (``array_api_strict``) takes ``vecdot`` and a fresh quotient instead."""
+    return xp is np or hasattr(xp, "einsum")
+
+
+def _row_dots(xp: Any, a: Any, b: Any) -> Any:
+    """``sum_j a[i, j] b[i, j]`` for each row i."""
+    return xp.einsum("ij,ij->i", a, b) if _extended(xp) else xp.vecdot(a, b, axis=-1)
+
+
+def _column_dots(xp: Any, a: Any, b: Any) -> Any:
+    """``sum_i a[i, j] b[i, j]`` for each column j."""
+    return xp.einsum("ij,ij->j", a, b) if _extended(xp) else xp.vecdot(a, b, axis=-2)
+
+
 def _rows_centred(x2: Any, eps: float) -> tuple[Any, Any]:
     """Row-wise ``x - mean`` and ``rstd`` (a vector) of a 2-D array; means are BLAS matvecs."""
     xp = namespace_of(x2)
     d = x2.shape[1]
     inv_d = xp.full(d, 1.0 / d, dtype=x2.dtype)
     c = x2 - (x2 @ inv_d)[:, None]
-    var = xp.einsum("ij,ij->i", c, c)
+    var = _row_dots(xp, c, c)
     var *= 1.0 / d
     var += eps
     rstd = xp.sqrt(var)
-    xp.divide(1.0, rstd, out=rstd)
+    if _extended(xp):
+        xp.divide(1.0, rstd, out=rstd)
+    else:
+        rstd = 1.0 / rstd
     return c, rstd
 
 
@@ -70,12 +91,12 @@ def _stats(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
     if _trailing(x, axes):
         lead = x.shape[: x.ndim - len(axes)]
         # Explicit sizes, not -1: a zero-size batch leaves -1 undetermined.
-        xhat, rstd = _rows_stats(x.reshape(size(lead), size(x.shape[len(lead):])), eps)
-        return xhat.reshape(x.shape), rstd.reshape(lead + (1,) * len(axes))
+        xhat, rstd = _rows_stats(reshape(x, (size(lead), size(x.shape[len(lead):]))), eps)
+        return reshape(xhat, x.shape), reshape(rstd, lead + (1,) * len(axes))
     xp = namespace_of(x)
-    c = x - x.mean(axis=axes, keepdims=True)
-    var = xp.square(c).mean(axis=axes, keepdims=True)
-    rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype, copy=False)
+    c = x - amean(x, axes, True)
+    var = amean(xp.square(c), axes, True)
+    rstd = astype(1.0 / xp.sqrt(var + eps), x.dtype, copy=False)
     c *= rstd
     return c, rstd
 
@@ -89,21 +110,21 @@ def _standardize_backward(x: Any, g: Any, axes: Any, eps: float) -> Any:
     if _trailing(x, axes):
         # rstd (g - mean g) - c * (mean(g c) rstd^3), with c = x - mean x: five passes.
         lead = x.shape[: x.ndim - len(axes)]
-        x2 = x.reshape(size(lead), size(x.shape[len(lead):]))
-        g2 = g.reshape(x2.shape)
+        x2 = reshape(x, (size(lead), size(x.shape[len(lead):])))
+        g2 = reshape(g, x2.shape)
         c, rstd = _rows_centred(x2, eps)
         xp = namespace_of(x2)
         inv_d = xp.full(x2.shape[1], 1.0 / x2.shape[1], dtype=x.dtype)
-        coef = xp.einsum("ij,ij->i", g2, c)
+        coef = _row_dots(xp, g2, c)
         coef *= (1.0 / x2.shape[1]) * rstd * rstd * rstd
         out = g2 - (g2 @ inv_d)[:, None]
         out *= rstd[:, None]
         c *= coef[:, None]
         out -= c
-        return out.reshape(x.shape)
+        return reshape(out, x.shape)
     xhat, rstd = _stats(x, axes, eps)
-    a = g.mean(axis=axes, keepdims=True)
-    b = (g * xhat).mean(axis=axes, keepdims=True)
+    a = amean(g, axes, True)
+    b = amean(g * xhat, axes, True)
     xhat *= b
     out = g - a
     out -= xhat
@@ -115,16 +136,16 @@ def _norm_param_grad(x: Any, g: Any, axes: Any, eps: float, shape: Any) -> Any:
     axes, shape = tuple(axes), tuple(shape)
     if _trailing(x, axes) and shape == x.shape[x.ndim - len(axes):]:
         # Layer norm's parameter gradient: sum over rows of (g rstd) * (x - mean).
-        x2 = x.reshape(-1, size(shape))
+        x2 = reshape(x, (-1, size(shape)))
         c, rstd = _rows_centred(x2, eps)
-        gr = g.reshape(x2.shape) * rstd[:, None]
-        return namespace_of(gr).einsum("ij,ij->j", gr, c).reshape(shape)
+        gr = reshape(g, x2.shape) * rstd[:, None]
+        return reshape(_column_dots(namespace_of(gr), gr, c), shape)
     xhat = _stats(x, axes, eps)[0]
     xhat *= g
     lead = x.ndim - len(shape)
     red = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                      if n == 1 and x.shape[lead + i] != 1)
-    return xhat.sum(axis=red, keepdims=True).reshape(shape)
+    return reshape(asum(xhat, red, True), shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,8 +394,8 @@ def _ln_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
 
 def _bn_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
     y = _standardize(x, _bn_axes(x.shape), eps)
-    y *= gamma.reshape(-1, 1, 1)
-    y += beta.reshape(-1, 1, 1)
+    y *= reshape(gamma, (-1, 1, 1))
+    y += reshape(beta, (-1, 1, 1))
     return y
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import ShapeError
 from ..shape import Shape, check_axis, size
+from .array_api import amax, amean, asum
 from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import dims, normal
 
@@ -42,7 +43,7 @@ def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 register(Primitive(
-    "reduce_sum", ("x",), _reduce_infer("reduce_sum"), lambda x, axis: x.sum(axis=axis),
+    "reduce_sum", ("x",), _reduce_infer("reduce_sum"), lambda x, axis: asum(x, axis),
     attrs=("axis",), linear=True,
     vjp=lambda ops, g, xs, out, axis: (_keep_axis(ops, g, xs[0].shape, axis),),
     semantics="Sum along one axis, which is removed (torch.sum(x, dim=axis)). VJP: broadcast g "
@@ -67,7 +68,7 @@ def _mean_infer(s: Shape, axis: int) -> Shape:
 
 
 register(Primitive(
-    "reduce_mean", ("x",), _mean_infer, lambda x, axis: x.mean(axis=axis),
+    "reduce_mean", ("x",), _mean_infer, lambda x, axis: amean(x, axis),
     attrs=("axis",), linear=True, vjp=_mean_vjp,
     semantics="Mean along one axis, which is removed. VJP: broadcast g back and divide by the "
               "axis length.",
@@ -78,7 +79,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "sum", ("x",), lambda s: (), lambda x: x.sum(), linear=True,
+    "sum", ("x",), lambda s: (), asum, linear=True,
     vjp=lambda ops, g, xs, out: (ops.broadcast_to(g, shape=xs[0].shape),),
     semantics="Sum of all entries, a scalar (torch.sum(x)). VJP: g replicated to every entry.",
     samples=lambda rng: [Sample((normal(rng, 3, 4),)), Sample((normal(rng, 7),))],
@@ -97,14 +98,14 @@ def _last_axis_infer(op: str) -> Any:
 
 
 def _softmax(x: Any) -> Any:
-    e = namespace_of(x).exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    e = namespace_of(x).exp(x - amax(x, -1, True))
+    return e / asum(e, -1, True)
 
 
 def _log_softmax(x: Any) -> Any:
     xp = namespace_of(x)
-    shifted = x - x.max(axis=-1, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+    shifted = x - amax(x, -1, True)
+    return shifted - xp.log(asum(xp.exp(shifted), -1, True))
 
 
 def _sum_last_keep(ops: Any, v: Any) -> Any:
@@ -162,7 +163,7 @@ def _mse_infer(a: Shape, b: Shape) -> Shape:
 
 def _mse_forward(yhat: Any, target: Any) -> Any:
     d = yhat - target
-    return (d * d).sum() / d.size
+    return asum(d * d) / d.size
 
 
 def _mse_vjp(ops: Any, g: Any, xs: Any, out: Any) -> tuple[Any, Any]:

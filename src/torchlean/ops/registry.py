@@ -352,8 +352,11 @@ def device_constant(value: Any, xp: Any, make: Callable[[Any], np.ndarray] | Non
                 and np.array_equal(snapshot, value)):
             return device
     device = to_device(np.asarray(value) if make is None else make(value), xp)
-    _DEVICE_CONSTANTS[key] = (weakref.ref(value, lambda _: _DEVICE_CONSTANTS.pop(key, None)),
-                              value.copy(), device)
+    # The callback holds the cache itself: at interpreter exit the module's globals may already
+    # be gone when the last host arrays die.
+    _DEVICE_CONSTANTS[key] = (
+        weakref.ref(value, lambda _, cache=_DEVICE_CONSTANTS, k=key: cache.pop(k, None)),
+        value.copy(), device)
     return device
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from ..backend import namespace_of
 from ..errors import IndexRangeError, ShapeError
 from ..shape import Shape, as_shape
+from .array_api import contiguous
 from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import normal
 
@@ -89,7 +90,7 @@ def _on(xp: Any, index: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _take(x: Any, index: tuple[Any, ...]) -> Any:
     xp = namespace_of(x)
-    return xp.ascontiguousarray(x[_on(xp, index)])
+    return contiguous(x[_on(xp, index)])
 
 
 def _take_adjoint(g: Any, index: tuple[Any, ...], shape: Shape) -> Any:
