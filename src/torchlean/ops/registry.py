@@ -352,12 +352,19 @@ def device_constant(value: Any, xp: Any, make: Callable[[Any], np.ndarray] | Non
                 and np.array_equal(snapshot, value)):
             return device
     device = to_device(np.asarray(value) if make is None else make(value), xp)
-    # The callback holds the cache itself: at interpreter exit the module's globals may already
-    # be gone when the last host arrays die.
-    _DEVICE_CONSTANTS[key] = (
-        weakref.ref(value, lambda _, cache=_DEVICE_CONSTANTS, k=key: cache.pop(k, None)),
-        value.copy(), device)
+    _DEVICE_CONSTANTS[key] = (weakref.ref(value, _forget(key)), value.copy(), device)
     return device
+
+
+def _forget(key: tuple[int, int, str]) -> Callable[[Any], None]:
+    """The weakref callback dropping ``key`` from the cache. It holds the cache itself: at
+    interpreter exit the module's globals may be gone when the last host arrays die."""
+    cache = _DEVICE_CONSTANTS
+
+    def forget(_: Any) -> None:
+        cache.pop(key, None)
+
+    return forget
 
 
 def unbroadcast(ops: Any, cotangent: Any, shape: tuple[int, ...]) -> Any:
