@@ -129,11 +129,24 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
             return done
     buf = xp.zeros(lead + tuple(full), dtype=cols.dtype)
     if tiled:
-        # Windows tile a leading block exactly: one strided copy through a writeable window
-        # view of that block (built from strides, so a view on every backend, where a reshape
-        # of a sliced block could silently copy on CuPy).
+        # Windows tile a leading block exactly: one strided copy into that block.
         region = buf[(Ellipsis,) + tuple(slice(0, c) for c in covered)]
-        window_view(region, tuple(kernel), tuple(stride), kernel_first, writeable=True)[...] = cols
+        if xp is not np:
+            # Through a writeable window view built from strides: a view on every backend,
+            # where CuPy's reshape of a sliced block could silently copy (losing the write).
+            window_view(region, tuple(kernel), tuple(stride), kernel_first,
+                        writeable=True)[...] = cols
+            return buf
+        # NumPy: split each axis (n -> o, k), a view by NumPy's reshape rule, and cheaper for
+        # small arrays than as_strided.
+        nl = len(lead)
+        split = region.reshape(lead + tuple(itertools.chain.from_iterable(zip(out, kernel,
+                                                                              strict=True))))
+        # split axes: lead, o0, k0, o1, k1, ...; bring them to the order of ``cols``.
+        o_axes = tuple(nl + 2 * i for i in range(d))
+        k_axes = tuple(nl + 2 * i + 1 for i in range(d))
+        order = tuple(range(nl)) + (k_axes + o_axes if kernel_first else o_axes + k_axes)
+        split.transpose(order)[...] = cols
         return buf
     for offset in kernel_offsets(kernel):
         target = (Ellipsis,) + tuple(
