@@ -176,7 +176,7 @@ class EagerBackend(_Backend):
 
     def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np) -> None:
         super().__init__(opts, dtype, xp)
-        self.tape = Tape(dtype, opts.device, opts.check_finite)
+        self.tape = Tape(dtype, opts.device, opts.check_finite, xp=xp)
 
     def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
              copy: bool = True) -> TensorRef:

@@ -74,10 +74,12 @@ class Tape:
     checked to have a device kernel (``registry.check_device_kernel``)."""
 
     def __init__(self, dtype: Any = "float32", device: str = "cpu",
-                 check_finite: bool = False) -> None:
+                 check_finite: bool = False, *, xp: Any = None) -> None:
         self.dtype = as_dtype(dtype)
-        self.device = check_device(device)
-        self.xp = namespace_for(device)
+        # ``xp``: the namespace itself, from an owner that already resolved it (a session, a
+        # graph replay), so a tape per step does not look the device up again.
+        self.device = check_device(device) if xp is None else device_of(xp)
+        self.xp = namespace_for(device) if xp is None else xp
         # On a device: the registry's check that an op has a device kernel (None on the CPU,
         # so the per-op hot path pays one attribute test).
         self._kernel_check = device_kernel_check(self.xp)
