@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--check-every", type=_non_negative_int, default=0, metavar="N",
                        help="with --distributed: compare a hash of the parameters across ranks "
                             "every N steps (0: never)")
+    train.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                       help="with --device cuda --backend compiled: replay each training step "
+                            "from one captured CUDA graph (default: where it applies, falling "
+                            "back with a warning if capture fails; --no-cuda-graph: never)")
     train.add_argument("--check-finite", action="store_true",
                        help="check every forward value, gradient and update for NaN/inf and "
                             "name the first op and node that made one (without it, training "
@@ -405,7 +409,7 @@ def _train_on_this_rank(args: argparse.Namespace) -> int:
                           should_stop=stop, distributed=getattr(args, "distributed", False),
                           check_every=getattr(args, "check_every", 0),
                           check_finite=getattr(args, "check_finite", False),
-                          device=args.device)
+                          device=args.device, cuda_graph=args.cuda_graph)
         except TrainingDiverged as exc:  # the model holds its last finite state: report, save
             diverged, history = exc, exc.history
             kept = f"; --save writes the last finite state to {args.save}" if args.save else ""

@@ -21,6 +21,7 @@ device than the session's is a ``DeviceError``, never a silent copy.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from .backend import (
     numeric_array,
     to_host,
 )
-from .errors import ShapeError, TapeError, TorchLeanError, device_mismatch
+from .errors import DeviceError, ShapeError, TapeError, TorchLeanError, device_mismatch
 from .functional import NatRef, Ref
 from .graph import Graph, GraphBuilder
 from .ops.registry import REGISTRY, Primitive
@@ -63,6 +64,11 @@ class Options:
     requires_grad_by_default: bool = True
     fast_kernels: bool = True
     check_finite: bool = False
+    # Replay compiled training steps on a device as one captured CUDA graph (``cuda_graph``):
+    # None (auto) uses one where it applies (compiled backend, a device, no per-value checks) and
+    # falls back to the plain step, with a warning, if capture fails; True requires it (a failed
+    # capture is an error); False never uses one. On the CPU there is nothing to capture.
+    cuda_graph: bool | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,6 +78,22 @@ class Options:
         as_dtype(self.dtype)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise TorchLeanError(f"Options: seed must be a non-negative int, found {self.seed!r}")
+        if self.cuda_graph not in (None, True, False):
+            raise TorchLeanError(f"Options: cuda_graph must be None, True or False, found "
+                                 f"{self.cuda_graph!r}")
+        if self.cuda_graph and self.backend != "compiled":
+            raise TorchLeanError("Options: cuda_graph=True replays a compiled step; it needs "
+                                 f"backend='compiled', found {self.backend!r}")
+        if self.cuda_graph and self.check_finite:
+            raise TorchLeanError("Options: cuda_graph=True and check_finite=True cannot be "
+                                 "combined (check_finite reads every value on the host during "
+                                 "the step, which a captured graph cannot do)")
+
+    @property
+    def graphs_steps(self) -> bool:
+        """Whether compiled steps may be replayed from a CUDA graph (see ``cuda_graph``)."""
+        return (self.cuda_graph is not False and self.backend == "compiled"
+                and self.device != "cpu" and not self.check_finite)
 
 
 class StaleSessionError(TorchLeanError):
@@ -462,8 +484,27 @@ class Stepper:
         self.opts = opts
         self.dtype = as_dtype(opts.dtype)
         self._compiled: dict[tuple[Any, ...], Compiled] = {}
+        self._ungraphed: set[Compiled] = set()  # auto mode: capture failed, run them plainly
         self._session = Session(opts)
         self.xp = self._session.xp
+
+    def _graphed(self, c: Compiled, xs: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+        """``c.value_and_backward(*xs)`` replayed from a captured CUDA graph. The gradients are
+        the graph's buffers, overwritten by the next step (``Param.accumulate_grad`` and the
+        optimisers consume them within the step). In auto mode (``cuda_graph=None``) a capture
+        that fails warns once and this compiled step runs plainly from then on."""
+        from .cuda_graph import maybe_graphed
+
+        try:
+            return maybe_graphed(c, xs)
+        except DeviceError as exc:
+            if self.opts.cuda_graph:
+                raise
+            warnings.warn(f"{exc}; running this compiled step without a CUDA graph "
+                          "(Options(cuda_graph=False) silences this)", RuntimeWarning,
+                          stacklevel=3)
+            self._ungraphed.add(c)
+            return c.value_and_backward(*xs)  # type: ignore[no-any-return]
 
     def _arrays(self, inputs: Sequence[Any]) -> list[Any]:
         xp, dtype = self.xp, self.dtype
@@ -513,7 +554,10 @@ class Stepper:
                     if k >= first and params[k - first].requires_grad:
                         report(params[k - first], g)
 
-            value, grads = c.value_and_backward(*xs, on_input=on_input)
+            if on_input is None and self.opts.graphs_steps and c not in self._ungraphed:
+                value, grads = self._graphed(c, xs)
+            else:
+                value, grads = c.value_and_backward(*xs, on_input=on_input)
             if self.opts.check_finite:  # names the first non-finite node, forward or reverse
                 anomaly.check_graph_run(c, xs, value, grads)
             pairs = [(p, g if p.requires_grad else None)

@@ -107,7 +107,8 @@ class _Stepper:
     ``ScalarTrainer`` takes too), one for the loss and one for the model's outputs."""
 
     def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], backend: str,
-                 dtype: Any, check_finite: bool = False, device: str = "cpu") -> None:
+                 dtype: Any, check_finite: bool = False, device: str = "cpu",
+                 cuda_graph: bool | None = None) -> None:
         if backend not in ("eager", "compiled"):
             raise TorchLeanError(f"fit: backend must be 'eager' or 'compiled', found {backend!r}")
         self.model = model
@@ -115,7 +116,7 @@ class _Stepper:
         self.device = device
         self.xp = namespace_for(device)
         opts = Options(backend=backend, dtype=self.dtype.name, check_finite=check_finite,
-                       device=device)
+                       device=device, cuda_graph=cuda_graph)
         self._loss = Stepper(lambda owner, x, y: loss_fn(model(x), y), opts)
         self._outputs = Stepper(lambda owner, x: model(x), opts)
 
@@ -191,7 +192,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         on_epoch: Callable[[EpochMetrics], None] | None = None,
         should_stop: Callable[[], bool] | None = None, distributed: Any = False,
         check_every: int = 0, check_finite: bool = False,
-        device: str | None = None) -> list[EpochMetrics]:
+        device: str | None = None, cuda_graph: bool | None = None) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
@@ -215,7 +216,10 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
     ``device="cuda"`` trains on the GPU (CuPy): the parameters are moved there once and stay
     (the optimiser's state follows them at its first step); ``None`` trains where the
     parameters already live. See the module doc for what crosses between host and device.
-    Data-parallel training is host-only (``DeviceError``).
+    Data-parallel training is host-only (``DeviceError``). With ``backend="compiled"`` on a
+    device each training step is replayed from a captured CUDA graph (``cuda_graph``: None uses
+    one where it applies and falls back with a warning if capture fails, True requires one, False
+    never; see ``Options``).
     """
     if not isinstance(check_finite, bool):
         raise TorchLeanError(f"fit: check_finite must be a bool, found {check_finite!r}")
@@ -230,7 +234,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         raise DeviceError("fit: data-parallel training runs on the host (MPI moves host "
                           f"buffers); found device={device!r}: use device='cpu'")
     device = resolve_device(model, device)
-    stepper = _Stepper(model, loss_fn, backend, dtype, check_finite, device)
+    stepper = _Stepper(model, loss_fn, backend, dtype, check_finite, device, cuda_graph)
     if parallel:
         from .distributed import DataParallel, communicator
 
