@@ -61,3 +61,19 @@ def test_cuda_without_cupy_or_gpu_is_a_clear_device_error() -> None:
         assert "CuPy is not installed" in str(exc) or "GPU" in str(exc)
     else:
         pytest.skip("a usable CUDA GPU is present (the refusal cannot be observed here)")
+
+
+def test_cuda_is_available_follows_the_device() -> None:
+    with strict_cuda():
+        assert tl.cuda.is_available() and tl.cuda.device_count() == 1
+        tl.cuda.synchronize()  # nothing to wait for on the stand-in; must not raise
+    try:
+        tl.backend.namespace_for("cuda")
+        usable = True
+    except DeviceError:
+        usable = False
+    assert tl.cuda.is_available() is usable
+    assert (tl.cuda.device_count() > 0) is usable
+    if not usable:
+        with pytest.raises(DeviceError, match="device 'cuda'"):
+            tl.cuda.synchronize()

@@ -5,7 +5,7 @@ one op registry. This module only re-exports the public names.
 """
 
 from . import alloc as _alloc  # noqa: F401  (pins malloc thresholds; see alloc.py)
-from . import nn, optim, train
+from . import cuda, nn, optim, train
 from .checkpoint import load, read_metadata, save
 from .data import Dataset
 from .errors import (
@@ -67,7 +67,7 @@ __all__ = [
     "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
     "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
-    "optim", "train", "nn", "manual_seed", "save", "load", "read_metadata",
+    "optim", "train", "nn", "cuda", "manual_seed", "save", "load", "read_metadata",
     "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",

@@ -279,21 +279,32 @@ def build_torch(workload: str, data: dict[str, Any]) -> Impl:
     if workload == "W1":
         def step() -> Any:
             return torch.autograd.grad(loss(*params), params)
-    else:
-        opt = torch.optim.SGD(params, lr=LR)
 
-        def step() -> Any:
-            opt.zero_grad()
-            out = loss(*params)
-            out.backward()
-            opt.step()
-            return out
+        return Impl(step, _torch_check(torch, loss, params))
+    return _torch_sgd_impl(torch, loss, params)
 
+
+def _torch_check(torch: Any, loss: Any, params: list[Any]) -> Callable[[], Any]:
+    """The loss and gradients at the current parameters, on the host (the agreement check)."""
     def check() -> tuple[float, list[np.ndarray]]:
         out = loss(*params)
         grads = torch.autograd.grad(out, params)
-        return float(out.detach()), [g.numpy() for g in grads]
-    return Impl(step, check)
+        return float(out.detach().cpu()), [g.cpu().numpy() for g in grads]
+    return check
+
+
+def _torch_sgd_impl(torch: Any, loss: Any, params: list[Any], note: str = "") -> Impl:
+    """PyTorch's training step (zero_grad, backward, SGD step), on whatever device the
+    parameters are."""
+    opt = torch.optim.SGD(params, lr=LR)
+
+    def step() -> Any:
+        opt.zero_grad()
+        out = loss(*params)
+        out.backward()
+        opt.step()
+        return out
+    return Impl(step, _torch_check(torch, loss, params), note=note)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -900,20 +911,7 @@ def build_torch_cuda(workload: str, data: dict[str, Any]) -> Impl | str:
         return f"PyTorch {torch.__version__} has no CUDA here"
     loss = _torch_loss(torch, workload, data, device="cuda")
     params = [torch.tensor(p, device="cuda", requires_grad=True) for p in data["params"]]
-    opt = torch.optim.SGD(params, lr=LR)
-
-    def step() -> Any:
-        opt.zero_grad()
-        out = loss(*params)
-        out.backward()
-        opt.step()
-        return out
-
-    def check() -> tuple[float, list[np.ndarray]]:
-        out = loss(*params)
-        grads = torch.autograd.grad(out, params)
-        return float(out.detach().cpu()), [g.cpu().numpy() for g in grads]
-    return Impl(step, check, note="CUDA eager")
+    return _torch_sgd_impl(torch, loss, params, note="CUDA eager")
 
 
 def build_gpu(workload: str, framework: str, data: dict[str, Any], xp: Any) -> Impl | str:
