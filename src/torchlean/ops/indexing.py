@@ -197,7 +197,11 @@ def _gather_nat(x: Any, idx: Any) -> Any:
     out = take0(x, safe)  # a gather copies; never a NumPy scalar
     valid = flat < n
     if not valid.all():
-        out[device_constant(idx, xp, lambda _: ~valid, f"invalid {n}")] = 0
+        # On a device the out-of-range rows are zeroed through their integer positions: CuPy's
+        # boolean-mask assignment reads the mask's true count back to the host (a
+        # synchronisation, which also makes a CUDA graph capture of the step fail).
+        invalid = (lambda _: ~valid) if xp is np else (lambda _: np.flatnonzero(~valid))
+        out[device_constant(idx, xp, invalid, f"invalid {n}")] = 0
     return reshape(out, index.shape + x.shape[1:])
 
 
