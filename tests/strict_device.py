@@ -3,7 +3,8 @@
 ``StrictArray`` wraps a NumPy array and behaves like a CuPy array where kernels can tell: it
 refuses every implicit conversion to host data (``__array__``, ``float()``, ``int()``,
 ``bool()``, iteration, ``.item()``, ``.tolist()``, NumPy functions and ufuncs applied to it, and
-mixing it with a NumPy array in an operator or index), and returns 0-d arrays from reductions,
+mixing it with a NumPy array in an operator or index, and indexing with a boolean device mask,
+whose true count CuPy reads back to the host), and returns 0-d arrays from reductions,
 as CuPy does. ``StrictNamespace`` is its array module: the functions CuPy and NumPy share (the
 list below was taken from CuPy 14.2), run on NumPy, plus CuPy's ``asnumpy``; ``asarray`` of host
 data is the one upload and ``asnumpy``/``.get()`` the one download, and both are counted.
@@ -118,6 +119,16 @@ def _wrap(x: Any) -> Any:
     return x
 
 
+def _index(key: Any) -> Any:
+    """An index of a device array, unwrapped. A boolean device array in it is refused: CuPy
+    reads the mask's true count back to the host to size the result (a synchronisation and a
+    device-to-host copy, which also fails a CUDA graph capture); index with integer positions."""
+    for entry in key if type(key) is tuple else (key,):
+        if type(entry) is StrictArray and entry.dtype == np.bool_:
+            raise _refuse("indexing with a boolean device mask (CuPy reads its true count)")
+    return _unwrap(key)
+
+
 def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return _wrap(fn(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
 
@@ -222,10 +233,10 @@ class StrictArray:
         return NAMESPACE
 
     def __getitem__(self, key: Any) -> StrictArray:
-        return StrictArray(np.asarray(self._a[_unwrap(key)]))
+        return StrictArray(np.asarray(self._a[_index(key)]))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._a[_unwrap(key)] = _unwrap(value)
+        self._a[_index(key)] = _unwrap(value)
 
     def __getattr__(self, name: str) -> Any:
         if name not in _METHODS:
@@ -294,7 +305,7 @@ class _Function:
         return _call(self._fn, args, kwargs)
 
     def at(self, a: StrictArray, indices: Any, b: Any = None) -> None:
-        self._fn.at(_unwrap(a), _unwrap(indices), *(() if b is None else (_unwrap(b),)))
+        self._fn.at(_unwrap(a), _index(indices), *(() if b is None else (_unwrap(b),)))
 
     def reduce(self, *args: Any, **kwargs: Any) -> Any:
         return _call(self._fn.reduce, args, kwargs)
