@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed (CI has neither CuPy nor a GPU)")
+cupy = pytest.importorskip(
+    "cupy", reason="CuPy is not installed or does not import (CI has neither CuPy nor a GPU)",
+    exc_type=ImportError)
 
 import strict_device as sd  # noqa: E402
 
