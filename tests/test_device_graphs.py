@@ -84,9 +84,10 @@ def test_the_option_is_checked() -> None:
     with pytest.raises(TorchLeanError, match="None, True or False"):
         Options(backend="compiled", cuda_graph="yes")  # type: ignore[arg-type]
     assert not Options(backend="compiled").graphs_steps  # the CPU has nothing to capture
-    assert not Options(backend="eager", device="cuda").graphs_steps
-    assert Options(backend="compiled", device="cuda").graphs_steps
-    assert not Options(backend="compiled", device="cuda", check_finite=True).graphs_steps
+    with strict_cuda():
+        assert not Options(backend="eager", device="cuda").graphs_steps
+        assert Options(backend="compiled", device="cuda").graphs_steps
+        assert not Options(backend="compiled", device="cuda", check_finite=True).graphs_steps
 
 
 def test_the_cli_flag_needs_the_compiled_backend(capsys: pytest.CaptureFixture[str]) -> None:

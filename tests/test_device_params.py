@@ -77,3 +77,5 @@ def test_cuda_is_available_follows_the_device() -> None:
     if not usable:
         with pytest.raises(DeviceError, match="device 'cuda'"):
             tl.cuda.synchronize()
+        with pytest.raises(DeviceError, match="device 'cuda'"):
+            tl.Options(device="cuda")  # refused where it is made, before any session

@@ -178,7 +178,7 @@ def test_cuda_without_cupy_is_a_device_error() -> None:
     else:
         pytest.skip("CuPy is installed here; this test covers machines without it")
     with pytest.raises(tl.DeviceError, match="CuPy is not installed"):
-        Session(Options(device="cuda"))
+        Options(device="cuda")
     with pytest.raises(tl.DeviceError, match="CuPy is not installed"):
         tl.Tape(device="cuda")
 

@@ -75,6 +75,7 @@ class Options:
             raise TorchLeanError(f"Options: backend must be one of {BACKENDS}, found "
                                  f"{self.backend!r}")
         check_device(self.device)
+        namespace_for(self.device)  # device "cuda" without CuPy or a GPU: a DeviceError now
         as_dtype(self.dtype)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise TorchLeanError(f"Options: seed must be a non-negative int, found {self.seed!r}")
