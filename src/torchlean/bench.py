@@ -1173,8 +1173,13 @@ def run(args: argparse.Namespace) -> int:
     result["workloads"] = {w: bench_workload(w, frameworks, args.rounds) for w in workloads}
     if args.isolated:
         result["isolated"] = run_isolated(workloads, frameworks, args.rounds, args.threads)
-    result["load_average_end"] = list(os.getloadavg())
     del limiter
+    return _report(result, args)
+
+
+def _report(result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print the report of a finished run (and write it to ``--json``)."""
+    result["load_average_end"] = list(os.getloadavg())
     print(format_report(result))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
@@ -1197,13 +1202,8 @@ def run_gpu(args: argparse.Namespace, workloads: Sequence[str], frameworks: Sequ
                                           f"{','.join(frameworks)} --rounds {args.rounds}")}
     result["workloads"] = {w: bench_workload_gpu(w, frameworks, args.rounds, xp)
                            for w in workloads}
-    result["load_average_end"] = list(os.getloadavg())
     del limiter
-    print(format_report(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=1)
-    return 0
+    return _report(result, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
