@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from .autodiff import Step, forward_tangents, reverse_pass, reverse_plan, run_reverse
-from .backend import as_dtype, device_of, namespace_of, numeric_array, to_device
-from .errors import ShapeError, TapeError, TraceError, device_mismatch
+from .backend import as_dtype, namespace_of, numeric_array
+from .errors import ShapeError, TapeError, TraceError
 from .functional import RecordingOps, Ref
 from .ops.registry import ARRAY_OPS, REGISTRY, Primitive
 from .tape import Tape, array_on, device_kernel_check
@@ -167,17 +167,8 @@ class Graph:
             if x is None and allow_none:
                 arrays.append(None)
                 continue
-            if xp is np:
-                if isinstance(x, np.ndarray) and x.dtype == dtype:
-                    arr = x
-                else:
-                    src = namespace_of(x)
-                    if src is not np:
-                        raise device_mismatch(f"{op}: input {k}", device_of(src), "cpu")
-                    arr = numeric_array(f"{op}: input {k}", x, np, dtype)
-            else:
-                arr = x if isinstance(x, xp.ndarray) and x.dtype == dtype else array_on(
-                    f"{op}: input {k}", x, xp, dtype)
+            arr = x if isinstance(x, xp.ndarray) and x.dtype == dtype else array_on(
+                f"{op}: input {k}", x, xp, dtype)
             if arr.shape != self.nodes[i].shape:
                 raise ShapeError(f"{op}: input {k} has shape {arr.shape}, the graph was traced "
                                  f"with {self.nodes[i].shape}")
@@ -205,12 +196,7 @@ class Graph:
             return self.consts
         cached = self._device_consts.get(xp)
         if cached is None or cached[0] != len(self.consts):
-            arrays = {}
-            for i, c in self.consts.items():
-                src = namespace_of(c)
-                if src is not np and src is not xp:
-                    raise device_mismatch(f"const %{i}", device_of(src), device_of(xp))
-                arrays[i] = to_device(c, xp)
+            arrays = {i: array_on(f"const %{i}", c, xp) for i, c in self.consts.items()}
             cached = self._device_consts[xp] = (len(self.consts), arrays)
         return cached[1]
 

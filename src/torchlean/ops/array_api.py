@@ -16,6 +16,7 @@ the stand-in have them) and ``asarray(x, copy=True)`` where it has none (the sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,34 +46,27 @@ def reshape(x: Any, shape: Any) -> Any:
     return xp.reshape(x, shape)
 
 
-def asum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Sum over ``axis`` (an int, a tuple or None for all); a NumPy scalar for a full NumPy sum."""
-    if type(x) is _NDARRAY:
-        return x.sum(axis=axis, keepdims=keepdims) if keepdims else x.sum(axis=axis)
-    xp = namespace_of(x)
-    if xp is np:  # NumPy scalars and ndarray subclasses
-        return x.sum(axis=axis, keepdims=keepdims)
-    return xp.sum(x, axis=axis, keepdims=keepdims)
+def _reduction(name: str, doc: str) -> Callable[..., Any]:
+    """The reduction ``name`` (``sum``, ``max``, ``mean``) over ``axis`` (an int, a tuple or None
+    for all): NumPy's method on the host, the namespace's ``xp.<name>`` elsewhere."""
+    method = getattr(_NDARRAY, name)
+
+    def reduce(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        if type(x) is _NDARRAY:
+            return method(x, axis=axis, keepdims=True) if keepdims else method(x, axis=axis)
+        xp = namespace_of(x)
+        if xp is np:  # NumPy scalars and ndarray subclasses
+            return getattr(x, name)(axis=axis, keepdims=keepdims)
+        return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
+
+    reduce.__name__ = reduce.__qualname__ = f"a{name}"
+    reduce.__doc__ = doc
+    return reduce
 
 
-def amax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Maximum over ``axis``."""
-    if type(x) is _NDARRAY:
-        return x.max(axis=axis, keepdims=keepdims)
-    xp = namespace_of(x)
-    if xp is np:  # NumPy scalars and ndarray subclasses
-        return x.max(axis=axis, keepdims=keepdims)
-    return xp.max(x, axis=axis, keepdims=keepdims)
-
-
-def amean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Mean over ``axis``."""
-    if type(x) is _NDARRAY:
-        return x.mean(axis=axis, keepdims=keepdims) if keepdims else x.mean(axis=axis)
-    xp = namespace_of(x)
-    if xp is np:  # NumPy scalars and ndarray subclasses
-        return x.mean(axis=axis, keepdims=keepdims)
-    return xp.mean(x, axis=axis, keepdims=keepdims)
+asum = _reduction("sum", "Sum over ``axis``; a NumPy scalar for a full NumPy sum.")
+amax = _reduction("max", "Maximum over ``axis``.")
+amean = _reduction("mean", "Mean over ``axis``.")
 
 
 def permute_dims(x: Any, axes: tuple[int, ...]) -> Any:

@@ -369,15 +369,11 @@ def _log(x: Any) -> Any:
     xp = namespace_of(x)
     bad = ~(x > 0)
     # On a device the domain check is one explicit download of a 0-d count (a synchronisation,
-    # as any value-dependent error needs); log stays total on nothing, as on the CPU. A
-    # namespace with no download of its own (the array API standard has none) reads the count
-    # with int(), the standard's conversion of a 0-d array.
+    # as any value-dependent error needs); log stays total on nothing, as on the CPU.
     if xp is np:
         count = int(bad.sum()) if bad.any() else 0
-    elif hasattr(xp, "asnumpy"):
-        count = int(to_host(xp.count_nonzero(bad)))
     else:
-        count = int(xp.count_nonzero(bad))
+        count = int(to_host(xp.count_nonzero(bad)))
     if count:
         raise DomainError(f"log: {count} of {x.size} entries are <= 0 or NaN; "
                           "log needs positive input (safe_log is total)")

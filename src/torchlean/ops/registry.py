@@ -340,10 +340,11 @@ def device_constant(value: Any, xp: Any, make: Callable[[Any], np.ndarray] | Non
     attribute values (lists, ints) are uploaded on each call. ``tag`` names what ``make`` derives,
     so two derivations of one attribute are cached apart.
     """
+    host = np.asarray if make is None else make
     if xp is np:
-        return np.asarray(value) if make is None else make(value)
+        return host(value)
     if not isinstance(value, np.ndarray):
-        return to_device(np.asarray(value) if make is None else make(value), xp)
+        return to_device(host(value), xp)
     key = (id(value), id(xp), tag)
     hit = _DEVICE_CONSTANTS.get(key)
     if hit is not None:
@@ -351,7 +352,7 @@ def device_constant(value: Any, xp: Any, make: Callable[[Any], np.ndarray] | Non
         if (ref() is value and snapshot.shape == value.shape and snapshot.dtype == value.dtype
                 and np.array_equal(snapshot, value)):
             return device
-    device = to_device(np.asarray(value) if make is None else make(value), xp)
+    device = to_device(host(value), xp)
     _DEVICE_CONSTANTS[key] = (weakref.ref(value, _forget(key)), value.copy(), device)
     return device
 
