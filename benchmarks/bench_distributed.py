@@ -44,7 +44,8 @@ WORKLOADS = ("w2", "cnn")
 
 
 def _build(name: str):  # noqa: ANN202
-    from torchlean import models, nn
+    from torchlean import nn
+    from torchlean.zoo import models
 
     if name == "w2":
         model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
@@ -60,10 +61,10 @@ def _build(name: str):  # noqa: ANN202
 def worker(name: str, steps: int, warmup: int, out: str) -> None:
     from threadpoolctl import threadpool_limits
 
-    from torchlean import functional as F
     from torchlean import optim
-    from torchlean.distributed import DataParallel, communicator
-    from torchlean.train import _Stepper
+    from torchlean.engine import ops_interface as F
+    from torchlean.training.distributed import DataParallel, communicator
+    from torchlean.training.fit import _Stepper
 
     threadpool_limits(1)
     comm = communicator(True)

@@ -12,7 +12,7 @@ import example_options  # the scripts' shared command line (this folder)
 import numpy as np
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
 
 args = example_options.parse(__doc__.splitlines()[0], epochs=12)  # --epochs, --threads
 

@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
 
 args = example_options.parse(__doc__.splitlines()[0], epochs=30)  # --epochs, --threads
 

@@ -25,9 +25,9 @@ import sys
 import numpy as np
 
 from torchlean import checkpoint, nn, optim
-from torchlean import functional as F
-from torchlean.distributed import DistributedError, communicator
-from torchlean.train import Dataset, evaluate, fit
+from torchlean.engine import ops_interface as F
+from torchlean.training.distributed import DistributedError, communicator
+from torchlean.training.fit import Dataset, evaluate, fit
 
 N_EXAMPLES, BATCH, SEED = 95, 10, 3  # 10 batches per epoch, the last one of 5 examples
 

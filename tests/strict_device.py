@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from torchlean.backend import cuda_namespace_override
+from torchlean.core.backend import cuda_namespace_override
 
 
 class ImplicitTransferError(TypeError):

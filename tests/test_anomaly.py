@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.anomaly import NonFiniteError, TrainingDiverged
-from torchlean.errors import DomainError
-from torchlean.params import Param
-from torchlean.session import Options, Session, Stepper
+import torchlean.engine.ops_interface as F
+from torchlean.core.errors import DomainError
+from torchlean.engine.anomaly import NonFiniteError, TrainingDiverged
+from torchlean.engine.params import Param
+from torchlean.engine.session import Options
+from torchlean.training.stepper import Stepper
+from torchlean.training.trainers import Session
 
 BACKENDS = ["eager", "compiled"]
 

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import torchlean  # noqa: F401  (registers every primitive)
-from torchlean.backend import namespace_of
+from torchlean.core.backend import namespace_of
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, Primitive
 from torchlean.ops import array_api
-from torchlean.ops.registry import ARRAY_OPS, REGISTRY, Primitive
 
 _WINDOWS = ("strided windows (as_strided views of overlapping patches) and their strided-add "
             "adjoint have no counterpart in the standard")

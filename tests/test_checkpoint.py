@@ -13,9 +13,9 @@ import pytest
 
 from torchlean import checkpoint
 from torchlean.checkpoint import load, read_arrays, read_metadata, save
-from torchlean.errors import CheckpointError
+from torchlean.core.errors import CheckpointError
+from torchlean.engine.params import Param
 from torchlean.optim import SGD, AdamW
-from torchlean.params import Param
 
 
 class TinyModel:

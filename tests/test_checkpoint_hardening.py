@@ -18,8 +18,8 @@ import pytest
 import safetensors.numpy
 
 import torchlean as tl
-from torchlean import safe_files
-from torchlean.errors import CheckpointError
+from torchlean.core import safe_files
+from torchlean.core.errors import CheckpointError
 
 
 def _model(seed: int = 0) -> tl.nn.Module:

@@ -20,8 +20,9 @@ import safetensors  # noqa: F401  (a test dependency: missing means failing, not
 import sklearn  # noqa: F401
 
 import torchlean as tl
-from torchlean import checkpoint, cli, models
-from torchlean.datasets import DatasetBundle, adder, digits
+from torchlean import checkpoint, cli
+from torchlean.zoo import models
+from torchlean.zoo.datasets import DatasetBundle, adder, digits
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -282,7 +283,9 @@ def test_missing_optional_library_fails_before_training(option: str, module: str
 def test_bad_numbers_are_usage_errors(argv: list[str],
                                       capsys: pytest.CaptureFixture[str]) -> None:
     err = _bad(["train", *argv], capsys)
-    assert "expected a positive" in err
+    assert "expected" in err and argv[0] in err
+    # One line: the reason and where to read more, not argparse's usage block.
+    assert err.strip().count("\n") == 0 and "see 'torchlean train --help'" in err
 
 
 def _rewrite(src: str, dst: str, config_change: dict[str, Any]) -> None:
@@ -362,7 +365,7 @@ def test_build_rejects_unknown_or_incomplete_configs() -> None:
 
 
 def test_ops_lists_every_primitive(capsys: pytest.CaptureFixture[str]) -> None:
-    from torchlean.ops.registry import REGISTRY
+    from torchlean.core.registry import REGISTRY
 
     assert cli.main(["ops"]) == 0
     out = capsys.readouterr().out
@@ -384,7 +387,7 @@ def test_ops_lists_every_primitive(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_docs_ops_table_is_current() -> None:
-    from torchlean.ops.registry import markdown_table
+    from torchlean.spec.table import markdown_table
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "OPS.md").read_text()
     assert doc.rstrip().endswith(markdown_table()), "regenerate: torchlean ops > docs/OPS.md"

@@ -20,12 +20,12 @@ import pytest
 from strict_device import StrictArray, strict_cuda
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean import cuda_graph
-from torchlean.backend import to_device, to_host
-from torchlean.cuda_graph import GraphedStep, maybe_graphed
-from torchlean.errors import DeviceError
-from torchlean.params import Param
+import torchlean.engine.ops_interface as F
+from torchlean.core.backend import to_device, to_host
+from torchlean.core.errors import DeviceError
+from torchlean.engine.params import Param
+from torchlean.training import cuda_graph
+from torchlean.training.cuda_graph import GraphedStep, maybe_graphed
 
 
 def step_fn(x: Any, y: Any) -> Any:
@@ -211,7 +211,7 @@ def _batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_maybe_graphed_on_host_inputs_is_the_plain_compiled_step() -> None:
     params, loss = _mlp(0)
-    c = tl.transforms.Compiled(loss, [(6, 5), (6,)], wrt=(), owner_arg=True)
+    c = tl.Compiled(loss, [(6, 5), (6,)], wrt=(), owner_arg=True)
     xs = _batch(0)
     value, grads = maybe_graphed(c, xs)
     ref_value, ref_grads = c.value_and_backward(*xs)
@@ -231,7 +231,7 @@ def test_maybe_graphed_compiled_steps_on_the_stand_in_equal_plain_steps() -> Non
         with strict_cuda() as xp:
             for p in params:
                 p.on(xp)
-            c = tl.transforms.Compiled(loss, [(6, 5), (6,)], wrt=(), owner_arg=True)
+            c = tl.Compiled(loss, [(6, 5), (6,)], wrt=(), owner_arg=True)
             batches = [[to_device(a, xp) for a in _batch(k)] for k in range(4)]
             uploads, downloads = xp.transfers.uploads, xp.transfers.downloads
             losses = []
@@ -451,7 +451,7 @@ def test_a_failed_capture_ends_the_capture_and_names_the_cause() -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_gpu_bench_steps_agree_and_move_nothing_between_host_and_device() -> None:
-    from torchlean import bench
+    from torchlean.bench import harness as bench
 
     data = bench.make_data("W2")
     with strict_cuda() as xp:
@@ -472,7 +472,7 @@ def test_gpu_bench_steps_agree_and_move_nothing_between_host_and_device() -> Non
 
 def test_gpu_bench_without_a_gpu_is_a_clean_device_error(capsys: Any) -> None:
     from torchlean import cli
-    from torchlean.backend import namespace_for
+    from torchlean.core.backend import namespace_for
 
     try:
         namespace_for("cuda")

@@ -33,7 +33,7 @@ cupy = pytest.importorskip(
 
 import strict_device as sd  # noqa: E402
 
-from torchlean.ops.registry import REGISTRY  # noqa: E402
+from torchlean.core.registry import REGISTRY  # noqa: E402
 
 UFUNC_KEYWORDS = {"out", "dtype", "casting"}  # what cupy.ufunc.__call__ accepts (and _where)
 
@@ -315,7 +315,7 @@ def test_col2im_kernel_parses_and_gets_all_its_arguments(monkeypatch: pytest.Mon
 
 
 def test_namespace_helpers_recognise_cupy() -> None:
-    from torchlean.backend import is_cupy
+    from torchlean.core.backend import is_cupy
 
     assert is_cupy(cupy)
     assert cupy.ndarray.__module__.startswith("cupy")  # backend.namespace_of's test

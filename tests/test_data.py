@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torchlean.core.errors import ShapeError
 from torchlean.data import Dataset
-from torchlean.errors import ShapeError
 
 
 def make(n: int = 10) -> Dataset:

@@ -8,9 +8,9 @@ import sklearn  # noqa: F401  (a test dependency: missing means failing, not ski
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchlean import datasets
-from torchlean.datasets import ADDER_VOCAB, IGNORE
-from torchlean.errors import TorchLeanError
+from torchlean.core.errors import TorchLeanError
+from torchlean.zoo import datasets
+from torchlean.zoo.datasets import ADDER_VOCAB, IGNORE
 
 
 def _rows(a: np.ndarray) -> set[bytes]:

@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 from strict_device import strict_cuda
 
-from torchlean import cli, cuda_graph, models, optim
-from torchlean import functional as F
+from torchlean import cli, optim
+from torchlean.core.errors import DeviceError, TorchLeanError
 from torchlean.data import Dataset
-from torchlean.errors import DeviceError, TorchLeanError
-from torchlean.session import Options
-from torchlean.train import fit
+from torchlean.engine import ops_interface as F
+from torchlean.engine.session import Options
+from torchlean.training import cuda_graph
+from torchlean.training.fit import fit
+from torchlean.zoo import models
 
 CONFIG = {"model": "mlp", "in_features": 6, "hidden": [9], "num_classes": 3, "seed": 4}
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from strict_device import StrictArray, strict_cuda
 
-from torchlean.backend import to_device, to_host
-from torchlean.ops.registry import ARRAY_OPS, REGISTRY, Primitive, Sample
+from torchlean.core.backend import to_device, to_host
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, Primitive, Sample
 
 SEED = 7
 

@@ -8,9 +8,9 @@ import pytest
 from strict_device import StrictArray, strict_cuda
 
 import torchlean as tl
-from torchlean.backend import to_device
-from torchlean.errors import DeviceError, ShapeError
-from torchlean.params import Param
+from torchlean.core.backend import to_device
+from torchlean.core.errors import DeviceError, ShapeError
+from torchlean.engine.params import Param
 
 
 def test_a_parameter_is_uploaded_once_and_read_back_once_per_version() -> None:
@@ -55,7 +55,7 @@ def test_moving_back_to_the_host_is_one_download() -> None:
 def test_cuda_without_cupy_or_gpu_is_a_clear_device_error() -> None:
     # No override active: the real check runs (CI has neither a GPU nor, usually, CuPy).
     try:
-        tl.backend.namespace_for("cuda")
+        tl.core.backend.namespace_for("cuda")
     except DeviceError as exc:
         assert "device 'cuda'" in str(exc)
         assert "CuPy is not installed" in str(exc) or "GPU" in str(exc)
@@ -68,7 +68,7 @@ def test_cuda_is_available_follows_the_device() -> None:
         assert tl.cuda.is_available() and tl.cuda.device_count() == 1
         tl.cuda.synchronize()  # nothing to wait for on the stand-in; must not raise
     try:
-        tl.backend.namespace_for("cuda")
+        tl.core.backend.namespace_for("cuda")
         usable = True
     except DeviceError:
         usable = False

@@ -21,12 +21,9 @@ import numpy as np
 import pytest
 from strict_device import StrictArray, strict_cuda
 
-from torchlean.backend import is_cupy, to_device, to_host
-from torchlean.errors import DeviceError, DomainError
-from torchlean.generators import Generator
-from torchlean.ops import random as rnd
-from torchlean.ops.general import _erf, erf_array
-from torchlean.ops.registry import (
+from torchlean.core.backend import is_cupy, to_device, to_host
+from torchlean.core.errors import DeviceError, DomainError
+from torchlean.core.registry import (
     REGISTRY,
     Primitive,
     Sample,
@@ -34,6 +31,9 @@ from torchlean.ops.registry import (
     device_constant,
     same_shape,
 )
+from torchlean.core.rng import Generator
+from torchlean.ops import random as rnd
+from torchlean.ops.general import _erf, erf_array
 
 CASES = [((3, 4), 0, 0), ((7,), 7, 3), ((2, 3, 5), 2**31 - 1, 11), ((1000,), 123456789, 0),
          ((0,), 5, 1), ((), 9, 2), ((64, 33), 2**63 + 5, 2**64 - 1)]

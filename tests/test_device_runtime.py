@@ -19,15 +19,17 @@ import pytest
 from strict_device import StrictArray, strict_cuda
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean import transforms
-from torchlean.anomaly import NonFiniteError, all_finite
-from torchlean.backend import to_device
-from torchlean.errors import DeviceError
-from torchlean.ops.registry import Primitive, Sample
-from torchlean.params import Param
-from torchlean.session import Options, ScalarTrainer, Session, Stepper
-from torchlean.tape import Tape
+import torchlean.engine.ops_interface as F
+from torchlean.core.backend import to_device
+from torchlean.core.errors import DeviceError
+from torchlean.core.registry import Primitive, Sample
+from torchlean.engine import transforms
+from torchlean.engine.anomaly import NonFiniteError, all_finite
+from torchlean.engine.params import Param
+from torchlean.engine.session import Options
+from torchlean.engine.tape import Tape
+from torchlean.training.stepper import Stepper
+from torchlean.training.trainers import ScalarTrainer, Session
 
 BACKENDS = ("eager", "compiled")
 

@@ -21,14 +21,15 @@ import numpy as np
 import pytest
 from strict_device import StrictArray, TransferLog, strict_cuda
 
-from torchlean import checkpoint, cli, datasets, models, nn, optim
-from torchlean import functional as F
-from torchlean.anomaly import TrainingDiverged
-from torchlean.backend import to_device
+from torchlean import checkpoint, cli, nn, optim
+from torchlean.core.backend import to_device
+from torchlean.core.errors import DeviceError
 from torchlean.data import Dataset
-from torchlean.errors import DeviceError
-from torchlean.params import Param
-from torchlean.train import fit
+from torchlean.engine import ops_interface as F
+from torchlean.engine.anomaly import TrainingDiverged
+from torchlean.engine.params import Param
+from torchlean.training.fit import fit
+from torchlean.zoo import datasets, models
 
 
 @contextlib.contextmanager
@@ -344,7 +345,7 @@ def test_module_to_moves_parameters_once_and_back() -> None:
 
 
 def test_data_parallel_refuses_device_parameters() -> None:
-    from torchlean.distributed import Communicator, DataParallel
+    from torchlean.training.distributed import Communicator, DataParallel
 
     config, train, _ = _data("mlp")
     with device():

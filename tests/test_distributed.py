@@ -19,17 +19,17 @@ import numpy as np
 import pytest
 
 from torchlean import checkpoint, nn, optim
-from torchlean import functional as F
 from torchlean.cli import main as cli_main
-from torchlean.distributed import (
+from torchlean.core.errors import TorchLeanError
+from torchlean.engine import ops_interface as F
+from torchlean.training.distributed import (
     Communicator,
     DataParallel,
     DistributedError,
     communicator,
     shard_slice,
 )
-from torchlean.errors import TorchLeanError
-from torchlean.train import Dataset, fit
+from torchlean.training.fit import Dataset, fit
 
 HERE = Path(__file__).parent
 WORKER = HERE / "dist_worker.py"
@@ -123,7 +123,7 @@ def test_small_buckets_give_the_same_gradients() -> None:
     dp = DataParallel(model.parameters(), opt, Communicator(), bucket_bytes=8)
     assert len(dp._buckets) == len(model.parameters())  # one parameter per bucket
     x, y = data.inputs[:7], data.targets[:7]
-    from torchlean.train import _Stepper
+    from torchlean.training.fit import _Stepper
 
     stepper = _Stepper(model, F.cross_entropy, "eager", "float64")
     loss_plain = stepper.loss_and_grads(x, y)
@@ -150,7 +150,7 @@ class _Recording(Communicator):
 
 @pytest.mark.parametrize("backend", ["eager", "compiled"])
 def test_buckets_start_inside_the_reverse_pass(backend: str) -> None:
-    from torchlean.train import _Stepper
+    from torchlean.training.fit import _Stepper
 
     model, opt, data = _tiny("float64")
     params = model.parameters()

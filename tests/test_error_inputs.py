@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.errors import SignatureError, TorchLeanError
-from torchlean.ops.registry import REGISTRY, ErrorInput
+import torchlean.engine.ops_interface as F
+from torchlean.core.errors import SignatureError, TorchLeanError
+from torchlean.core.registry import REGISTRY, ErrorInput
 
 RECORDS = [
     (name, k, record)

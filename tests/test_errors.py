@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
 
 
 def test_unknown_op_name_is_a_torchlean_error() -> None:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.ops.registry import REGISTRY
+import torchlean.engine.ops_interface as F
+from torchlean.core.registry import REGISTRY
 
 
 def _grad_pair(fn, tfn, *xs):  # type: ignore[no-untyped-def]

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.errors import ShapeError, TorchLeanError
-from torchlean.ops import attr_kinds as K
-from torchlean.ops.registry import REGISTRY, Primitive
+import torchlean.engine.ops_interface as F
+from torchlean.core import attr_kinds as K
+from torchlean.core.errors import ShapeError, TorchLeanError
+from torchlean.core.registry import REGISTRY, Primitive
 
 NAN = float("nan")
 INF = float("inf")

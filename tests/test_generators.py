@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-from torchlean.errors import TorchLeanError
+from torchlean.core.errors import TorchLeanError
 
 THREADS = 8
 ROUNDS = 3

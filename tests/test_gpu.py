@@ -25,13 +25,16 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean import backend, cli, cuda_graph, datasets, models, optim
-from torchlean.backend import is_cupy, to_device, to_host
-from torchlean.errors import DeviceError
-from torchlean.ops.registry import ARRAY_OPS, REGISTRY, Primitive
-from torchlean.params import Param
-from torchlean.train import fit
+import torchlean.engine.ops_interface as F
+from torchlean import cli, optim
+from torchlean.core import backend
+from torchlean.core.backend import is_cupy, to_device, to_host
+from torchlean.core.errors import DeviceError
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, Primitive
+from torchlean.engine.params import Param
+from torchlean.training import cuda_graph
+from torchlean.training.fit import fit
+from torchlean.zoo import datasets, models
 
 pytestmark = pytest.mark.gpu
 
@@ -264,7 +267,7 @@ def _sgd_steps(xp: Any, graphed: bool, steps: int) -> tuple[list[np.ndarray], li
     params, loss = _mlp_step()
     for p in params:
         p.on(xp)
-    c = tl.transforms.Compiled(loss, [(16, 32), (16,)], wrt=(), owner_arg=True)
+    c = tl.Compiled(loss, [(16, 32), (16,)], wrt=(), owner_arg=True)
     losses = []
     for xs in _batches(xp, steps):
         value, grads = cuda_graph.maybe_graphed(c, xs, enabled=graphed)

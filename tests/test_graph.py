@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.graph import GraphError, grad_graph
-from torchlean.ops.registry import REGISTRY
-from torchlean.session import Options, Session
+import torchlean.engine.ops_interface as F
+from torchlean.core.registry import REGISTRY
+from torchlean.engine.graph import GraphError, grad_graph
+from torchlean.engine.session import Options
+from torchlean.training.trainers import Session
 
 
 def _differentiable_prims() -> list[str]:

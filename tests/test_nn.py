@@ -16,13 +16,14 @@ import pytest
 import torch
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
 from torchlean import nn
-from torchlean.errors import CheckpointError, ShapeError, TorchLeanError, TraceError
+from torchlean.core.errors import CheckpointError, ShapeError, TorchLeanError, TraceError
+from torchlean.engine.params import Param
+from torchlean.engine.session import Options
 from torchlean.ops.random import splitmix64_int
 from torchlean.optim import SGD
-from torchlean.params import Param
-from torchlean.session import Options, Session
+from torchlean.training.trainers import Session
 
 PATHS = ("eager", "session-compiled", "compile")
 RTOL, ATOL = 1e-9, 1e-11

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import Options, Session, nn
-from torchlean.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
+from torchlean.core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
 from torchlean.nn.functional import UnsupportedArgumentError
 
 RTOL, ATOL = 1e-9, 1e-11

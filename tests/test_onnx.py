@@ -24,9 +24,10 @@ from onnx import TensorProto, helper
 
 import torchlean as tl
 import torchlean.onnx as tlo
-from torchlean import cli, models
-from torchlean import functional as F
+from torchlean import cli
+from torchlean.engine import ops_interface as F
 from torchlean.onnx import OnnxError, OnnxMissingError, UnsupportedOnnxError
+from torchlean.zoo import models
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 GRAD_TOL = {"rtol": 1e-4, "atol": 1e-5}

@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from intended_differences import BY_OP
 
-from torchlean.ops.registry import REGISTRY, Primitive, Sample
+from torchlean.core.registry import REGISTRY, Primitive, Sample
 from torchlean.verify import Mismatch, Settings, check_op
 from torchlean.verify import checks as vc
 from torchlean.verify import numeric as vn

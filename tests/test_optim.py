@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchlean.errors import ShapeError, TorchLeanError
+from torchlean.core.errors import ShapeError, TorchLeanError
+from torchlean.engine.params import Param
 from torchlean.optim import SGD, Adam, AdamW, OptimizerError
-from torchlean.params import Param
 
 STEPS = 50
 

@@ -17,8 +17,10 @@ import pytest
 import safetensors  # noqa: F401  (a test dependency: missing means failing, not skipping)
 
 import torchlean as tl
-from torchlean import checkpoint, cli, models, nn
-from torchlean.errors import CheckpointError
+from torchlean import checkpoint, cli, nn
+from torchlean.core.errors import CheckpointError
+from torchlean.zoo import models
+from torchlean.zoo.trained import TRAIN_FORMAT, load_data
 
 
 def small_model(seed: int = 0) -> nn.Module:
@@ -176,7 +178,7 @@ def test_eval_reads_a_model_saved_with_tl_save(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """tl.save(model, path) of a torchlean.models model evaluates exactly as the same weights
     written in 'torchlean train --save''s layout."""
-    data = cli._load_data("mlp", "iris", 5)
+    data = load_data("mlp", "iris", 5)
     model = models.build(models.config_for("mlp", data, seed=5))
     # Move off the initial weights so a wrong (re-initialised) model could not match.
     state = {k: v + np.float32(0.05) * np.sign(v) for k, v in model.state_dict().items()}
@@ -184,7 +186,7 @@ def test_eval_reads_a_model_saved_with_tl_save(tmp_path: Path,
     ours, theirs = str(tmp_path / "ours.safetensors"), str(tmp_path / "train.safetensors")
     tl.save(model, ours)
     checkpoint.save(theirs, {"model": model}, metadata={
-        "format": cli.CHECKPOINT_FORMAT, "config": json.dumps(model.model_config),
+        "format": TRAIN_FORMAT, "config": json.dumps(model.model_config),
         "settings": json.dumps({"seed": 5})})
     results = []
     for path in (ours, theirs):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.session import NatRef, Options, ParamList, ScalarTrainer, Session
-from torchlean.train import mean_scalar_over
+import torchlean.engine.ops_interface as F
+from torchlean.engine.session import NatRef, Options
+from torchlean.training.fit import mean_scalar_over
+from torchlean.training.trainers import ParamList, ScalarTrainer, Session
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

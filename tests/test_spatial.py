@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.errors import ShapeError
+import torchlean.engine.ops_interface as F
+from torchlean.core.errors import ShapeError
 
 SETTINGS = settings(max_examples=15, deadline=None)
 TF = torch.nn.functional

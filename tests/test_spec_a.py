@@ -22,9 +22,9 @@ import pytest
 import sympy
 
 import torchlean  # noqa: F401  (registers every primitive)
-from torchlean.errors import DomainError, ShapeError
-from torchlean.ops.registry import REGISTRY, Sample
-from torchlean.spec import get_spec
+from torchlean.core.errors import DomainError, ShapeError
+from torchlean.core.registry import REGISTRY, Sample
+from torchlean.spec import SPECS, get_spec
 from torchlean.spec.random import draw_bits, round_to_format, splitmix64
 
 FAMILIES = ("elementwise", "reductions", "linalg", "layout", "indexing", "encoding", "random")
@@ -81,7 +81,7 @@ def _objects(x: np.ndarray, convert: Callable[[Any], Any]) -> np.ndarray:
 
 
 def _spec(name: str, sample: Sample, convert: Callable[[Any], Any] = float) -> np.ndarray:
-    spec = REGISTRY[name].spec
+    spec = SPECS[name].fn
     assert spec is not None
     return spec(*[_objects(x, convert) for x in sample.inputs], **sample.attrs)
 
@@ -155,11 +155,11 @@ def exact_mismatch(name: str, kernel: Callable[..., Any], sample: Sample) -> str
 def test_every_primitive_of_these_families_has_a_spec() -> None:
     assert {"add", "matmul", "softmax", "one_hot", "rand_uniform", "gather_rows_nat",
             "sum_to", "tanh"} <= set(NAMES)
-    missing = [n for n in NAMES if REGISTRY[n].spec is None or get_spec(n) is None]
+    missing = [n for n in NAMES if get_spec(n) is None]
     assert missing == []
     for name in NAMES:
         entry = get_spec(name)
-        assert entry is not None and entry.fn is REGISTRY[name].spec
+        assert entry is not None and entry.fn is SPECS[name].fn
         assert entry.fn.__module__ == f"torchlean.spec.{FAMILY_OF[name]}", name
         assert entry.fn.__doc__, f"{name}: the spec needs a docstring stating its meaning"
     assert set(EXACT | ROUNDED_ONCE) <= set(RATIONAL)
@@ -205,7 +205,7 @@ def test_spec_over_float32_kernels_within_ulps() -> None:
     for name, inputs in (("tanh", (x,)), ("softmax", (x,)), ("linear", (w, b, x))):
         kernel = REGISTRY[name].forward(*inputs)
         assert kernel.dtype == np.float32
-        spec = REGISTRY[name].spec
+        spec = SPECS[name].fn
         ref = _as_float(spec(*[_objects(v, float) for v in inputs]))
         # Relative to the value for tanh and softmax; to the sum of |terms| for linear's sums.
         scale = _as_float(spec(*[_objects(np.abs(v), float) for v in inputs])) if (
@@ -295,7 +295,7 @@ def test_comparison_catches_a_wrong_spec(monkeypatch: pytest.MonkeyPatch) -> Non
     # The check is symmetric: a spec that says the wrong thing fails against a right kernel.
     sample = _samples("max", (0,))[1]
     assert exact_mismatch("max", REGISTRY["max"].forward, sample) is None
-    monkeypatch.setattr(REGISTRY["max"], "spec", REGISTRY["min"].spec)
+    monkeypatch.setitem(SPECS, "max", SPECS["min"])
     assert exact_mismatch("max", REGISTRY["max"].forward, sample) is not None
 
 
@@ -317,7 +317,7 @@ def test_round_to_format_is_numpys_rounding() -> None:
 def test_draws_follow_the_documented_integer_recipe() -> None:
     # splitmix64(0) is the published first output of SplitMix64 seeded with 0.
     assert splitmix64(0) == 0xE220A8397B1DCDAF
-    out = REGISTRY["rand_uniform"].spec(shape=(2, 2), seed=3, counter=4, dtype="float64")
+    out = SPECS["rand_uniform"].fn(shape=(2, 2), seed=3, counter=4, dtype="float64")
     assert out[1, 0] == Fraction(draw_bits(3, 4, 2), 2**32)
     assert all(0 <= out[i] < 1 for i in np.ndindex(out.shape))
 
@@ -331,7 +331,7 @@ def _symbols(*names: str) -> np.ndarray:
 
 def test_smooth_spec_differentiates_to_the_known_derivative() -> None:
     x = _symbols("x0", "x1", "x2")
-    y = REGISTRY["softmax"].spec(x)
+    y = SPECS["softmax"].fn(x)
     point = {x[0]: 0.3, x[1]: -1.2, x[2]: 0.7}
     s = REGISTRY["softmax"].forward(np.array([0.3, -1.2, 0.7]))
     for j in range(3):
@@ -340,7 +340,7 @@ def test_smooth_spec_differentiates_to_the_known_derivative() -> None:
             assert abs(d - (s[j] * ((j == k) - s[k]))) < 1e-12
 
     (t,) = _symbols("t")
-    sp = REGISTRY["softplus"].spec(np.array([t], dtype=object))[0]
+    sp = SPECS["softplus"].fn(np.array([t], dtype=object))[0]
     for value in (-2.0, 0.5):
         derivative = float(sympy.diff(sp, t).subs(t, value))
         assert abs(derivative - 1 / (1 + np.exp(-value))) < 1e-12
@@ -348,16 +348,16 @@ def test_smooth_spec_differentiates_to_the_known_derivative() -> None:
 
 def test_piecewise_spec_differentiates_branch_by_branch() -> None:
     (t,) = _symbols("t")
-    relu = REGISTRY["relu"].spec(np.array([t], dtype=object))[0]
+    relu = SPECS["relu"].fn(np.array([t], dtype=object))[0]
     assert isinstance(relu, sympy.Piecewise)
     slope = sympy.diff(relu, t)
     assert (float(slope.subs(t, 1.5)), float(slope.subs(t, -0.5))) == (1.0, 0.0)
-    clamp = REGISTRY["clamp"].spec(np.array([t], dtype=object), lo=-0.5, hi=0.75)[0]
+    clamp = SPECS["clamp"].fn(np.array([t], dtype=object), lo=-0.5, hi=0.75)[0]
     slopes = [float(sympy.diff(clamp, t).subs(t, v)) for v in (-1.0, 0.0, 1.0)]
     assert slopes == [0.0, 1.0, 0.0]
 
     w, bias, v = _symbols("w00", "w01"), _symbols("b0"), _symbols("v0", "v1")
-    out = REGISTRY["linear"].spec(w.reshape(1, 2), bias, v)
+    out = SPECS["linear"].fn(w.reshape(1, 2), bias, v)
     assert sympy.diff(out[0], w[1]) == v[1] and sympy.diff(out[0], bias[0]) == 1
 
 
@@ -368,17 +368,17 @@ def test_max_and_min_of_two_expressions_in_one_symbol_differentiate() -> None:
     a = sympy.Float("1.6452134544805177", 40) - sympy.Float("0.02968333387146478", 40) * t
     b = sympy.Float("0.46771459530925652", 40) * t + sympy.Float("1.6501217528309111", 40)
     pair = (np.array([a], dtype=object), np.array([b], dtype=object))
-    assert float(sympy.diff(REGISTRY["max"].spec(*pair)[0], t).subs(t, 0)) == pytest.approx(
+    assert float(sympy.diff(SPECS["max"].fn(*pair)[0], t).subs(t, 0)) == pytest.approx(
         0.46771459530925652, abs=1e-15)
-    assert float(sympy.diff(REGISTRY["min"].spec(*pair)[0], t).subs(t, 0)) == pytest.approx(
+    assert float(sympy.diff(SPECS["min"].fn(*pair)[0], t).subs(t, 0)) == pytest.approx(
         -0.02968333387146478, abs=1e-15)
-    assert REGISTRY["max_weight"].spec(*pair)[0].subs(t, 0) == 0
+    assert SPECS["max_weight"].fn(*pair)[0].subs(t, 0) == 0
 
 
 def test_float_attributes_may_be_given_as_their_exact_fractions() -> None:
     x = np.array([Fraction(1, 3), Fraction(-2)], dtype=object)
-    assert list(REGISTRY["scale"].spec(x, c=Fraction(5, 2))) == [Fraction(5, 6), Fraction(-5)]
-    assert list(REGISTRY["clamp"].spec(x, lo=Fraction(-1, 2), hi=Fraction(1, 4))) == [
+    assert list(SPECS["scale"].fn(x, c=Fraction(5, 2))) == [Fraction(5, 6), Fraction(-5)]
+    assert list(SPECS["clamp"].fn(x, lo=Fraction(-1, 2), hi=Fraction(1, 4))) == [
         Fraction(1, 4), Fraction(-1, 2)]
 
 
@@ -386,7 +386,7 @@ def test_float_attributes_may_be_given_as_their_exact_fractions() -> None:
 
 
 def test_specs_reject_bad_calls_like_the_runtime() -> None:
-    spec = {name: REGISTRY[name].spec for name in ("matmul", "gather_scalar", "log", "reshape")}
+    spec = {name: SPECS[name].fn for name in ("matmul", "gather_scalar", "log", "reshape")}
     with pytest.raises(ShapeError, match="matmul"):
         spec["matmul"](np.zeros((2, 3), dtype=object), np.zeros((2, 3), dtype=object))
     with pytest.raises(ShapeError, match="gather_scalar"):

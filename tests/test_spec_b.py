@@ -21,8 +21,9 @@ import torch
 
 import torchlean  # noqa: F401  (registers every primitive)
 import torchlean.spec as spec
-from torchlean.errors import DomainError, ShapeError, SignatureError
-from torchlean.ops.registry import REGISTRY, Primitive, Sample
+from torchlean.core.errors import DomainError, ShapeError, SignatureError
+from torchlean.core.registry import REGISTRY, Primitive, Sample
+from torchlean.spec import SPECS, get_spec
 
 FAMILY_B = (
     "conv_core", "conv_transpose_core", "conv_weight_grad", "conv", "conv2d", "conv_transpose",
@@ -59,7 +60,7 @@ def objects(x: np.ndarray, convert: Callable[[float], Any]) -> np.ndarray:
 
 
 def spec_of(name: str) -> Callable[..., np.ndarray]:
-    fn = REGISTRY[name].spec
+    fn = SPECS[name].fn
     assert fn is not None, f"{name}: no spec"
     return fn
 
@@ -71,8 +72,8 @@ def samples(name: str) -> list[Sample]:
 def kernel_and_spec(prim: Primitive, sample: Sample, convert: Callable[[float], Any]
                     ) -> tuple[np.ndarray, np.ndarray]:
     kernel = np.asarray(prim.forward(*sample.inputs, **sample.attrs), dtype=np.float64)
-    assert prim.spec is not None
-    ref = prim.spec(*(objects(x, convert) for x in sample.inputs), **sample.attrs)
+    assert prim.name in SPECS
+    ref = SPECS[prim.name].fn(*(objects(x, convert) for x in sample.inputs), **sample.attrs)
     assert isinstance(ref, np.ndarray) and ref.dtype == object, f"{prim.name}: not an object array"
     assert ref.shape == kernel.shape, (
         f"{prim.name}: spec shape {ref.shape}, kernel shape {kernel.shape} ({sample.attrs})")
@@ -91,11 +92,11 @@ def float_mismatch(ref: np.ndarray, kernel: np.ndarray, rtol: float = 1e-12) -> 
 
 
 def test_every_primitive_of_the_families_has_a_spec() -> None:
-    missing = [n for n in NAMES if REGISTRY[n].spec is None]
+    missing = [n for n in NAMES if get_spec(n) is None]
     assert not missing, f"primitives without a spec: {missing}"
     for name in NAMES:
         entry = spec.get_spec(name)
-        assert entry is not None and entry.fn is REGISTRY[name].spec
+        assert entry is not None and entry.fn is SPECS[name].fn
         assert entry.rational == (name not in TRANSCENDENTAL), name
         assert entry.fn.__doc__ and len(entry.fn.__doc__) > 40, f"{name}: no docstring"
 
@@ -122,8 +123,8 @@ def fraction_error_bound(prim: Primitive, sample: Sample) -> np.ndarray:
     which = MAGNITUDE_INPUTS.get(prim.name, range(len(sample.inputs)))
     inputs = [objects(np.abs(x) if i in which else x, Fraction)
               for i, x in enumerate(sample.inputs)]
-    assert prim.spec is not None
-    magnitude = prim.spec(*inputs, **sample.attrs)
+    assert prim.name in SPECS
+    magnitude = SPECS[prim.name].fn(*inputs, **sample.attrs)
     terms = max(x.size for x in sample.inputs)
     gamma = Fraction(2 * (terms + 1)) * Fraction(UNIT)
     return np.vectorize(lambda v: gamma * abs(v), otypes=[object])(magnitude)

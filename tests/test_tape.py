@@ -293,7 +293,7 @@ def test_bernoulli_mask_is_keep_prob_greater_than_u() -> None:
 
 def test_selective_rules_skip_cotangents_nobody_receives(monkeypatch: pytest.MonkeyPatch) -> None:
     """A frozen input of linear / conv2d costs no GEMM, and the other gradients are unchanged."""
-    from torchlean.ops.registry import ARRAY_OPS
+    from torchlean.core.registry import ARRAY_OPS
 
     rng = np.random.default_rng(0)
     w, b, x = rng.standard_normal((3, 4)), rng.standard_normal(3), rng.standard_normal((5, 4))

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
 
 
 def _pair(*arrays: np.ndarray) -> tuple[list[tl.Tensor], list[torch.Tensor]]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-import torchlean.functional as F
+import torchlean.engine.ops_interface as F
+import torchlean.training.fit
 
 
 def _blobs(seed: int = 0, n: int = 120) -> tl.Dataset:
@@ -51,7 +52,7 @@ def test_fit_is_reproducible_and_reports_metrics(monkeypatch: pytest.MonkeyPatch
     # so each epoch lasts exactly 2.5 s and 90 training examples give 36 examples per second.
     # No real timing is involved, and a wrong count or a wrong clock reading fails.
     ticks = iter(np.arange(1000) * 2.5)
-    monkeypatch.setattr(tl.train.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(torchlean.training.fit.time, "perf_counter", lambda: float(next(ticks)))
     h2, _ = _train("eager", epochs=2)
     assert [m.as_dict()["train_loss"] for m in h1] == [m.as_dict()["train_loss"] for m in h2]
     record = h2[0].as_dict()

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchlean as tl
-import torchlean.functional as F
-from torchlean.ops.registry import REGISTRY, Primitive, Sample, register
+import torchlean.engine.ops_interface as F
+from torchlean.core.registry import REGISTRY, Primitive, Sample, register
 
 
 def mlp_loss(x: object, w1: object, w2: object) -> object:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from torchlean import cli
-from torchlean.ops.registry import REGISTRY, Primitive
+from torchlean.core.registry import REGISTRY, Primitive
 from torchlean.spec import SPECS, SpecEntry
 from torchlean.verify import COLUMNS, Settings, VerifyError, check_op, check_ops
 from torchlean.verify.model import check_checkpoint
@@ -46,7 +46,6 @@ def mul() -> Primitive:
 def _replace_spec(monkeypatch: pytest.MonkeyPatch, name: str, fn: Any) -> None:
     entry = SPECS[name]
     monkeypatch.setitem(SPECS, name, SpecEntry(name, fn, entry.rational))
-    monkeypatch.setattr(REGISTRY[name], "spec", fn)
 
 
 # --- the tester, tested ----------------------------------------------------------------------
@@ -115,7 +114,7 @@ def test_tiny_spec_error_fails_forward_only(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_missing_spec_fails(monkeypatch: pytest.MonkeyPatch, mul: Primitive) -> None:
-    monkeypatch.setattr(mul, "spec", None)
+    monkeypatch.delitem(SPECS, mul.name)
     result = check_op(mul, QUICK)
     assert result.failed == ["forward"]
     assert "no spec" in result.checks["forward"].detail

@@ -1,17 +1,27 @@
 """torchlean: TorchLean for Python.
 
 A shape-checked autodiff runtime whose eager tape, compiled graph and derivative rules are held to
-one op registry. This module only re-exports the public names.
+one op registry. This module only re-exports the public names; importing it changes nothing
+process-wide (no allocator or thread settings: the ``torchlean`` command makes those).
+
+The package is layered, each layer importing only those below it (``tests/test_layers.py``
+checks it): ``core`` < ``ops`` < ``engine`` < ``nn``, ``optim``, ``checkpoint``, ``data`` <
+``training`` < ``spec``, ``verify``, ``bounds``, ``onnx``, ``attack``, ``zoo`` < ``cli``,
+``bench``. The heavier subpackages (``onnx``, ``bounds``, ``verify``, ``distributed``, ``zoo``,
+``attack``, ``spec``) are imported on first attribute access, as ``torch.onnx`` is there after
+``import torch``.
 """
 
-from . import alloc as _alloc  # noqa: F401  (pins malloc thresholds; see alloc.py)
+import importlib as _importlib
+from typing import Any as _Any
+
 from . import cuda, nn, optim, train
 from .checkpoint import load, read_metadata, save
-from .data import Dataset
-from .errors import (
+from .core.errors import (
     CheckpointError,
     DeviceError,
     DomainError,
+    DTypeError,
     IndexRangeError,
     ShapeError,
     SignatureError,
@@ -21,21 +31,13 @@ from .errors import (
     UnknownOpError,
     UnsupportedJvpError,
 )
-from .generators import Generator, default_generator
-from .graph import Graph, GraphError
-from .optim import OptimizerError
-from .params import Param
-from .session import (
-    NatRef,
-    Options,
-    ParamList,
-    ScalarTrainer,
-    Session,
-    StaleSessionError,
-    TensorRef,
-)
-from .tape import Node, Tape
-from .tensor import (
+from .core.rng import Generator, default_generator
+from .data import Dataset
+from .engine.graph import Graph, GraphError
+from .engine.params import Param
+from .engine.session import NatRef, Options, StaleSessionError, TensorRef
+from .engine.tape import Node, Tape
+from .engine.tensor import (
     Tensor,
     arange,
     as_tensor,
@@ -60,10 +62,12 @@ from .tensor import (
     zeros,
     zeros_like,
 )
-from .transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
+from .engine.transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
+from .optim import OptimizerError
+from .training.trainers import ParamList, ScalarTrainer, Session
 
 __all__ = [
-    "CheckpointError", "DeviceError", "DomainError", "IndexRangeError", "ShapeError",
+    "CheckpointError", "DeviceError", "DomainError", "DTypeError", "IndexRangeError", "ShapeError",
     "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
     "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
@@ -76,3 +80,21 @@ __all__ = [
     "bool_", "StaleSessionError",
 ]
 __version__ = "0.1.0"
+
+# Imported when first named (tl.onnx.load, tl.bounds.compute_bounds, ...): they load optional
+# libraries (onnx, sympy, mpi4py) or much code that most programs never use.
+_LAZY = {"onnx": "onnx", "bounds": "bounds", "verify": "verify", "spec": "spec", "zoo": "zoo",
+         "attack": "attack", "distributed": "training.distributed"}
+
+
+def __getattr__(name: str) -> _Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'torchlean' has no attribute {name!r}")
+    module = _importlib.import_module(f"{__name__}.{target}")
+    globals()[name] = module
+    return module
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

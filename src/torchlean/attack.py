@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TorchLeanError
+from .core.errors import TorchLeanError
 
 Array = Any
 LOSSES = ("margin", "ce")

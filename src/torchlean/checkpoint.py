@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from . import safe_files
-from .backend import check_device, namespace_for, namespace_of, to_device, to_host
-from .errors import CheckpointError
+from .core import safe_files
+from .core.backend import check_device, namespace_for, namespace_of, to_device, to_host
+from .core.errors import CheckpointError
 
 __all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
 
@@ -329,6 +329,11 @@ def _open(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     with contextlib.suppress(OSError):
         safe_files.remove_stale_temps(path)
     return arrays, metadata
+
+
+def read_file(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Every array and the text metadata of the checkpoint at ``path``, read and checked once."""
+    return _open(os.fspath(path))
 
 
 def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -7,8 +7,8 @@ GPU. Within the tests' stand-in device (``backend.cuda_namespace_override``) it 
 
 from __future__ import annotations
 
-from .backend import cupy_module, is_cupy
-from .errors import DeviceError
+from .core.backend import cupy_module, is_cupy
+from .core.errors import DeviceError
 
 
 def is_available() -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import namespace_of
-from .errors import IndexRangeError, ShapeError
+from .core.backend import namespace_of
+from .core.errors import IndexRangeError, ShapeError
 
 __all__ = ["Dataset"]
 

@@ -1,59 +1,9 @@
-"""The exceptions torchlean raises for bad input.
+"""Deprecated old path of ``torchlean.core.errors`` (kept for existing code)."""
 
-Every user-facing error is a ``TorchLeanError`` (itself a ``ValueError``, so generic handlers still
-catch it). Messages name the op or file first, then what was expected and what was found.
-"""
+import sys
+import warnings
+from importlib import import_module
 
-
-class TorchLeanError(ValueError):
-    """Base class of every error torchlean raises for bad input."""
-
-
-class ShapeError(TorchLeanError):
-    """Shapes, axes, indices or dtypes that an op cannot accept."""
-
-
-class TapeError(TorchLeanError):
-    """Invalid node ids, seeds or backward requests on a tape or graph."""
-
-
-class UnsupportedJvpError(TorchLeanError):
-    """Forward mode asked of an op that declares itself reverse-only."""
-
-
-class DeviceError(TorchLeanError):
-    """Unknown device, or CUDA asked for where CuPy or a GPU is missing."""
-
-
-class CheckpointError(TorchLeanError):
-    """A checkpoint that cannot be written, read, or does not fit its target."""
-
-
-class TraceError(TorchLeanError):
-    """A function that cannot be traced into a graph (non-ref result, control flow on values)."""
-
-
-class DomainError(TorchLeanError):
-    """Values outside an op's domain (log of non-positive entries, non-finite values)."""
-
-
-class SignatureError(TorchLeanError, TypeError):
-    """An op called with the wrong number or names of arguments (also a ``TypeError``)."""
-
-
-class UnknownOpError(TorchLeanError, KeyError):
-    """An op name that no registered primitive has (also a ``KeyError``)."""
-
-    __str__ = Exception.__str__  # KeyError would quote the whole message
-
-
-class IndexRangeError(ShapeError, IndexError):
-    """An index outside its valid range (also an ``IndexError``, as Python indexing expects)."""
-
-
-def device_mismatch(op: str, found: str, expected: str, what: str = "an array") -> DeviceError:
-    """The error for data on one device given to a computation on another: PyTorch refuses to
-    mix devices in one op, and so does torchlean (never a silent copy)."""
-    return DeviceError(f"{op}: expected all data on device '{expected}', found {what} on "
-                       f"'{found}'; move it explicitly first (tensor.to(device), "
-                       "backend.to_device / backend.to_host)")
+warnings.warn(f"{__name__} moved to torchlean.core.errors; the old path will be removed",
+              DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = import_module("torchlean.core.errors")

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from .checkpoint import describe_mismatches
-from .errors import ShapeError, TorchLeanError
-from .params import Param
+from .core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
+from .core.errors import ShapeError, TorchLeanError
+from .engine.params import Param
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from . import ibp
+from .alpha import optimise
 from .engine import BoundsError, Propagation, UnsupportedOpError
 from .rounding import down, up
 
@@ -176,8 +177,6 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
     if spec is not None:
         spec_bounds = _spec_bounds(prop, out_id, spec, crown)
         if method == "alpha-crown":
-            from .alpha import optimise
-
             alpha_lo, info = optimise(prop, out_id, spec, spec_bounds[0], steps=alpha_steps,
                                       lr=alpha_lr)
             spec_bounds = (np.maximum(spec_bounds[0], alpha_lo), spec_bounds[1])

@@ -16,17 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import functional as F
-from ..transforms import compile as compile_fn
-from .engine import (
-    Propagation,
-    _with_k,
-    max_g,
-    min_g,
-    pool_windows,
-    relu_slopes,
-    smooth_slopes,
-)
+from ..engine import ops_interface as F
+from ..engine.transforms import compile as compile_fn
+from .engine import Propagation, _with_k, max_g, min_g, pool_windows, relu_slopes, smooth_slopes
 
 Array = Any
 

@@ -10,17 +10,15 @@ the run counts such contradictions and fails if there is any.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import attack
-from ..errors import TorchLeanError
-from ..transforms import compile as compile_fn
+from ..engine.transforms import compile as compile_fn
 from . import METHODS, BoundsError, compute_bounds, margin_spec
 from . import box as make_box
 
@@ -104,9 +102,14 @@ class _Logits:
 def certify(model: Any, inputs: Array, labels: Array, eps_list: Sequence[float],
             methods: Sequence[str], *, clip: tuple[float, float] | None = (0.0, 1.0),
             kernel: bool = True, pgd_steps: int = 20, pgd_restarts: int = 1, seed: int = 0,
-            alpha_steps: int = 20, chunk: int | None = None, progress: bool = False,
+            alpha_steps: int = 20, chunk: int | None = None,
+            progress: Callable[[str, int, int], None] | None = None,
             model_name: str = "model", dataset: str = "data") -> Report:
-    """Certified accuracy per method and PGD accuracy for every radius (see the module)."""
+    """Certified accuracy per method and PGD accuracy for every radius (see the module).
+
+    ``progress(label, done, total)``, if given, is called before each chunk and once at the end
+    of each method (``done == total``); the command line draws a bar with it.
+    """
     x = np.asarray(inputs, dtype=np.float32)
     y = np.asarray(labels).astype(np.int64)
     if x.ndim < 2 or y.shape != (x.shape[0],) or not len(y):
@@ -132,8 +135,8 @@ def certify(model: Any, inputs: Array, labels: Array, eps_list: Sequence[float],
             ok = np.zeros(n, dtype=bool)
             start, cpu_start = time.perf_counter(), time.process_time()
             for done, (a, b) in enumerate(spans):
-                if progress:
-                    _progress(f"eps {eps:g}  {method:<11}", done, len(spans))
+                if progress is not None:
+                    progress(f"eps {eps:g}  {method:<11}", done, len(spans))
                 xs, ys = _pad(x[a:b], size), _pad(y[a:b], size)
                 lo, hi = make_box(xs, eps, *(clip if clip is not None else (None, None)))
                 result = compute_bounds(full, lo, hi, method=method,
@@ -143,8 +146,8 @@ def certify(model: Any, inputs: Array, labels: Array, eps_list: Sequence[float],
                 ok[a:b] = (result.spec[0].min(axis=1) > 0)[: b - a]
             seconds[method] = time.perf_counter() - start
             cpu[method] = time.process_time() - cpu_start
-            if progress:
-                _progress(f"eps {eps:g}  {method:<11}", len(spans), len(spans), end=True)
+            if progress is not None:
+                progress(f"eps {eps:g}  {method:<11}", len(spans), len(spans))
             ok &= correct
             certified[method] = float(ok.mean())
             certified_any |= ok
@@ -170,15 +173,6 @@ def _pad(a: Array, size: int) -> Array:
     return np.concatenate([a, np.repeat(a[-1:], size - len(a), axis=0)])
 
 
-def _progress(label: str, done: int, total: int, end: bool = False) -> None:
-    width = 20
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if end:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
 def format_table(report: Report, methods: Sequence[str]) -> str:
     """The certified / PGD accuracy table and the time per example of each method."""
     head = ["eps", "clean", *methods, "pgd"]
@@ -199,131 +193,8 @@ def format_table(report: Report, methods: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: str, report: Report, methods: Sequence[str]) -> None:
-    """Certified accuracy against eps, one line per method, PGD as the upper envelope."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise TorchLeanError("--plot: matplotlib is not installed (pip install "
-                             "'torchlean[examples]')") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    eps = [r.eps for r in report.rows]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m in methods:
-        ax.plot(eps, [r.certified[m] for r in report.rows], marker="o", label=f"certified ({m})")
-    ax.plot(eps, [r.pgd for r in report.rows], marker="x", linestyle="--", color="black",
-            label="PGD (upper envelope)")
-    ax.set(xlabel="eps (L-infinity)", ylabel="accuracy", ylim=(0, 1.02),
-           title=f"{report.model} on {report.dataset}: certified robustness")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
-
-
 def to_json(report: Report) -> str:
     return json.dumps({"model": report.model, "dataset": report.dataset,
                        "examples": report.examples, "clip": report.clip,
                        "float32_kernels": report.kernel,
                        "results": [r.as_dict() for r in report.rows]}, indent=2) + "\n"
-
-
-def run_cli(args: Any) -> int:
-    """``torchlean certify`` (the parser lives in ``torchlean.cli``)."""
-    from .. import cli, datasets
-
-    if getattr(args, "onnx", None):
-        from ..onnx.cli import run_certify
-
-        return run_certify(args)
-    if not args.checkpoint:
-        raise BoundsError("certify: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
-    eps_list = parse_eps(args.eps)
-    methods = parse_methods(args.method)
-    for path, what in ((args.plot, "--plot"), (args.json, "--json")):
-        if path:
-            cli._check_writable(path, what)
-    cli._check_libraries(save=False, plot=bool(args.plot))
-    path = args.checkpoint
-    config, settings = cli._read_config(path)
-    if config.get("model") not in ("mlp", "cnn"):
-        raise BoundsError(f"certify: checkpoint {path} holds a {config.get('model')!r}; "
-                          "certification supports classifiers on feature vectors or images "
-                          "(mlp, cnn)")
-    dataset_name = config.get("dataset")
-    if dataset_name not in datasets.NAMES:
-        raise BoundsError(f"certify: checkpoint {path}: unknown dataset {dataset_name!r}")
-    seed = int(settings.get("seed", config.get("seed", 0)))
-    data = cli._load_data(config["model"], dataset_name, seed)
-    cli._check_fits_data(config, data, path)
-    model = cli._load_model(path, config)
-    if hasattr(model, "eval"):
-        model.eval()
-    return certify_and_report(args, model, data, eps_list, methods, config["model"],
-                              dataset_name, f"{config['model']} from {path}")
-
-
-def certify_and_report(args: Any, model: Any, data: Any, eps_list: list[float],
-                       methods: list[str], model_name: str, dataset: str, label: str) -> int:
-    """The part of ``torchlean certify`` after the model is loaded (a checkpoint's or an ONNX
-    file's): the test examples, the input range, the report, and the table, JSON and plot."""
-    from .. import cli
-
-    x, y = np.asarray(data.test.inputs), np.asarray(data.test.targets)
-    if args.limit is not None:
-        x, y = x[: args.limit], y[: args.limit]
-    # Pixel data lives in [0, 1] and its balls are clipped there; other features are unbounded.
-    lo_all, hi_all = float(np.min(data.train.inputs)), float(np.max(data.train.inputs))
-    clip = (0.0, 1.0) if lo_all >= 0.0 and hi_all <= 1.0 else None
-    kernel = args.rounding == "float32"
-    print(f"certify {label} on {dataset}: {len(y)} test examples, "
-          f"inputs {'clipped to [0, 1]' if clip else 'unclipped'}, margin specifications, "
-          f"bounds sound for the {'float32 kernels' if kernel else 'exact real network'}; "
-          f"PGD {args.pgd_steps} steps x {args.pgd_restarts} restart(s)", flush=True)
-    with cli._blas_threads(args.threads):
-        report = certify(model, x, y, eps_list, methods, clip=clip, kernel=kernel,
-                         pgd_steps=args.pgd_steps, pgd_restarts=args.pgd_restarts,
-                         seed=args.seed, alpha_steps=args.alpha_steps, progress=True,
-                         model_name=model_name, dataset=dataset)
-    print(format_table(report, methods), flush=True)
-    if args.json:
-        cli._write_text(args.json, to_json(report))
-        print(f"wrote results {args.json}", flush=True)
-    if args.plot:
-        plot(args.plot, report, methods)
-        print(f"wrote plot {args.plot}", flush=True)
-    return 0
-
-
-def add_parser(sub: Any, positive_int: Any, non_negative_int: Any) -> None:
-    """Register the ``certify`` subcommand on ``torchlean``'s subparsers."""
-    p = sub.add_parser(
-        "certify", help="certified robustness of a saved classifier (IBP, CROWN, alpha-CROWN)",
-        description="Bound every margin logit_true - logit_other over the L-infinity ball of "
-                    "each test example (clipped to the valid input range) and report clean, "
-                    "certified (per method) and PGD accuracy with the time per example.")
-    p.add_argument("--checkpoint", metavar="PATH", default=None,
-                   help="a checkpoint written by 'torchlean train --save' (mlp or cnn)")
-    p.add_argument("--onnx", metavar="PATH", default=None,
-                   help="certify an ONNX classifier instead (with --dataset; the onnx extra)")
-    p.add_argument("--dataset", default=None, help="the dataset of an --onnx model")
-    p.add_argument("--eps", default="0.01,0.02,0.05",
-                   help="comma-separated L-infinity radii (default 0.01,0.02,0.05)")
-    p.add_argument("--method", default=",".join(METHODS),
-                   help=f"comma-separated subset of {','.join(METHODS)} (default all)")
-    p.add_argument("--limit", type=positive_int, default=None,
-                   help="certify only the first N test examples")
-    p.add_argument("--rounding", choices=("float32", "real"), default="float32",
-                   help="float32: bounds hold for the float32 kernels as they run (default); "
-                        "real: for the exact real-valued network with its float32 weights")
-    p.add_argument("--pgd-steps", type=positive_int, default=20)
-    p.add_argument("--pgd-restarts", type=positive_int, default=1)
-    p.add_argument("--alpha-steps", type=non_negative_int, default=20,
-                   help="projected gradient steps of alpha-CROWN (default 20)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="PGD's random starts")
-    p.add_argument("--threads", type=positive_int, default=1, help="BLAS threads (default 1)")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG of certified accuracy vs eps")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TorchLeanError
-from ..graph import Graph, GraphNode
-from ..ops.registry import ARRAY_OPS, REGISTRY
-from .ibp import Context, Interval
+from ..core.errors import TorchLeanError
+from ..core.registry import ARRAY_OPS
+from ..engine.graph import Graph, GraphNode
+from .ibp import RULES, Context, Interval
 from .rounding import ETA64, U64, down, gamma, libm_lo, mag, mid_rad, sum_down, up
 
 Array = Any
@@ -94,11 +94,11 @@ class Propagation:
         """Interval of op node ``i`` from its parents' (stores and returns it)."""
         node = self.nodes[i]
         assert node.op is not None
-        rule = node.op.bounds
+        rule = RULES.get(node.op.name)
         if rule is None:
             raise UnsupportedOpError(
                 f"bounds: primitive {node.op.name!r} (node %{i}) has no bound rule; supported: "
-                f"{', '.join(sorted(n for n, p in REGISTRY.items() if p.bounds is not None))}")
+                f"{', '.join(sorted(RULES))}")
         ins = [self.ivals[p] for p in node.parents]
         assert all(x is not None for x in ins)
         attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}

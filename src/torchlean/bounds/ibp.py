@@ -1,7 +1,8 @@
-"""Interval bound rules (IBP), one per primitive, attached to the primitive's record.
+"""Interval bound rules (IBP), one per primitive, in the side table ``RULES``.
 
-``@bound_rule("tanh", ...)`` sets ``REGISTRY[name].bounds = rule``, as ``torchlean.spec`` does for
-reference definitions. A rule takes the parents' intervals and returns the node's::
+``@bound_rule("tanh", ...)`` records ``RULES["tanh"] = rule`` (keyed by the primitive's name, as
+``torchlean.spec.SPECS`` holds the reference definitions; the registry's records carry neither).
+A rule takes the parents' intervals and returns the node's::
 
     rule(ins: list[Interval], attrs: dict, ctx: Context) -> Interval
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops.registry import REGISTRY
+from ..core.registry import REGISTRY
 from .rounding import (
     ETA32,
     ETA64,
@@ -80,7 +81,6 @@ def bound_rule(*names: str) -> Callable[[Rule], Rule]:
             if name in RULES:
                 raise TypeError(f"bound rule for {name!r} defined twice")
             RULES[name] = fn
-            REGISTRY[name].bounds = fn
         return fn
 
     return register
@@ -123,7 +123,7 @@ def _make_monotone_exact(name: str) -> Rule:
 
 for _name in _MOVEMENT:
     if _name in REGISTRY:
-        RULES[_name] = REGISTRY[_name].bounds = _make_monotone_exact(_name)
+        RULES[_name] = _make_monotone_exact(_name)
 
 
 def _clamp_any(x: Array, lo_c: Any, hi_c: Any, pick: Callable[..., Any]) -> Array:
@@ -171,7 +171,7 @@ def _make_positive_linear(name: str) -> Rule:
 
 for _name in _POSITIVE_LINEAR:
     if _name in REGISTRY:
-        RULES[_name] = REGISTRY[_name].bounds = _make_positive_linear(_name)
+        RULES[_name] = _make_positive_linear(_name)
 
 
 # --- bilinear maps: centre and radius ----------------------------------------------------------
@@ -257,7 +257,7 @@ for _name, _bias in (("conv", True), ("conv2d", True), ("conv_transpose", True),
                      ("conv_transpose2d", True), ("conv_core", False),
                      ("conv_transpose_core", False)):
     if _name in REGISTRY:
-        RULES[_name] = REGISTRY[_name].bounds = _conv_like(_name, _bias)
+        RULES[_name] = _conv_like(_name, _bias)
 
 
 # --- elementwise arithmetic -------------------------------------------------------------------
@@ -359,7 +359,7 @@ def _monotone_libm(name: str, ulps32: float = KERNEL32_ULPS) -> Rule:
 
 for _name in ("tanh", "sigmoid", "exp", "softplus", "erf", "safe_log", "sqrt"):
     if _name in REGISTRY:
-        RULES[_name] = REGISTRY[_name].bounds = _monotone_libm(_name)
+        RULES[_name] = _monotone_libm(_name)
 
 
 def _smooth_max(name: str) -> Rule:
@@ -388,7 +388,7 @@ def _smooth_max(name: str) -> Rule:
 
 for _name in ("smooth_max_pool", "smooth_max_pool2d"):
     if _name in REGISTRY:
-        RULES[_name] = REGISTRY[_name].bounds = _smooth_max(_name)
+        RULES[_name] = _smooth_max(_name)
 
 
 @bound_rule("log")

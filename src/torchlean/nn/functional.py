@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import functional as F
-from ..backend import namespace_of, on_host, to_device, to_host
-from ..errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
-from ..functional import Ref
+from ..core.backend import namespace_of, on_host, to_device, to_host
+from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..engine import ops_interface as F
+from ..engine.ops_interface import Ref
 
 __all__ = [
     "UnsupportedArgumentError",

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import to_host
-from ..errors import TorchLeanError
+from ..core.backend import to_host
+from ..core.errors import TorchLeanError
 from . import functional as TF
 from .modules import Module
 

@@ -34,9 +34,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import functional as F
-from ..backend import as_dtype, check_device, namespace_for, namespace_of, to_device, to_host
-from ..errors import (
+from ..core.backend import as_dtype, check_device, namespace_for, namespace_of, to_device, to_host
+from ..core.errors import (
     CheckpointError,
     DeviceError,
     IndexRangeError,
@@ -44,9 +43,12 @@ from ..errors import (
     TorchLeanError,
     TraceError,
 )
-from ..functional import Ref
-from ..generators import Generator, ThreadLocalGenerator, check_generator
-from ..params import Param
+from ..core.rng import Generator, check_generator, init_generator
+from ..engine import ops_interface as F
+from ..engine.ops_interface import Ref
+from ..engine.params import Param
+from ..engine.tensor import CompiledModule
+from .functional import gelu
 
 __all__ = [
     "AvgPool2d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten",
@@ -59,10 +61,9 @@ __all__ = [
 # Seeded initialisation
 
 
-# The default init generator is thread-local (``generators.ThreadLocalGenerator``): each thread
-# seeds and draws its own (seed, counter), so models built in several threads at once get the
-# weights a serial build gets. Layers and init functions also take an explicit ``generator``.
-_GENERATOR = ThreadLocalGenerator(0)
+# The default init generator is ``rng.init_generator`` (thread-local). Layers and init functions
+# also take an explicit ``generator``.
+_GENERATOR = init_generator
 
 
 def manual_seed(seed: int) -> None:
@@ -381,7 +382,7 @@ class Module:
     def compile(self) -> Any:
         """This module run as compiled graphs (one per input shape, dtype and mode); on tensors
         ``loss.backward()`` goes through the graph's backprop (``tensor.CompiledModule``)."""
-        from ..tensor import CompiledModule
+
 
         return CompiledModule(self)
 
@@ -856,7 +857,7 @@ class GELU(Module):
     def forward(self, x: Any) -> Any:
         if self.approximate == "tanh":
             return F.gelu(x)
-        from .functional import gelu  # the exact form is built in nn.functional
+
 
         return gelu(x, approximate="none")
 

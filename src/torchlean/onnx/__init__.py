@@ -15,6 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import OnnxError, OnnxMissingError, UnsupportedOnnxError
+from .exporter import EXPORTED_PRIMITIVES
+from .exporter import export as _export
+from .importer import IMPORTED_OPS, OnnxModel
+from .importer import load as _load
 
 
 def load(source: Any, input_shapes: Any = None) -> Any:
@@ -24,8 +28,6 @@ def load(source: Any, input_shapes: Any = None) -> Any:
     whose shapes the file leaves symbolic. Unsupported nodes raise one ``UnsupportedOnnxError``
     listing every such node; a malformed file raises ``OnnxError``.
     """
-    from .importer import load as _load
-
     return _load(source, input_shapes)
 
 
@@ -36,23 +38,8 @@ def export(model: Any, path: Any = None, example_shapes: Any = None, **options: 
     ``Compiled``, which has its traced shapes). Returns the ``onnx.ModelProto``; writes it to
     ``path`` when one is given. See ``torchlean.onnx.exporter.export`` for the options.
     """
-    from .exporter import export as _export
-
     return _export(model, path, example_shapes, **options)
 
 
-def __getattr__(name: str) -> Any:
-    # OnnxModel, IMPORTED_OPS and EXPORTED_PRIMITIVES need the onnx package: import lazily so the
-    # error names the extra instead of failing at ``import torchlean.onnx``.
-    if name in ("OnnxModel", "IMPORTED_OPS"):
-        from . import importer
-
-        return getattr(importer, name)
-    if name == "EXPORTED_PRIMITIVES":
-        from . import exporter
-
-        return exporter.EXPORTED_PRIMITIVES
-    raise AttributeError(f"torchlean.onnx has no attribute {name!r}")
-
-
-__all__ = ["OnnxError", "OnnxMissingError", "UnsupportedOnnxError", "export", "load"]
+__all__ = ["EXPORTED_PRIMITIVES", "IMPORTED_OPS", "OnnxError", "OnnxMissingError", "OnnxModel",
+           "UnsupportedOnnxError", "export", "load"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TorchLeanError
+from ..core.errors import TorchLeanError
 
 
 class OnnxError(TorchLeanError):

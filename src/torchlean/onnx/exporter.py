@@ -20,15 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TorchLeanError
-from ..graph import Graph
+from ..core.errors import TorchLeanError
+from ..core.shape import per_axis
+from ..engine.graph import Graph
+from ..engine.transforms import Compiled
+from ..engine.transforms import compile as tl_compile
 from ..ops.general import check_perm
-from ..shape import per_axis
-from ..transforms import Compiled
+from ..ops.pool import geometry
 from . import codec
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
 
 OPSET = 17
+MIN_OPSET = OPSET
+MAX_OPSET = 23  # the newest opset whose exports were checked to run in onnxruntime
 _ELEM = {np.dtype(np.float32): 1, np.dtype(np.float64): 11}
 
 Shape = tuple[int, ...]
@@ -123,8 +127,6 @@ def _conv(name: str, transpose: bool, core: bool) -> Emitter:
 
 
 def _pool_geometry(name: str, x: Shape, attrs: dict[str, Any]) -> tuple[int, Any, Any, Any]:
-    from ..ops.pool import geometry
-
     fixed = 2 if name.endswith(("2d", "2d_pad")) else None
     (d, k, s, p), _ = geometry(name, x, attrs["kernel_size"], attrs.get("stride"),
                                attrs.get("padding", 0), fixed)
@@ -496,8 +498,6 @@ def _compiled_of(model: Any, example_shapes: Any, dtype: Any) -> tuple[Compiled,
     if not callable(model):
         raise OnnxError(f"onnx export: expected a Compiled, an nn.Module or a function, found "
                         f"{type(model).__name__}")
-    from ..transforms import compile as tl_compile
-
     return tl_compile(model, *shapes, dtype=dtype or "float32"), model
 
 
@@ -506,8 +506,10 @@ def export(model: Any, path: Any = None, example_shapes: Any = None, *,
            output_names: Sequence[str] | None = None) -> Any:
     """Write ``model`` as ONNX; see ``torchlean.onnx.export``. Returns the ``ModelProto``."""
     onnx = require_onnx()
-    if isinstance(opset, bool) or not isinstance(opset, int) or opset < OPSET:
-        raise OnnxError(f"onnx export: opset must be an int >= {OPSET}, found {opset!r}")
+    if (isinstance(opset, bool) or not isinstance(opset, int)
+            or not MIN_OPSET <= opset <= MAX_OPSET):
+        raise OnnxError(f"onnx export: opset must be an int from {MIN_OPSET} to {MAX_OPSET}, "
+                        f"found {opset!r}")
     compiled, module = _compiled_of(model, example_shapes, dtype)
     graph = compiled.graph
     if graph.dtype not in _ELEM:

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError, TorchLeanError
-from ..graph import GraphBuilder, Var
+from ..core.errors import ShapeError, TorchLeanError
+from ..core.registry import REGISTRY
+from ..core.shape import as_shape
+from ..engine import ops_interface as F
+from ..engine.graph import GraphBuilder, Var
+from ..engine.params import Param
+from ..engine.transforms import Compiled
 from ..nn import Module
 from ..ops.general import inverse_perm
-from ..ops.registry import REGISTRY
-from ..params import Param
-from ..shape import as_shape
-from ..transforms import Compiled
 from . import codec
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
 
@@ -451,8 +452,6 @@ def _gelu(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
     x = ctx.var(xs[0])
     approximate = attrs.get("approximate", "none")
     if approximate == "tanh":
-        from .. import functional as F
-
         return [F.gelu(x)]
     if approximate != "none":
         raise Unsupported(f"approximate={approximate!r}")
@@ -1298,8 +1297,6 @@ class OnnxModule(Module):
         return plan
 
     def forward(self, *xs: Any) -> Any:
-        from .. import functional as F
-
         names = self.__dict__["_names"]
         if len(xs) != len(names):
             raise ShapeError(f"onnx module: takes {len(names)} inputs {names}, found {len(xs)}")

@@ -4,6 +4,8 @@ One module per op family; each declares its primitives with ``registry.register`
 them: ``samples`` (sample-input generators) and ``windows`` (strided windows for conv and pool).
 """
 
+from ..core.registry import ARRAY_OPS, REGISTRY, ErrorInput, Primitive, Sample, get, register
+
 # Imported for their side effect: each module registers its primitives.
 from . import (  # noqa: F401
     attention,
@@ -20,6 +22,5 @@ from . import (  # noqa: F401
     reductions,
     take,
 )
-from .registry import ARRAY_OPS, REGISTRY, ErrorInput, Primitive, Sample, get, register
 
 __all__ = ["ARRAY_OPS", "REGISTRY", "ErrorInput", "Primitive", "Sample", "get", "register"]

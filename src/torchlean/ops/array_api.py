@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
+from ..core.backend import namespace_of
 
 _NDARRAY = np.ndarray
 

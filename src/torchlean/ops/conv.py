@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, per_axis, size
-from .registry import (
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import (
     ErrorInput,
     Primitive,
     Sample,
@@ -39,6 +38,7 @@ from .registry import (
     bilinear_jvp,
     register,
 )
+from ..core.shape import Shape, per_axis, size
 from .samples import normal
 from .windows import axes_tuple, crop_spatial, out_sizes, pad_spatial, scatter_windows, window_view
 

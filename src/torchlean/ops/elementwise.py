@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of, to_host
-from ..errors import DomainError, ShapeError, SignatureError
-from ..shape import broadcast_shapes
-from .array_api import astype
-from .registry import (
+from ..core.backend import namespace_of, to_host
+from ..core.errors import DomainError, ShapeError, SignatureError
+from ..core.registry import (
     ErrorInput,
     Primitive,
     Sample,
@@ -27,6 +25,8 @@ from .registry import (
     register,
     same_shape,
 )
+from ..core.shape import broadcast_shapes
+from .array_api import astype
 from .samples import away_from_zero, binary_samples, normal, positive, unary_samples
 
 

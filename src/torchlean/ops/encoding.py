@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError, SignatureError
-from ..shape import Shape
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError, SignatureError
+from ..core.registry import ErrorInput, Primitive, Sample, register
+from ..core.shape import Shape
 from .array_api import astype
-from .registry import ErrorInput, Primitive, Sample, register
 
 
 def _one_hot(labels: Any, num_classes: int) -> Any:

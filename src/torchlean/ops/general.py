@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import is_cupy, namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, broadcast_shapes
+from ..core.backend import is_cupy, namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
+from ..core.shape import Shape, broadcast_shapes
 from .array_api import contiguous, permute_dims
-from .registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
 from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------

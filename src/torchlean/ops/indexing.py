@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, device_constant, register
+from ..core.shape import Shape
 from .array_api import copy, reshape, take0
-from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import dim, normal
 
 

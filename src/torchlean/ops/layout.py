@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, as_shape, can_broadcast_to, size
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, arity_error, register
+from ..core.shape import Shape, as_shape, can_broadcast_to, size
 from .array_api import asum, permute_dims, reshape, swapaxes
-from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import normal
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, size
-from .registry import ErrorInput, Primitive, Sample, bilinear, bilinear_jvp, register
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, bilinear, bilinear_jvp, register
+from ..core.shape import Shape, size
 from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, can_broadcast_to, size
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, register
+from ..core.shape import Shape, can_broadcast_to, size
 from .array_api import amean, astype, asum, reshape
-from .registry import ErrorInput, Primitive, Sample, register
 from .samples import normal
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError, SignatureError
-from ..shape import Shape, per_axis, size
-from .registry import _REQUIRED, ErrorInput, Primitive, Sample, register
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError, SignatureError
+from ..core.registry import _REQUIRED, ErrorInput, Primitive, Sample, register
+from ..core.shape import Shape, per_axis, size
 from .samples import distinct, normal
 from .windows import (
     axes_tuple,

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, as_shape, size
-from .registry import ErrorInput, Primitive, Sample, register
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, register
+from ..core.shape import Shape, as_shape, size
 
 MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, check_axis, size
+from ..core.backend import namespace_of
+from ..core.errors import ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, arity_error, register
+from ..core.shape import Shape, check_axis, size
 from .array_api import amax, amean, asum
-from .registry import ErrorInput, Primitive, Sample, arity_error, register
 from .samples import dims, normal
 
 

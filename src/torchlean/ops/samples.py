@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..shape import size
-from .registry import Sample
+from ..core.registry import Sample
+from ..core.shape import size
 
 
 def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of
-from ..errors import IndexRangeError, ShapeError
-from ..shape import Shape, as_shape
+from ..core.backend import namespace_of
+from ..core.errors import IndexRangeError, ShapeError
+from ..core.registry import ErrorInput, Primitive, Sample, device_constant, register
+from ..core.shape import Shape, as_shape
 from .array_api import contiguous
-from .registry import ErrorInput, Primitive, Sample, device_constant, register
 from .samples import normal
 
 

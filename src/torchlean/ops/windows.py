@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..backend import is_cupy, namespace_of
-from ..errors import ShapeError
-from ..shape import Shape, conv_out_size
+from ..core.backend import is_cupy, namespace_of
+from ..core.errors import ShapeError
+from ..core.shape import Shape, conv_out_size
+from . import cuda_kernels
 
 
 def axes_tuple(value: int | Sequence[int], d: int) -> tuple[int, ...]:
@@ -121,8 +122,6 @@ def scatter_windows(cols: Any, full: tuple[int, ...], stride: tuple[int, ...],
     xp = namespace_of(cols)
     tiled = tuple(stride) == tuple(kernel)
     if not tiled and is_cupy(xp):
-        from . import cuda_kernels
-
         done = cuda_kernels.scatter_windows(xp, cols, lead, tuple(full), tuple(kernel), tuple(out),
                                             tuple(stride), kernel_first)
         if done is not None:

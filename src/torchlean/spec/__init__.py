@@ -13,60 +13,29 @@ attributes (``dtype`` included for nullary ops). ``rational=True`` marks definit
 ``+ - * /``, comparisons and integer index arithmetic, so they are exact over ``Fraction``.
 
 The runtime never calls a spec: ``torchlean.verify`` compares the kernels with it, and
-``torchlean ops`` shows which definition each primitive links to (``Primitive.spec``).
+``torchlean ops`` shows which definition each primitive links to (``SPECS``, a side table
+keyed by the primitive's name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from ..ops.registry import REGISTRY
-
-
-@dataclass(frozen=True)
-class SpecEntry:
-    """One reference definition and what it promises."""
-
-    name: str
-    fn: Callable[..., Any]
-    rational: bool
-
-
-SPECS: dict[str, SpecEntry] = {}
-
-
-def define(name: str, *, rational: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``fn`` as the reference definition of primitive ``name``."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name not in REGISTRY:
-            raise TypeError(f"spec for {name!r}: no such primitive is registered")
-        if name in SPECS:
-            raise TypeError(f"spec for {name!r} defined twice")
-        SPECS[name] = SpecEntry(name, fn, rational)
-        REGISTRY[name].spec = fn
-        return fn
-
-    return register
-
-
-def get_spec(name: str) -> SpecEntry | None:
-    """The reference definition of primitive ``name``, or ``None`` if it has none yet."""
-    return SPECS.get(name)
-
-
-def _load_all() -> None:
-    # Imported for their side effect: each module of this package defines the specs of one op
-    # family (``scalar`` holds the shared scalar functions).
-    import importlib
-    import pkgutil
-
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
-_load_all()
+# Imported for their side effect: each module defines the specs of one op family (``scalar``
+# holds the shared scalar functions; ``table`` renders the registry with them).
+from . import (  # noqa: F401
+    attention,
+    conv,
+    elementwise,
+    encoding,
+    general,
+    indexing,
+    layout,
+    linalg,
+    norm,
+    pool,
+    random,
+    reductions,
+    take,
+)
+from .defs import SPECS, SpecEntry, define, get_spec
 
 __all__ = ["SPECS", "SpecEntry", "define", "get_spec"]

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..ops.registry import REGISTRY
+from ..core.errors import ShapeError
+from ..core.registry import REGISTRY
 
 Index = tuple[int, ...]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DomainError, SignatureError
-from ..ops.registry import REGISTRY
+from ..core.errors import DomainError, SignatureError
+from ..core.registry import REGISTRY
 from ._arrays import Index, prepare
 
 

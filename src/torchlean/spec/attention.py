@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import sample_entry
 from ._calls import checked, signature_checked
+from .defs import define
 from .reductions import _shift as exp_shift
 from .scalar import constant, exp, sqrt
 

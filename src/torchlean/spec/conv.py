@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import sample_entry
 from ._calls import (
     Index,
@@ -26,6 +25,7 @@ from ._calls import (
     window_cells,
     window_out_size,
 )
+from .defs import define
 from .scalar import constant
 
 

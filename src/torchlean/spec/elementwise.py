@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DomainError
-from . import define
+from ..core.errors import DomainError
 from ._arrays import broadcast_index, broadcast_shape, empty, prepare
+from .defs import define
 from .scalar import constant, exp, is_true, log, log1p, select, sqrt, tanh
 
 

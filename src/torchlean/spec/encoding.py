@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import empty, prepare
+from .defs import define
 from .scalar import constant, select
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from . import scalar as S
+from .defs import define
 
 
 @define("permute", rational=True)

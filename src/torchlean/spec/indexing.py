@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import empty, prepare, sample_entry
+from .defs import define
 from .scalar import constant
 
 

@@ -11,15 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
-from ._arrays import (
-    as_shape,
-    broadcast_index,
-    empty,
-    flat_index,
-    prepare,
-    unflat_index,
-)
+from ._arrays import as_shape, broadcast_index, empty, flat_index, prepare, unflat_index
+from .defs import define
 
 
 @define("reshape", rational=True)

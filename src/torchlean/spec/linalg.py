@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import empty, prepare
+from .defs import define
 
 
 @define("linear", rational=True)

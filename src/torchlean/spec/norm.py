@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import Index, broadcast_index, sample_entry
 from ._calls import checked, signature_checked
+from .defs import define
 from .scalar import constant, sqrt
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import sample_entry
 from ._calls import (
     Index,
@@ -33,6 +32,7 @@ from ._calls import (
     window_cells,
     window_out_size,
 )
+from .defs import define
 from .reductions import _shift as exp_shift
 from .scalar import constant, exp, log, select
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
-from . import define
+from ..core.errors import ShapeError
 from ._arrays import as_shape, empty, prepare
+from .defs import define
 from .scalar import constant, select
 
 _MOD = 2**64

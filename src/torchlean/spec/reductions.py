@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import empty, prepare
+from .defs import define
 from .scalar import exp, log, select
 
 

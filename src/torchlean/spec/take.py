@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from . import define
 from ._arrays import empty, prepare, unflat_index
+from .defs import define
 
 
 def _positions(shape: tuple[int, ...], index: tuple[Any, ...]) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .checks import Settings, VerifyError, check_op, check_ops, require_sympy
 from .differences import INTENDED_DIFFERENCES, KINKS, IntendedDifference, torch_skips
+from .model import check_model
 from .numeric import Mismatch
 from .report import COLUMNS, CheckResult, ModelReport, OpResult, Report, render_table
 
@@ -21,10 +22,3 @@ __all__ = [
     "ModelReport", "OpResult", "Report", "Settings", "VerifyError", "check_model", "check_op",
     "check_ops", "render_table", "require_sympy", "torch_skips",
 ]
-
-
-def check_model(*args: object, **kwargs: object) -> Report:
-    """See ``torchlean.verify.model.check_model`` (imported on first use)."""
-    from .model import check_model as run
-
-    return run(*args, **kwargs)  # type: ignore[arg-type]

@@ -17,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TorchLeanError, UnknownOpError, UnsupportedJvpError
-from ..ops.registry import REGISTRY, Primitive, Sample
+from ..core.errors import TorchLeanError, UnknownOpError, UnsupportedJvpError
+from ..core.registry import REGISTRY, Primitive, Sample
+from ..engine import ops_interface as F
+from ..engine.transforms import compile as compile_fn
+from ..spec import get_spec
 from . import numeric as N
 from . import symbolic as S
 from .differences import KINKS, torch_skips
@@ -92,14 +95,10 @@ def kink_samples(prim: Primitive, base: Sequence[Sample]) -> list[Sample]:
 
 def spec_of(prim: Primitive) -> tuple[Callable[..., Any], bool] | None:
     """The primitive's reference definition and whether it is rational, or None."""
-    # Importing the spec package loads every reference definition into the registry records.
-    from ..spec import get_spec
-
-    if prim.spec is None:
-        return None
-
     entry = get_spec(prim.name)
-    return prim.spec, bool(entry is not None and entry.fn is prim.spec and entry.rational)
+    if entry is None:
+        return None
+    return entry.fn, entry.rational
 
 
 # --- single-sample checks (raise Mismatch) ---------------------------------------------------
@@ -193,8 +192,6 @@ def check_torch(prim: Primitive, sample: Sample, rng: np.random.Generator) -> fl
 def check_link(prim: Primitive, sample: Sample, rng: np.random.Generator) -> float:
     """Compiled == eager bitwise (forward and VJP); ``to_tape`` + ``backward_dense_all`` ==
     ``backprop_all`` bitwise, node by node."""
-    from .. import functional as F
-    from ..transforms import compile as compile_fn
 
     attrs = dict(sample.attrs)
     xs = [np.array(x, dtype=np.float64) for x in sample.inputs]
@@ -222,8 +219,6 @@ def hvp(prim: Primitive, sample: Sample, us: Sequence[np.ndarray],
         v: np.ndarray) -> list[np.ndarray]:
     """``H_v u`` per input, H_v the Hessian of ``<v, f(x)>``: the VJP rule differentiated again
     by forward mode over the recorded reverse pass (``tl.compile(...).hvp``)."""
-    from .. import functional as F
-    from ..transforms import compile as compile_fn
 
     attrs = dict(sample.attrs)
     xs = [np.array(x, dtype=np.float64) for x in sample.inputs]

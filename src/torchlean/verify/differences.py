@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..ops.registry import Sample
+from ..core.registry import Sample
 
 
 def _never(sample: Sample) -> bool:

@@ -20,12 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import functional as F
-from ..errors import TorchLeanError
-from ..graph import grad_graph
-from ..params import Param
-from ..session import Options, Session
-from ..transforms import compile as compile_fn
+from ..core.errors import TorchLeanError
+from ..core.registry import REGISTRY
+from ..engine import ops_interface as F
+from ..engine.graph import grad_graph
+from ..engine.params import Param
+from ..engine.session import Options, Session
+from ..engine.transforms import compile as compile_fn
+from ..zoo import datasets, models
+from ..zoo.trained import check_fits, load_data, load_trained
 from . import numeric as N
 from .checks import Settings, check_op, require_sympy
 from .report import FAIL, PASS, CheckResult, ModelReport, Report
@@ -224,8 +227,6 @@ def check_model(model: Any, loss_fn: Callable[[Any, Any], Any] | None, x: Any, y
 
 
 def _registered(name: str) -> Any:
-    from ..ops.registry import REGISTRY
-
     return REGISTRY[name]
 
 
@@ -233,21 +234,15 @@ def check_checkpoint(path: str, *, dataset: str | None = None, batch_size: int =
                      quick: bool = False, seed: int = 0) -> Report:
     """Rebuild a ``torchlean train --save`` checkpoint as ``torchlean eval`` does and run
     ``check_model`` on a batch of its test set."""
-    from .. import cli, datasets
-
-    config, settings = cli._read_config(path)
-    model_name = config.get("model")
-    from .. import models
-
-    if model_name not in models.NAMES:
-        raise TorchLeanError(f"checkpoint {path}: unknown model {model_name!r}")
+    model = load_trained(path)
+    config, settings = model.model_config, model.train_settings
+    model_name = config["model"]
     dataset_name = dataset or config.get("dataset")
     if dataset_name not in datasets.NAMES:
         raise TorchLeanError(f"checkpoint {path}: unknown dataset {dataset_name!r}")
     data_seed = int(settings.get("seed", config.get("seed", 0)))
-    data = cli._load_data(model_name, dataset_name, data_seed)
-    cli._check_fits_data(config, data, path)
-    model = cli._load_model(path, config)
+    data = load_data(model_name, dataset_name, data_seed)
+    check_fits(config, data, path)
     return _on_batch(model, data, batch_size, quick, seed,
                      f"model report: {model_name} from {path} on {dataset_name}")
 
@@ -255,13 +250,9 @@ def check_checkpoint(path: str, *, dataset: str | None = None, batch_size: int =
 def check_fresh(model_name: str, dataset_name: str | None = None, *, batch_size: int = 32,
                 quick: bool = False, seed: int = 0) -> Report:
     """``check_model`` on a freshly initialised model, as ``torchlean train`` would build it."""
-    from .. import cli, datasets, models
-
     dataset_name = dataset_name or models.DEFAULT_DATASET[model_name]
     models.check_compatible(model_name, dataset_name)
-    if dataset_name not in datasets.NAMES:
-        raise TorchLeanError(f"unknown dataset {dataset_name!r}")
-    data = cli._load_data(model_name, dataset_name, seed)
+    data = load_data(model_name, dataset_name, seed)
     model = models.build(models.config_for(model_name, data, seed=seed))
     return _on_batch(model, data, batch_size, quick, seed,
                      f"model report: {model_name} (freshly initialised, seed {seed}) on "

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..ops.registry import Primitive, Sample
-from ..tape import Tape
+from ..core.registry import Primitive, Sample
+from ..engine.tape import Tape
 
 FD_STEP = 1e-6  # central differences in float64: truncation ~h^2, round-off ~1e-16/h
 LINEAR_STEP = 1.0  # exact for linear maps, up to round-off

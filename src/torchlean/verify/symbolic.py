@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..ops.registry import Primitive, Sample
+from ..core.registry import Primitive, Sample
 
 DIGITS = 40
 TRANSCENDENTAL_BOUND = 2.0**-40

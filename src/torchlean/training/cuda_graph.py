@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import is_cupy, namespace_of
-from .errors import DeviceError
+from ..core.backend import is_cupy, namespace_of
+from ..core.errors import DeviceError
 
 Key = tuple[tuple[tuple[int, ...], str], ...]
 

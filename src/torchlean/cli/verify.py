@@ -3,7 +3,7 @@
 
 ``add_parser`` registers the subcommand on the main parser; ``run`` executes it and returns the
 exit status: 0 when every check passed, 1 when any failed, 2 for bad input or a missing extra
-(the main ``cli`` prints ``TorchLeanError`` messages and returns 2).
+(``torchlean.cli.main`` prints ``TorchLeanError`` messages and returns 2).
 """
 
 from __future__ import annotations
@@ -13,13 +13,22 @@ import json
 import sys
 from typing import Any
 
+import numpy as np
+
+from ..engine import ops_interface as F
+from ..verify import check_model
+from ..verify.checks import VerifyError, check_ops, require_sympy
+from ..verify.model import check_checkpoint, check_fresh
+from ..verify.report import Report, render_table
+from ..zoo import datasets, models
+from . import common
+from .onnx_inputs import load_for_data
+
 EXIT_FAILED = 1
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    """The ``verify`` subcommand's arguments (no heavy imports: this runs for every command)."""
-    from .. import datasets, models
-
+    """The ``verify`` subcommand's arguments."""
     p = sub.add_parser(
         "verify", help="check every primitive against its spec, or a model's graph",
         description="Evidence, not proof: each primitive's forward kernel against its reference "
@@ -31,8 +40,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ops", metavar="NAME,...", help="only these primitives (comma-separated)")
     p.add_argument("--quick", action="store_true",
                    help="fewer samples and sympy draws (under a minute for the registry)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the extra draws (default 0)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--seed", type=common.non_negative_int, default=0,
+                   help="seed of the extra draws (default 0)")
+    p.add_argument("--json", metavar="PATH", type=common.output_path,
+                   help="also write the results as JSON")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="report on the model saved by 'torchlean train --save'")
     p.add_argument("--model", choices=models.NAMES, default=None,
@@ -42,7 +53,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "extra; the batch is the model's own)")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset for --model / --checkpoint (default: the model's own)")
-    p.add_argument("--batch-size", type=int, default=32,
+    p.add_argument("--batch-size", type=common.int_in(1, 100_000, "a batch size"), default=32,
                    help="test examples in the model report's batch (default 32)")
     p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
     return p
@@ -63,10 +74,6 @@ def _progress() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import cli as main_cli
-    from .checks import VerifyError, check_ops, require_sympy
-    from .report import render_table
-
     require_sympy("torchlean verify")
     if args.seed < 0:
         raise VerifyError(f"torchlean verify: --seed must be >= 0, found {args.seed}")
@@ -79,16 +86,12 @@ def run(args: argparse.Namespace) -> int:
                           "report checks the primitives its graph uses")
     if args.dataset and not (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --dataset needs --model or --checkpoint")
-    if args.json:
-        main_cli._check_writable(args.json, "--json")
+    common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.onnx, "<--onnx"),
+                          (args.json, "--json")])
     colour = sys.stdout.isatty() and not args.no_color
     if args.onnx:
-        from ..onnx.cli import verify_report
-
-        report = verify_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed)
+        report = onnx_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed)
     elif args.checkpoint or args.model:
-        from .model import check_checkpoint, check_fresh
-
         if args.checkpoint:
             report = check_checkpoint(args.checkpoint, dataset=args.dataset,
                                       batch_size=args.batch_size, quick=args.quick,
@@ -108,7 +111,18 @@ def run(args: argparse.Namespace) -> int:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     print(render_table(report, colour=colour), flush=True)
     if args.json:
-        main_cli._write_text(args.json, json.dumps(report.as_dict(), indent=2, default=str)
+        common.write_text(args.json, json.dumps(report.as_dict(), indent=2, default=str)
                              + "\n")
         print(f"wrote {args.json}", flush=True)
     return 0 if report.ok else EXIT_FAILED
+
+
+def onnx_report(path: str, dataset: str | None, quick: bool = False, seed: int = 0) -> Report:
+    """``verify.check_model`` on an ONNX classifier's graph (as a module), on the first test
+    batch of the model's own batch size, with the cross-entropy loss."""
+    model, data = load_for_data(path, dataset, 0, "verify")
+    batch = model.input_shapes[0][0]
+    inputs = np.asarray(data.test.inputs[:batch], dtype=model.dtype)
+    targets = np.asarray(data.test.targets[:batch])
+    return check_model(model.as_module(), F.cross_entropy, inputs, targets, quick=quick,
+                       seed=seed, title=f"model report: ONNX model {path} on {dataset}")

@@ -1,4 +1,4 @@
-"""``torchlean bench``: the five workloads of issue 13, timed side by side in one process.
+"""The benchmark harness of ``torchlean bench``: five workloads timed side by side in one process.
 
 Every workload (W1 elementwise chain, W2 MLP step, W3 CNN step, W4 Hessian-vector product, W5
 pre-LN transformer block step) is built from the same seeded float32 data in every framework
@@ -17,7 +17,6 @@ process. Timings are measurements, never checks: ``run_agreement`` is what the t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,7 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TorchLeanError
+import torchlean as tl
+
+from .. import optim
+from ..core.backend import is_cupy, to_device, to_host
+from ..core.errors import TorchLeanError
+from ..engine import ops_interface as F
+from ..engine.params import Param
+from ..engine.session import Options
+from ..training.cuda_graph import maybe_graphed
+from ..training.stepper import Stepper
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 FRAMEWORKS = ("torchlean-eager", "torchlean-compiled", "torch", "jax", "autograd", "numpy")
@@ -118,7 +126,6 @@ def make_data(workload: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 def _tl_loss(workload: str, data: dict[str, Any]) -> Callable[..., Any]:
-    import torchlean.functional as F
 
     if workload == "W1":
         def chain(x: Any, y: Any) -> Any:
@@ -160,7 +167,6 @@ def _tl_inputs(workload: str, data: dict[str, Any]) -> list[np.ndarray]:
 
 
 def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
-    import torchlean as tl
 
     loss = _tl_loss(workload, data)
     inputs = _tl_inputs(workload, data)
@@ -718,7 +724,7 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
     return {name: t.summary() for name, t in timings.items()}
 
 
-def _pin_threads(threads: int) -> Any:
+def pin_threads(threads: int) -> Any:
     """Pin BLAS (threadpoolctl) and PyTorch to ``threads``; returns the threadpoolctl limiter
     (keep it alive) or None. JAX's XLA pool follows the cores available (2 here)."""
     try:
@@ -766,6 +772,10 @@ def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check:
             notes[fw] = impl
         else:
             impls[fw] = impl
+    if not impls:
+        reasons = "; ".join(f"{fw}: {why}" for fw, why in notes.items())
+        raise BenchError(f"bench {workload}: none of the frameworks asked for can run here "
+                         f"({reasons})")
     errors: dict[str, float] = {}
     if check:
         errors = agree(workload, {fw: impl.check() for fw, impl in impls.items()})
@@ -783,27 +793,7 @@ def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check:
 # Isolated runs (fresh processes with only NumPy and torchlean loaded) and peak memory
 # ---------------------------------------------------------------------------------------------
 
-def _child(args: argparse.Namespace) -> int:
-    """Entry of a fresh process: time (or run 200 steps of) one framework, print JSON."""
-    limiter = _pin_threads(args.threads)
-    if args.child == "memory":
-        data = make_data("W2")
-        impl = build("W2", args.frameworks[0], data)
-        if isinstance(impl, str):
-            print(json.dumps({"note": impl}))
-            return 0
-        for _ in range(200):
-            impl.step()
-        print(json.dumps({"peak_mib": _peak_rss_mib()}))
-        return 0
-    out = {w: bench_workload(w, args.frameworks, args.rounds, check=False)["times"]
-           for w in args.workloads}
-    print(json.dumps(out))
-    del limiter
-    return 0
-
-
-def _peak_rss_mib() -> float:
+def peak_rss_mib() -> float:
     """This process's peak resident set (VmHWM). Not ru_maxrss: that survives execve, so a child
     would report its parent's peak."""
     try:
@@ -817,7 +807,7 @@ def _peak_rss_mib() -> float:
 
 
 def _spawn(extra: list[str], threads: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "torchlean.bench", "--threads", str(threads), *extra]
+    cmd = [sys.executable, "-m", "torchlean", "bench", "--threads", str(threads), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BenchError(f"bench --isolated: child {' '.join(extra)} failed: "
@@ -851,7 +841,6 @@ GPU_FRAMEWORKS = ("torchlean-eager", "torchlean-compiled", "torchlean-graph", "t
 def _device_sync(xp: Any) -> Callable[[], None]:
     """Wait for all work on the device (every stream, CuPy's and PyTorch's); nothing to wait
     for on a namespace that is not real CuPy (the tests' stand-in device)."""
-    from .backend import is_cupy
 
     if not is_cupy(xp):
         return lambda: None
@@ -863,11 +852,6 @@ def build_torchlean_gpu(workload: str, data: dict[str, Any], variant: str, xp: A
     path of ``fit``) and ``tl.optim.SGD`` on the device. ``variant`` is "eager", "compiled", or
     "graph" (the compiled step replayed from a CUDA graph, ``cuda_graph.maybe_graphed``). A step
     leaves its loss on the device: no host transfer inside the timed loop."""
-    from . import optim
-    from .backend import to_device, to_host
-    from .cuda_graph import maybe_graphed
-    from .params import Param
-    from .session import Options, Stepper
 
     loss = _tl_loss(workload, data)
     params = [Param(to_device(p, xp)) for p in data["params"]]
@@ -927,7 +911,6 @@ def build_gpu(workload: str, framework: str, data: dict[str, Any], xp: Any) -> I
 
 
 def gpu_info(xp: Any) -> str:
-    from .backend import is_cupy
 
     if not is_cupy(xp):
         return f"{getattr(xp, '__name__', type(xp).__name__)} (not a real GPU)"
@@ -1039,7 +1022,7 @@ def targets(result: dict[str, Any]) -> list[str]:
     """The issue's targets as met / missed lines (ratios of this run's medians)."""
     if result.get("device") == "cuda":
         return gpu_targets(result)
-    out = ["targets (issue 13):"]
+    out = ["targets (ratio to PyTorch eager in the same run):"]
     ws = result["workloads"]
     iso = result.get("isolated", {}).get("times", {})
 
@@ -1112,111 +1095,3 @@ def gpu_targets(result: dict[str, Any]) -> list[str]:
     if len(out) == 1:
         out.append("  (no PyTorch CUDA timing in this run: no ratios)")
     return out
-
-
-def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        raise BenchError(f"bench: unknown {what} {bad or text!r}; expected a comma-separated "
-                         f"subset of {','.join(allowed)}")
-    return names
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workloads", default=None,
-                        help=f"comma-separated subset of {','.join(WORKLOADS)} (default all; "
-                             f"with --device cuda a subset of {','.join(GPU_WORKLOADS)})")
-    parser.add_argument("--frameworks", default=None,
-                        help=f"comma-separated subset of {','.join(FRAMEWORKS)} (default all "
-                             f"installed; with --device cuda of {','.join(GPU_FRAMEWORKS)})")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cuda: time W2, W3 and W5 on the GPU (torchlean eager, compiled, "
-                             "compiled + CUDA graph, PyTorch CUDA eager); needs CuPy and a GPU")
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (default 7)")
-    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                        help="BLAS / PyTorch threads for every framework (default 2)")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write JSON here")
-    parser.add_argument("--isolated", action="store_true",
-                        help="also time torchlean alone in fresh processes and measure peak "
-                             "memory of 200 W2 steps per framework")
-
-
-def run(args: argparse.Namespace) -> int:
-    """``torchlean bench``: validate the arguments, run, print the table (and write JSON)."""
-    gpu = getattr(args, "device", "cpu") == "cuda"
-    all_workloads, all_frameworks = (GPU_WORKLOADS, GPU_FRAMEWORKS) if gpu else (WORKLOADS,
-                                                                               FRAMEWORKS)
-    where = " on --device cuda" if gpu else ""
-    workloads = _names(args.workloads or ",".join(all_workloads), all_workloads,
-                       "workloads" + where)
-    frameworks = _names(args.frameworks or ",".join(all_frameworks), all_frameworks,
-                        "frameworks" + where)
-    if args.rounds < 1 or args.threads < 1:
-        raise BenchError(f"bench: --rounds and --threads must be >= 1, found {args.rounds} and "
-                         f"{args.threads}")
-    if gpu:
-        if args.isolated:
-            raise BenchError("bench: --isolated times CPU processes; it does not apply to "
-                             "--device cuda")
-        return run_gpu(args, workloads, frameworks)
-    if getattr(args, "child", None):
-        args.workloads, args.frameworks = workloads, frameworks
-        return _child(args)
-    limiter = _pin_threads(args.threads)
-    result: dict[str, Any] = {"machine": machine_info(), "threads": args.threads,
-                              "rounds": args.rounds,
-                              "command": (f"torchlean bench --workloads {','.join(workloads)} "
-                                          f"--frameworks {','.join(frameworks)} --rounds "
-                                          f"{args.rounds} --threads {args.threads}"
-                                          + (" --isolated" if args.isolated else ""))}
-    result["workloads"] = {w: bench_workload(w, frameworks, args.rounds) for w in workloads}
-    if args.isolated:
-        result["isolated"] = run_isolated(workloads, frameworks, args.rounds, args.threads)
-    del limiter
-    return _report(result, args)
-
-
-def _report(result: dict[str, Any], args: argparse.Namespace) -> int:
-    """Print the report of a finished run (and write it to ``--json``)."""
-    result["load_average_end"] = list(os.getloadavg())
-    print(format_report(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=1)
-    return 0
-
-
-def run_gpu(args: argparse.Namespace, workloads: Sequence[str], frameworks: Sequence[str]
-            ) -> int:
-    """``torchlean bench --device cuda``: a ``DeviceError`` (no CuPy, no GPU) before anything
-    is built; otherwise the table, with synchronised timing and ratios to PyTorch CUDA eager."""
-    from .backend import namespace_for
-
-    xp = namespace_for("cuda")
-    limiter = _pin_threads(args.threads)
-    result: dict[str, Any] = {"machine": machine_info(), "threads": args.threads,
-                              "rounds": args.rounds, "device": "cuda", "gpu": gpu_info(xp),
-                              "command": (f"torchlean bench --device cuda --workloads "
-                                          f"{','.join(workloads)} --frameworks "
-                                          f"{','.join(frameworks)} --rounds {args.rounds}")}
-    result["workloads"] = {w: bench_workload_gpu(w, frameworks, args.rounds, xp)
-                           for w in workloads}
-    del limiter
-    return _report(result, args)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchlean bench", description=__doc__)
-    add_arguments(parser)
-    parser.add_argument("--child", choices=("time", "memory"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except TorchLeanError as exc:
-        print(f"torchlean bench: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

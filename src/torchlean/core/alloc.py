@@ -1,4 +1,4 @@
-"""Pin glibc malloc's mmap and trim thresholds at import, so freed step buffers are reused.
+"""Pin glibc malloc's mmap and trim thresholds, so freed step buffers are reused (opt-in).
 
 Why: with only NumPy in the process (``torchlean train``), glibc serves large arrays with mmap
 and returns them to the OS when freed (its dynamic threshold adapts only up to 32 MiB, and
@@ -8,7 +8,9 @@ measured about 1,800 minor page faults per CNN step and per transformer-block st
 pin their own allocators, which hid this in benchmarks that load them. Keeping freed memory in
 the heap costs no more peak memory than the step itself needs.
 
-This is a fallback, documented and overridable: ``TORCHLEAN_MALLOPT=0`` leaves malloc alone;
+Importing torchlean changes nothing process-wide: the ``torchlean`` command calls
+``pin_thresholds()`` in its main, and a library user who runs NumPy-only training loops may call
+it too (``torchlean.core.alloc.pin_thresholds()``). ``TORCHLEAN_MALLOPT=0`` leaves malloc alone;
 ``TORCHLEAN_MMAP_THRESHOLD`` (bytes, default 32 MiB, glibc's largest) and
 ``TORCHLEAN_TRIM_THRESHOLD`` (bytes, default 512 MiB) change the two values.
 Nothing happens off glibc (macOS, musl, Windows).
@@ -61,5 +63,3 @@ def pin_thresholds() -> dict[str, int]:
         applied["trim_threshold"] = trim
     return applied
 
-
-pin_thresholds()

@@ -1,0 +1,1 @@
+"""The benchmark harness behind ``torchlean bench`` (top layer, beside the command line)."""

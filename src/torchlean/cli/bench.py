@@ -1,0 +1,133 @@
+"""``torchlean bench``: time W1-W5 in every installed framework, side by side in one process.
+
+The workloads (``torchlean.bench.harness``): W1 a 500-op elementwise chain forward+backward, W2 an
+MLP training step, W3 a CNN training step, W4 a Hessian-vector product, W5 a transformer-block
+training step. Peers: PyTorch eager, JAX jit, HIPS autograd and a hand-written NumPy floor, each
+checked to agree before anything is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..bench import harness as H
+from ..core.backend import namespace_for
+from . import common
+
+
+def add_parser(sub: Any) -> None:
+    workloads = "; ".join(f"{w}: {t}" for w, t in H.TITLES.items())
+    p = sub.add_parser(
+        "bench", help="time workloads W1-W5 side by side with PyTorch, JAX, autograd, NumPy",
+        description=f"Time the workloads in every installed framework (agreement checked "
+                    f"first). {workloads}.")
+    p.add_argument("--workloads", default=None,
+                   help=f"comma-separated subset of {','.join(H.WORKLOADS)} (default all; "
+                        f"with --device cuda a subset of {','.join(H.GPU_WORKLOADS)})")
+    p.add_argument("--frameworks", default=None,
+                   help=f"comma-separated subset of {','.join(H.FRAMEWORKS)} (default all "
+                        f"installed; with --device cuda of {','.join(H.GPU_FRAMEWORKS)})")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: time W2, W3 and W5 on the GPU (torchlean eager, compiled, "
+                        "compiled + CUDA graph, PyTorch CUDA eager); needs CuPy and a GPU")
+    p.add_argument("--rounds", type=common.int_in(1, 10_000, "a round count"), default=7,
+                   help="timed rounds (default 7)")
+    p.add_argument("--threads", type=common.threads_int, default=min(2, os.cpu_count() or 1),
+                   help="BLAS / PyTorch threads for every framework (default 2)")
+    p.add_argument("--json", default=None, metavar="PATH", type=common.output_path,
+                   help="also write JSON here")
+    p.add_argument("--isolated", action="store_true",
+                   help="also time torchlean alone in fresh processes and measure peak "
+                        "memory of 200 W2 steps per framework")
+    # A fresh process of --isolated runs this command with --child (not for users).
+    p.add_argument("--child", choices=("time", "memory"), help=argparse.SUPPRESS)
+
+
+def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise H.BenchError(f"bench: unknown {what} {bad or text!r}; expected a comma-separated "
+                           f"subset of {','.join(allowed)}")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the arguments, run, print the table (and write JSON)."""
+    gpu = getattr(args, "device", "cpu") == "cuda"
+    all_workloads, all_frameworks = ((H.GPU_WORKLOADS, H.GPU_FRAMEWORKS) if gpu
+                                     else (H.WORKLOADS, H.FRAMEWORKS))
+    where = " on --device cuda" if gpu else ""
+    workloads = _names(args.workloads or ",".join(all_workloads), all_workloads,
+                       "workloads" + where)
+    frameworks = _names(args.frameworks or ",".join(all_frameworks), all_frameworks,
+                        "frameworks" + where)
+    common.check_outputs([(args.json, "--json")])
+    if gpu:
+        if args.isolated:
+            raise H.BenchError("bench: --isolated times CPU processes; it does not apply to "
+                               "--device cuda")
+        return _run_gpu(args, workloads, frameworks)
+    if getattr(args, "child", None):
+        return _child(args, workloads, frameworks)
+    limiter = H.pin_threads(args.threads)
+    result: dict[str, Any] = {"machine": H.machine_info(), "threads": args.threads,
+                              "rounds": args.rounds,
+                              "command": (f"torchlean bench --workloads {','.join(workloads)} "
+                                          f"--frameworks {','.join(frameworks)} --rounds "
+                                          f"{args.rounds} --threads {args.threads}"
+                                          + (" --isolated" if args.isolated else ""))}
+    result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds) for w in workloads}
+    if args.isolated:
+        result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, args.threads)
+    del limiter
+    return _report(result, args)
+
+
+def _child(args: argparse.Namespace, workloads: list[str], frameworks: list[str]) -> int:
+    """Entry of a fresh process: time (or run 200 steps of) one framework, print JSON."""
+    limiter = H.pin_threads(args.threads)
+    if args.child == "memory":
+        impl = H.build("W2", frameworks[0], H.make_data("W2"))
+        if isinstance(impl, str):
+            print(json.dumps({"note": impl}))
+            return 0
+        for _ in range(200):
+            impl.step()
+        print(json.dumps({"peak_mib": H.peak_rss_mib()}))
+        return 0
+    out = {w: H.bench_workload(w, frameworks, args.rounds, check=False)["times"]
+           for w in workloads}
+    print(json.dumps(out))
+    del limiter
+    return 0
+
+
+def _report(result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print the report of a finished run (and write it to ``--json``)."""
+    result["load_average_end"] = list(os.getloadavg())
+    print(H.format_report(result))
+    if args.json:
+        common.write_text(args.json, json.dumps(result, indent=1))
+    return 0
+
+
+def _run_gpu(args: argparse.Namespace, workloads: Sequence[str], frameworks: Sequence[str]
+             ) -> int:
+    """``--device cuda``: a ``DeviceError`` (no CuPy, no GPU) before anything is built;
+    otherwise the table, with synchronised timing and ratios to PyTorch CUDA eager."""
+    xp = namespace_for("cuda")
+    limiter = H.pin_threads(args.threads)
+    result: dict[str, Any] = {"machine": H.machine_info(), "threads": args.threads,
+                              "rounds": args.rounds, "device": "cuda", "gpu": H.gpu_info(xp),
+                              "command": (f"torchlean bench --device cuda --workloads "
+                                          f"{','.join(workloads)} --frameworks "
+                                          f"{','.join(frameworks)} --rounds {args.rounds}")}
+    result["workloads"] = {w: H.bench_workload_gpu(w, frameworks, args.rounds, xp)
+                           for w in workloads}
+    del limiter
+    return _report(result, args)

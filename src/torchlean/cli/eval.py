@@ -1,0 +1,123 @@
+"""``torchlean eval``: a saved model's test loss and accuracy.
+
+``--checkpoint PATH`` rebuilds a zoo model from the config its checkpoint records (the file is
+read once) and evaluates it on the test split it was trained with; ``--onnx PATH --dataset NAME``
+evaluates any ONNX classifier (from PyTorch or from ``torchlean export``) the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import CheckpointError
+from ..engine import ops_interface as F
+from ..engine.session import Options, Session
+from ..training.fit import evaluate
+from ..zoo import datasets
+from ..zoo.trained import check_fits, load_data, load_trained
+from . import common
+from .onnx_inputs import OnnxCliError, load_for_data, predict
+
+ONNX_MAGIC = b"\x08"  # an ONNX ModelProto starts with field 1 (ir_version, a varint)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="evaluate a saved checkpoint or an ONNX classifier",
+                       description="Rebuild the model saved by 'torchlean train --save' (or load "
+                                   "an ONNX classifier) and report its test metrics.")
+    p.add_argument("--checkpoint", metavar="PATH", default=None,
+                   help="a checkpoint written by 'torchlean train --save' (or use --onnx)")
+    p.add_argument("--onnx", metavar="PATH", default=None,
+                   help="evaluate an ONNX classifier instead of a checkpoint (needs --dataset; "
+                        "the torchlean[onnx] extra)")
+    p.add_argument("--dataset", choices=datasets.NAMES, default=None,
+                   help="dataset to evaluate on (default: the one it was trained on)")
+    p.add_argument("--seed", type=common.non_negative_int, default=None,
+                   help="seed of the data split (default: the training seed, so the test set "
+                        "is the one held out in training)")
+    p.add_argument("--batch-size", type=common.int_in(1, 1_000_000, "a batch size"),
+                   default=256, help="examples per forward pass (default 256)")
+    common.add_runtime_options(p)
+    p.add_argument("--json", metavar="PATH", type=common.output_path,
+                   help="write the metrics as JSON")
+
+
+def looks_like_onnx(path: str) -> bool:
+    """An ``.onnx`` name, or a file whose first byte is an ONNX model's (safetensors files start
+    with an 8-byte little-endian header length, never 0x08 followed by a small varint here)."""
+    if path.lower().endswith((".onnx", ".onnx.gz")):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return False
+    return head[:1] == ONNX_MAGIC and len(head) == 2 and head[1] < 0x20
+
+
+def run(args: argparse.Namespace) -> int:
+    common.check_device(args.device)
+    if args.onnx:
+        return _run_onnx(args)
+    if not args.checkpoint:
+        raise common.CliError("eval: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
+    common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.json, "--json")])
+    path = args.checkpoint
+    if looks_like_onnx(path):
+        raise CheckpointError(f"checkpoint {path}: this is an ONNX model, not a checkpoint; "
+                              f"use --onnx {path} --dataset NAME")
+    model = load_trained(path)
+    config, settings = model.model_config, model.train_settings
+    dataset_name = args.dataset or config.get("dataset")
+    if dataset_name not in datasets.NAMES:
+        raise CheckpointError(f"checkpoint {path}: unknown dataset {dataset_name!r}; valid "
+                              f"datasets: {', '.join(datasets.NAMES)}")
+    seed = args.seed if args.seed is not None else _recorded_seed(path, config, settings)
+    data = load_data(config["model"], dataset_name, seed)
+    check_fits(config, data, path)
+    result = evaluate(model, F.cross_entropy, data.test, batch_size=args.batch_size,
+                      backend=args.backend, metrics=datasets.score, device=args.device)
+    print(f"{config['model']} from {path} on {dataset_name} ({len(data.test)} test examples): "
+          f"test loss {result['loss']:.4f}  test acc {result['accuracy']:.4f}", flush=True)
+    if args.json:
+        common.write_text(args.json, json.dumps({"checkpoint": path, "model": config["model"],
+                                                 "dataset": dataset_name, "seed": seed,
+                                                 "examples": len(data.test), **result},
+                                                indent=2) + "\n")
+    return 0
+
+
+def _recorded_seed(path: str, config: dict[str, Any], settings: dict[str, Any]) -> int:
+    seed = settings.get("seed", config.get("seed", 0))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise CheckpointError(f"checkpoint {path}: its recorded seed must be an integer from 0 "
+                              f"to 2**63 - 1, found {seed!r}")
+    return seed
+
+
+def _run_onnx(args: argparse.Namespace) -> int:
+    if args.device != "cpu":
+        raise common.CliError("eval --onnx runs the ONNX model on the CPU; use --device cpu")
+    if args.checkpoint:
+        raise OnnxCliError("eval: give either --checkpoint or --onnx, not both")
+    common.check_outputs([(args.onnx, "<--onnx"), (args.json, "--json")])
+    seed = args.seed if args.seed is not None else 0
+    model, data = load_for_data(args.onnx, args.dataset, seed, "eval")
+    inputs = np.asarray(data.test.inputs, dtype=model.dtype)
+    outputs = predict(model, inputs)
+    targets = np.asarray(data.test.targets)
+    session = Session(Options(dtype=model.dtype.name))
+    loss = session.value(F.cross_entropy(session.const(outputs), session.input(
+        targets.astype(model.dtype), requires_grad=False)))
+    result = {"loss": float(loss), **datasets.score(outputs, targets)}
+    print(f"ONNX model {args.onnx} on {args.dataset} ({len(targets)} test examples): "
+          f"test loss {result['loss']:.4f}  test acc {result['accuracy']:.4f}", flush=True)
+    if args.json:
+        common.write_text(args.json, json.dumps({"onnx": args.onnx, "dataset": args.dataset,
+                                                 "seed": seed, "examples": len(targets),
+                                                 **result}, indent=2) + "\n")
+    return 0

@@ -1,0 +1,158 @@
+"""The one reverse driver and the one forward-tangent driver, shared by every engine.
+
+The eager tape, the compiled graph, the linked tape (``Graph.to_tape``) and the recorded backward
+graph (``grad_graph``, which makes hvp and hessian) all differentiate through these two functions.
+Each engine is a list of nodes with ``op`` (a ``Primitive``, or ``None`` for a leaf),
+``parents``, ``attrs``, ``shape`` and ``requires_grad``; values live beside it.
+
+Reverse mode has two halves:
+
+- ``reverse_plan`` decides, once per node, everything that does not depend on values: whether
+  the node can pass gradient at all, which parents receive it (``targets``), and how its
+  cotangents are computed (``Primitive.vjp_rule``: which inputs a selective rule must produce,
+  whether broadcast cotangents are summed back). Shapes are static, so a compiled graph caches
+  its plan and a tape extends its own as it grows.
+- ``run_reverse`` walks a plan from the output back to 0, calling each bound rule and summing
+  contributions in the order the children are visited (decreasing id).
+
+Because the tape and the graph run the *same* plan builder and the *same* walk over the same
+rules, ``to_tape(xs)`` + ``backward_dense_all`` equals ``backprop_all`` bitwise by construction
+(TorchLean's LinkedSession theorem); a test keeps it as the witness.
+
+The drivers are generic over the Ops interpreter: with ``ARRAY_OPS`` they compute numbers; with a
+graph builder's interpreter they record the backward pass as new graph nodes. Traversal is a
+plain loop over node ids (no recursion, so a chain of 100,000 ops works; no set or dict ordering,
+so gradient sums never depend on object ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .errors import UnsupportedJvpError
+from .registry import Primitive, Rule
+
+
+class NodeLike(Protocol):
+    op: Primitive | None
+    parents: tuple[int, ...]
+    attrs: dict[str, Any]
+    requires_grad: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+# One reverse step: (node id, bound rule, its kwargs, parent ids, (input index, parent id) pairs
+# of the parents that receive gradient). ``None`` for nodes that pass no gradient.
+Step = tuple[int, Rule, dict[str, Any], tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def reverse_step(nodes: Sequence[NodeLike], i: int) -> Step | None:
+    """What the reverse pass does at node ``i`` (``None``: a leaf, or no gradient passes)."""
+    node = nodes[i]
+    op = node.op
+    if op is None or op.nondiff or not node.requires_grad:
+        return None
+    parents = node.parents
+    # One plain loop instead of generator expressions: this runs once per node of every eager
+    # step (a fresh tape has no cached plan), so it is on the per-op hot path.
+    ins = [nodes[p] for p in parents]
+    needed = tuple([n.requires_grad for n in ins])
+    targets = tuple([(k, p) for k, p in enumerate(parents) if needed[k]])
+    reduce = False
+    if op.broadcasting:
+        shape = node.shape
+        for n in ins:
+            if n.shape != shape:
+                reduce = True
+                break
+    rule, kwargs = op.vjp_rule(node.attrs, needed, reduce)
+    return (i, rule, kwargs, parents, targets)
+
+
+def reverse_plan(nodes: Sequence[NodeLike], start: int = 0,
+                 plan: list[Step | None] | None = None) -> list[Step | None]:
+    """One step per node (``plan[i]`` for node ``i``), extending ``plan`` from node ``start``."""
+    steps = [] if plan is None else plan
+    for i in range(start, len(nodes)):
+        steps.append(reverse_step(nodes, i))
+    return steps
+
+
+def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int, seed: Any,
+                out_requires_grad: bool, ops: Any,
+                on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """Cotangents for every node from ``out_id`` back to 0; ``None`` where none arrives.
+
+    A node used by several children receives the sum of their contributions, accumulated in the
+    order the children are visited (decreasing id). Nodes without ``requires_grad`` neither
+    receive nor pass gradient. ``on_leaf(i, g)`` is called as soon as leaf ``i``'s cotangent is
+    final (every consumer has a larger id, so that is when the walk reaches ``i``): data-parallel
+    training starts communicating a parameter's gradient there, while the walk goes on.
+    """
+    grads: list[Any] = [None] * len(values)
+    if not out_requires_grad:
+        return grads
+    grads[out_id] = seed
+    add = ops.add
+    for i in range(out_id, -1, -1):
+        g = grads[i]
+        if g is None:
+            continue
+        step = plan[i]
+        if step is None:
+            if on_leaf is not None:
+                on_leaf(i, g)
+            continue
+        _, rule, kwargs, parents, targets = step
+        contributions = rule(ops, g, [values[p] for p in parents], values[i], **kwargs)
+        if len(contributions) != len(parents):
+            raise TypeError(f"node {i}: vjp rule returned {len(contributions)} cotangents for "
+                            f"{len(parents)} inputs")
+        for k, p in targets:
+            c = contributions[k]
+            if c is not None:
+                prev = grads[p]
+                grads[p] = c if prev is None else add(prev, c)
+    return grads
+
+
+def reverse_pass(nodes: Sequence[NodeLike], values: Sequence[Any], out_id: int, seed: Any,
+                 ops: Any) -> list[Any]:
+    """``run_reverse`` over a fresh plan of ``nodes[: out_id + 1]`` (for one-off passes)."""
+    plan = reverse_plan(nodes[: out_id + 1])
+    return run_reverse(plan, values, out_id, seed, nodes[out_id].requires_grad, ops)
+
+
+def forward_tangents(
+    nodes: Sequence[NodeLike],
+    values: Sequence[Any],
+    leaf_tangents: dict[int, Any],
+    ops: Any,
+    upto: int | None = None,
+) -> list[Any]:
+    """Forward-mode tangents of every node given tangents of some leaves (``None`` = zero).
+
+    Raises ``UnsupportedJvpError`` naming the op when a reverse-only op lies on a path from a
+    tangent to the output; never a silent zero tangent.
+    """
+    last = len(nodes) - 1 if upto is None else upto
+    tangents: list[Any] = [None] * (last + 1)
+    for i in range(last + 1):
+        node = nodes[i]
+        op = node.op
+        if op is None:
+            tangents[i] = leaf_tangents.get(i)
+            continue
+        ins = [tangents[p] for p in node.parents]
+        if all(t is None for t in ins):
+            continue
+        try:
+            tangents[i] = op.apply_jvp(
+                ops, ins, [values[p] for p in node.parents], values[i], node.attrs
+            )
+        except UnsupportedJvpError as exc:
+            raise UnsupportedJvpError(f"{exc} (node {i})") from None
+    return tangents

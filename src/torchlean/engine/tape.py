@@ -1,0 +1,315 @@
+"""The eager autograd tape (TorchLean's ``Engine.Core``).
+
+A tape is a grow-only list of nodes. Every op checks its inputs with the primitive's shape rule,
+runs the forward kernel at once, appends exactly one node and returns its id (an int). Reverse mode
+is the shared driver (``autodiff.run_reverse``) over the tape's reverse plan, which is extended as
+the tape grows (a node's step never changes once recorded); forward mode walks ids forwards.
+
+There is one method per registered primitive (``tape.relu(x)``, ``tape.linear(w, b, x)``,
+``tape.reduce_sum(x, axis)``): node ids first, then the op's static attributes. The methods are
+generated from the registry, so the tape can never fall out of step with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ops as _ops  # noqa: F401  (registers every primitive)
+from ..core import registry as _registry
+from ..core.autodiff import Step, forward_tangents, reverse_plan, run_reverse
+from ..core.backend import (
+    as_dtype,
+    check_device,
+    device_of,
+    namespace_for,
+    namespace_of,
+    numeric_array,
+    to_device,
+    to_host,
+)
+from ..core.errors import ShapeError, TapeError, device_mismatch, dtypes_differ
+from ..core.node import Node
+from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
+from ..core.registry import get as get_primitive
+from ..core.shape import as_shape
+from .anomaly import NonFiniteError
+
+
+class Tape:
+    """An eager tape over one dtype (float32 by default) and device.
+
+    On a device ("cuda") every value lives there: host data given as a leaf, seed or tangent is
+    uploaded explicitly (``backend.to_device``), and data already on another device is a
+    ``DeviceError`` naming the op and both devices, never a silent copy. Each recorded op is
+    checked to have a device kernel (``registry.check_device_kernel``)."""
+
+    def __init__(self, dtype: Any = "float32", device: str = "cpu",
+                 check_finite: bool = False, *, xp: Any = None) -> None:
+        self.dtype = as_dtype(dtype)
+        # ``xp``: the namespace itself, from an owner that already resolved it (a session, a
+        # graph replay), so a tape per step does not look the device up again.
+        self.device = check_device(device) if xp is None else device_of(xp)
+        self.xp = namespace_for(device) if xp is None else xp
+        # On a device: the registry's check that an op has a device kernel (None on the CPU,
+        # so the per-op hot path pays one attribute test).
+        self._kernel_check = device_kernel_check(self.xp)
+        self.check_finite = check_finite
+        self._nodes: list[Node] = []
+        self._plan: list[Step | None] = []  # reverse steps of nodes[: len(self._plan)]
+
+    # --- reading -------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of nodes on the tape."""
+        return len(self._nodes)
+
+    @property
+    def nodes(self) -> Sequence[Node]:
+        return self._nodes
+
+    def node(self, i: int) -> Node:
+        return self._nodes[self._check_id("node", i)]
+
+    def value(self, i: int) -> Any:
+        return self._nodes[self._check_id("value", i)].value
+
+    def require_value(self, i: int, shape: Sequence[int]) -> Any:
+        """The value of node ``i``, checked to have ``shape`` (TorchLean's ``requireValue``)."""
+        value = self.value(i)
+        expected = as_shape("require_value", shape)
+        if tuple(value.shape) != expected:
+            raise ShapeError(f"require_value: node {i} has shape {tuple(value.shape)}, "
+                             f"expected {expected}")
+        return value
+
+    def _check_id(self, op: str, i: Any) -> int:
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TapeError(f"{op}: node ids are ints, found {type(i).__name__} {i!r}")
+        if not 0 <= i < len(self._nodes):
+            raise TapeError(f"{op}: node id {i} out of range (tape has {len(self._nodes)} nodes)")
+        return int(i)
+
+    # --- building ------------------------------------------------------------------------------
+
+    def as_array(self, op: str, array: Any) -> Any:
+        """Convert user data to this tape's array type; float arrays keep their dtype. Host data
+        is uploaded to a device tape explicitly; data on another device is a ``DeviceError``."""
+        xp = self.xp
+        if isinstance(array, xp.ndarray) and array.dtype in (np.float32, np.float64):
+            return array
+        arr = array_on(op, array, xp)
+        if arr.dtype.kind == "f" and arr.dtype in (np.float32, np.float64):
+            return arr
+        return arr.astype(self.dtype)
+
+    def leaf(self, array: Any, name: str | None = None, requires_grad: bool = True,
+             copy: bool = True) -> int:
+        """Append a leaf holding ``array``, copied so later edits to it cannot change the tape.
+        ``copy=False`` keeps the caller's array: for owners that detect changes themselves (a
+        session checks each parameter's version before it reads or differentiates again)."""
+        value = self.as_array("leaf", array)
+        if copy and (self.xp is np or value is array):  # an upload is already a fresh copy
+            value = value.copy()
+        if self.check_finite:
+            _check_finite("leaf", value)
+        self._nodes.append(Node(None, (), {}, bool(requires_grad), tuple(value.shape),
+                               dtype=value.dtype, value=value, name=name))
+        return len(self._nodes) - 1
+
+    def apply(self, op: str | Primitive, *args: Any, **kwargs: Any) -> int:
+        """Record primitive ``op`` on node ids ``args[:arity]`` with the remaining attributes."""
+        prim = op if isinstance(op, Primitive) else get_primitive(op)
+        ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
+        return self.record(prim, ids, attrs)
+
+    def record(self, prim: Primitive, ids: Sequence[int], attrs: dict[str, Any],
+               name: str | None = None) -> int:
+        """Check, compute and append one node. Nothing changes when a check fails."""
+        nodes = self._nodes
+        n = len(nodes)
+        values = []
+        requires_grad = False
+        for i in ids:
+            # Plain ints skip the isinstance checks (this loop is the per-op hot path).
+            if (type(i) is not int and (isinstance(i, bool) or not isinstance(i, int))
+                    or not 0 <= i < n):
+                raise TapeError(f"{prim.name}: node id {i!r} is not on the tape "
+                                f"(ids run 0..{n - 1})")
+            node = nodes[i]
+            values.append(node.value)
+            if node.requires_grad:
+                requires_grad = True
+        if self._kernel_check is not None:
+            self._kernel_check(prim, self.xp)
+        xp = None
+        if not values:
+            if "dtype" in prim.attrs:
+                attrs = {**attrs, "dtype": self.dtype}
+            xp = self.xp  # a nullary op makes its value in the tape's namespace
+        attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
+        out = run_checked(prim, values, attrs, xp)
+        if self.check_finite:
+            _check_finite(prim.name, out, n)
+        requires_grad = requires_grad and not prim.nondiff
+        nodes.append(Node(prim, tuple(ids), attrs, requires_grad, tuple(out.shape),
+                          dtype=out.dtype, value=out, name=name))
+        return n
+
+    # --- reverse mode --------------------------------------------------------------------------
+
+    def _seed(self, op: str, out: int, seed: Any) -> Any:
+        value = self.value(out)
+        seed_arr = array_on(f"{op} seed", seed, self.xp, value.dtype)
+        if seed_arr.shape != value.shape:
+            raise ShapeError(f"{op}: seed has shape {tuple(seed_arr.shape)}, output node {out} "
+                             f"has shape {tuple(value.shape)}")
+        return seed_arr
+
+    def backward_dense(self, out: int, seed: Any,
+                       on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Cotangent of every node (``None`` where the reverse pass did not reach it);
+        ``on_leaf(i, g)`` as each leaf's cotangent becomes final (``autodiff.run_reverse``)."""
+        seed_arr = self._seed("backward_dense", self._check_id("backward_dense", out), seed)
+        nodes = self._nodes
+        plan = self._plan
+        if len(plan) < out + 1:
+            reverse_plan(nodes[: out + 1], len(plan), plan)
+        values = [node.value for node in nodes[: out + 1]]
+        return run_reverse(plan, values, out, seed_arr, nodes[out].requires_grad, ARRAY_OPS,
+                           on_leaf) + [None] * (len(nodes) - out - 1)
+
+    def backward_dense_all(self, out: int, seed: Any) -> list[Any]:
+        """Cotangent of every node, zeros where the reverse pass did not reach it."""
+        dense = self.backward_dense(out, seed)
+        xp = self.xp
+        return [xp.zeros_like(node.value) if g is None else g
+                for g, node in zip(dense, self._nodes, strict=True)]
+
+    def backward(self, out: int, seed: Any,
+                 on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
+        """Cotangents of the reached nodes only, keyed by node id."""
+        dense = self.backward_dense(out, seed, on_leaf)
+        return {i: g for i, g in enumerate(dense) if g is not None}
+
+    def backward_scalar(self, out: int,
+                        on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
+        """``backward`` with seed 1 for a scalar output (like ``loss.backward()``)."""
+        value = self.value(self._check_id("backward_scalar", out))
+        if value.shape != ():
+            raise ShapeError(f"backward_scalar: output node {out} has shape {tuple(value.shape)}, "
+                             "expected a scalar (); use backward(out, seed) for tensors")
+        return self.backward(out, self.xp.ones((), dtype=value.dtype), on_leaf)
+
+    # --- forward mode --------------------------------------------------------------------------
+
+    def jvp(self, out: int, tangents: dict[int, Any]) -> Any:
+        """Tangent of node ``out`` given tangents of some nodes (usually leaves); zeros if none."""
+        out = self._check_id("jvp", out)
+        nodes = self._nodes
+        if not isinstance(tangents, dict):
+            raise TapeError(f"jvp: tangents must be a dict {{node id: tangent}}, found "
+                            f"{type(tangents).__name__}")
+        seeds: dict[int, Any] = {}
+        for i, t in tangents.items():
+            value = self.value(self._check_id("jvp", i))
+            t_arr = array_on(f"jvp tangent for node {i}", t, self.xp, value.dtype)
+            if t_arr.shape != value.shape:
+                raise ShapeError(f"jvp: tangent for node {i} has shape {tuple(t_arr.shape)}, "
+                                 f"node has shape {tuple(value.shape)}")
+            seeds[i] = t_arr
+        # Treat seeded interior nodes as leaves of the forward pass: their tangent is given.
+        values = [node.value for node in nodes]
+        view: list[Any] = [Node.leaf_view(n) if i in seeds and n.op is not None else n
+                           for i, n in enumerate(nodes[: out + 1])]
+        result = forward_tangents(view, values, seeds, ARRAY_OPS, upto=out)[out]
+        return self.xp.zeros_like(values[out]) if result is None else result
+
+    def __getattr__(self, name: str) -> Callable[..., int]:
+        # Only reached for names that are not primitives (those are real methods, set below).
+        raise AttributeError(f"Tape has no op or attribute {name!r}")
+
+
+def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
+                xp: Any = None) -> Any:
+    """``prim``'s forward on ``values`` after the checks every recording makes (the eager tape
+    and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs. ``xp`` is the
+    namespace a nullary op (``rand_uniform``) makes its value in; ``None`` or NumPy: the
+    kernel's default (the host)."""
+    if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
+        prim.infer(*[v.shape for v in values],
+                   **{k: v for k, v in attrs.items() if k != "dtype"})
+    else:
+        prim.infer(*[v.shape for v in values], **attrs)
+    if len(values) > 1:
+        dtype = values[0].dtype
+        for v in values:
+            if v.dtype != dtype:
+                raise dtypes_differ(prim.name, [w.dtype for w in values])
+    if xp is not None and xp is not np and not values:
+        return prim.forward(**attrs, xp=xp)
+    return prim.forward(*values, **attrs)
+
+
+def device_kernel_check(xp: Any) -> Callable[[Primitive, Any], None] | None:
+    """The registry's ``check_device_kernel(prim, xp)`` for a device namespace (``None`` on the
+    host, where every primitive has its kernel)."""
+    return None if xp is np else _registry.check_device_kernel
+
+
+def array_on(op: str, data: Any, xp: Any, dtype: Any = None) -> Any:
+    """User data as an array of namespace ``xp`` (then ``dtype`` if given), checked as
+    ``numeric_array`` checks it: host data goes to a device by one explicit upload; data
+    already on a device stays there, and on another device than ``xp`` is a ``DeviceError``
+    naming ``op`` and both devices."""
+    src = namespace_of(data)
+    if src is xp:
+        return numeric_array(op, data, xp, dtype)
+    if src is not np:
+        raise device_mismatch(op, device_of(src), device_of(xp))
+    arr = numeric_array(op, data, np, dtype)
+    return to_device(arr, xp)
+
+
+def _check_finite(op: str, value: Any, node: int | None = None) -> None:
+    xp = namespace_of(value)
+    finite = xp.isfinite(value)
+    # One explicit readback of the reduced flag on a device (not of the whole array).
+    ok = finite.all() if xp is np else to_host(finite.all())
+    if not bool(ok):
+        if xp is not np:  # the error path reads the array back once to count
+            value = to_host(value)
+            finite = np.isfinite(value)
+        bad = int(value.size - int(finite.sum()))
+        at = "" if node is None else f" (node {node}, the first non-finite value of the pass)"
+        raise NonFiniteError(f"{op}: {bad} of {value.size} entries are NaN or infinite{at}")
+
+
+def _make_method(prim: Primitive) -> Callable[..., int]:
+    arity = len(prim.inputs)
+    plain = not prim.attrs
+
+    def method(self: Tape, *args: Any, **kwargs: Any) -> int:
+        if plain and len(args) == arity and not kwargs:  # the common call, split for free
+            return self.record(prim, args, {})
+        ids, attrs = prim.split_call(args, kwargs, "node ids", TapeError)
+        return self.record(prim, ids, attrs)
+
+    attrs = ", ".join(prim.inputs + tuple(prim.attrs))
+    method.__name__ = prim.name
+    method.__qualname__ = f"Tape.{prim.name}"
+    method.__doc__ = f"tape.{prim.name}({attrs}) -> node id\n\n{prim.semantics}"
+    return method
+
+
+def install_primitive_methods() -> None:
+    """Give ``Tape`` one method per registered primitive (idempotent)."""
+    for name, prim in REGISTRY.items():
+        if name not in Tape.__dict__:
+            setattr(Tape, name, _make_method(prim))
+
+
+install_primitive_methods()

@@ -1,0 +1,383 @@
+"""Functional transforms over plain arrays, and compile-once wrappers.
+
+``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``hvp`` and ``hessian`` follow torch.func / JAX
+conventions (``argnums`` an int or tuple; ``primals`` and ``tangents`` tuples). Each call traces
+the function into a graph (cheap: one pass of Python) and runs it; ``compile`` traces once and
+returns a ``Compiled`` object (TorchLean's CompiledScalar / CompiledOut) to run many times.
+
+Higher derivatives are forward-over-reverse: ``grad_graph`` records the reverse pass as graph
+nodes, and forward mode over that graph gives H v. An op without a JVP rule raises
+``UnsupportedJvpError`` naming it; there is never a silent zero tangent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
+from ..core.errors import ShapeError, TraceError, device_mismatch
+from ..core.shape import as_shape
+from .graph import Graph, grad_graph, trace
+from .tape import Tape, array_on
+
+
+def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[list[Any], Any]:
+    """Convert inputs to arrays of one float dtype: the inputs' own, or float64 for non-floats."""
+    # Device arrays stay where they are (the compiled run uploads host data next to them).
+    arrays = [numeric_array(f"{op}: argument {k}", x, namespace_of(x)) for k, x in enumerate(xs)]
+    if dtype is None:
+        floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
+        if len(floats) > 1:
+            raise ShapeError(f"{op}: inputs mix dtypes {sorted(d.name for d in floats)}; cast "
+                             "them to one float dtype first")
+        dtype = floats.pop() if floats else np.dtype(np.float64)
+    return [a.astype(dtype, copy=False) for a in arrays], np.dtype(dtype)
+
+
+def _argnums(op: str, argnums: int | Sequence[int], n: int) -> tuple[tuple[int, ...], bool]:
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, tuple | list) else ()
+    if not nums or any(isinstance(a, bool) or not isinstance(a, int) for a in nums):
+        raise ShapeError(f"{op}: argnums must be an int or a tuple of ints, found {argnums!r}")
+    for a in nums:
+        if not -n <= a < n:
+            raise ShapeError(f"{op}: argnums {argnums} out of range for {n} arguments")
+    return tuple(a % n for a in nums), single
+
+
+class Compiled:
+    """A function traced once into a graph; run it many times (forward, jvp, vjp, backward).
+
+    Inputs must have the traced shapes (checked). Parameters the function used through modules
+    (``Param``s met while tracing) become extra inputs after the traced leaves; their current
+    values are supplied automatically, and ``vjp``/``backward`` return their gradients last.
+    ``to_tape`` replays the graph on an eager tape
+    whose reverse pass equals ``backprop_all`` bitwise (the seed-004 link).
+
+    Devices: a run happens where its data is. With ``device`` given ("cpu" or "cuda") the
+    namespace is fixed; otherwise it is the device of the first input on one, else of the first
+    parameter on one, else the host. Host inputs of a device run are uploaded explicitly,
+    parameters are moved there once (``Param.on``) and read through ``param.data`` on every
+    run (so in-place optimiser updates are seen without an upload), constants are uploaded once
+    per graph (``Graph.consts_on``); data on another device is a ``DeviceError``.
+    """
+
+    def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
+                 dtype: Any = "float32", wrt: Sequence[int] | None = None,
+                 owner_arg: bool = False, device: str | None = None) -> None:
+        leaf_shapes = [as_shape(f"compile: leaf {k} shape", s) for k, s in enumerate(shapes)]
+        if wrt is not None:
+            wrt = _argnums("compile wrt", tuple(wrt), len(leaf_shapes))[0] if tuple(wrt) else ()
+        self._fixed_xp: Any = None if device is None else namespace_for(device)
+        self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt, owner_arg)
+        self.dtype = self.graph.dtype
+        self._grad_graph: Graph | None = None
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.graph.nodes[self.graph.output].shape
+
+    @property
+    def params(self) -> list[Any]:
+        return self.graph.params
+
+    def namespace(self, xs: Sequence[Any]) -> Any:
+        """The array namespace a run on inputs ``xs`` happens in (see the class docstring)."""
+        xp = self._fixed_xp
+        if xp is not None:
+            return xp
+        for x in xs:
+            if type(x) is not np.ndarray and x is not None:
+                src = namespace_of(x)
+                if src is not np:
+                    return src
+        for p in self.graph.params:
+            arr = p.data
+            if type(arr) is not np.ndarray:
+                return namespace_of(arr)
+        return np
+
+    def _full(self, xs: Sequence[Any], xp: Any = np) -> list[Any]:
+        """The traced inputs, then the parameters' current arrays in namespace ``xp`` (each
+        parameter moved there once, then read where it lives)."""
+        n = len(self.graph.inputs) - len(self.graph.params)
+        if len(xs) != n:
+            raise ShapeError(f"compiled function takes {n} inputs, found {len(xs)}")
+        params = self.graph.params
+        if xp is np:
+            arrays = [p.data for p in params]
+            for p, a in zip(params, arrays, strict=True):
+                if type(a) is not np.ndarray:
+                    raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
+                                          p.device, "cpu", "a parameter")
+            return list(xs) + arrays
+        for p in params:
+            src = namespace_of(p.data)
+            if src is not np and src is not xp:
+                raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
+                                      p.device, device_of(xp), "a parameter")
+        return list(xs) + [p.on(xp) for p in params]
+
+    def _values(self, op: str, xs: Sequence[Any]) -> list[Any]:
+        """Every node's value for inputs ``xs`` (checked against the traced shapes)."""
+        g = self.graph
+        xp = self.namespace(xs)
+        return g.evaluate(g.check_inputs(op, self._full(xs, xp), xp=xp), xp)
+
+    def _cotangents(self, values: list[Any], seed: Any,
+                    on_input: Callable[[int, Any], None] | None = None) -> tuple[Any, ...]:
+        """One cotangent per graph input (zeros where none arrives) for output seed ``seed``;
+        ``on_input(k, g)`` as input ``k``'s cotangent becomes final during the pass."""
+        g = self.graph
+        on_leaf = None
+        if on_input is not None:
+            index = {node: k for k, node in enumerate(g.inputs)}
+            callback = on_input
+
+            def on_leaf(i: int, cotangent: Any) -> None:
+                k = index.get(i)
+                if k is not None:
+                    callback(k, cotangent)
+
+        return _or_zeros(g.backprop(values, g.output, seed, on_leaf), values, g.inputs)
+
+    def _scalar(self, op: str) -> None:
+        if self.out_shape != ():
+            raise ShapeError(f"{op}: output has shape {self.out_shape}, expected a scalar (); "
+                             "use vjp(xs, seed) for tensor outputs")
+
+    def _seed(self, op: str, seed: Any, xp: Any = np) -> Any:
+        arr = array_on(f"{op} seed", seed, xp, self.dtype)
+        if arr.shape != self.out_shape:
+            raise ShapeError(f"{op}: seed has shape {arr.shape}, output has {self.out_shape}")
+        return arr
+
+    def forward(self, *xs: Any) -> Any:
+        return self._values("forward", xs)[self.graph.output]
+
+    __call__ = forward
+
+    def value_and_jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> tuple[Any, Any]:
+        """The output and its tangent for input tangents ``dxs`` (``None`` means zero)."""
+        g = self.graph
+        values = self._values("jvp", xs)
+        tangents = g.check_inputs("jvp tangents", _pad_tangents(g, dxs), allow_none=True,
+                                  xp=_namespace_of_values(values, g))
+        return values[g.output], _or_zeros(g.tangents(values, tangents), values, [g.output])[0]
+
+    def jvp(self, xs: Sequence[Any], dxs: Sequence[Any]) -> Any:
+        """Output tangent for input tangents ``dxs`` (one per input; ``None`` means zero)."""
+        return self.value_and_jvp(xs, dxs)[1]
+
+    def vjp(self, xs: Sequence[Any], seed: Any) -> tuple[Any, ...]:
+        """One cotangent per input for output cotangent ``seed``."""
+        values = self._values("vjp", xs)
+        return self._cotangents(values, self._seed("vjp", seed,
+                                                   _namespace_of_values(values, self.graph)))
+
+    def backward(self, *xs: Any) -> tuple[Any, ...]:
+        """Gradients of a scalar output (seed 1), one per input."""
+        self._scalar("backward")
+        values = self._values("backward", xs)
+        out = values[self.graph.output]
+        return self._cotangents(values, namespace_of(out).ones((), dtype=self.dtype))
+
+    def value_and_backward(self, *xs: Any, on_input: Callable[[int, Any], None] | None = None
+                           ) -> tuple[Any, tuple[Any, ...]]:
+        """The scalar output and its gradients in one forward pass; ``on_input(k, g)`` is called
+        as input ``k``'s gradient becomes final (parameters count after the traced leaves)."""
+        self._scalar("value_and_backward")
+        values = self._values("value_and_backward", xs)
+        out = values[self.graph.output]
+        seed = namespace_of(out).ones((), dtype=self.dtype)
+        return out, self._cotangents(values, seed, on_input)
+
+    def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
+        """One cotangent per node, in graph order (zeros where unreached)."""
+        g = self.graph
+        values = self._values("backprop_all", xs)
+        dense = g.backprop(values, g.output,
+                           self._seed("backprop_all", seed, _namespace_of_values(values, g)))
+        return list(_or_zeros(dense, values, range(len(values))))
+
+    def to_tape(self, *xs: Any) -> tuple[Tape, list[int], int]:
+        xp = self.namespace(xs)
+        tape, leaf_ids, outs = self.graph.to_tape(self._full(xs, xp), xp)
+        return tape, leaf_ids, outs[0]
+
+    def _hvp_graph(self) -> Graph:
+        if self._grad_graph is None:
+            self._scalar("hvp")
+            self._grad_graph = grad_graph(self.graph)
+        return self._grad_graph
+
+    def hvp(self, xs: Sequence[Any], vs: Sequence[Any]) -> tuple[Any, ...]:
+        """Hessian-vector products of a scalar output, one per input (forward-over-reverse).
+
+        A ``None`` in ``vs`` is a zero direction, which forward mode skips entirely.
+        """
+        gg = self._hvp_graph()
+        xp = self.namespace(xs)
+        values = gg.evaluate(gg.check_inputs("hvp", self._full(xs, xp), xp=xp), xp)
+        tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True, xp=xp)
+        return _or_zeros(gg.tangents(values, tangents), values, gg.outputs)
+
+    def hessian(self, xs: Sequence[Any], argnum: int) -> Any:
+        """The Hessian of a scalar output w.r.t. input ``argnum``: shape ``x.shape + x.shape``,
+        with ``H[i, j] = d^2 f / dx_i dx_j``, one forward-over-reverse pass per column."""
+        gg = self._hvp_graph()
+        xp = self.namespace(xs)
+        values = gg.evaluate(gg.check_inputs("hessian", self._full(xs, xp), xp=xp), xp)
+        x = values[gg.inputs[argnum]]
+        n = x.size
+        rows = xp.empty((n,) + x.shape, dtype=gg.dtype)
+        seeds: list[Any] = [None] * len(gg.inputs)
+        for j in range(n):
+            basis = xp.zeros(n, dtype=gg.dtype)
+            basis[j] = 1
+            seeds[argnum] = basis.reshape(x.shape)
+            t = gg.tangents(values, seeds)[gg.outputs[argnum]]
+            rows[j] = 0 if t is None else t
+        # rows[j] = H e_j is column j; transpose so that H[i, j] = (H e_j)_i.
+        return xp.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
+
+
+def compile(  # noqa: A001  (the public name, as torch.compile)
+    fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32",
+    wrt: Sequence[int] | None = None,
+) -> Compiled:
+    """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``.
+
+    ``wrt`` names the differentiable leaves (default: all). The others are data: no rule
+    computes their cotangents, and ``vjp``/``backward`` report zeros for them.
+    """
+    return Compiled(fn, leaf_shapes, dtype, wrt)
+
+
+def _compile_for(op: str, fn: Callable[..., Any], xs: Sequence[Any],
+                 wrt: Sequence[int] | None = None) -> tuple[Compiled, list[Any]]:
+    """``fn`` compiled for these arguments (one float dtype); the free transforms run on it."""
+    arrays, dtype = _arrays_and_dtype(op, xs)
+    c = Compiled(fn, [a.shape for a in arrays], dtype, wrt)
+    if len(c.graph.outputs) != 1:
+        raise TraceError(f"{op}: the function must return one ref, found {len(c.graph.outputs)}")
+    # Parameters used through modules are held fixed: Compiled supplies their current values.
+    return c, arrays
+
+
+def _or_zeros(found: Sequence[Any], values: Sequence[Any], ids: Sequence[int]) -> tuple[Any, ...]:
+    """``found[i]`` for each node id, or zeros of that node's shape (and namespace) where
+    nothing arrived."""
+    return tuple(namespace_of(values[i]).zeros_like(values[i]) if found[i] is None else found[i]
+                 for i in ids)
+
+
+def _namespace_of_values(values: Sequence[Any], graph: Graph) -> Any:
+    """The namespace a run's values live in (that of its output)."""
+    return namespace_of(values[graph.outputs[0]]) if graph.outputs else np
+
+
+def _pad_tangents(graph: Graph, tangents: Sequence[Any]) -> list[Any]:
+    """Tangents for the traced inputs, then ``None`` (zero) for parameters met while tracing."""
+    return list(tangents) + [None] * len(graph.params)
+
+
+def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0
+                   ) -> Callable[..., tuple[Any, Any]]:
+    """``f(*xs) -> (value, gradient)`` for a scalar-valued ``fn`` (torch.func conventions)."""
+
+    def wrapped(*xs: Any) -> tuple[Any, Any]:
+        nums, single = _argnums("grad", argnums, len(xs))
+        c, arrays = _compile_for("grad", fn, xs, wrt=nums)
+        if c.out_shape != ():
+            raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                             "scalar (); use vjp for tensor outputs")
+        value, grads = c.value_and_backward(*arrays)
+        chosen = tuple(grads[k] for k in nums)
+        return value, chosen[0] if single else chosen
+
+    return wrapped
+
+
+def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """Gradient of a scalar-valued ``fn`` w.r.t. argument(s) ``argnums``."""
+    inner = value_and_grad(fn, argnums)
+
+    def wrapped(*xs: Any) -> Any:
+        return inner(*xs)[1]
+
+    return wrapped
+
+
+def vjp(fn: Callable[..., Any], *xs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+    """``(out, vjp_fn)`` where ``vjp_fn(seed)`` returns one cotangent per argument."""
+    c, arrays = _compile_for("vjp", fn, xs)
+    values = c._values("vjp", arrays)
+
+    def vjp_fn(seed: Any) -> tuple[Any, ...]:
+        # One cotangent per argument (parameters met while tracing are held fixed).
+        xp = _namespace_of_values(values, c.graph)
+        return c._cotangents(values, c._seed("vjp", seed, xp))[: len(xs)]
+
+    return values[c.graph.output], vjp_fn
+
+
+def _tuple(op: str, name: str, value: Any) -> tuple[Any, ...]:
+    if not isinstance(value, tuple | list):
+        raise ShapeError(f"{op}: {name} must be a tuple (torch.func convention), found "
+                         f"{type(value).__name__}")
+    return tuple(value)
+
+
+def _primals_and_tangents(op: str, primals: Any, tangents: Any
+                          ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    primals = _tuple(op, "primals", primals)
+    tangents = _tuple(op, "tangents", tangents)
+    if len(primals) != len(tangents):
+        raise ShapeError(f"{op}: {len(primals)} primals but {len(tangents)} tangents")
+    return primals, tangents
+
+
+def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
+        ) -> tuple[Any, Any]:
+    """``(out, tangent_out)``: the forward-mode derivative of ``fn`` at ``primals`` along
+    ``tangents``."""
+    primals, tangents = _primals_and_tangents("jvp", primals, tangents)
+    c, arrays = _compile_for("jvp", fn, primals)
+    return c.value_and_jvp(arrays, tangents)
+
+
+def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
+        ) -> tuple[Any, ...]:
+    """Hessian-vector product H v of a scalar ``fn``, one entry per primal (forward-over-reverse).
+
+    Equals ``torch.func.jvp(torch.func.grad(fn), primals, tangents)[1]``.
+    """
+    primals, tangents = _primals_and_tangents("hvp", primals, tangents)
+    c, arrays = _compile_for("hvp", fn, primals)
+    if c.out_shape != ():
+        raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                         "scalar ()")
+    return c.hvp(arrays, tangents)[: len(primals)]
+
+
+def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+    """The Hessian of a scalar ``fn`` w.r.t. one argument: shape ``x.shape + x.shape``."""
+
+    def wrapped(*xs: Any) -> Any:
+        nums, single = _argnums("hessian", argnums, len(xs))
+        if not single:
+            raise ShapeError(f"hessian: argnums must be one int (one argument), found {argnums!r}")
+        c, arrays = _compile_for("hessian", fn, xs, wrt=nums)
+        if c.out_shape != ():
+            raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
+                             "scalar ()")
+        return c.hessian(arrays, nums[0])
+
+    return wrapped
+
+
+__all__ = ["Compiled", "compile", "grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian"]
