@@ -8,9 +8,9 @@ sees them. A kind both checks and normalises: NumPy integer and float scalars be
 and floats, lists become tuples, so the kernels only ever see the types they were written for.
 
 Rank-dependent checks (a per-axis tuple's length, an axis's range) stay in the shape rules, which
-know the input shapes; the kinds make sure those rules receive well-typed values. ``SCHEMAS``
-below declares the kinds of every built-in primitive (``registry.register`` installs them); a
-primitive defined elsewhere may pass ``attr_kinds=`` itself. ``tests/test_fuzz.py`` checks
+know the input shapes; the kinds make sure those rules receive well-typed values. Each primitive
+declares its kinds where it is declared (``Primitive(..., attr_kinds={...})``, with the shared
+groups ``POOL``, ``CONV``, ``RANDOM``, ... below). ``tests/test_fuzz.py`` checks
 that every attribute of every primitive has a kind.
 """
 
@@ -289,60 +289,12 @@ OPTIONAL_POSITIVE_PER_AXIS = per_axis_kind(1, optional=True)
 NON_NEGATIVE_PER_AXIS = per_axis_kind(0)
 SIZES = int_tuple_kind(0, "a tuple of non-negative ints")
 
-_POOL = {"kernel_size": POSITIVE_PER_AXIS, "stride": OPTIONAL_POSITIVE_PER_AXIS,
+POOL = {"kernel_size": POSITIVE_PER_AXIS, "stride": OPTIONAL_POSITIVE_PER_AXIS,
          "padding": NON_NEGATIVE_PER_AXIS}
-_POOL_2D = {"kernel_size": POSITIVE_PER_AXIS, "stride": OPTIONAL_POSITIVE_PER_AXIS}
-_POOL_HELPER = {"kernel_size": POSITIVE_INT_TUPLE, "stride": POSITIVE_PER_AXIS,
+POOL_2D = {"kernel_size": POSITIVE_PER_AXIS, "stride": OPTIONAL_POSITIVE_PER_AXIS}
+POOL_HELPER = {"kernel_size": POSITIVE_INT_TUPLE, "stride": POSITIVE_PER_AXIS,
                 "padding": NON_NEGATIVE_PER_AXIS}
-_CONV = {"stride": POSITIVE_PER_AXIS, "padding": NON_NEGATIVE_PER_AXIS}
-_CONV_T = {**_CONV, "output_padding": NON_NEGATIVE_PER_AXIS}
-_RANDOM = {"shape": SHAPE, "seed": NON_NEGATIVE_INT, "counter": NON_NEGATIVE_INT}
-
-SCHEMAS: dict[str, dict[str, Kind]] = {
-    "add_scalar": {"c": FINITE_REAL},
-    "scale": {"c": FINITE_REAL},
-    "safe_log": {"eps": POSITIVE_REAL},
-    "clamp": {"lo": NOT_NAN_REAL, "hi": NOT_NAN_REAL},
-    "interval_mask": {"lo": NOT_NAN_REAL, "hi": NOT_NAN_REAL},
-    "avg_pool": _POOL, "max_pool": _POOL,
-    "avg_pool2d": _POOL_2D, "max_pool2d": _POOL_2D,
-    "avg_pool2d_pad": _POOL, "max_pool2d_pad": _POOL,
-    "smooth_max_pool": {"beta": POSITIVE_REAL, **_POOL},
-    "smooth_max_pool2d": {"beta": POSITIVE_REAL, **_POOL_2D},
-    "max_pool_backward": _POOL_HELPER, "max_pool_gather": _POOL_HELPER,
-    "pool_unfold": _POOL_HELPER,
-    "pool_fold": {"spatial": SIZES, **_POOL_HELPER},
-    "batch_norm": {"eps": NON_NEGATIVE_REAL},
-    "layer_norm": {"eps": NON_NEGATIVE_REAL},
-    "standardize": {"axes": AXES, "eps": NON_NEGATIVE_REAL},
-    "standardize_backward": {"axes": AXES, "eps": NON_NEGATIVE_REAL},
-    "norm_param_grad": {"axes": AXES, "eps": NON_NEGATIVE_REAL, "shape": SHAPE},
-    "bernoulli_mask": _RANDOM,
-    "rand_uniform": {**_RANDOM, "dtype": FLOAT_DTYPE},
-    "broadcast_to": {"shape": SHAPE},
-    "sum_to": {"shape": SHAPE},
-    "reshape": {"shape": SHAPE},
-    "conv": _CONV, "conv2d": _CONV, "conv_core": _CONV,
-    "conv_transpose": _CONV_T, "conv_transpose2d": _CONV_T, "conv_transpose_core": _CONV_T,
-    "conv_weight_grad": {"kernel": POSITIVE_INT_TUPLE, **_CONV},
-    "gather_row": {"i": NON_NEGATIVE_INT},
-    "gather_scalar": {"i": NON_NEGATIVE_INT},
-    "gather_scalar_nat": {"i": NON_NEGATIVE_INT},
-    "scatter_add_row": {"i": NON_NEGATIVE_INT},
-    "scatter_add_vec": {"i": NON_NEGATIVE_INT},
-    "gather_rows_nat": {"idx": NAT_INDICES},
-    "gather_vec_nat": {"idx": NAT_INDICES},
-    "scatter_add_nat": {"idx": NAT_INDICES, "n": NON_NEGATIVE_INT},
-    "masked_softmax": {"mask": OPTIONAL_BOOL_MASK},
-    "multi_head_attention": {"mask": OPTIONAL_BOOL_MASK, "num_heads": POSITIVE_INT},
-    "one_hot": {"num_classes": POSITIVE_INT},
-    "pad_range0": {"start": NON_NEGATIVE_INT, "total": NON_NEGATIVE_INT},
-    "slice_range0": {"start": NON_NEGATIVE_INT, "length": NON_NEGATIVE_INT},
-    "permute": {"perm": PERM},
-    "reduce_mean": {"axis": AXIS},
-    "reduce_sum": {"axis": AXIS},
-    "swap_adjacent_at_depth": {"depth": NON_NEGATIVE_INT},
-    "take": {"index": INDEX_TUPLE},
-    "take_adjoint": {"index": INDEX_TUPLE, "shape": SHAPE},
-}
+CONV = {"stride": POSITIVE_PER_AXIS, "padding": NON_NEGATIVE_PER_AXIS}
+CONV_T = {**CONV, "output_padding": NON_NEGATIVE_PER_AXIS}
+RANDOM = {"shape": SHAPE, "seed": NON_NEGATIVE_INT, "counter": NON_NEGATIVE_INT}
 

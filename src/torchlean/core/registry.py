@@ -168,7 +168,7 @@ class Primitive:
         self.error_inputs: Callable[[], list[ErrorInput]] | None = (
             (lambda: list(records)) if records else None)
         # The kind of each attribute (``attr_kinds``): checked and normalised by ``check_attrs``
-        # on every entry point. Built-in primitives get theirs from ``attr_kinds.SCHEMAS``.
+        # on every entry point, declared with the primitive (``attr_kinds=``).
         self.attr_kinds: dict[str, Callable[[str, str, Any], Any]] = {}
         self._attr_checks: tuple[tuple[str, Callable[[str, str, Any], Any]], ...] = ()
         if attr_kinds:
@@ -416,8 +416,6 @@ def register(prim: Primitive) -> Primitive:
     """Add a primitive to the registry and to the array interpreter."""
     if prim.name in REGISTRY:
         raise TypeError(f"primitive {prim.name} registered twice")
-    if not prim.attr_kinds and prim.name in attr_kinds.SCHEMAS:
-        prim.declare_attr_kinds(attr_kinds.SCHEMAS[prim.name])
     REGISTRY[prim.name] = prim
     setattr(ARRAY_OPS, prim.name, prim.forward)
     return prim
@@ -451,6 +449,7 @@ def elementwise_unary(
     semantics: str,
     samples: Callable[[np.random.Generator], list[Sample]],
     attrs: dict[str, Any] | Sequence[str] = (),
+    attr_kinds: dict[str, Callable[[str, str, Any], Any]] | None = None,
     torch_ref: Rule | None = None,
     fd_smooth: bool = True,
     infer: Rule | None = None,
@@ -472,7 +471,8 @@ def elementwise_unary(
         # An attribute-free elementwise op accepts every shape: a wrong call is all it refuses.
         error_inputs = (arity_error(("x",)),)
     return register(Primitive(
-        name, ("x",), infer or same_shape, forward, attrs=attrs, vjp=vjp, jvp=jvp,
+        name, ("x",), infer or same_shape, forward, attrs=attrs, attr_kinds=attr_kinds, vjp=vjp,
+        jvp=jvp,
         semantics=semantics, samples=samples, torch_ref=torch_ref, fd_smooth=fd_smooth,
         error_inputs=error_inputs,
     ))

@@ -25,10 +25,11 @@ import numpy as np
 from ..core.autodiff import Step, forward_tangents, reverse_pass, reverse_plan, run_reverse
 from ..core.backend import as_dtype, namespace_of, numeric_array
 from ..core.errors import ShapeError, TapeError, TraceError
+from ..core.kernels import array_on, device_kernel_check
 from ..core.node import Node
 from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
 from .ops_interface import RecordingOps, Ref
-from .tape import Tape, array_on, device_kernel_check
+from .tape import Tape
 
 
 class GraphError(TapeError):
@@ -252,7 +253,8 @@ def _short(value: Any) -> str:
 
 
 class GraphBuilder:
-    """Records ops on ``Var``s into a ``Graph``: the owner of those refs (``functional.Owner``)."""
+    """Records ops on ``Var``s into a ``Graph``: the owner of those refs (an
+    ``ops_interface.Owner``)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph

@@ -36,12 +36,12 @@ from ..core.errors import (
     TraceError,
     device_mismatch,
 )
+from ..core.kernels import device_kernel_check
 from ..core.registry import REGISTRY, Primitive
 from ..core.registry import get as get_primitive
 from ..core.shape import as_shape
 from ..ops.general import inverse_perm
 from ..ops.take import normalize_index
-from .tape import device_kernel_check
 
 
 class Owner(Protocol):

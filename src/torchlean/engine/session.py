@@ -1,7 +1,7 @@
 """The seed's Torch session, recording only: Options, Session, refs and the two backends.
 
 A ``Session`` records one forward pass through one of two backends, both owners in the sense of
-``functional.Owner``: ``EagerBackend`` records on a ``Tape`` (values computed as each op is
+``ops_interface.Owner``: ``EagerBackend`` records on a ``Tape`` (values computed as each op is
 recorded), ``CompiledBackend`` records a ``Graph`` (values computed when asked for, then backward
 runs on the graph's linked tape). User code is the same for both: ``F.*`` and operators on
 ``TensorRef``s. Optimiser steps on a session, ``Stepper``, ``ParamList`` and ``ScalarTrainer``
@@ -36,6 +36,7 @@ from ..core.backend import (
     numeric_array,
 )
 from ..core.errors import ShapeError, TapeError, TorchLeanError, device_mismatch
+from ..core.kernels import array_on
 from ..core.registry import REGISTRY, Primitive
 from ..core.shape import as_shape
 from . import anomaly
@@ -43,7 +44,7 @@ from . import ops_interface as F
 from .graph import Graph, GraphBuilder
 from .ops_interface import NatRef, Ref
 from .params import Param
-from .tape import Tape, array_on
+from .tape import Tape
 
 BACKENDS = ("eager", "compiled")
 
@@ -105,7 +106,7 @@ class TensorRef(Ref):
 
 
 class _Backend:
-    """The owner of a session's refs (``functional.Owner``): records ops, makes leaves, and holds
+    """The owner of a session's refs (``ops_interface.Owner``): records ops, makes leaves, and holds
     which node each ``Param`` became. ``EagerBackend`` and ``CompiledBackend`` differ only in
     where an op is recorded and how values are read; one backend lives for one recorded pass."""
 

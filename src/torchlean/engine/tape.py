@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from .. import ops as _ops  # noqa: F401  (registers every primitive)
-from ..core import registry as _registry
 from ..core.autodiff import Step, forward_tangents, reverse_plan, run_reverse
 from ..core.backend import (
     as_dtype,
@@ -26,11 +25,10 @@ from ..core.backend import (
     device_of,
     namespace_for,
     namespace_of,
-    numeric_array,
-    to_device,
     to_host,
 )
-from ..core.errors import ShapeError, TapeError, device_mismatch, dtypes_differ
+from ..core.errors import ShapeError, TapeError
+from ..core.kernels import array_on, device_kernel_check, run_checked
 from ..core.node import Node
 from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
 from ..core.registry import get as get_primitive
@@ -231,47 +229,6 @@ class Tape:
     def __getattr__(self, name: str) -> Callable[..., int]:
         # Only reached for names that are not primitives (those are real methods, set below).
         raise AttributeError(f"Tape has no op or attribute {name!r}")
-
-
-def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
-                xp: Any = None) -> Any:
-    """``prim``'s forward on ``values`` after the checks every recording makes (the eager tape
-    and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs. ``xp`` is the
-    namespace a nullary op (``rand_uniform``) makes its value in; ``None`` or NumPy: the
-    kernel's default (the host)."""
-    if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
-        prim.infer(*[v.shape for v in values],
-                   **{k: v for k, v in attrs.items() if k != "dtype"})
-    else:
-        prim.infer(*[v.shape for v in values], **attrs)
-    if len(values) > 1:
-        dtype = values[0].dtype
-        for v in values:
-            if v.dtype != dtype:
-                raise dtypes_differ(prim.name, [w.dtype for w in values])
-    if xp is not None and xp is not np and not values:
-        return prim.forward(**attrs, xp=xp)
-    return prim.forward(*values, **attrs)
-
-
-def device_kernel_check(xp: Any) -> Callable[[Primitive, Any], None] | None:
-    """The registry's ``check_device_kernel(prim, xp)`` for a device namespace (``None`` on the
-    host, where every primitive has its kernel)."""
-    return None if xp is np else _registry.check_device_kernel
-
-
-def array_on(op: str, data: Any, xp: Any, dtype: Any = None) -> Any:
-    """User data as an array of namespace ``xp`` (then ``dtype`` if given), checked as
-    ``numeric_array`` checks it: host data goes to a device by one explicit upload; data
-    already on a device stays there, and on another device than ``xp`` is a ``DeviceError``
-    naming ``op`` and both devices."""
-    src = namespace_of(data)
-    if src is xp:
-        return numeric_array(op, data, xp, dtype)
-    if src is not np:
-        raise device_mismatch(op, device_of(src), device_of(xp))
-    arr = numeric_array(op, data, np, dtype)
-    return to_device(arr, xp)
 
 
 def _check_finite(op: str, value: Any, node: int | None = None) -> None:

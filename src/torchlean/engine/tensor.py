@@ -2,9 +2,9 @@
 
 A ``Tensor`` holds its value and, when it needs a gradient, the primitive that made it, its
 parent tensors and the op's attributes: PyTorch's autograd graph. Ops are recorded by one owner
-(``RECORDER``, a ``functional.Owner``), so ``F.*``, operators, ``nn`` layers and the torch-style
+(``RECORDER``, a ``ops_interface.Owner``), so ``F.*``, operators, ``nn`` layers and the torch-style
 methods of ``functional.Ref`` all work on tensors unchanged, and each op is checked by its
-primitive's shape rule before anything is computed (``tape.run_checked``, the same check the
+primitive's shape rule before anything is computed (``core.kernels.run_checked``, the same check the
 tape makes).
 
 ``backward()`` and ``autograd.grad`` collect the graph behind an output, number its tensors in
@@ -47,6 +47,7 @@ from ..core.backend import (
     to_host,
 )
 from ..core.errors import DeviceError, ShapeError, TapeError, TorchLeanError, device_mismatch
+from ..core.kernels import array_on, run_checked
 from ..core.node import Node
 from ..core.registry import ARRAY_OPS, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
@@ -54,7 +55,6 @@ from ..core.shape import as_shape
 from . import ops_interface as F
 from .ops_interface import MaxResult, Ref
 from .params import Param
-from .tape import array_on, run_checked
 from .transforms import Compiled
 
 float32 = np.dtype(np.float32)
@@ -564,7 +564,7 @@ autograd = _AutogradNamespace()
 
 
 class _Recorder:
-    """The owner of every tensor (``functional.Owner``): runs an op now and, under grad mode,
+    """The owner of every tensor (``ops_interface.Owner``): runs an op now and, under grad mode,
     remembers how it was made."""
 
     def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> Tensor:

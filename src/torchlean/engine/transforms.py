@@ -19,9 +19,10 @@ import numpy as np
 
 from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
 from ..core.errors import ShapeError, TraceError, device_mismatch
+from ..core.kernels import array_on
 from ..core.shape import as_shape
 from .graph import Graph, grad_graph, trace
-from .tape import Tape, array_on
+from .tape import Tape
 
 
 def _arrays_and_dtype(op: str, xs: Sequence[Any], dtype: Any = None) -> tuple[list[Any], Any]:

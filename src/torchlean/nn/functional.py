@@ -3,8 +3,9 @@
 Every function here takes its arguments in ``torch.nn.functional``'s order and with its keyword
 names (``linear(input, weight, bias=None)``, ``conv2d(input, weight, bias, stride, padding)``,
 ``cross_entropy(input, target, reduction=...)``) and is built only from primitives and derived
-ops of ``torchlean.functional`` (which keeps the seed's order, e.g. ``linear(w, b, x)``): no new
-kernels, so each derivative is whatever the primitives' rules compose to. Inputs may be refs of
+ops of ``torchlean.engine.ops_interface`` (which keeps the seed's order, e.g.
+``linear(w, b, x)``): no new kernels, so each derivative is whatever the primitives' rules
+compose to. Inputs may be refs of
 any owner (``Session`` refs, ``tl.Tensor``, graph variables) or plain arrays (then the value is
 computed directly, without autodiff).
 

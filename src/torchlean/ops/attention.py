@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, add_tangents, device_constant, register
@@ -97,6 +98,7 @@ def _torch_masked_softmax(torch: Any, x: Any, mask: Any = None) -> Any:
 
 register(Primitive(
     "masked_softmax", ("x",), _ms_infer, _masked_softmax, attrs={"mask": None},
+    attr_kinds={"mask": K.OPTIONAL_BOOL_MASK},
     vjp=lambda ops, g, xs, out, mask=None: (_softmax_rule(ops, g, out),),
     jvp=lambda ops, ts, xs, out, mask=None: _softmax_rule(ops, ts[0], out),
     semantics="Softmax along the last axis over the entries a boolean (rows, cols) mask allows "
@@ -275,7 +277,9 @@ def _mha_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "multi_head_attention", ("wq", "wk", "wv", "wo", "x"), _mha_infer, _mha_forward,
-    attrs={"mask": None, "num_heads": 1}, vjp=_mha_vjp, jvp=_mha_jvp,
+    attrs={"mask": None, "num_heads": 1},
+    attr_kinds={"mask": K.OPTIONAL_BOOL_MASK, "num_heads": K.POSITIVE_INT}, vjp=_mha_vjp,
+    jvp=_mha_jvp,
     semantics="Multi-head self-attention without biases: Q, K, V = x wq, x wk, x wv split into "
               "heads (n, H*D) -> (n, H, D) -> (H, n, D); softmax(Q K^T / sqrt(D)) over allowed "
               "keys (boolean (n, n) mask, True = allowed, masked scores excluded exactly); "

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import (
@@ -285,7 +286,7 @@ def _torch_weight_grad(torch: Any, a: Any, b: Any, kernel: Any, stride: Any,
 register(Primitive(
     "conv_core", ("w", "x"),
     lambda w, x, stride, padding: _conv_geometry("conv_core", w, x, stride, padding),
-    _conv_core, attrs={"stride": 1, "padding": 0},
+    _conv_core, attrs={"stride": 1, "padding": 0}, attr_kinds=K.CONV,
     vjp=_conv_core_vjp, jvp=bilinear_jvp("conv_core"), selective=True,
     semantics="Bias-free N-D cross-correlation (the bilinear core of conv): kernel (outC, inC, "
               "k...), input (inC, ...) or (N, inC, ...), zero padding, out = (n + 2p - k)//s + 1. "
@@ -321,6 +322,7 @@ register(Primitive(
     lambda w, x, stride, padding, output_padding: _conv_transpose_geometry(
         "conv_transpose_core", w, x, stride, padding, output_padding),
     _conv_transpose_core, attrs={"stride": 1, "padding": 0, "output_padding": 0},
+    attr_kinds=K.CONV_T,
     vjp=_conv_transpose_core_vjp, jvp=bilinear_jvp("conv_transpose_core"),
     selective=True,
     semantics="Bias-free N-D transposed convolution: kernel (inC, outC, k...), out = (n - 1)*s - "
@@ -374,6 +376,7 @@ def _wg_samples(rng: np.random.Generator) -> list[Sample]:
 register(Primitive(
     "conv_weight_grad", ("a", "b"), _wg_infer, _conv_weight_grad,
     attrs={"kernel": (1, 1), "stride": 1, "padding": 0},
+    attr_kinds={"kernel": K.POSITIVE_INT_TUPLE, **K.CONV},
     vjp=_conv_weight_grad_vjp, jvp=bilinear_jvp("conv_weight_grad"),
     semantics="dW[o, i, k] = sum over batch and output positions of a[o, pos] * pad(b)[i, pos*s "
               "+ k]: the adjoint of conv_core in its kernel (a is conv's output cotangent, b its "
@@ -527,7 +530,8 @@ def _conv_transpose_errors(only: int | None) -> list[ErrorInput]:
 for _name, _only in (("conv", None), ("conv2d", 2)):
     register(Primitive(
         _name, ("w", "b", "x"), _conv_infer(_name, _only), _conv_forward,
-        attrs={"stride": 1, "padding": 0}, vjp=_conv_vjp, jvp=_affine_jvp("conv_core"),
+        attrs={"stride": 1, "padding": 0}, attr_kinds=K.CONV, vjp=_conv_vjp,
+        jvp=_affine_jvp("conv_core"),
         selective=True,
         semantics=_CONV_SEMANTICS.format(d="N" if _only is None else "2"),
         samples=_with_bias(_core_samples if _only is None else _only_2d(_core_samples), 0),
@@ -539,7 +543,8 @@ for _name, _only in (("conv", None), ("conv2d", 2)):
 for _name, _only in (("conv_transpose", None), ("conv_transpose2d", 2)):
     register(Primitive(
         _name, ("w", "b", "x"), _conv_transpose_infer(_name, _only), _conv_transpose_forward,
-        attrs={"stride": 1, "padding": 0, "output_padding": 0}, vjp=_conv_transpose_vjp,
+        attrs={"stride": 1, "padding": 0, "output_padding": 0}, attr_kinds=K.CONV_T,
+        vjp=_conv_transpose_vjp,
         jvp=_affine_jvp("conv_transpose_core"), selective=True,
         semantics=_CT_SEMANTICS.format(d="N" if _only is None else "2"),
         samples=_with_bias(_ct_core_samples if _only is None else _only_2d(_ct_core_samples), 1),

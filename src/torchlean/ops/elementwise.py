@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of, to_host
 from ..core.errors import DomainError, ShapeError, SignatureError
 from ..core.registry import (
@@ -177,6 +178,7 @@ _minmax("min", lambda a, b: _namespace2(a, b).minimum(a, b),
 
 register(Primitive(
     "scale", ("x",), _scalar_attr_infer("scale", "c"), lambda x, c: x * c, attrs=("c",),
+    attr_kinds={"c": K.FINITE_REAL},
     vjp=lambda ops, g, xs, out, c: (ops.scale(g, c=c),), linear=True,
     semantics="x * c for a Python scalar c. Linear: VJP g * c.",
     samples=lambda rng: [Sample((normal(rng, 4),), {"c": 2.5}),
@@ -188,6 +190,7 @@ register(Primitive(
 
 register(Primitive(
     "add_scalar", ("x",), _scalar_attr_infer("add_scalar", "c"), lambda x, c: x + c, attrs=("c",),
+    attr_kinds={"c": K.FINITE_REAL},
     vjp=lambda ops, g, xs, out, c: (g,),
     jvp=lambda ops, ts, xs, out, c: ts[0],
     semantics="x + c for a Python scalar c. VJP: g.",
@@ -224,7 +227,8 @@ def _interval_mask(x: Any, lo: float, hi: float) -> Any:
 
 
 register(Primitive(
-    "interval_mask", ("x",), same_shape, _interval_mask, attrs=("lo", "hi"), nondiff=True,
+    "interval_mask", ("x",), same_shape, _interval_mask, attrs=("lo", "hi"),
+    attr_kinds={"lo": K.NOT_NAN_REAL, "hi": K.NOT_NAN_REAL}, nondiff=True,
     semantics="1 where lo < x < hi (open interval), else 0: clamp's derivative, 0 at the "
               "boundaries. Zero derivative.",
     samples=lambda rng: [Sample((away_from_zero(rng, 6),), {"lo": -0.5, "hi": 0.5})],
@@ -312,7 +316,7 @@ def _clamp_infer(shape: tuple[int, ...], lo: float, hi: float) -> tuple[int, ...
 elementwise_unary(
     "clamp", lambda x, lo, hi: namespace_of(x).clip(x, lo, hi),
     lambda ops, x, y, lo, hi: ops.interval_mask(x, lo=lo, hi=hi),
-    attrs=("lo", "hi"), infer=_clamp_infer,
+    attrs=("lo", "hi"), attr_kinds={"lo": K.NOT_NAN_REAL, "hi": K.NOT_NAN_REAL}, infer=_clamp_infer,
     semantics="min(max(x, lo), hi). Derivative: the indicator of the open interval (lo, hi), 0 at "
               "the boundaries (PyTorch passes gradient at the boundaries: an intended difference).",
     samples=lambda rng: [Sample((away_from_zero(rng, 8),), {"lo": -0.5, "hi": 0.75})],
@@ -404,7 +408,8 @@ def _safe_log(x: Any, eps: float) -> Any:
 elementwise_unary(
     "safe_log", _safe_log,
     lambda ops, x, y, eps: ops.mul(ops.sigmoid(x), ops.inv(ops.add_scalar(ops.softplus(x), c=eps))),
-    attrs={"eps": 1e-6}, infer=_scalar_attr_infer("safe_log", "eps"),
+    attrs={"eps": 1e-6},
+    attr_kinds={"eps": K.POSITIVE_REAL}, infer=_scalar_attr_infer("safe_log", "eps"),
     semantics="log(softplus(x) + eps), total on all reals (eps defaults to 1e-6). Derivative "
               "sigmoid(x) / (softplus(x) + eps).",
     samples=lambda rng: [Sample((normal(rng, 5),), {"eps": 1e-6})],

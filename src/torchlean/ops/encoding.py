@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError, SignatureError
 from ..core.registry import ErrorInput, Primitive, Sample, register
@@ -29,7 +30,8 @@ def _one_hot_infer(s: Shape, num_classes: int) -> Shape:
 
 
 register(Primitive(
-    "one_hot", ("labels",), _one_hot_infer, _one_hot, attrs=("num_classes",), nondiff=True,
+    "one_hot", ("labels",), _one_hot_infer, _one_hot, attrs=("num_classes",),
+    attr_kinds={"num_classes": K.POSITIVE_INT}, nondiff=True,
     semantics="Class indices (integer-valued floats) to one-hot rows along a new last axis. An "
               "index outside [0, num_classes) gives a zero row. Zero derivative.",
     samples=lambda rng: [Sample((rng.integers(0, 4, size=5).astype(np.float64),),

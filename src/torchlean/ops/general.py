@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import is_cupy, namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, bilinear_jvp, elementwise_unary, register
@@ -69,7 +70,7 @@ def _permute_samples(rng: np.random.Generator) -> list[Sample]:
 register(Primitive(
     "permute", ("x",), _permute_infer,
     lambda x, perm: contiguous(permute_dims(x, tuple(perm))),
-    attrs=("perm",),
+    attrs=("perm",), attr_kinds={"perm": K.PERM},
     vjp=lambda ops, g, xs, out, perm: (ops.permute(g, perm=inverse_perm(tuple(perm))),),
     linear=True,
     semantics="Reorder the axes: output axis k is input axis perm[k] (torch.permute, "

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, device_constant, register
@@ -107,7 +108,8 @@ def _scatter_add(x: Any, v: Any, i: int) -> Any:
 
 
 register(Primitive(
-    "gather_scalar", ("x",), _gather_scalar_infer, _row, attrs=("i",), linear=True,
+    "gather_scalar", ("x",), _gather_scalar_infer, _row, attrs=("i",),
+    attr_kinds={"i": K.NON_NEGATIVE_INT}, linear=True,
     vjp=lambda ops, g, xs, out, i: (ops.scatter_add_vec(ops.zeros_like(xs[0]), g, i=i),),
     semantics="x[i] for a vector x and a Fin index 0 <= i < n (ShapeError otherwise, when "
               "recorded). VJP: g scattered into zeros at i.",
@@ -120,7 +122,8 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "gather_row", ("x",), _gather_row_infer, _row, attrs=("i",), linear=True,
+    "gather_row", ("x",), _gather_row_infer, _row, attrs=("i",),
+    attr_kinds={"i": K.NON_NEGATIVE_INT}, linear=True,
     vjp=lambda ops, g, xs, out, i: (ops.scatter_add_row(ops.zeros_like(xs[0]), g, i=i),),
     semantics="Row x[i, :] of a matrix for a Fin index 0 <= i < rows (ShapeError otherwise). "
               "VJP: g scattered into a zero matrix at row i.",
@@ -132,7 +135,8 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "scatter_add_vec", ("x", "v"), _scatter_vec_infer, _scatter_add, attrs=("i",), linear=True,
+    "scatter_add_vec", ("x", "v"), _scatter_vec_infer, _scatter_add, attrs=("i",),
+    attr_kinds={"i": K.NON_NEGATIVE_INT}, linear=True,
     vjp=lambda ops, g, xs, out, i: (g, ops.gather_scalar(g, i=i)),
     semantics="A copy of vector x with x[i] += v (v a scalar, i a Fin index). VJP: (g, g[i]).",
     samples=lambda rng: [Sample((normal(rng, 5), normal(rng)), {"i": 1})],
@@ -143,7 +147,8 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "scatter_add_row", ("x", "v"), _scatter_row_infer, _scatter_add, attrs=("i",), linear=True,
+    "scatter_add_row", ("x", "v"), _scatter_row_infer, _scatter_add, attrs=("i",),
+    attr_kinds={"i": K.NON_NEGATIVE_INT}, linear=True,
     vjp=lambda ops, g, xs, out, i: (g, ops.gather_row(g, i=i)),
     semantics="A copy of matrix x with x[i, :] += v (v a row, i a Fin index). "
               "VJP: (g, g[i, :]).",
@@ -267,6 +272,7 @@ def _gather_rows_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "gather_scalar_nat", ("x",), _gather_nat_scalar_infer, _gather_scalar_nat, attrs=("i",),
+    attr_kinds={"i": K.NON_NEGATIVE_INT},
     linear=True, vjp=_gather_scalar_nat_vjp,
     semantics="x[i] for a vector and a Nat index i >= 0; i >= n reads 0 and x receives no "
               "gradient (PyTorch would raise: an intended difference).",
@@ -284,7 +290,7 @@ def _gather_nat_vjp(ops: Any, g: Any, xs: Any, out: Any, idx: Any) -> tuple[Any]
 
 register(Primitive(
     "gather_vec_nat", ("x",), _gather_nat_infer("gather_vec_nat", 1), _gather_nat,
-    attrs=("idx",), linear=True,
+    attrs=("idx",), attr_kinds={"idx": K.NAT_INDICES}, linear=True,
     vjp=_gather_nat_vjp,
     semantics="x[idx] for a vector x and static Nat indices idx (an int, sequence or int array; "
               "output shape idx.shape). Out-of-range indices read 0 and receive nothing; "
@@ -299,7 +305,7 @@ register(Primitive(
 
 register(Primitive(
     "gather_rows_nat", ("x",), _gather_nat_infer("gather_rows_nat", 2), _gather_nat,
-    attrs=("idx",), linear=True,
+    attrs=("idx",), attr_kinds={"idx": K.NAT_INDICES}, linear=True,
     vjp=_gather_nat_vjp,
     semantics="Rows x[idx, :] of a matrix for static Nat indices idx (output idx.shape + "
               "(cols,)). Out-of-range indices read zero rows and receive nothing; repeated "
@@ -320,6 +326,7 @@ def _torch_scatter_nat(torch: Any, g: Any, idx: Any, n: int) -> Any:
 
 register(Primitive(
     "scatter_add_nat", ("g",), _scatter_nat_infer, _scatter_nat, attrs=("idx", "n"),
+    attr_kinds={"idx": K.NAT_INDICES, "n": K.NON_NEGATIVE_INT},
     linear=True, vjp=_scatter_nat_vjp,
     semantics="Zeros of shape (n, *row) with g[j] added at row idx[j] for every in-range index "
               "(repeats accumulate, idx >= n dropped): the adjoint of gather_vec_nat (row = ()) "
@@ -418,6 +425,7 @@ def _pad(x: Any, start: int, total: int) -> Any:
 register(Primitive(
     "slice_range0", ("x",), _slice_infer,
     lambda x, start, length: copy(x[start:start + length, ...]), attrs=("start", "length"),
+    attr_kinds={"start": K.NON_NEGATIVE_INT, "length": K.NON_NEGATIVE_INT},
     linear=True,
     vjp=lambda ops, g, xs, out, start, length: (
         ops.pad_range0(g, start=start, total=xs[0].shape[0]),),
@@ -434,7 +442,8 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "pad_range0", ("x",), _pad_infer, _pad, attrs=("start", "total"), linear=True,
+    "pad_range0", ("x",), _pad_infer, _pad, attrs=("start", "total"),
+    attr_kinds={"start": K.NON_NEGATIVE_INT, "total": K.NON_NEGATIVE_INT}, linear=True,
     vjp=lambda ops, g, xs, out, start, total: (
         ops.slice_range0(g, start=start, length=xs[0].shape[0]),),
     semantics="Zeros of length total along axis 0 with x placed at start (the adjoint of "

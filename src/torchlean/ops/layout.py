@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, arity_error, register
@@ -27,7 +28,7 @@ def _reshape_infer(shape: Shape, shape_to: Any = None, *, op: str = "reshape") -
 
 register(Primitive(
     "reshape", ("x",), lambda s, shape: _reshape_infer(s, shape),
-    reshape, attrs=("shape",),
+    reshape, attrs=("shape",), attr_kinds={"shape": K.SHAPE},
     vjp=lambda ops, g, xs, out, shape: (ops.reshape(g, shape=xs[0].shape),), linear=True,
     semantics="Same entries in row-major order, new shape; sizes must be equal (ShapeError "
               "otherwise). VJP: reshape back.",
@@ -93,6 +94,7 @@ def _swap_infer(s: Shape, depth: int) -> Shape:
 register(Primitive(
     "swap_adjacent_at_depth", ("x",), _swap_infer,
     lambda x, depth: swapaxes(x, depth, depth + 1), attrs=("depth",),
+    attr_kinds={"depth": K.NON_NEGATIVE_INT},
     vjp=lambda ops, g, xs, out, depth: (ops.swap_adjacent_at_depth(g, depth=depth),), linear=True,
     semantics="Swap axes depth and depth+1 (x.transpose(depth, depth+1)). Self-adjoint.",
     samples=lambda rng: [Sample((normal(rng, 2, 3, 4),), {"depth": 1}),
@@ -131,6 +133,7 @@ def _sum_to_infer(s: Shape, shape: Any) -> Shape:
 register(Primitive(
     "broadcast_to", ("x",), _broadcast_infer,
     lambda x, shape: namespace_of(x).broadcast_to(x, shape), attrs=("shape",),
+    attr_kinds={"shape": K.SHAPE},
     vjp=lambda ops, g, xs, out, shape: (ops.sum_to(g, shape=xs[0].shape),), linear=True,
     semantics="Broadcast to a shape by NumPy's rule (ShapeError otherwise). VJP: sum over the "
               "broadcast axes (sum_to).",
@@ -142,7 +145,7 @@ register(Primitive(
 ))
 
 register(Primitive(
-    "sum_to", ("x",), _sum_to_infer, _sum_to, attrs=("shape",),
+    "sum_to", ("x",), _sum_to_infer, _sum_to, attrs=("shape",), attr_kinds={"shape": K.SHAPE},
     vjp=lambda ops, g, xs, out, shape: (ops.broadcast_to(g, shape=xs[0].shape),), linear=True,
     semantics="Sum x down to a shape that broadcasts to x's (the adjoint of broadcast_to; how "
               "broadcast cotangents are reduced).",

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, register
@@ -262,6 +263,7 @@ def _torch_sb(torch: Any, x: Any, g: Any, axes: Any, eps: float) -> Any:
 
 register(Primitive(
     "standardize", ("x",), _standardize_infer, _standardize, attrs=("axes", "eps"),
+    attr_kinds={"axes": K.AXES, "eps": K.NON_NEGATIVE_REAL},
     vjp=lambda ops, g, xs, out, axes, eps: (
         ops.standardize_backward(xs[0], g, axes=tuple(axes), eps=eps),),
     jvp=lambda ops, ts, xs, out, axes, eps: ops.standardize_backward(
@@ -279,7 +281,8 @@ register(Primitive(
 
 register(Primitive(
     "standardize_backward", ("x", "g"), _sb_infer, _standardize_backward,
-    attrs=("axes", "eps"), vjp=_sb_vjp, jvp=_sb_jvp,
+    attrs=("axes", "eps"),
+    attr_kinds={"axes": K.AXES, "eps": K.NON_NEGATIVE_REAL}, vjp=_sb_vjp, jvp=_sb_jvp,
     semantics="J(x) g for standardize's (symmetric) Jacobian J: rstd * (g - mean(g) - xhat * "
               "mean(g * xhat)) over the axes. Linear in g; its derivative in x is written with "
               "primitives (see norm.py), so second derivatives of normalisation work.",
@@ -340,7 +343,9 @@ def _torch_npg(torch: Any, x: Any, g: Any, axes: Any, eps: float, shape: Any) ->
 
 register(Primitive(
     "norm_param_grad", ("x", "g"), _npg_infer, _norm_param_grad,
-    attrs=("axes", "eps", "shape"), vjp=_npg_vjp, jvp=_npg_jvp,
+    attrs=("axes", "eps", "shape"),
+    attr_kinds={"axes": K.AXES, "eps": K.NON_NEGATIVE_REAL, "shape": K.SHAPE}, vjp=_npg_vjp,
+    jvp=_npg_jvp,
     semantics="sum_to(g * standardize(x, axes, eps), shape): the gradient of a normalisation's "
               "scale parameter (gamma), fused. Linear in g. VJP: standardize_backward(x, g * G) "
               "to x, standardize(x) * G to g.",
@@ -471,6 +476,7 @@ def _torch_bn(torch: Any, x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> A
 
 register(Primitive(
     "layer_norm", ("x", "gamma", "beta"), _ln_infer, _ln_forward, attrs={"eps": 1e-6},
+    attr_kinds={"eps": K.NON_NEGATIVE_REAL},
     vjp=_ln_vjp, jvp=_ln_jvp,
     semantics="gamma * (x - mean) / sqrt(var + eps) + beta over the last axis, population "
               "variance; gamma, beta: (D,). eps defaults to 1e-6 (PyTorch's default is 1e-5: an "
@@ -489,6 +495,7 @@ register(Primitive(
 
 register(Primitive(
     "batch_norm", ("x", "gamma", "beta"), _bn_infer, _bn_forward, attrs={"eps": 1e-6},
+    attr_kinds={"eps": K.NON_NEGATIVE_REAL},
     vjp=_bn_vjp, jvp=_bn_jvp,
     semantics="Per-channel batch normalisation with batch statistics (PyTorch training mode, "
               "population variance): on (C, H, W) statistics over H x W (the seed's single "

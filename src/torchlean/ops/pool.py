@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError, SignatureError
 from ..core.registry import _REQUIRED, ErrorInput, Primitive, Sample, register
@@ -313,7 +314,7 @@ def _torch_max_pool_gather(torch: Any, x: Any, h: Any, kernel_size: Any, stride:
 
 register(Primitive(
     "max_pool_backward", ("x", "g"), _mpb_infer, _max_pool_backward,
-    attrs=("kernel_size", "stride", "padding"),
+    attrs=("kernel_size", "stride", "padding"), attr_kinds=K.POOL_HELPER,
     vjp=lambda ops, g, xs, out, **a: (None, ops.max_pool_gather(xs[0], g, **a)),
     jvp=lambda ops, ts, xs, out, **a: (
         None if ts[1] is None else ops.max_pool_backward(xs[0], ts[1], **a)),
@@ -332,7 +333,7 @@ register(Primitive(
 
 register(Primitive(
     "max_pool_gather", ("x", "h"), _mpg_infer, _max_pool_gather,
-    attrs=("kernel_size", "stride", "padding"),
+    attrs=("kernel_size", "stride", "padding"), attr_kinds=K.POOL_HELPER,
     vjp=lambda ops, g, xs, out, **a: (None, ops.max_pool_backward(xs[0], g, **a)),
     jvp=lambda ops, ts, xs, out, **a: (
         None if ts[1] is None else ops.max_pool_gather(xs[0], ts[1], **a)),
@@ -404,7 +405,7 @@ def _fold_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "pool_unfold", ("x",), _unfold_infer, _pool_unfold,
-    attrs=("kernel_size", "stride", "padding"), linear=True,
+    attrs=("kernel_size", "stride", "padding"), attr_kinds=K.POOL_HELPER, linear=True,
     vjp=lambda ops, g, xs, out, **a: (ops.pool_fold(
         g, spatial=tuple(xs[0].shape[len(xs[0].shape) - len(a["kernel_size"]):]), **a),),
     semantics="The pooling windows of zero-padded x, each flattened row-major into a last axis "
@@ -416,7 +417,8 @@ register(Primitive(
 
 register(Primitive(
     "pool_fold", ("c",), _fold_infer, _pool_fold,
-    attrs=("spatial", "kernel_size", "stride", "padding"), linear=True,
+    attrs=("spatial", "kernel_size", "stride", "padding"),
+    attr_kinds={"spatial": K.SIZES, **K.POOL_HELPER}, linear=True,
     vjp=lambda ops, g, xs, out, spatial, **a: (ops.pool_unfold(g, **a),),
     semantics="The adjoint of pool_unfold (col2im): each window entry is added back at its "
               "input position, padding cropped away. Linear; VJP: pool_unfold.",
@@ -615,6 +617,7 @@ _SMOOTH_SEMANTICS = (
 
 register(Primitive(
     "max_pool", ("x",), _max_infer("max_pool", None), _max_forward(None), attrs=_ND_ATTRS,
+    attr_kinds=K.POOL,
     **_max_rules(None),
     semantics=_MAX_SEMANTICS.format(dims="N-D"), samples=_pool_samples(distinct, _ND_CASES),
     torch_ref=_torch_pool("max_pool", None),
@@ -627,6 +630,7 @@ register(Primitive(
 ))
 register(Primitive(
     "max_pool2d", ("x",), _max_infer("max_pool2d", 2), _max_forward(2), attrs=_2D_ATTRS,
+    attr_kinds=K.POOL_2D,
     **_max_rules(2),
     semantics=_MAX_SEMANTICS.format(dims="2-D"), samples=_pool_samples(distinct, _2D_CASES),
     torch_ref=_torch_pool("max_pool", 2),
@@ -636,7 +640,7 @@ register(Primitive(
 ))
 register(Primitive(
     "max_pool2d_pad", ("x",), _max_infer("max_pool2d_pad", 2), _max_forward(2),
-    attrs=_2D_PAD_ATTRS, **_max_rules(2),
+    attrs=_2D_PAD_ATTRS, attr_kinds=K.POOL, **_max_rules(2),
     semantics=_MAX_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(distinct, _2D_PAD_CASES), torch_ref=_torch_pool("max_pool", 2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 2, "stride": 0, "padding": 0},
@@ -645,6 +649,7 @@ register(Primitive(
 
 register(Primitive(
     "avg_pool", ("x",), _avg_infer("avg_pool", None), _avg_forward(None), attrs=_ND_ATTRS,
+    attr_kinds=K.POOL,
     vjp=_avg_vjp(None), linear=True, semantics=_AVG_SEMANTICS.format(dims="N-D"),
     samples=_pool_samples(normal, _ND_CASES), torch_ref=_torch_pool("avg_pool", None),
     error_inputs=[
@@ -657,6 +662,7 @@ register(Primitive(
 ))
 register(Primitive(
     "avg_pool2d", ("x",), _avg_infer("avg_pool2d", 2), _avg_forward(2), attrs=_2D_ATTRS,
+    attr_kinds=K.POOL_2D,
     vjp=_avg_vjp(2), linear=True, semantics=_AVG_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(normal, _2D_CASES), torch_ref=_torch_pool("avg_pool", 2),
     error_inputs=[ErrorInput(((2, 3, 3),), {"kernel_size": (2, 2, 2), "stride": None},
@@ -665,7 +671,7 @@ register(Primitive(
 ))
 register(Primitive(
     "avg_pool2d_pad", ("x",), _avg_infer("avg_pool2d_pad", 2), _avg_forward(2),
-    attrs=_2D_PAD_ATTRS, vjp=_avg_vjp(2), linear=True,
+    attrs=_2D_PAD_ATTRS, attr_kinds=K.POOL, vjp=_avg_vjp(2), linear=True,
     semantics=_AVG_SEMANTICS.format(dims="2-D"), samples=_pool_samples(normal, _2D_PAD_CASES),
     torch_ref=_torch_pool("avg_pool", 2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"kernel_size": 3, "stride": 1, "padding": -1},
@@ -674,7 +680,8 @@ register(Primitive(
 
 register(Primitive(
     "smooth_max_pool", ("x",), _smooth_infer("smooth_max_pool", None), _smooth_forward(None),
-    attrs={"beta": _REQUIRED, **_ND_ATTRS}, **_smooth_rules(None),
+    attrs={"beta": _REQUIRED, **_ND_ATTRS},
+    attr_kinds={"beta": K.POSITIVE_REAL, **K.POOL}, **_smooth_rules(None),
     semantics=_SMOOTH_SEMANTICS.format(dims="N-D"),
     samples=_pool_samples(normal, _ND_CASES, beta=2.0), torch_ref=_torch_smooth(None),
     error_inputs=[ErrorInput(((2, 4, 4),), {"beta": 0, "kernel_size": 2, "stride": None,
@@ -683,7 +690,8 @@ register(Primitive(
 ))
 register(Primitive(
     "smooth_max_pool2d", ("x",), _smooth_infer("smooth_max_pool2d", 2), _smooth_forward(2),
-    attrs={"beta": _REQUIRED, **_2D_ATTRS}, **_smooth_rules(2),
+    attrs={"beta": _REQUIRED, **_2D_ATTRS},
+    attr_kinds={"beta": K.POSITIVE_REAL, **K.POOL_2D}, **_smooth_rules(2),
     semantics=_SMOOTH_SEMANTICS.format(dims="2-D"),
     samples=_pool_samples(normal, _2D_CASES, beta=2.0), torch_ref=_torch_smooth(2),
     error_inputs=[ErrorInput(((2, 4, 4),), {"beta": True, "kernel_size": 2, "stride": None},

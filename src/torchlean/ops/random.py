@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, register
@@ -110,7 +111,8 @@ def _mask_forward(keep_prob: Any, shape: Any, seed: int, counter: int = 0) -> An
 
 register(Primitive(
     "rand_uniform", (), _rand_infer, _rand_forward,
-    attrs={"shape": None, "seed": None, "counter": 0, "dtype": "float32"}, nondiff=True,
+    attrs={"shape": None, "seed": None, "counter": 0, "dtype": "float32"},
+    attr_kinds={**K.RANDOM, "dtype": K.FLOAT_DTYPE}, nondiff=True,
     semantics="Deterministic uniform draws in [0, 1) on the grid k / 2**32 (float32 rounding can "
               "give 1.0 with probability 2**-25): entry i = (splitmix64(key + i) mod 2**32) / "
               "2**32 with key = splitmix64(seed + counter). Same bits on every backend; no "
@@ -128,7 +130,7 @@ register(Primitive(
 
 register(Primitive(
     "bernoulli_mask", ("keep_prob",), _mask_infer, _mask_forward,
-    attrs={"shape": None, "seed": None, "counter": 0}, nondiff=True,
+    attrs={"shape": None, "seed": None, "counter": 0}, attr_kinds=K.RANDOM, nondiff=True,
     semantics="Dropout-style keep mask: 1 where keep_prob > u_i else 0, with u_i the "
               "rand_uniform draws of (shape, seed, counter) in keep_prob's dtype. keep_prob is a "
               "scalar node. No derivative (zero almost everywhere).",

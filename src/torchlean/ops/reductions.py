@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, arity_error, register
@@ -44,7 +45,7 @@ def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "reduce_sum", ("x",), _reduce_infer("reduce_sum"), lambda x, axis: asum(x, axis),
-    attrs=("axis",), linear=True,
+    attrs=("axis",), attr_kinds={"axis": K.AXIS}, linear=True,
     vjp=lambda ops, g, xs, out, axis: (_keep_axis(ops, g, xs[0].shape, axis),),
     semantics="Sum along one axis, which is removed (torch.sum(x, dim=axis)). VJP: broadcast g "
               "back along the axis. Axis out of range is a ShapeError.",
@@ -69,7 +70,7 @@ def _mean_infer(s: Shape, axis: int) -> Shape:
 
 register(Primitive(
     "reduce_mean", ("x",), _mean_infer, lambda x, axis: amean(x, axis),
-    attrs=("axis",), linear=True, vjp=_mean_vjp,
+    attrs=("axis",), attr_kinds={"axis": K.AXIS}, linear=True, vjp=_mean_vjp,
     semantics="Mean along one axis, which is removed. VJP: broadcast g back and divide by the "
               "axis length.",
     samples=_reduce_samples, torch_ref=lambda torch, x, axis: x.mean(dim=axis),

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import attr_kinds as K
 from ..core.backend import namespace_of
 from ..core.errors import IndexRangeError, ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, device_constant, register
@@ -158,7 +159,7 @@ def _take_adjoint_samples(rng: np.random.Generator) -> list[Sample]:
 
 register(Primitive(
     "take", ("x",), lambda s, index: _indexed_shape("take", s, index), _take,
-    attrs=("index",),
+    attrs=("index",), attr_kinds={"index": K.INDEX_TUPLE},
     vjp=lambda ops, g, xs, out, index: (ops.take_adjoint(g, index=index,
                                                          shape=tuple(xs[0].shape)),),
     linear=True,
@@ -179,6 +180,7 @@ register(Primitive(
 
 register(Primitive(
     "take_adjoint", ("g",), _take_adjoint_infer, _take_adjoint, attrs=("index", "shape"),
+    attr_kinds={"index": K.INDEX_TUPLE, "shape": K.SHAPE},
     vjp=lambda ops, g, xs, out, index, shape: (ops.take(g, index=index),),
     linear=True,
     semantics="The adjoint of take: zeros of `shape` with g added at x[index] (an entry an "

@@ -14,11 +14,11 @@ import numpy as np
 
 from ..core.backend import as_dtype
 from ..core.errors import DeviceError, ShapeError
+from ..core.kernels import array_on
 from ..engine import anomaly
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from ..engine.session import Options, Session
-from ..engine.tape import array_on
 from ..engine.transforms import Compiled
 from . import cuda_graph
 
