@@ -1,5 +1,8 @@
 """Adversarial attacks (FGSM, PGD) on a compiled classifier: the empirical side of certification.
 
+``sample_box`` and ``pgd_box`` attack a box with general linear objectives (the unsafe sets of
+VNN-LIB properties, ``torchlean.bounds.properties``) instead of a labelled example's ball.
+
 Both attacks run the compiled graph that ``torchlean.bounds`` certifies (``tl.compile`` of the
 logits, float32 kernels) and take input gradients from its reverse mode (``Compiled.vjp``), so an
 example PGD breaks and a certificate for it would contradict each other. Perturbations are
@@ -10,6 +13,7 @@ keeps for each example the first input that is misclassified (or the last iterat
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,3 +150,194 @@ def pgd(compiled: Any, x: Array, labels: Array, eps: float, *, steps: int = 20,
         keep = ~broken
         best[keep], best_logits[keep] = adv[keep], logits[keep]
     return AttackResult(best, best_logits, broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attacks on a box with general linear objectives (VNN-LIB properties)
+#
+# The unsafe set is a union of conjunctions ``A_j y <= b_j`` (all rows). For a chain attacking
+# conjunction ``j`` the objective is ``max_r (A_j y - b_j)_r``: at most 0 exactly when the
+# conjunction is met. Sampling and PGD minimise it over the box; whoever calls them checks any
+# point they return against the exact property (these run the network in its float type, on a
+# batch of chains, and decide nothing themselves).
+
+
+@dataclass
+class BoxAttackResult:
+    """Per chain: its best input, that input's objective (<= 0: the targeted conjunction is met
+    by the attack's own float computation) and which conjunction it targeted."""
+
+    inputs: Array
+    objective: Array
+    target: Array
+    evaluations: int = 0
+    timed_out: bool = False
+
+
+def _objectives(op: str, objectives: Any, n_out: int) -> tuple[Array, Array]:
+    """The conjunctions as padded arrays ``A`` (J, M, n_out) and ``b`` (J, M); padding rows have
+    ``b = -inf`` so they never decide the maximum."""
+    try:
+        pairs = [(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+                 for a, b in objectives]
+    except (TypeError, ValueError):
+        raise AttackError(f"{op}: objectives must be (A, b) pairs of numeric arrays") from None
+    if not pairs:
+        raise AttackError(f"{op}: no objectives given")
+    rows = max(max(len(b) for _, b in pairs), 1)
+    a_pad = np.zeros((len(pairs), rows, n_out))
+    b_pad = np.full((len(pairs), rows), -np.inf)
+    for j, (a, b) in enumerate(pairs):
+        if a.ndim != 2 or a.shape[1] != n_out or b.shape != (a.shape[0],):
+            raise AttackError(f"{op}: objective {j} must be A (rows, {n_out}) and b (rows,), "
+                              f"found {a.shape} and {b.shape}")
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            raise AttackError(f"{op}: objective {j} has non-finite entries")
+        a_pad[j, :len(b)], b_pad[j, :len(b)] = a, b
+        if len(b) == 0:  # no output constraint: met everywhere
+            b_pad[j, 0] = 0.0
+    return a_pad, b_pad
+
+
+def _box_check(op: str, compiled: Any, lower: Array, upper: Array
+               ) -> tuple[Array, Array, tuple[int, ...], int]:
+    graph = getattr(compiled, "graph", None)
+    if graph is None:
+        raise AttackError(f"{op}: expected a compiled network (tl.compile or onnx.load), found "
+                          f"{type(compiled).__name__}")
+    shape = tuple(graph.nodes[graph.inputs[0]].shape)
+    out = tuple(compiled.out_shape)
+    if not shape or not out or out[0] != shape[0]:
+        raise AttackError(f"{op}: the network must map a batch (N, ...) to (N, ...), found "
+                          f"input {shape} and output {out}")
+    dtype = np.dtype(compiled.dtype)
+    lo = np.asarray(lower, dtype=np.float64)
+    hi = np.asarray(upper, dtype=np.float64)
+    if lo.shape != shape[1:] or hi.shape != shape[1:]:
+        raise AttackError(f"{op}: lower and upper must have the per-example input shape "
+                          f"{shape[1:]}, found {lo.shape} and {hi.shape}")
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or np.any(lo > hi):
+        raise AttackError(f"{op}: the box must be finite with lower <= upper")
+    lo_t, hi_t = lo.astype(dtype), hi.astype(dtype)
+    if np.any(lo_t != lo) or np.any(hi_t != hi):
+        raise AttackError(f"{op}: the box ends must be {dtype} numbers (round them inward, as "
+                          "bounds.properties.Region.inner_box does)")
+    return lo_t, hi_t, shape, int(np.prod(out[1:]))
+
+
+def _evaluate(compiled: Any, x: Array, a: Array, b: Array, target: Array | None
+              ) -> tuple[Array, Array, Array]:
+    """Each chain's objective, the objective it attacks (``target``, or the best one when
+    ``target`` is None) and the row that attains the maximum."""
+    y = np.asarray(compiled.forward(x)).reshape(len(x), -1).astype(np.float64)
+    values = np.einsum("jmo,no->njm", a, y) - b[None]  # (N, J, M)
+    per_objective = values.max(axis=2)
+    chosen = np.argmin(per_objective, axis=1) if target is None else target
+    chains = np.arange(len(x))
+    rows = np.argmax(values[chains, chosen], axis=1)
+    return per_objective[chains, chosen], chosen, rows
+
+
+def _uniform(rng: Any, lo: Array, hi: Array, n: int, snap: float = 0.0) -> Array:
+    u = rng.uniform(size=(n, *lo.shape))
+    if snap > 0:  # put some coordinates on a face: counterexamples often sit on the boundary
+        u = np.where(rng.uniform(size=u.shape) < snap, np.round(u), u)
+    return np.minimum(np.maximum(lo + u * (hi - lo), lo), hi).astype(lo.dtype)
+
+
+def sample_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, rounds: int = 1,
+               seed: int = 0, snap: float = 0.0) -> BoxAttackResult:
+    """Uniform samples of the box (``rounds`` batches of the network's batch size), each scored
+    against every objective; per batch slot, the best sample and objective seen. ``snap``: the
+    probability that a coordinate is moved to the nearer end of its interval (faces, corners)."""
+    lo, hi, shape, n_out = _box_check("sample_box", compiled, lower, upper)
+    a, b = _objectives("sample_box", objectives, n_out)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise AttackError(f"sample_box: rounds must be an integer >= 1, found {rounds!r}")
+    if not isinstance(snap, int | float) or not 0 <= snap <= 1:
+        raise AttackError(f"sample_box: snap must be a probability in [0, 1], found {snap!r}")
+    rng = np.random.default_rng(seed)
+    n = shape[0]
+    best = np.zeros(shape, dtype=lo.dtype)
+    best_obj = np.full(n, np.inf)
+    best_target = np.zeros(n, dtype=np.int64)
+    for _ in range(rounds):
+        x = _uniform(rng, lo, hi, n, snap)
+        y = np.asarray(compiled.forward(x)).reshape(n, -1).astype(np.float64)
+        values = (np.einsum("jmo,no->njm", a, y) - b[None]).max(axis=2)  # (n, J)
+        target = np.argmin(values, axis=1)
+        obj = values[np.arange(n), target]
+        better = obj < best_obj
+        best[better], best_obj[better], best_target[better] = (x[better], obj[better],
+                                                               target[better])
+    return BoxAttackResult(best, best_obj, best_target, rounds * n)
+
+
+def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps: int = 50,
+            restarts: int = 1, seed: int = 0, step_size: float = 0.02, starts: Any = None,
+            untargeted: bool = False, deadline: float | None = None) -> BoxAttackResult:
+    """Projected gradient descent on the objectives over the box ``[lower, upper]``.
+
+    The network's batch holds ``N`` chains; chain ``k`` targets objective ``k mod J`` (or the
+    ``(inputs, target)`` of ``starts``, e.g. the best ``sample_box`` points, for the first
+    restart). Each restart starts from uniform random points (seeded) and takes ``steps`` Adam
+    steps (per-coordinate normalised gradients: a sign step early on, finer near an optimum) of
+    ``step_size * (upper - lower)``, annealed by a cosine schedule, projected onto the box; the
+    gradient is that of the row attaining the maximum. ``untargeted``: every chain attacks
+    whichever objective is lowest at its point (the minimum over a disjunction, as an untargeted
+    attack on a classifier's margins does). Stops early once a chain's objective is <= 0, or at
+    ``deadline`` (a ``time.monotonic`` value).
+    """
+    lo, hi, shape, n_out = _box_check("pgd_box", compiled, lower, upper)
+    a, b = _objectives("pgd_box", objectives, n_out)
+    for name, value, least in (("steps", steps, 1), ("restarts", restarts, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise AttackError(f"pgd_box: {name} must be an integer >= {least}, found {value!r}")
+    if not isinstance(step_size, int | float) or not np.isfinite(step_size) or step_size <= 0:
+        raise AttackError(f"pgd_box: step_size must be a finite number > 0, found {step_size!r}")
+    n, j = shape[0], len(a)
+    rng = np.random.default_rng(seed)
+    lo64, hi64 = lo.astype(np.float64), hi.astype(np.float64)
+    width = hi64 - lo64
+    chains = np.arange(n)
+    best = np.zeros(shape, dtype=lo.dtype)
+    best_obj = np.full(n, np.inf)
+    best_target = chains % j
+    evaluations = 0
+    beta1, beta2 = 0.9, 0.999
+    for restart in range(restarts):
+        if restart == 0 and starts is not None:
+            x = np.asarray(starts.inputs, dtype=np.float64).reshape(shape)
+            target = np.asarray(starts.target, dtype=np.int64).reshape(n)
+            if np.any(target < 0) or np.any(target >= j):
+                raise AttackError(f"pgd_box: starts target objectives outside [0, {j})")
+        else:
+            x = _uniform(rng, lo, hi, n).astype(np.float64)
+            target = (chains + restart) % j
+        x = np.minimum(np.maximum(x, lo64), hi64)
+        moment, second = np.zeros_like(x), np.zeros_like(x)
+        for step in range(steps + 1):
+            if deadline is not None and time.monotonic() > deadline:
+                return BoxAttackResult(best, best_obj, best_target, evaluations, timed_out=True)
+            # The network runs on the float points actually tried (inside the box: its ends are
+            # numbers of that type).
+            point = np.minimum(np.maximum(x.astype(lo.dtype), lo), hi)
+            obj, target, rows = _evaluate(compiled, point, a, b, None if untargeted else target)
+            evaluations += n
+            better = obj < best_obj
+            best[better], best_obj[better] = point[better], obj[better]
+            best_target[better] = target[better]
+            if np.any(obj <= 0) or step == steps:
+                break
+            seed_rows = a[target, rows].reshape((n, *compiled.out_shape[1:]))
+            grad = np.asarray(compiled.vjp([point], seed_rows.astype(lo.dtype))[0],
+                              dtype=np.float64) * width
+            moment = beta1 * moment + (1 - beta1) * grad
+            second = beta2 * second + (1 - beta2) * grad**2
+            direction = (moment / (1 - beta1 ** (step + 1))) / (
+                np.sqrt(second / (1 - beta2 ** (step + 1))) + 1e-12)
+            size = step_size * 0.5 * (1.0 + np.cos(np.pi * step / steps))
+            x = np.minimum(np.maximum(x - size * width * direction, lo64), hi64)
+        if np.any(best_obj <= 0):
+            break
+    return BoxAttackResult(best, best_obj, best_target, evaluations)

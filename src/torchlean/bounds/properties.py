@@ -1,0 +1,228 @@
+"""General specifications: input boxes, linear output constraints and their disjunctions.
+
+A ``Property`` describes the *unsafe* set of a network ``y = N(x)``, in the form VNN-LIB writes
+it: a disjunction of ``Region``s, each an input box ``lower <= x <= upper`` together with a
+disjunction of ``Conjunction``s of linear output constraints ``sum_j a_j y_j <= b``. The network
+violates the property (``sat``) when some input of some region's box maps to an output that
+meets every constraint of one of that region's conjunctions; it satisfies it (``unsat``) when no
+region and conjunction can be met.
+
+Numbers are kept exactly (``fractions.Fraction``, as the text gave them), so that
+
+* a bound pass refutes a conjunction over a box when one of its rows has a certified lower bound
+  ``min_x a . N(x)`` strictly above ``b``: the box handed to ``compute_bounds`` is the exact box
+  rounded *outward* to float64 and the threshold is rounded *up*, so the pass may only see a
+  larger unsafe set than the real one (``refute``);
+* a counterexample is accepted only when it lies in the exact box and its output meets every
+  exact constraint, checked in rational arithmetic on the float values the network produced
+  (``Region.contains``, ``Conjunction.holds``); attacks search the box rounded *inward* to the
+  network's float type, so every point they try lies in the exact box.
+
+Coefficients ``a_j`` that are not float64 numbers (``0.1``) are rounded to the nearest float64 for
+the bound pass; ``Property.exact_coefficients`` says whether that happened (the claim then holds
+for the rounded coefficients; the counterexample check is exact either way).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import compute_bounds
+from .engine import BoundsError
+
+Array = Any
+
+# The engine takes per-row thresholds (and reports the proved rows) from issue 22's engine work
+# on; until then the comparison with the thresholds is made here (exact either way).
+_THRESHOLDS = "thresholds" in inspect.signature(compute_bounds).parameters
+
+__all__ = ["Conjunction", "Constraint", "Property", "PropertyError", "Refutation", "Region",
+           "refute"]
+
+
+class PropertyError(BoundsError):
+    """A specification that does not fit the network or is malformed."""
+
+
+def _down(value: Fraction) -> float:
+    """The largest float64 <= ``value``."""
+    f = float(value)
+    return float(np.nextafter(f, -np.inf)) if Fraction(f) > value else f
+
+
+def _up(value: Fraction) -> float:
+    """The smallest float64 >= ``value``."""
+    f = float(value)
+    return float(np.nextafter(f, np.inf)) if Fraction(f) < value else f
+
+
+def _inward(value: Fraction, dtype: Any, towards: float) -> Any:
+    """The ``dtype`` number nearest ``value`` on the side of ``towards`` (inside the box)."""
+    f = dtype.type(float(value))
+    step = dtype.type(towards)
+    # Two roundings (decimal -> float64 -> dtype) can land on either side: walk back inside.
+    while (Fraction(float(f)) < value) if towards > 0 else (Fraction(float(f)) > value):
+        f = np.nextafter(f, step)
+    return f
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``sum(coef * y[index] for index, coef in terms) <= bound``, exactly."""
+
+    terms: tuple[tuple[int, Fraction], ...]
+    bound: Fraction
+
+    def holds(self, y: Sequence[float]) -> bool:
+        """Whether the constraint holds at ``y`` (flat outputs), in exact arithmetic."""
+        return sum((c * Fraction(float(y[i])) for i, c in self.terms), Fraction(0)) <= self.bound
+
+
+@dataclass(frozen=True)
+class Conjunction:
+    """One unsafe output set: every constraint holds (``A y <= b``)."""
+
+    constraints: tuple[Constraint, ...]
+
+    def matrix(self, n_outputs: int) -> tuple[Array, Array]:
+        """``A`` (rows x n_outputs, float64, nearest) and ``b`` (rounded up: the unsafe set only
+        grows, so refuting it refutes the exact one)."""
+        a = np.zeros((len(self.constraints), n_outputs))
+        b = np.zeros(len(self.constraints))
+        for r, con in enumerate(self.constraints):
+            for i, c in con.terms:
+                a[r, i] += float(c)
+            b[r] = _up(con.bound)
+        return a, b
+
+    def holds(self, y: Sequence[float]) -> bool:
+        return all(con.holds(y) for con in self.constraints)
+
+
+@dataclass(frozen=True)
+class Region:
+    """An input box (exact ends, one per input) and the conjunctions unsafe over it."""
+
+    lower: tuple[Fraction, ...]
+    upper: tuple[Fraction, ...]
+    outputs: tuple[Conjunction, ...]
+
+    @property
+    def empty(self) -> bool:
+        return any(lo > hi for lo, hi in zip(self.lower, self.upper, strict=True))
+
+    def box(self) -> tuple[Array, Array]:
+        """The box rounded outward to float64 (contains the exact box)."""
+        return (np.array([_down(v) for v in self.lower]), np.array([_up(v) for v in self.upper]))
+
+    def inner_box(self, dtype: Any = np.float32) -> tuple[Array, Array]:
+        """The box rounded inward to ``dtype`` (inside the exact box); ``None`` ends are never
+        produced: a box with no ``dtype`` point inside raises ``PropertyError``."""
+        dt = np.dtype(dtype)
+        lo = np.array([_inward(v, dt, np.inf) for v in self.lower], dtype=dt)
+        hi = np.array([_inward(v, dt, -np.inf) for v in self.upper], dtype=dt)
+        if np.any(lo > hi):
+            raise PropertyError(f"property: an input box holds no {dt} point (an interval "
+                                f"narrower than the {dt} spacing at input "
+                                f"{int(np.argmax(lo > hi))})")
+        return lo, hi
+
+    def contains(self, x: Sequence[float]) -> bool:
+        """Whether the flat input ``x`` lies in the exact box."""
+        return all(lo <= Fraction(float(v)) <= hi
+                   for v, lo, hi in zip(x, self.lower, self.upper, strict=True))
+
+
+@dataclass(frozen=True)
+class Property:
+    """The unsafe set: the union over regions of (box x union of conjunctions)."""
+
+    n_inputs: int
+    n_outputs: int
+    regions: tuple[Region, ...]
+    exact_coefficients: bool = True
+    label: str = "<property>"
+
+    def violated_by(self, x: Any, y: Any) -> tuple[int, int] | None:
+        """``(region, conjunction)`` indices that the pair ``(x, y)`` (flat sequences of floats)
+        meets exactly, or None."""
+        for r, region in enumerate(self.regions):
+            if region.contains(x):
+                for c, conj in enumerate(region.outputs):
+                    if conj.holds(y):
+                        return r, c
+        return None
+
+
+@dataclass
+class Refutation:
+    """What one bound pass showed about a region: per conjunction, proved infeasible or not, and
+    its margin (the largest ``lower bound - threshold`` over its rows; > 0 means refuted)."""
+
+    proved: list[bool]
+    margins: list[float]
+    bounds: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _spec_shape(out_shape: tuple[int, ...], n_outputs: int, label: str) -> tuple[int, ...]:
+    size = int(np.prod(out_shape)) if out_shape else 1
+    if size != n_outputs:
+        raise PropertyError(f"{label}: the property has {n_outputs} outputs (Y_i), the network "
+                            f"{size} (output shape {out_shape})")
+    if not out_shape or out_shape[0] != 1:
+        raise PropertyError(f"{label}: expected a network output with a batch axis of 1, found "
+                            f"shape {out_shape}")
+    return out_shape[1:]
+
+
+def refute(compiled: Any, prop: Property, region: Region, *, method: str = "crown",
+           kernel: bool = True, **options: Any) -> Refutation:
+    """Try to prove every conjunction of ``region`` infeasible with one bound pass.
+
+    All conjunctions' rows go into one specification matrix ``C`` of shape ``(1, K, *out)`` over
+    the region's box (rounded outward), with the rows' thresholds; a conjunction is refuted when
+    one of its rows has a lower bound above its threshold. ``options`` go to ``compute_bounds``
+    (``reuse``: a CROWN ``Refutation.bounds`` of the same region, for alpha-CROWN).
+    """
+    graph = compiled.graph
+    in_shape = graph.nodes[graph.inputs[0]].shape
+    if int(np.prod(in_shape)) != prop.n_inputs:
+        raise PropertyError(f"{prop.label}: the property has {prop.n_inputs} inputs (X_i), the "
+                            f"network {int(np.prod(in_shape))} (input shape {in_shape})")
+    rest = _spec_shape(tuple(compiled.out_shape), prop.n_outputs, prop.label)
+    mats = [conj.matrix(prop.n_outputs) for conj in region.outputs]
+    if region.empty:
+        return Refutation([True] * len(mats), [np.inf] * len(mats))
+    rows = [a for a, _ in mats]
+    # A conjunction without output constraints (or with one that no output can meet) needs no
+    # bound pass: it is unsafe over the whole (non-empty) box, or infeasible outright.
+    k = sum(len(a) for a in rows)
+    lo, hi = region.box()
+    if k == 0:
+        return Refutation([False] * len(mats), [-np.inf] * len(mats))
+    spec = np.concatenate(rows, axis=0).reshape((1, k, *rest))
+    if _THRESHOLDS:
+        options["thresholds"] = np.concatenate([b for _, b in mats])[None, :]
+    elif "reuse" in options:
+        del options["reuse"]
+    result = compute_bounds(compiled, lo.reshape(in_shape), hi.reshape(in_shape), method=method,
+                            spec=spec, kernel=kernel, **options)
+    assert result.spec is not None
+    lower = np.asarray(result.spec[0]).reshape(k)
+    proved, margins, start = [], [], 0
+    for a, b in mats:
+        stop = start + len(a)
+        gap = lower[start:stop] - b
+        margin = float(np.max(gap)) if len(a) else -np.inf
+        # lower > b compares two float64 numbers exactly: no rounding to account for here.
+        proved.append(bool(np.any(lower[start:stop] > b)))
+        margins.append(margin)
+        start = stop
+    return Refutation(proved, margins, result, dict(result.info))

@@ -1,0 +1,381 @@
+"""Decide one VNN-LIB instance: does an ONNX network meet a property? ``unsat`` / ``sat`` / ...
+
+``verify_instance(model, property, timeout, method)`` runs, within the time limit:
+
+1. the centre of every input box through the network (a cheap falsification);
+2. one bound pass per region, IBP first and then ``method`` on what IBP leaves (``refute``): the
+   instance is ``unsat`` when every conjunction of every region is refuted;
+3. an attack on the conjunctions left: uniform samples, then PGD from the best samples and from
+   random restarts (``attack.sample_box``, ``attack.pgd_box``, on a batched copy of the network
+   when the file allows one).
+
+A point is reported ``sat`` only after the network itself (the float32 compiled graph that the
+bound engine encloses, batch of one) maps it into the unsafe set, checked exactly
+(``Property.violated_by``). Otherwise the answer is ``unknown`` (everything ran) or ``timeout``.
+Each ``unsat`` is a claim about the float32 network in round-to-nearest (``rounding="float32"``,
+the bound engine's ``kernel=True``) or about the real-valued network (``rounding="real"``);
+``Result.claim`` says which.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import attack, onnx
+from ..bounds import METHODS, properties
+from ..bounds.properties import Property, PropertyError
+from ..errors import TorchLeanError
+from . import vnnlib
+
+__all__ = ["CLAIMS", "MAX_MODEL_BYTES", "ROUNDINGS", "STATUSES", "Network", "Result",
+           "VnnError", "verify_instance"]
+
+STATUSES = ("unsat", "sat", "unknown", "timeout")
+ROUNDINGS = ("float32", "real")
+CLAIMS = {
+    "float32": "unsat is proved for the network's float32 computation (torchlean's float32 "
+               "kernels, IEEE round-to-nearest) on every input in the box",
+    "real": "unsat is proved for the real-valued network (exact arithmetic on its float32 "
+            "weights); its float32 computation is not covered",
+}
+SAT_CLAIM = ("sat: the counterexample was run through the float32 network and meets the unsafe "
+             "constraints exactly")
+MAX_MODEL_BYTES = 2 * 2**30
+SAMPLE_BATCH = 1024  # points per network call when sampling, if the network takes a batch
+SAMPLES = 16384  # samples in the first attack attempt (half of them on the box's faces)
+MAX_SAMPLES = 2**20  # each further attempt samples 4 times more, up to this many
+LOW_DIMENSION = 32  # above this many inputs, sampling budgets shrink in proportion
+PGD_STEPS = 200
+MAX_CANDIDATES = 8  # attack points checked on the network per attack call
+
+
+class VnnError(TorchLeanError):
+    """An instance that cannot be run: a network and property that do not fit, a bad option."""
+
+
+@dataclass
+class Result:
+    """The answer for one instance, how long it took and what it rests on."""
+
+    status: str
+    seconds: float
+    method: str
+    rounding: str
+    claim: str = ""
+    counterexample: tuple[Any, Any] | None = None  # flat input and output, as float64 arrays
+    regions: int = 0
+    conjunctions: int = 0
+    refuted: int = 0
+    fallback: list[str] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        cex = None
+        if self.counterexample is not None:
+            cex = {"x": [float(v) for v in self.counterexample[0]],
+                   "y": [float(v) for v in self.counterexample[1]]}
+        return {"status": self.status, "seconds": self.seconds, "method": self.method,
+                "rounding": self.rounding, "claim": self.claim, "regions": self.regions,
+                "conjunctions": self.conjunctions, "refuted": self.refuted,
+                "fallback": self.fallback, "stages": self.stages, "message": self.message,
+                "counterexample": cex}
+
+    def competition_text(self) -> str:
+        """The result file of the VNN competition: the status line, and for ``sat`` the
+        assignment ``((X_0 v) ... (Y_0 v) ...)`` (values round-trip exactly as floats)."""
+        if self.status != "sat" or self.counterexample is None:
+            return self.status + "\n"
+        x, y = self.counterexample
+        pairs = [f"(X_{i} {float(v)!r})" for i, v in enumerate(x)]
+        pairs += [f"(Y_{j} {float(v)!r})" for j, v in enumerate(y)]
+        return "sat\n(" + "\n ".join(pairs) + ")\n"
+
+
+def _read_model_bytes(path: str) -> bytes:
+    try:
+        with gzip.open(path, "rb") as unzipped:
+            data = unzipped.read(MAX_MODEL_BYTES + 1)
+    except (OSError, EOFError) as exc:
+        raise VnnError(f"vnn: cannot read {path}: {exc}") from None
+    if len(data) > MAX_MODEL_BYTES:
+        raise VnnError(f"vnn: {path} is larger than {MAX_MODEL_BYTES} bytes after "
+                       "decompression")
+    return data
+
+
+class Network:
+    """An ONNX network (``.onnx`` or ``.onnx.gz``) loaded once: the model itself (the batch of
+    one that properties are stated for) and, lazily, a batched copy for attacks."""
+
+    def __init__(self, path: Any) -> None:
+        label = os.fspath(path)
+        if not os.path.isfile(label):
+            raise VnnError(f"vnn: network {label}: no such file")
+        self.label = label
+        source: Any = _read_model_bytes(label) if label.endswith(".gz") else label
+        try:
+            self.model = onnx.load(source)
+        except onnx.OnnxError as exc:
+            if isinstance(source, bytes):  # name the file, not "<bytes>"
+                raise onnx.OnnxError(f"{label}: {exc}") from None
+            raise
+        graph = self.model.graph
+        self.input_shape = tuple(graph.nodes[graph.inputs[0]].shape)
+        self.output_shape = tuple(self.model.out_shape)
+        if len(self.model.input_names) != 1:
+            raise VnnError(f"vnn: network {label}: expected one input, found "
+                           f"{len(self.model.input_names)}")
+        self._batched: dict[int, Any] = {}
+
+    def run(self, x: Any) -> Any:
+        """The network's output for a flat input, flattened (float32 values)."""
+        return np.asarray(self.model.forward(
+            np.asarray(x, dtype=self.model.dtype).reshape(self.input_shape))).reshape(-1)
+
+    def batched(self, n: int) -> Any:
+        """The network with a batch of ``n`` examples, or None when the file fixes its batch
+        (checked: the copy must agree with the model on two random inputs)."""
+        if n in self._batched:
+            return self._batched[n]
+        copy = None
+        shape = self.input_shape
+        if shape and shape[0] == 1 and len(shape) >= 2:
+            try:
+                candidate = onnx.load(self.model.proto, [(n, *shape[1:])])
+            except TorchLeanError:
+                candidate = None
+            if (candidate is not None and tuple(candidate.out_shape)
+                    == (n, *self.output_shape[1:])):
+                x = np.random.default_rng(0).uniform(-1, 1, size=(n, *shape[1:]))
+                x = x.astype(self.model.dtype)
+                mine = np.asarray(candidate.forward(x)).reshape(n, -1)
+                ok = all(np.allclose(mine[k], self.run(x[k]), rtol=1e-4, atol=1e-5)
+                         for k in (0, n - 1))
+                copy = candidate if ok else None
+        self._batched[n] = copy
+        return copy
+
+
+class _Clock:
+    def __init__(self, timeout: float | None) -> None:
+        self.start = time.monotonic()
+        self.deadline = None if timeout is None else self.start + timeout
+        self.stages: dict[str, float] = {}
+        self._mark = self.start
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def stage(self, name: str) -> None:
+        now = time.monotonic()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _check_fit(net: Network, prop: Property) -> None:
+    n_in = int(np.prod(net.input_shape))
+    n_out = int(np.prod(net.output_shape))
+    if (n_in, n_out) != (prop.n_inputs, prop.n_outputs):
+        raise VnnError(f"vnn: {prop.label} declares {prop.n_inputs} inputs and "
+                       f"{prop.n_outputs} outputs, the network {net.label} has {n_in} "
+                       f"(shape {net.input_shape}) and {n_out} (shape {net.output_shape})")
+
+
+def _fallbacks(bounds: Any) -> list[str]:
+    """Nodes the bound engine bounded by intervals inside CROWN (``node %i (op)``)."""
+    found = getattr(bounds, "interval_fallbacks", None) or []
+    return [f"%{i} ({name})" for i, name in found]
+
+
+def _counterexample(net: Network, prop: Property, points: Any, order: Any
+                    ) -> tuple[Any, Any] | None:
+    """The first of ``points`` (in ``order``) that the network maps into the unsafe set."""
+    for k in order[:MAX_CANDIDATES]:
+        x = np.asarray(points[k], dtype=net.model.dtype).reshape(-1)
+        y = net.run(x)
+        if np.all(np.isfinite(y)) and prop.violated_by(x, y) is not None:
+            return x.astype(np.float64), y.astype(np.float64)
+    return None
+
+
+def _chains(net: Network) -> int:
+    """PGD chains run side by side: 256 for a handful of inputs, 16 for an image."""
+    return int(np.clip(8192 // max(int(np.prod(net.input_shape)), 1), 16, 256))
+
+
+def _attack_models(net: Network) -> tuple[Any, Any] | None:
+    """The networks the attacks run (sampling, PGD): batched copies, else the model when it has
+    a batch axis of one (then one point at a time), else None (no batch axis at all)."""
+    sampler, chains = net.batched(SAMPLE_BATCH), net.batched(_chains(net))
+    if sampler is not None and chains is not None:
+        return sampler, chains
+    if len(net.input_shape) >= 2 and net.input_shape[0] == 1 and net.output_shape[:1] == (1,):
+        return net.model, net.model
+    return None
+
+
+def _best(found: attack.BoxAttackResult, n: int) -> attack.BoxAttackResult:
+    order = np.argsort(found.objective, kind="stable")[:n]
+    if len(order) < n:  # fewer samples than chains: repeat the best ones
+        order = np.resize(order, n)
+    return attack.BoxAttackResult(found.inputs[order], found.objective[order],
+                                  found.target[order])
+
+
+def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: properties.Region,
+            open_conj: list[int], clock: _Clock, seed: int, effort: int
+            ) -> tuple[tuple[Any, Any] | None, str]:
+    """Sampling, then PGD from the best samples, ``effort + 1`` times with fresh seeds, on one
+    region's open conjunctions; a checked counterexample or None."""
+    sampler, chains = models
+    lo, hi = region.inner_box(net.model.dtype)
+    objectives = [region.outputs[c].matrix(prop.n_outputs) for c in open_conj]
+    feat = tuple(sampler.graph.nodes[sampler.graph.inputs[0]].shape)[1:]
+    lo, hi = lo.reshape(feat), hi.reshape(feat)
+    n_chains = tuple(chains.graph.nodes[chains.graph.inputs[0]].shape)[0]
+    batch = sampler.out_shape[0]
+    for attempt in range(effort + 1):
+        # Escalate: cheap first (most counterexamples are easy), then up to a million samples
+        # (for low-dimensional inputs they find what PGD's local steps miss).
+        # In many dimensions uniform samples are nearly useless (PGD does the work there).
+        scale = min(1.0, LOW_DIMENSION / prop.n_inputs)
+        samples = int(min(SAMPLES * 4**attempt, MAX_SAMPLES, 256 * batch) * scale)
+        rounds = max(1, samples // (2 * batch))
+        rng_seed = seed + 7919 * attempt
+        plain = attack.sample_box(sampler, lo, hi, objectives, rounds=rounds, seed=rng_seed)
+        # Half the samples with coordinates moved to the box's faces: counterexamples of
+        # ACAS Xu-like properties often sit there.
+        faces = attack.sample_box(sampler, lo, hi, objectives, rounds=rounds,
+                                  seed=rng_seed + 1, snap=0.4)
+        found = attack.BoxAttackResult(np.concatenate([plain.inputs, faces.inputs]),
+                                       np.concatenate([plain.objective, faces.objective]),
+                                       np.concatenate([plain.target, faces.target]))
+        cex = _counterexample(net, prop, found.inputs, np.argsort(found.objective))
+        if cex is not None or clock.over():
+            return cex, f"sampling, attempt {attempt + 1}"
+        result = attack.pgd_box(chains, lo, hi, objectives, steps=PGD_STEPS, seed=rng_seed + 2,
+                                starts=_best(found, n_chains), untargeted=True,
+                                deadline=clock.deadline)
+        cex = _counterexample(net, prop, result.inputs, np.argsort(result.objective))
+        if cex is not None or result.timed_out or clock.over():
+            return cex, f"PGD, attempt {attempt + 1}"
+    return None, ""
+
+
+def _unbatched_search(net: Network, prop: Property, region: properties.Region, seed: int,
+                      samples: int) -> tuple[Any, Any] | None:
+    """Uniform samples one at a time, for networks without a batch axis (tiny ones)."""
+    lo, hi = region.inner_box(net.model.dtype)
+    rng = np.random.default_rng(seed)
+    points = lo + rng.uniform(size=(samples, len(lo))) * (hi - lo)
+    points = np.minimum(np.maximum(points.astype(lo.dtype), lo), hi)
+    return _counterexample(net, prop, points, list(range(samples)))
+
+
+def verify_instance(model: Any, prop: Any, timeout: float | None = None, method: str = "crown",
+                    *, rounding: str = "float32", seed: int = 0, effort: int = 4,
+                    alpha_steps: int = 20) -> Result:
+    """Decide whether ``model`` (a path to ``.onnx``/``.onnx.gz`` or a ``Network``) violates
+    ``prop`` (a path to ``.vnnlib``/``.vnnlib.gz`` or a ``Property``) within ``timeout`` seconds.
+
+    ``method``: the bound pass after IBP (``ibp``, ``crown``, ``alpha-crown``); ``rounding``:
+    ``float32`` (bounds enclose the float32 network) or ``real``; ``effort``: PGD restarts per
+    region after sampling (0: only samples). Bad files raise their named errors
+    (``VnnlibError``, ``OnnxError``); a network and property that do not fit raise ``VnnError``.
+    """
+    if method not in METHODS:
+        raise VnnError(f"vnn: unknown method {method!r}; expected one of {METHODS}")
+    if rounding not in ROUNDINGS:
+        raise VnnError(f"vnn: unknown rounding {rounding!r}; expected one of {ROUNDINGS}")
+    if timeout is not None and (not isinstance(timeout, int | float) or not timeout > 0):
+        raise VnnError(f"vnn: timeout must be a number of seconds > 0, found {timeout!r}")
+    for name, value in (("seed", seed), ("effort", effort)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise VnnError(f"vnn: {name} must be an integer >= 0, found {value!r}")
+    clock = _Clock(timeout)
+    net = model if isinstance(model, Network) else Network(model)
+    if not isinstance(prop, Property):
+        prop = vnnlib.read(prop)
+    _check_fit(net, prop)
+    clock.stage("load")
+    result = Result("unknown", 0.0, method, rounding, regions=len(prop.regions),
+                    conjunctions=sum(len(r.outputs) for r in prop.regions))
+
+    def finish(status: str, cex: Any = None, message: str = "") -> Result:
+        clock.stage("other")
+        result.status, result.counterexample = status, cex
+        result.claim = {"unsat": CLAIMS[rounding], "sat": SAT_CLAIM}.get(status, "")
+        result.message = message
+        result.seconds = clock.elapsed()
+        result.stages = {k: round(v, 6) for k, v in clock.stages.items()}
+        return result
+
+    # 1. the centre of every box: many unsafe sets contain the unperturbed point
+    live = [r for r in prop.regions if not r.empty]
+    centres = []
+    for region in live:
+        try:
+            lo, hi = region.inner_box(net.model.dtype)
+        except PropertyError as exc:
+            raise VnnError(f"vnn: {exc}") from None
+        centres.append(lo + (hi - lo) / 2)
+    cex = _counterexample(net, prop, centres, list(range(len(centres))))
+    clock.stage("centre")
+    if cex is not None:
+        return finish("sat", cex, "counterexample: the centre of the input box")
+
+    # 2. bound passes: IBP, then the method on the regions IBP leaves open
+    kernel = rounding == "float32"
+    open_sets: list[tuple[properties.Region, list[int]]] = []
+    for region in live:
+        if clock.over():
+            return finish("timeout", message="time ran out during the bound passes")
+        passes = {"ibp": ["ibp"], "crown": ["ibp", "crown"],
+                  "alpha-crown": ["ibp", "crown", "alpha-crown"]}[method]
+        todo = list(range(len(region.outputs)))
+        crown = None
+        for name in passes:
+            options: dict[str, Any] = {}
+            if name == "alpha-crown":
+                options = {"alpha_steps": alpha_steps, "reuse": crown}
+            refutation = properties.refute(net.model, prop, region, method=name, kernel=kernel,
+                                           **options)
+            crown = refutation.bounds
+            result.fallback = sorted(set(result.fallback) | set(_fallbacks(refutation.bounds)))
+            todo = [c for c in todo if not refutation.proved[c]]
+            if not todo:
+                break
+        result.refuted += len(region.outputs) - len(todo)
+        if todo:
+            open_sets.append((region, todo))
+    clock.stage("bounds")
+    if not open_sets:
+        return finish("unsat")
+
+    # 3. attacks on what is left
+    for k, (region, todo) in enumerate(open_sets):
+        if clock.over():
+            return finish("timeout", message="time ran out during the attack")
+        models = _attack_models(net)
+        if models is None:
+            how = "sampling"
+            cex = _unbatched_search(net, prop, region, seed + k, 64 * (effort + 1))
+        else:
+            cex, how = _attack(net, models, prop, region, todo, clock, seed + 1000 * k, effort)
+        clock.stage("attack")
+        if cex is not None:
+            return finish("sat", cex, f"counterexample from {how}")
+    if clock.over():
+        return finish("timeout", message="time ran out during the attack")
+    return finish("unknown", message=f"{result.refuted} of {result.conjunctions} unsafe "
+                  "conjunctions refuted; no counterexample found")

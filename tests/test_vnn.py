@@ -1,0 +1,341 @@
+"""VNN-LIB properties end to end: the reader, general specifications, box attacks, verdicts.
+
+The reader is checked on good files (exact numbers, disjunctions, linear terms, gzip) and on one
+bad file per rule (each a named ``VnnlibError`` quoting its line). Verdicts are checked on the
+VNN-COMP 2021 ``test`` instances (every one answered correctly) and on a handful of ACAS Xu and
+MNIST-FC instances whose published answers must never be contradicted; every counterexample is
+re-run with onnxruntime and checked against the property exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+from torchlean import attack, nn
+from torchlean.bounds import properties
+from torchlean.bounds.properties import PropertyError, refute
+from torchlean.vnn import benchmark, vnnlib
+from torchlean.vnn.instance import Network, VnnError, verify_instance
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vnncomp2021")
+if not os.path.isdir(SHARED):
+    SHARED = "/work/shared/vnncomp2021"
+HAVE_SHARED = os.path.isdir(SHARED)
+
+HEADER = "(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const Y_0 Real)\n" \
+         "(declare-const Y_1 Real)\n"
+
+
+def _published() -> dict[tuple[str, str, str], str]:
+    """Answers published for the 2021 instances (alpha,beta-CROWN, else nnenum)."""
+    answers = {}
+    with open(os.path.join(SHARED, "PUBLISHED.csv"), newline="") as handle:
+        for row in csv.DictReader(handle):
+            answer = row["abcrown_result"]
+            if answer not in ("sat", "unsat"):
+                answer = {"holds": "unsat", "violated": "sat"}.get(row["nnenum_result"], "")
+            answers[(row["benchmark"], row["onnx"], row["vnnlib"])] = answer
+    return answers
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader
+
+
+def test_reader_builds_exact_regions_and_conjunctions(tmp_path):
+    text = HEADER + """; a comment (with parentheses) on its own line
+(assert (>= X_0 -0.1))  ; trailing comment
+(assert (<= X_0 0.1))
+(assert (or
+    (and (>= X_1 0) (<= X_1 1e-1) (>= Y_0 (+ Y_1 (* 2 0.25))))
+    (and (>= X_1 0) (<= X_1 .1) (<= (- Y_0 (* -3 Y_1)) -2.5E0))
+    (and (>= X_1 -1) (<= X_1 0) (>= (- Y_1) 1))
+))
+"""
+    prop = vnnlib.parse(text, "p.vnnlib")
+    assert (prop.n_inputs, prop.n_outputs) == (2, 2)
+    assert len(prop.regions) == 2  # the first two disjuncts share their box
+    first, second = prop.regions
+    assert first.lower == (Fraction(-1, 10), Fraction(0))
+    assert first.upper == (Fraction(1, 10), Fraction(1, 10))
+    (c1,), (c2,) = (conj.constraints for conj in first.outputs)
+    # Y_0 >= Y_1 + 0.5  <=>  -Y_0 + Y_1 <= -1/2 ;  Y_0 + 3 Y_1 <= -5/2
+    assert c1.terms == ((0, Fraction(-1)), (1, Fraction(1))) and c1.bound == Fraction(-1, 2)
+    assert c2.terms == ((0, Fraction(1)), (1, Fraction(3))) and c2.bound == Fraction(-5, 2)
+    assert second.lower == (Fraction(-1, 10), Fraction(-1))
+    (c3,), = (conj.constraints for conj in second.outputs)
+    assert c3.terms == ((1, Fraction(1)),) and c3.bound == Fraction(-1)  # Y_1 <= -1
+    # gzip gives the same property
+    path = tmp_path / "p.vnnlib.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    assert vnnlib.read(path).regions == prop.regions
+
+
+def test_boxes_round_outward_for_bounds_and_inward_for_attacks():
+    prop = vnnlib.parse(HEADER + "(assert (>= X_0 0.1))(assert (<= X_0 0.3))"
+                        "(assert (>= X_1 -0.7))(assert (<= X_1 -0.3))(assert (<= Y_0 0.1))",
+                        "r")
+    region = prop.regions[0]
+    lo, hi = region.box()
+    assert all(Fraction(float(v)) <= e for v, e in zip(lo, region.lower, strict=True))
+    assert all(Fraction(float(v)) >= e for v, e in zip(hi, region.upper, strict=True))
+    ilo, ihi = region.inner_box(np.float32)
+    assert ilo.dtype == np.float32
+    assert region.contains(ilo) and region.contains(ihi)
+    # one float32 step further out leaves the exact box
+    assert not region.contains(np.nextafter(ilo, np.float32(-np.inf)))
+    assert not region.contains(np.nextafter(ihi, np.float32(np.inf)))
+    a, b = region.outputs[0].matrix(2)
+    assert a.tolist() == [[1.0, 0.0]] and Fraction(float(b[0])) >= Fraction(1, 10)
+    # exact: the float 0.1 is a little above 1/10
+    assert region.outputs[0].holds([0.0999, 5.0]) and not region.outputs[0].holds([0.1, 0])
+
+
+BAD = {
+    "unknown command": ("(check-sat)", "line 5", "unsupported command"),
+    "undeclared": ("(assert (<= X_7 1))", "line 5", "undeclared name 'X_7'"),
+    "nonlinear": ("(assert (<= (* X_0 X_1) 1))", "line 5", "not linear"),
+    "mixed": ("(assert (<= X_0 Y_0))", "line 5", "mixing inputs"),
+    "not a box": ("(assert (<= (+ X_0 X_1) 1))", "line 5", "boxes only"),
+    "unbalanced": ("(assert (<= X_0 1)))", "line 5", "unbalanced"),
+    "unclosed": ("(assert (<= X_0 1)", "line 5", "unclosed"),
+    "strict": ("(assert (< X_0 1))", "line 5", "unsupported formula '<'"),
+    "huge exponent": ("(assert (<= X_0 1e999999))", "line 5", "exponent"),
+    "bad type": ("(declare-const X_2 Int)", "line 5", "declare-const"),
+    "bad name": ("(declare-const Z_0 Real)", "line 5", "X_i"),
+    "twice": ("(declare-const X_1 Real)", "line 5", "declared twice"),
+    "arity": ("(assert (<= X_0))", "line 5", "takes two terms"),
+    "deep": ("(assert " + "(and " * 70 + ")" * 71, "line 5", "nesting deeper"),
+    "no bound": ("(assert (<= X_0 1))(assert (>= X_0 0))(assert (<= X_1 1))", "",
+                 "X_1 has no lower bound"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_reader_names_each_bad_file(case):
+    line, where, what = BAD[case]
+    with pytest.raises(vnnlib.VnnlibError) as err:
+        vnnlib.parse(HEADER + line + "\n", "bad.vnnlib")
+    message = str(err.value)
+    assert "bad.vnnlib" in message and what in message, message
+    if where:
+        assert where in message and line[:20] in message, message
+
+
+def test_reader_limits_hostile_files(tmp_path, monkeypatch):
+    bomb = tmp_path / "bomb.vnnlib.gz"
+    bomb.write_bytes(gzip.compress(b";" * 5000))
+    with pytest.raises(vnnlib.VnnlibError, match="larger than the limit of 1000 bytes"):
+        vnnlib.read_text(bomb, max_bytes=1000)
+    binary = tmp_path / "binary.vnnlib"
+    binary.write_bytes(b"\xff\xfe(assert")
+    with pytest.raises(vnnlib.VnnlibError, match="not UTF-8"):
+        vnnlib.read(binary)
+    with pytest.raises(vnnlib.VnnlibError, match="cannot read"):
+        vnnlib.read(tmp_path / "missing.vnnlib")
+    monkeypatch.setattr(vnnlib, "MAX_DISJUNCTS", 8)
+    ors = "".join(f"(assert (or (<= Y_0 {k}) (<= Y_1 {k})))" for k in range(4))
+    with pytest.raises(vnnlib.VnnlibError, match="exceeds 8 disjuncts"):
+        vnnlib.parse(HEADER + "(assert (<= X_0 1))" + ors, "many")
+
+
+# ---------------------------------------------------------------------------------------------
+# Box attacks and refutation on a small network
+
+
+def _small_net(seed, batch=1):
+    tl.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 2))
+    return model, tl.compile(lambda x: model(x), (batch, 3))
+
+
+def test_box_attacks_stay_in_the_box_report_true_objectives_and_are_seeded():
+    model, net = _small_net(0, batch=32)
+    lo = np.array([-1.0, 0.0, 0.5], np.float32)
+    hi = np.array([1.0, 0.25, 0.5], np.float32)  # a degenerate side too
+    objectives = [(np.array([[1.0, -1.0]]), np.array([-100.0])),
+                  (np.array([[0.0, 1.0], [-1.0, 0.0]]), np.array([0.0, -100.0]))]
+    for run in (lambda s: attack.sample_box(net, lo, hi, objectives, rounds=3, seed=s,
+                                            snap=0.3),
+                lambda s: attack.pgd_box(net, lo, hi, objectives, steps=15, restarts=2,
+                                         seed=s)):
+        result = run(3)
+        assert np.all(result.inputs >= lo) and np.all(result.inputs <= hi)
+        y = np.asarray(net.forward(result.inputs), dtype=np.float64)
+        for k in range(len(y)):
+            a, b = objectives[result.target[k]]
+            assert np.isclose(np.max(a @ y[k] - b), result.objective[k], rtol=1e-12)
+        again = run(3)
+        np.testing.assert_array_equal(result.inputs, again.inputs)
+
+
+def test_pgd_box_minimises_a_linear_objective_over_the_box():
+    _, net = _small_net(1, batch=8)
+    lo, hi = -np.ones(3, np.float32), np.ones(3, np.float32)
+    objective = [(np.array([[1.0, 0.0]]), np.array([-100.0]))]  # never met: PGD runs on
+    start = attack.sample_box(net, lo, hi, objective, rounds=1, seed=0)
+    result = attack.pgd_box(net, lo, hi, objective, steps=60, seed=0, starts=start)
+    assert result.objective.min() < start.objective.min()
+    # no sample of a dense grid is much better than what PGD found (a small ReLU net)
+    grid = np.stack(np.meshgrid(*[np.linspace(-1, 1, 21)] * 3), -1).reshape(-1, 3)
+    _, wide = _small_net(1, batch=len(grid))
+    best_grid = np.min(np.asarray(wide.forward(grid.astype(np.float32)))[:, 0])
+    assert result.objective.min() <= best_grid + 100 + 0.02
+
+
+def test_box_attacks_reject_bad_inputs():
+    _, net = _small_net(0, batch=4)
+    lo, hi = np.zeros(3, np.float32), np.ones(3, np.float32)
+    good = [(np.eye(2)[:1], np.zeros(1))]
+    with pytest.raises(attack.AttackError, match="per-example input shape"):
+        attack.pgd_box(net, np.zeros(4), np.ones(4), good)
+    with pytest.raises(attack.AttackError, match="lower <= upper"):
+        attack.sample_box(net, hi, lo, good)
+    with pytest.raises(attack.AttackError, match="objective 0 must be"):
+        attack.pgd_box(net, lo, hi, [(np.eye(3), np.zeros(3))])
+    with pytest.raises(attack.AttackError, match="float32 numbers"):
+        attack.sample_box(net, np.full(3, 0.1), np.ones(3), good)
+    with pytest.raises(attack.AttackError, match="steps"):
+        attack.pgd_box(net, lo, hi, good, steps=0)
+
+
+def test_refute_never_refutes_what_sampling_meets():
+    model, net = _small_net(2)
+    _, wide = _small_net(2, batch=512)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-0.5, 0.5, size=(512, 3)).astype(np.float32)
+    y = np.asarray(wide.forward(x), dtype=np.float64)
+    checked = 0
+    for threshold in np.quantile(y[:, 0] - y[:, 1], [0.05, 0.5, 0.95, 1.0]):
+        text = ("(declare-const X_0 Real)(declare-const X_1 Real)(declare-const X_2 Real)"
+                "(declare-const Y_0 Real)(declare-const Y_1 Real)"
+                + "".join(f"(assert (>= X_{i} -0.5))(assert (<= X_{i} 0.5))" for i in range(3))
+                + f"(assert (<= (- Y_1 Y_0) {-float(threshold)!r}))")
+        prop = vnnlib.parse(text, "t")
+        met = any(prop.violated_by(xk, yk) for xk, yk in zip(x, y, strict=True))
+        for method in ("ibp", "crown", "alpha-crown"):
+            proved = refute(net, prop, prop.regions[0], method=method).proved[0]
+            assert not (proved and met), (threshold, method)
+            checked += met
+    assert checked >= 6  # the property was met by samples for most thresholds
+    bad = vnnlib.parse(HEADER + "(assert (<= X_0 1))(assert (>= X_0 0))(assert (<= X_1 1))"
+                       "(assert (>= X_1 0))(assert (<= Y_0 0))", "two")
+    with pytest.raises(PropertyError, match="2 inputs"):
+        refute(net, bad, bad.regions[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts on the VNN-COMP 2021 instances
+
+needs_shared = pytest.mark.skipif(not HAVE_SHARED, reason="the VNN-COMP 2021 benchmarks "
+                                  "(../shared/vnncomp2021) are not in this checkout")
+
+
+def _check_with_onnxruntime(onnx_path, prop, result):
+    ort = pytest.importorskip("onnxruntime")
+    x, y = result.counterexample
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    inp = session.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+    out = session.run(None, {inp.name: np.asarray(x, np.float32).reshape(shape)})[0]
+    np.testing.assert_allclose(out.reshape(-1), y, rtol=1e-4, atol=1e-4)
+    assert prop.violated_by(x, y) is not None
+
+
+# Until the engine has the CROWN rule for an imported MatMul (issue 22's engine half, which also
+# brings per-row thresholds), CROWN is interval arithmetic on test_unsat and cannot prove it.
+_NEEDS_MATMUL_RULE = pytest.mark.xfail(not properties._THRESHOLDS, strict=True,
+                                       reason="needs the engine's CROWN rule for MatMul")
+TEST_TRUTH = {  # the sanity nets are small enough to settle by hand (see test/README.md)
+    ("test_nano.onnx", "test_nano.vnnlib"): "unsat",  # relu(x/2) <= -1 never holds
+    ("test_tiny.onnx", "test_tiny.vnnlib"): "unsat",
+    ("test_small.onnx", "test_small.vnnlib"): "unsat",
+    ("test_sat.onnx", "test_prop.vnnlib"): "sat",
+    ("test_unsat.onnx", "test_prop.vnnlib"): "unsat",
+}
+TEST_CASES = [pytest.param(*key, marks=_NEEDS_MATMUL_RULE) if key[0] == "test_unsat.onnx"
+              else key for key in sorted(TEST_TRUTH)]
+
+
+@needs_shared
+@pytest.mark.parametrize("onnx_name,prop_name", TEST_CASES)
+def test_every_test_instance_is_answered_correctly(onnx_name, prop_name):
+    folder = os.path.join(SHARED, "test")
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    result = verify_instance(os.path.join(folder, onnx_name), prop, None, "crown", effort=0)
+    assert result.status == TEST_TRUTH[(onnx_name, prop_name)], result
+    if result.status == "sat":
+        _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+        assert result.competition_text().startswith("sat\n((X_0 ")
+
+
+HANDFUL = [("acasxu", "ACASXU_run2a_1_1_batch_2000.onnx", "prop_1.vnnlib"),
+           ("acasxu", "ACASXU_run2a_1_9_batch_2000.onnx", "prop_7.vnnlib"),
+           ("acasxu", "ACASXU_run2a_3_2_batch_2000.onnx", "prop_2.vnnlib"),
+           ("acasxu", "ACASXU_run2a_1_1_batch_2000.onnx", "prop_6.vnnlib"),
+           ("mnistfc", "mnist-net_256x2.onnx", "prop_0_0.03.vnnlib"),
+           ("mnistfc", "mnist-net_256x2.onnx", "prop_1_0.05.vnnlib"),
+           ("mnistfc", "mnist-net_256x4.onnx", "prop_10_0.03.vnnlib")]
+
+
+@needs_shared
+@pytest.mark.parametrize("bench,onnx_name,prop_name", HANDFUL)
+def test_published_answers_are_never_contradicted(bench, onnx_name, prop_name):
+    published = _published()[(bench, onnx_name, prop_name)]
+    folder = os.path.join(SHARED, bench)
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    # no time limit: work is bounded by the attack effort, never by the clock (a shared machine)
+    result = verify_instance(os.path.join(folder, onnx_name), prop, None, "crown", effort=0)
+    assert result.status in ("sat", "unsat", "unknown")
+    if result.status in ("sat", "unsat"):
+        assert result.status == published, (result.status, published)
+    if result.status == "sat":
+        _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+
+
+@needs_shared
+def test_a_benchmark_run_writes_rows_and_a_summary(tmp_path):
+    folder = os.path.join(SHARED, "test")
+    instances = benchmark.read_instances(os.path.join(folder, "test_instances.csv"))
+    assert len(instances) == 5
+    rows = list(benchmark.run(instances[:2] + [benchmark.Instance("missing.onnx",
+                                                                  "test_nano.vnnlib", 5.0)],
+                              folder, timeout=1e6))  # no clock in tests: a shared machine
+    assert [r.result.status for r in rows] == ["unsat", "unsat", "error"]
+    assert "missing.onnx" in rows[2].result.message
+    out = tmp_path / "results.csv"
+    benchmark.write_csv(rows, out)
+    with open(out, newline="") as handle:
+        written = list(csv.DictReader(handle))
+    assert [w["status"] for w in written] == ["unsat", "unsat", "error"]
+    counts = benchmark.summary(rows)
+    assert (counts["verified"], counts["falsified"], counts["error"]) == (2, 0, 1)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a.onnx,b.vnnlib,-3\n")
+    with pytest.raises(benchmark.BenchmarkError, match="line 1: the timeout"):
+        benchmark.read_instances(bad)
+
+
+@needs_shared
+def test_network_and_property_must_fit(tmp_path):
+    folder = os.path.join(SHARED, "test")
+    with pytest.raises(VnnError, match="declares 5 inputs"):
+        verify_instance(os.path.join(folder, "test_nano.onnx"),
+                        os.path.join(folder, "test_prop.vnnlib"))
+    gz = tmp_path / "nano.onnx.gz"
+    with open(os.path.join(folder, "test_nano.onnx"), "rb") as handle:
+        gz.write_bytes(gzip.compress(handle.read()))
+    assert Network(gz).input_shape == (1,)
+    with pytest.raises(VnnError, match="method"):
+        verify_instance(gz, os.path.join(folder, "test_nano.vnnlib"), 5, "beta")
+    # a limit already spent when the bound passes start (loading takes longer than this)
+    late = verify_instance(gz, os.path.join(folder, "test_nano.vnnlib"), 1e-9)
+    assert late.status == "timeout" and late.claim == ""
