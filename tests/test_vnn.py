@@ -339,3 +339,45 @@ def test_network_and_property_must_fit(tmp_path):
     # a limit already spent when the bound passes start (loading takes longer than this)
     late = verify_instance(gz, os.path.join(folder, "test_nano.vnnlib"), 1e-9)
     assert late.status == "timeout" and late.claim == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+@needs_shared
+def test_vnn_command_answers_writes_the_result_file_and_runs_a_benchmark(tmp_path, capsys):
+    from torchlean.cli import main
+
+    folder = os.path.join(SHARED, "test")
+    out, js = tmp_path / "result.txt", tmp_path / "result.json"
+    assert main(["vnn", os.path.join(folder, "test_sat.onnx"),
+                 os.path.join(folder, "test_prop.vnnlib"), "--out", str(out),
+                 "--json", str(js)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("sat\n") and "claim: sat" in printed
+    text = out.read_text()
+    assert text.startswith("sat\n((X_0 ") and "(Y_4 " in text
+    # the written counterexample parses back (X_i then Y_j) and meets the property
+    values = dict(part.strip("() \n").split() for part in text.splitlines()[1:])
+    prop = vnnlib.read(os.path.join(folder, "test_prop.vnnlib"))
+    x = [float(values[f"X_{i}"]) for i in range(5)]
+    y = [float(values[f"Y_{j}"]) for j in range(5)]
+    assert prop.violated_by(x, y) is not None
+    csv_path = tmp_path / "rows.csv"
+    sub = tmp_path / "inst.csv"
+    sub.write_text("test_nano.onnx,test_nano.vnnlib,60\ntest_sat.onnx,test_prop.vnnlib,60\n")
+    assert main(["vnn", "--instances", str(sub), "--dir", folder, "--out", str(csv_path),
+                 "--method", "ibp", "--rounding", "real"]) == 0
+    printed = capsys.readouterr().out
+    assert "| test | ibp | 2 | 1 | 1 | 0 | 0 | 0 |" in printed
+    assert "real-valued network" in printed
+    with open(csv_path, newline="") as handle:
+        assert [r["status"] for r in csv.DictReader(handle)] == ["unsat", "sat"]
+    assert main(["vnn"]) == 2
+    assert "give MODEL.onnx and PROP.vnnlib" in capsys.readouterr().err
+    bad = tmp_path / "bad.vnnlib"
+    bad.write_text("(declare-const X_0 Real)\n(assert (< X_0 1))\n")
+    assert main(["vnn", os.path.join(folder, "test_nano.onnx"), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and "(assert (< X_0 1))" in err and "Traceback" not in err

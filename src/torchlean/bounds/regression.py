@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..transforms import compile as compile_fn
+from ..engine.transforms import compile as compile_fn
 from . import METHODS, BoundsError, compute_bounds
 from . import box as make_box
 

@@ -3,7 +3,8 @@
 ``train`` trains a zoo model, ``eval`` evaluates a checkpoint or an ONNX classifier, ``graph``
 prints a model's compiled loss graph, ``ops`` the op registry, ``export`` writes ONNX, ``verify``
 checks every primitive against its spec (or a model's graph), ``certify`` reports certified and
-PGD robust accuracy, ``bench`` times the workloads against PyTorch, JAX, autograd and NumPy.
+PGD robust accuracy, ``bench`` times the workloads against PyTorch, JAX, autograd and NumPy,
+``vnn`` decides VNN-LIB properties of ONNX networks (one instance or a benchmark).
 
 This package is the top layer: the only place that parses arguments, prints, sets BLAS threads
 or malloc options, or writes output files; nothing in the library imports it. Every error is one
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..core import alloc
 from ..core.errors import TorchLeanError
-from . import bench, certify, common, export, graph, ops, train, verify
+from . import bench, certify, common, export, graph, ops, train, verify, vnn
 from . import eval as eval_command
 from .common import EXIT_ERROR, EXIT_INTERRUPTED, CliError
 
@@ -39,6 +40,7 @@ _COMMANDS: dict[str, tuple[Callable[[Any], object], Callable[[argparse.Namespace
     "verify": (verify.add_parser, verify.run),
     "certify": (certify.add_parser, certify.run),
     "bench": (bench.add_parser, bench.run),
+    "vnn": (vnn.add_parser, vnn.run),
 }
 
 
@@ -52,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="torchlean",
                      description="Train, evaluate, export, verify, certify and benchmark "
-                                 "models with torchlean.")
+                                 "models with torchlean; decide VNN-LIB properties.")
     parser.add_argument("--version", action="version", version=f"torchlean {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}",
                                 parser_class=_Parser)

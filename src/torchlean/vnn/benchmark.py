@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TorchLeanError
+from ..core.errors import TorchLeanError
 from .instance import Network, Result, verify_instance
 
 __all__ = ["Instance", "Row", "read_instances", "run", "summary", "write_csv"]

@@ -30,7 +30,7 @@ import numpy as np
 from .. import attack, onnx
 from ..bounds import METHODS, properties
 from ..bounds.properties import Property, PropertyError
-from ..errors import TorchLeanError
+from ..core.errors import TorchLeanError
 from . import vnnlib
 
 __all__ = ["CLAIMS", "MAX_MODEL_BYTES", "ROUNDINGS", "STATUSES", "Network", "Result",

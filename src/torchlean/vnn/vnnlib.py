@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..bounds.properties import Conjunction, Constraint, Property, Region
-from ..errors import TorchLeanError
+from ..core.errors import TorchLeanError
 
 __all__ = ["MAX_BYTES", "MAX_DISJUNCTS", "VnnlibError", "parse", "read", "read_text"]
 
