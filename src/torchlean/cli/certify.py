@@ -8,13 +8,16 @@ or an ONNX classifier with a bundled ``--dataset``), prints the table, and write
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 from ..bounds import METHODS, BoundsError
 from ..bounds.certify import Report, certify, format_table, parse_eps, parse_methods, to_json
+from ..bounds.regression import output_intervals
 from ..core.errors import CheckpointError
 from ..zoo import datasets
 from ..zoo.trained import check_fits, load_data, load_trained
@@ -35,6 +38,10 @@ def add_parser(sub: Any) -> None:
                    help="certify an ONNX classifier instead (with --dataset; the onnx extra)")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="the dataset of an --onnx model")
+    p.add_argument("--data", metavar="FILE.npz", default=None,
+                   help="the user's examples for an --onnx model instead: 'x' (examples first) "
+                        "and 'y' (class labels); without integer labels, each output's "
+                        "certified interval is reported instead (a regression model)")
     p.add_argument("--eps", default="0.01,0.02,0.05",
                    help="comma-separated L-infinity radii (default 0.01,0.02,0.05)")
     p.add_argument("--method", default=",".join(METHODS),
@@ -68,13 +75,20 @@ def run(args: argparse.Namespace) -> int:
     if args.onnx:
         if args.checkpoint:
             raise OnnxCliError("certify: give either --checkpoint or --onnx, not both")
-        loaded, data = load_for_data(args.onnx, args.dataset, 0, "certify")
+        loaded, data = load_for_data(args.onnx, args.dataset, 0, "certify", args.data,
+                                     labels=False)
         if loaded.index_inputs:
             raise OnnxCliError(f"certify --onnx: {args.onnx} takes integer inputs; "
                                "certification needs a classifier of real-valued features or "
                                "images")
+        targets = data.test.targets
+        if targets is None or targets.ndim != 1 or targets.dtype.kind not in "iu":
+            return _intervals(args, loaded.as_module(), data.test.inputs, eps_list, methods,
+                              f"ONNX model {args.onnx} on {args.data}")
         return _report(args, loaded.as_module(), data, eps_list, methods, f"ONNX {args.onnx}",
-                       args.dataset, f"ONNX model {args.onnx}")
+                       args.dataset or args.data, f"ONNX model {args.onnx}")
+    if args.data:
+        raise OnnxCliError("certify: --data goes with --onnx (a checkpoint has its dataset)")
     if not args.checkpoint:
         raise BoundsError("certify: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
     path = args.checkpoint
@@ -93,6 +107,35 @@ def run(args: argparse.Namespace) -> int:
     model.eval()
     return _report(args, model, data, eps_list, methods, config["model"], dataset_name,
                    f"{config['model']} from {path}")
+
+
+def _intervals(args: argparse.Namespace, model: Any, x: Any, eps_list: list[float],
+               methods: list[str], label: str) -> int:
+    """A model without class labels: each output's certified interval over each example's
+    ball (unclipped), summarised per eps and method; every interval in --json."""
+    x = np.asarray(x, dtype=np.float32)
+    if args.limit is not None:
+        x = x[: args.limit]
+    kernel = args.rounding == "float32"
+    print(f"certify {label}: {len(x)} examples without class labels: certified output "
+          f"intervals over each L-infinity ball, sound for the "
+          f"{'float32 kernels' if kernel else 'exact real network'}", flush=True)
+    print("| eps | method | mean width | max width | seconds |\n|---|---|---|---|---|")
+    found = []
+    for eps in eps_list:
+        for method in methods:
+            start = time.perf_counter()
+            result = output_intervals(model, x, eps, method, kernel=kernel)
+            seconds = time.perf_counter() - start
+            width = result.width
+            print(f"| {eps:g} | {method} | {float(np.mean(width)):.4g} | "
+                  f"{float(np.max(width)):.4g} | {seconds:.2f} |", flush=True)
+            found.append({**result.as_dict(), "seconds": seconds})
+    if args.json:
+        common.write_text(args.json, json.dumps({"model": label, "examples": len(x),
+                                                 "kernel": kernel, "intervals": found}) + "\n")
+        print(f"wrote results {args.json}", flush=True)
+    return 0
 
 
 def _bar(label: str, done: int, total: int) -> None:

@@ -36,6 +36,9 @@ def add_parser(sub: Any) -> None:
                         "the torchlean[onnx] extra)")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset to evaluate on (default: the one it was trained on)")
+    p.add_argument("--data", metavar="FILE.npz", default=None,
+                   help="evaluate an --onnx model on the user's examples instead: 'x' (examples "
+                        "first) and 'y' (integer class labels, or real regression targets)")
     p.add_argument("--seed", type=common.non_negative_int, default=None,
                    help="seed of the data split (default: the training seed, so the test set "
                         "is the one held out in training)")
@@ -63,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     common.check_device(args.device)
     if args.onnx:
         return _run_onnx(args)
+    if args.data:
+        raise common.CliError("eval: --data goes with --onnx (a checkpoint has its dataset)")
     if not args.checkpoint:
         raise common.CliError("eval: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
     common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.json, "--json")])
@@ -106,18 +111,32 @@ def _run_onnx(args: argparse.Namespace) -> int:
         raise OnnxCliError("eval: give either --checkpoint or --onnx, not both")
     common.check_outputs([(args.onnx, "<--onnx"), (args.json, "--json")])
     seed = args.seed if args.seed is not None else 0
-    model, data = load_for_data(args.onnx, args.dataset, seed, "eval")
+    model, data = load_for_data(args.onnx, args.dataset, seed, "eval", args.data)
     inputs = np.asarray(data.test.inputs, dtype=model.dtype)
     outputs = predict(model, inputs)
     targets = np.asarray(data.test.targets)
+    source = args.dataset or args.data
+    if targets.dtype.kind == "f":  # regression targets: the mean squared error
+        if targets.size != outputs.size:
+            raise OnnxCliError(f"eval --data: 'y' has {targets.size} values, the model's "
+                               f"outputs {outputs.size} ({outputs.shape})")
+        mse = float(np.mean((outputs.reshape(-1).astype(np.float64)
+                             - targets.reshape(-1).astype(np.float64)) ** 2))
+        print(f"ONNX model {args.onnx} on {source} ({len(targets)} examples): mean squared "
+              f"error {mse:.6g}", flush=True)
+        if args.json:
+            common.write_text(args.json, json.dumps({"onnx": args.onnx, "data": source,
+                                                     "examples": len(targets), "mse": mse},
+                                                    indent=2) + "\n")
+        return 0
     session = Session(Options(dtype=model.dtype.name))
     loss = session.value(F.cross_entropy(session.const(outputs), session.input(
         targets.astype(model.dtype), requires_grad=False)))
     result = {"loss": float(loss), **datasets.score(outputs, targets)}
-    print(f"ONNX model {args.onnx} on {args.dataset} ({len(targets)} test examples): "
+    print(f"ONNX model {args.onnx} on {source} ({len(targets)} test examples): "
           f"test loss {result['loss']:.4f}  test acc {result['accuracy']:.4f}", flush=True)
     if args.json:
-        common.write_text(args.json, json.dumps({"onnx": args.onnx, "dataset": args.dataset,
+        common.write_text(args.json, json.dumps({"onnx": args.onnx, "dataset": source,
                                                  "seed": seed, "examples": len(targets),
                                                  **result}, indent=2) + "\n")
     return 0

@@ -51,6 +51,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--onnx", metavar="PATH", default=None,
                    help="report on an ONNX classifier's graph (needs --dataset and the onnx "
                         "extra; the batch is the model's own)")
+    p.add_argument("--data", metavar="FILE.npz", default=None,
+                   help="the --onnx classifier's examples from the user: 'x' (examples first) "
+                        "and 'y' (integer class labels), instead of --dataset")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset for --model / --checkpoint (default: the model's own)")
     p.add_argument("--batch-size", type=common.int_in(1, 100_000, "a batch size"), default=32,
@@ -84,13 +87,16 @@ def run(args: argparse.Namespace) -> int:
     if args.ops and (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --ops lists primitives for the op table; the model "
                           "report checks the primitives its graph uses")
+    if args.data and not args.onnx:
+        raise VerifyError("torchlean verify: --data goes with --onnx")
     if args.dataset and not (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --dataset needs --model or --checkpoint")
     common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.onnx, "<--onnx"),
                           (args.json, "--json")])
     colour = sys.stdout.isatty() and not args.no_color
     if args.onnx:
-        report = onnx_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed)
+        report = onnx_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed,
+                             data_file=args.data)
     elif args.checkpoint or args.model:
         if args.checkpoint:
             report = check_checkpoint(args.checkpoint, dataset=args.dataset,
@@ -117,12 +123,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_FAILED
 
 
-def onnx_report(path: str, dataset: str | None, quick: bool = False, seed: int = 0) -> Report:
+def onnx_report(path: str, dataset: str | None, quick: bool = False, seed: int = 0,
+                data_file: str | None = None) -> Report:
     """``verify.check_model`` on an ONNX classifier's graph (as a module), on the first test
     batch of the model's own batch size, with the cross-entropy loss."""
-    model, data = load_for_data(path, dataset, 0, "verify")
+    model, data = load_for_data(path, dataset, 0, "verify", data_file)
+    if np.asarray(data.test.targets).dtype.kind not in "iu":
+        raise VerifyError(f"verify --data: {data_file}: 'y' must hold integer class labels "
+                          "(the report checks the cross-entropy loss)")
     batch = model.input_shapes[0][0]
     inputs = np.asarray(data.test.inputs[:batch], dtype=model.dtype)
     targets = np.asarray(data.test.targets[:batch])
     return check_model(model.as_module(), F.cross_entropy, inputs, targets, quick=quick,
-                       seed=seed, title=f"model report: ONNX model {path} on {dataset}")
+                       seed=seed,
+                       title=f"model report: ONNX model {path} on {dataset or data_file}")
