@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import safe_files
 from ..core.errors import CheckpointError
 from ..engine import ops_interface as F
 from ..engine.session import Options, Session
@@ -51,11 +52,7 @@ def looks_like_onnx(path: str) -> bool:
     with an 8-byte little-endian header length, never 0x08 followed by a small varint here)."""
     if path.lower().endswith((".onnx", ".onnx.gz")):
         return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-    except OSError:
-        return False
+    head = safe_files.read_head(path, 2)  # never blocks on a FIFO, never reads a device
     return head[:1] == ONNX_MAGIC and len(head) == 2 and head[1] < 0x20
 
 

@@ -217,6 +217,21 @@ def read_regular(path: str, what: str, limit: int,
         os.close(fd)
 
 
+def read_head(path: str, n: int) -> bytes:
+    """The first ``n`` bytes of the regular file at ``path``, or ``b""`` when it is not one (or
+    cannot be read): a sniffing helper that never blocks on a FIFO or reads a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return b""
+    try:
+        return os.read(fd, n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def read_bytes(path: str) -> bytes:
     """The checkpoint file's bytes: missing files, directories, special files (FIFOs, devices)
     and permission problems each say so (``read_regular``)."""

@@ -51,6 +51,7 @@ with the same bits (checked by the hash).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
