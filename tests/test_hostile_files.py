@@ -415,6 +415,28 @@ def test_older_files_with_a_data_checksum_load_with_a_warning(tmp_path: Path) ->
         tl.load(path)
 
 
+def test_deeply_nested_group_metadata_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "g.safetensors"
+    tl.save({"a": {"w": np.ones(2, np.float32)}}, path)
+    deep = "[" * 100_000 + "]" * 100_000
+    tl.save({"a.w": np.ones(2, np.float32)}, path, metadata={"torchlean.groups": deep})
+    with pytest.raises(CheckpointError, match="must be a JSON list of key prefixes"):
+        tl.load(path)
+
+
+def test_export_refuses_opsets_outside_its_range() -> None:
+    from torchlean.onnx.exporter import MAX_OPSET, MIN_OPSET
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    assert MAX_OPSET <= onnx.defs.onnx_opset_version()  # onnx (and onnxruntime) know it
+    assert tlo.export(model, None, [(1, 2)], opset=MAX_OPSET).opset_import[0].version == \
+        MAX_OPSET
+    for bad in (MIN_OPSET - 1, MAX_OPSET + 1, 99999):
+        with pytest.raises(OnnxError, match=f"opset must be an int from {MIN_OPSET} to "
+                                            f"{MAX_OPSET}"):
+            tlo.export(model, None, [(1, 2)], opset=bad)
+
+
 def test_eval_of_an_edited_config_fails_without_traceback(tmp_path: Path) -> None:
     from torchlean.cli import main
 
