@@ -458,3 +458,32 @@ def test_eval_of_an_edited_config_fails_without_traceback(tmp_path: Path) -> Non
 def test_every_error_here_is_a_torchlean_error() -> None:
     for cls in (OnnxLimitError, OnnxExternalDataError, OnnxError, CheckpointError):
         assert issubclass(cls, TorchLeanError)
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    ({"seed": 1e308}, "seed must hold integers"),          # was OverflowError
+    ({"seed": "abc"}, "seed must hold integers"),          # was ValueError
+    ({"hidden": [10 ** 9]}, "hidden must hold integers"),  # was MemoryError
+    ({"hidden": [60000, 60000, 60000]}, "parameters, more than"),
+    ({"in_features": True}, "in_features must hold integers"),
+    ({"model": ["mlp"]}, "unknown model"),
+    (None, "nests too deeply"),                            # was RecursionError
+])
+def test_eval_of_crafted_configs_is_refused_by_name(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    edit: dict | None, fragment: str) -> None:
+    # Whoever crafts a file can also compute its checksum: the config itself is checked.
+    from torchlean import checkpoint
+    from torchlean.cli import main
+
+    path = tmp_path / "c.safetensors"
+    assert main(["train", "--dataset", "iris", "--epochs", "1", "--save", str(path)]) == 0
+    metadata = checkpoint.read_metadata(path)
+    config = json.loads(metadata["config"])
+    text = "[" * 100_000 + "]" * 100_000 if edit is None else json.dumps({**config, **edit})
+    crafted = tmp_path / "crafted.safetensors"
+    tl.save(checkpoint.read_arrays(path), crafted, metadata={**metadata, "config": text})
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(crafted)]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err, err
