@@ -467,7 +467,7 @@ def test_every_error_here_is_a_torchlean_error() -> None:
     ({"hidden": [60000, 60000, 60000]}, "parameters, more than"),
     ({"in_features": True}, "in_features must hold integers"),
     ({"model": ["mlp"]}, "unknown model"),
-    (None, "nests too deeply"),                            # was RecursionError
+    (None, "nested too deeply"),                           # was RecursionError
 ])
 def test_eval_of_crafted_configs_is_refused_by_name(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str],

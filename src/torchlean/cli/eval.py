@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
                         "the torchlean[onnx] extra)")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset to evaluate on (default: the one it was trained on)")
-    p.add_argument("--seed", type=common.non_negative_int, default=None,
+    p.add_argument("--seed", type=common.seed_int, default=None,
                    help="seed of the data split (default: the training seed, so the test set "
                         "is the one held out in training)")
     p.add_argument("--batch-size", type=common.int_in(1, 1_000_000, "a batch size"),

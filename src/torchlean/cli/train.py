@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
                    help="sgd (momentum 0.9), adam or adamw (weight decay 0.01); default: the "
                         "recipe")
     common.add_runtime_options(p)
-    p.add_argument("--seed", type=common.non_negative_int, default=0,
+    p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seeds the data split, the initial weights and the shuffles "
                         "(default 0)")
     p.add_argument("--save", metavar="PATH", type=common.output_path,
