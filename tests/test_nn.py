@@ -242,11 +242,41 @@ def test_embedding_matches_torch(path: str) -> None:
     np.testing.assert_allclose(grad, theirs.weight.grad.numpy(), rtol=RTOL, atol=ATOL)
 
 
-def test_embedding_out_of_range_index_gives_zero_row() -> None:
+@pytest.mark.parametrize("ids", [[0, 5], [-1], [0.7], [3]])
+def test_embedding_refuses_ids_torch_refuses(ids: list) -> None:
+    # Issue 25: these used to give zero rows in silence (F.embedding already raised).
     emb = nn.Embedding(3, 2, **D)
-    out = emb(np.array([0, 5]))
-    np.testing.assert_array_equal(out[0], emb.weight.value[0])
-    np.testing.assert_array_equal(out[1], np.zeros(2))
+    with pytest.raises(TorchLeanError, match="embedding: ") as info:
+        emb(np.array(ids))
+    with pytest.raises(type(info.value)):
+        emb(tl.tensor(ids))
+    with pytest.raises((IndexError, RuntimeError)):  # torch refuses them too
+        torch.nn.Embedding(3, 2)(torch.tensor(ids))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_embedding_non_finite_row_reaches_only_its_lookups(bad: float) -> None:
+    emb = nn.Embedding(4, 3, **D)
+    w = emb.weight.value.copy()
+    w[3, 1] = bad
+    emb.weight.assign(w)
+    out = emb(np.array([[0, 1], [2, 3]]))
+    np.testing.assert_array_equal(out[:, :1].reshape(-1, 3)[:2], w[[0, 2]])
+    np.testing.assert_array_equal(out[0], w[[0, 1]])
+    assert np.isfinite(out[1, 0]).all() and not np.isfinite(out[1, 1, 1])
+    theirs = torch.nn.Embedding.from_pretrained(torch.tensor(w))(torch.tensor([[0, 1], [2, 3]]))
+    np.testing.assert_array_equal(out, theirs.numpy())
+
+
+def test_embedding_gradient_is_a_scatter_add_of_rows() -> None:
+    emb = nn.Embedding(4, 2, **D)
+    ids = np.array([1, 3, 1])
+    x = tl.tensor(ids)
+    out = emb(x)
+    out.sum().backward()
+    theirs = torch.nn.Embedding.from_pretrained(torch.tensor(emb.weight.value), freeze=False)
+    theirs(torch.tensor(ids)).sum().backward()
+    np.testing.assert_array_equal(np.asarray(emb.weight.grad), theirs.weight.grad.numpy())
 
 
 def _small_cnn(channels: int = 3) -> tuple[nn.Module, torch.nn.Module]:

@@ -355,7 +355,7 @@ def _nest(path: str, arrays: dict[str, np.ndarray], groups_json: str | None) -> 
         return arrays
     try:
         groups = json.loads(groups_json)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         groups = None
     if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
         raise CheckpointError(f"checkpoint {path}: metadata {GROUPS_KEY!r} must be a JSON list "

@@ -60,16 +60,22 @@ class Report:
     rows: list[EpsResult] = field(default_factory=list)
 
 
+MAX_EPS = 1e6
+"""Largest radius ``parse_eps`` accepts: beyond it PGD's steps and the bounds overflow float32
+long before any certificate could mean something."""
+
+
 def parse_eps(text: str) -> list[float]:
-    """``"0.01,0.02"`` -> ``[0.01, 0.02]`` (finite, >= 0, at least one)."""
+    """``"0.01,0.02"`` -> ``[0.01, 0.02]`` (finite, in ``[0, MAX_EPS]``, at least one)."""
     values = []
     for part in str(text).split(","):
         try:
             v = float(part)
         except ValueError:
             raise BoundsError(f"--eps: expected comma-separated numbers, found {part!r}") from None
-        if not np.isfinite(v) or v < 0:
-            raise BoundsError(f"--eps: each radius must be a finite number >= 0, found {part!r}")
+        if not np.isfinite(v) or not 0 <= v <= MAX_EPS:
+            raise BoundsError(f"--eps: each radius must be a number from 0 to {MAX_EPS:g}, "
+                              f"found {part!r}")
         values.append(v)
     return values
 

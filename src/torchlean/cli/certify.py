@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
                    default=1, help="PGD random restarts (default 1)")
     p.add_argument("--alpha-steps", type=common.int_in(0, 100_000, "a step count"), default=20,
                    help="projected gradient steps of alpha-CROWN (default 20)")
-    p.add_argument("--seed", type=common.non_negative_int, default=0,
+    p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seed of PGD's random starts (default 0)")
     common.add_threads_option(p)
     p.add_argument("--plot", metavar="PATH", type=common.output_path,

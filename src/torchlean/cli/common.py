@@ -56,6 +56,7 @@ def int_in(minimum: int, maximum: int | None = None, what: str = "") -> Callable
 
 positive_int = int_in(1, what="an integer")
 non_negative_int = int_in(0, what="an integer")
+seed_int = int_in(0, (1 << 63) - 1, "a seed")  # what NumPy's generators (and configs) take
 MAX_THREADS = 1024  # more BLAS threads than any machine has cores is a typo, not a request
 threads_int = int_in(1, MAX_THREADS, "a thread count")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import safe_files
 from ..core.errors import CheckpointError
 from ..engine import ops_interface as F
 from ..engine.session import Options, Session
@@ -39,7 +40,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--data", metavar="FILE.npz", default=None,
                    help="evaluate an --onnx model on the user's examples instead: 'x' (examples "
                         "first) and 'y' (integer class labels, or real regression targets)")
-    p.add_argument("--seed", type=common.non_negative_int, default=None,
+    p.add_argument("--seed", type=common.seed_int, default=None,
                    help="seed of the data split (default: the training seed, so the test set "
                         "is the one held out in training)")
     p.add_argument("--batch-size", type=common.int_in(1, 1_000_000, "a batch size"),
@@ -54,11 +55,7 @@ def looks_like_onnx(path: str) -> bool:
     with an 8-byte little-endian header length, never 0x08 followed by a small varint here)."""
     if path.lower().endswith((".onnx", ".onnx.gz")):
         return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-    except OSError:
-        return False
+    head = safe_files.read_head(path, 2)  # never blocks on a FIFO, never reads a device
     return head[:1] == ONNX_MAGIC and len(head) == 2 and head[1] < 0x20
 
 

@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
                    help="dataset (default: the model's own)")
     p.add_argument("--batch-size", type=common.int_in(1, 100_000, "a batch size"), default=2,
                    help="batch size the graph is traced for (default 2)")
-    p.add_argument("--seed", type=common.non_negative_int, default=0,
+    p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seed of the initial weights and the data split (default 0)")
     p.add_argument("--dot", metavar="PATH", type=common.output_path,
                    help="also write the graph as Graphviz DOT")

@@ -25,7 +25,14 @@ from .. import checkpoint, optim
 from ..core.errors import TorchLeanError
 from ..engine import ops_interface as F
 from ..engine.anomaly import TrainingDiverged
-from ..training.distributed import Communicator, abort_with, communicator
+from ..training import watchdog
+from ..training.distributed import (
+    Communicator,
+    DistributedError,
+    abort_with,
+    communicator,
+    compare_settings,
+)
 from ..training.fit import EpochMetrics, fit
 from ..zoo import datasets, models
 from ..zoo.trained import TRAIN_FORMAT, load_data
@@ -57,7 +64,7 @@ def add_parser(sub: Any) -> None:
                    help="sgd (momentum 0.9), adam or adamw (weight decay 0.01); default: the "
                         "recipe")
     common.add_runtime_options(p)
-    p.add_argument("--seed", type=common.non_negative_int, default=0,
+    p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seeds the data split, the initial weights and the shuffles "
                         "(default 0)")
     p.add_argument("--save", metavar="PATH", type=common.output_path,
@@ -72,6 +79,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--check-every", type=common.non_negative_int, default=0, metavar="N",
                    help="with --distributed: compare a hash of the parameters across ranks "
                         "every N steps (default 0: never)")
+    p.add_argument("--collective-timeout", type=common.float_in(
+        0.0, 1e8, "a number of seconds", low_open=True), default=None, metavar="SECONDS",
+                   help="with --distributed: abort the job when a rank waits this long for the "
+                        "others in one collective, start-up included (default "
+                        f"${watchdog.TIMEOUT_ENV} or {watchdog.DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="with --device cuda --backend compiled: replay each training step "
                         "from one captured CUDA graph (default: where it applies, falling "
@@ -86,6 +98,17 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "distributed", False):
         with ranks(args):  # rank 0 prints and writes; one rank's error ends them all
             return _run_on_this_rank(args)
+    world = watchdog.launcher_world()
+    if world is not None and world[1] > 1:
+        # Every rank would train alone, and a rank that did pass --distributed would wait for
+        # this one forever: refuse at once (the other ranks' watchdog then ends the job).
+        raise common.CliError(f"train: running as rank {world[0]} of {world[1]} under an MPI "
+                              "launcher without --distributed; pass --distributed to every "
+                              "rank (or run without mpiexec)")
+    for option in ("check_every", "collective_timeout"):
+        if getattr(args, option, None):
+            raise common.CliError(f"train: --{option.replace('_', '-')} applies only with "
+                                  "--distributed")
     return _run_on_this_rank(args)
 
 
@@ -94,10 +117,19 @@ def ranks(args: argparse.Namespace) -> Iterator[Communicator]:
     """``train --distributed``: every rank trains, rank 0 alone prints and writes.
 
     On the other ranks stdout goes to /dev/null and ``--save``, ``--plot`` and ``--json`` are
-    dropped. An error on one rank aborts every rank (its message on stderr); an error every rank
-    raises together (a start-up mismatch) is reported once, by rank 0.
+    dropped. Every option is compared across ranks first (the first collective), so options
+    given to one rank only (``--check-every``...) are reported instead of deadlocking. An error
+    on one rank aborts every rank (its message on stderr); an error every rank raises together
+    (a start-up mismatch) is reported once, by rank 0.
     """
-    comm = communicator(True)
+    comm = communicator(True, getattr(args, "collective_timeout", None))
+    try:
+        compare_settings(comm, {k: v for k, v in sorted(vars(args).items()) if not callable(v)},
+                         "torchlean train --distributed")
+    except DistributedError:
+        if comm.is_main:
+            raise
+        raise SystemExit(2) from None
     if not comm.is_main:
         for name in ("save", "plot", "json"):
             setattr(args, name, None)

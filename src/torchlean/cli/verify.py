@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ops", metavar="NAME,...", help="only these primitives (comma-separated)")
     p.add_argument("--quick", action="store_true",
                    help="fewer samples and sympy draws (under a minute for the registry)")
-    p.add_argument("--seed", type=common.non_negative_int, default=0,
+    p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seed of the extra draws (default 0)")
     p.add_argument("--json", metavar="PATH", type=common.output_path,
                    help="also write the results as JSON")

@@ -688,8 +688,16 @@ def _class_indices(fn: str, name: str, target: Any, num_classes: int | None
 def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False,
               sparse: bool = False) -> Any:
-    """Rows of ``weight (num_embeddings, dim)`` picked by integer indices of any shape, as
-    ``one_hot(input) @ weight``; ``padding_idx``'s row takes no gradient."""
+    """Rows of ``weight (num_embeddings, dim)`` picked by integer indices of any shape;
+    ``padding_idx``'s row takes no gradient.
+
+    Indices whose values are known (arrays, tensors, eager refs) are checked as torch checks
+    them (integers in ``[0, num_embeddings)``, else ``IndexRangeError``) and the rows are
+    gathered (``gather_rows_nat``; the weight's gradient is the scatter-add of the upstream
+    rows), so a NaN or inf in one row reaches only the lookups of that row. Indices traced into
+    a graph (their values unknown until it runs) go through ``one_hot(input) @ weight``: there
+    an index outside the range gives a zero row and a non-finite entry of the table reaches
+    every lookup (0 * inf is NaN)."""
     fn = "embedding"
     _require(fn, "max_norm", max_norm, None)
     _require(fn, "scale_grad_by_freq", scale_grad_by_freq, False)
@@ -711,17 +719,17 @@ def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = 
         if known.size and (known.min() < 0 or known.max() >= n):
             raise IndexRangeError(f"{fn}: indices must lie in [0, {n}), found range "
                                   f"[{known.min()}, {known.max()}]")
-        onehot: Any = _const(w, np.eye(n, dtype=_dtype(w))[known])
-    else:
-        onehot = F.apply("one_hot", ids, num_classes=n)
-    if padding_idx is None:
-        return F.matmul_any(onehot, w)
-    # The padding row is read through detach, so its gradient is zero (torch's padding_idx).
-    keep = np.ones((n, 1), dtype=_dtype(w))
-    keep[padding_idx] = 0.0
-    live = F.apply("mul", w, _const(w, keep))
-    frozen = F.apply("mul", F.apply("detach", w), _const(w, 1.0 - keep))
-    return F.matmul_any(onehot, F.apply("add", live, frozen))
+    table = w
+    if padding_idx is not None:
+        # The padding row is read through detach, so its gradient is zero (torch's padding_idx).
+        keep = np.ones((n, 1), dtype=_dtype(w))
+        keep[padding_idx] = 0.0
+        live = F.apply("mul", w, _const(w, keep))
+        frozen = F.apply("mul", F.apply("detach", w), _const(w, 1.0 - keep))
+        table = F.apply("add", live, frozen)
+    if known is not None:
+        return F.apply("gather_rows_nat", table, idx=known)
+    return F.matmul_any(F.apply("one_hot", ids, num_classes=n), table)
 
 
 def one_hot(tensor: Any, num_classes: int = -1) -> Any:

@@ -48,6 +48,7 @@ from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from ..engine.tensor import CompiledModule
+from . import functional
 from .functional import gelu
 
 __all__ = [
@@ -721,10 +722,12 @@ class MultiheadAttention(Module):
 class Embedding(Module):
     """Rows of ``weight (num_embeddings, embedding_dim)`` picked by class indices.
 
-    ``forward(ids)`` takes the indices as a float ref (``Session.input`` turns an integer array
-    into one; in a compiled graph they are an input like any other), and computes
-    ``one_hot(ids) @ weight``, so the weight's gradient is the scatter-add of the upstream rows.
-    An index outside ``[0, num_embeddings)`` gives a zero row.
+    ``forward(ids)`` takes the indices as an integer array or tensor, or as a float ref
+    (``Session.input`` turns an integer array into one; in a compiled graph they are an input
+    like any other), and computes ``nn.functional.embedding(ids, weight)``: known indices must
+    be integers in ``[0, num_embeddings)`` (else ``IndexRangeError``, as torch raises) and their
+    rows are gathered, the weight's gradient being the scatter-add of the upstream rows; indices
+    traced into a graph use ``one_hot(ids) @ weight`` (see ``nn.functional.embedding``).
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32",
@@ -742,8 +745,7 @@ class Embedding(Module):
         elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
             # An integer index tensor (tl.Tensor int64): one_hot of it would be integer too.
             ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
-        one_hot = F.one_hot(ids, num_classes=self.num_embeddings)
-        return one_hot @ _use(ids, self.weight)
+        return functional.embedding(ids, _use(ids, self.weight))
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -5,6 +5,10 @@ function (domain ``torchlean``) whose body computes it; the call's primitive nam
 attributes are stored in the model's metadata under ``METADATA_KEY`` so that loading the file
 back records the very same primitive (hence a bitwise round trip). Attributes hold tuples, NumPy
 arrays (masks, index vectors), dtypes and numbers, which plain JSON cannot tell apart.
+
+The metadata comes from the file, so decoding it is bounded (``limits``): its length and nesting
+depth are checked before the JSON decoder runs, and only plain numeric and boolean dtypes are
+accepted (a structured or sub-array dtype could ask for gigabytes from a few bytes of text).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import limits
 from .errors import OnnxError
 
 DOMAIN = "torchlean"
@@ -41,12 +46,25 @@ def _encode(value: Any) -> Any:
                     f"({type(value).__name__}) in the model")
 
 
+def _dtype(text: Any) -> np.dtype:
+    """A plain numeric or boolean dtype named in the metadata; anything else is refused."""
+    if not isinstance(text, str) or len(text) > 8:
+        raise OnnxError(f"onnx load: metadata dtype must be a short string, found {text!r}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError):
+        raise OnnxError(f"onnx load: metadata dtype {text!r} is not a NumPy dtype") from None
+    if dtype.kind not in "biuf" or dtype.shape != () or dtype.fields is not None:
+        raise OnnxError(f"onnx load: metadata dtype {text!r} is not a plain number or bool type")
+    return dtype
+
+
 def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         if "__ndarray__" in value:
-            return np.array(value["__ndarray__"], dtype=np.dtype(value["dtype"]))
+            return np.array(value["__ndarray__"], dtype=_dtype(value.get("dtype")))
         if "__dtype__" in value:
-            return np.dtype(value["__dtype__"])
+            return _dtype(value["__dtype__"])
         if "__tuple__" in value:
             return tuple(_decode(v) for v in value["__tuple__"])
         raise OnnxError(f"onnx load: unknown encoded attribute {value!r}")
@@ -66,10 +84,11 @@ def dumps(calls: dict[str, dict[str, Any]]) -> str:
 
 def loads(text: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """Function name -> (primitive name, attributes), from the metadata string."""
+    limits.check_metadata_text(text, METADATA_KEY)  # length and depth, before decoding
     try:
         raw = json.loads(text)
         return {name: (str(call["op"]), {k: _decode(v) for k, v in call["attrs"].items()})
                 for name, call in raw.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise OnnxError(f"onnx load: the {METADATA_KEY!r} metadata is not valid "
                         f"({type(exc).__name__}: {exc})") from None

@@ -15,6 +15,16 @@ class OnnxMissingError(OnnxError, ImportError):
     """The ``onnx`` package is not installed (the ``torchlean[onnx]`` extra)."""
 
 
+class OnnxLimitError(OnnxError):
+    """A size or depth declared in an ONNX file beyond what ``load`` accepts (checked before
+    anything is allocated: initialisers, folded constants, the torchlean metadata)."""
+
+
+class OnnxExternalDataError(OnnxError):
+    """External tensor data that ``load`` refuses to read: from bytes or a ``ModelProto`` (no
+    directory it may come from), or not a regular file beside the model file."""
+
+
 class UnsupportedOnnxError(OnnxError):
     """Nodes (or primitives, on export) that cannot be translated; ``problems`` lists each one as
     ``(name, op type, reason)``."""

@@ -14,7 +14,6 @@ that depend on it are skipped, and one ``UnsupportedOnnxError`` lists every prob
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,8 +28,9 @@ from ..engine.params import Param
 from ..engine.transforms import Compiled
 from ..nn import Module
 from ..ops.general import inverse_perm
-from . import codec
-from .errors import OnnxError, UnsupportedOnnxError, require_onnx
+from . import codec, limits
+from .errors import OnnxError, OnnxLimitError, UnsupportedOnnxError, require_onnx
+from .files import read_model
 
 _FLOAT_ELEM: dict[int, np.dtype] = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
 _INDEX_ELEM = (6, 7)  # INT32, INT64: index inputs (token ids), carried as floats in the graph
@@ -927,26 +927,9 @@ IMPORTED_OPS: tuple[str, ...] = tuple(sorted(set(HANDLERS) | {"Constant", "Shape
 
 
 def _read(source: Any) -> Any:
+    """The checked ``ModelProto`` and its label (``files.read_model`` reads it as hostile)."""
     onnx = require_onnx()
-    if isinstance(source, onnx.ModelProto):
-        return source, "<model>"
-    label = "<bytes>"
-    try:
-        if isinstance(source, bytes | bytearray):
-            model = onnx.load_from_string(bytes(source))
-        elif isinstance(source, str | os.PathLike):
-            label = os.fspath(source)
-            if not os.path.isfile(label):
-                raise OnnxError(f"onnx load: {label}: no such file")
-            model = onnx.load(label)
-        else:
-            raise OnnxError(f"onnx load: expected a path, bytes or onnx.ModelProto, found "
-                            f"{type(source).__name__}")
-    except TorchLeanError:
-        raise
-    except Exception as exc:  # protobuf decode errors and the like, whatever their class
-        raise OnnxError(f"onnx load: {label} is not a readable ONNX model (malformed or "
-                        f"truncated: {type(exc).__name__}: {exc})") from None
+    model, label = read_model(source)
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
@@ -961,9 +944,13 @@ def _attrs(node: Any) -> dict[str, Any]:
     for a in node.attribute:
         value = onnx.helper.get_attribute_value(a)
         if isinstance(value, onnx.TensorProto):
+            limits.check_tensor(value, f"attribute {a.name!r}")  # before allocating
             value = onnx.numpy_helper.to_array(value)
         elif isinstance(value, bytes):
-            value = value.decode()
+            try:
+                value = value.decode()
+            except UnicodeDecodeError:
+                raise Unsupported(f"attribute {a.name!r} is not UTF-8 text") from None
         out[a.name] = value
     return out
 
@@ -1044,8 +1031,18 @@ class _Translator:
         # ONNX value names holding integers computed at run time (index inputs and their
         # reshapes): only Gather (as indices), Cast and reshapes may read them.
         self.int_names: set[str] = set()
-        meta = {p.key: p.value for p in model.metadata_props}
-        self.calls = codec.loads(meta[codec.METADATA_KEY]) if codec.METADATA_KEY in meta else {}
+        self._calls: dict[str, tuple[str, dict[str, Any]]] | None = None
+        self.depth = 0  # model-local functions being inlined
+
+    @property
+    def calls(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """The torchlean primitive calls recorded in the metadata, decoded (within
+        ``limits``) the first time a ``torchlean`` function node asks for them."""
+        if self._calls is None:
+            text = next((p.value for p in self.model.metadata_props
+                         if p.key == codec.METADATA_KEY), None)
+            self._calls = {} if text is None else codec.loads(text)
+        return self._calls
 
     def run_nodes(self, nodes: Any, env: dict[str, Any], where: str = "") -> None:
         onnx = require_onnx()
@@ -1069,9 +1066,17 @@ class _Translator:
                 except Unsupported as exc:
                     self.problems.append((name, node.op_type, exc.reason))
                     outs = [_BAD] * len(node.output)
+                except OnnxLimitError as exc:  # the file asks for too much: stop here
+                    raise OnnxLimitError(f"onnx load: {self.label}: node {name} "
+                                         f"({node.op_type}): {exc}") from None
                 except (TorchLeanError, onnx.onnx_cpp2py_export.checker.ValidationError,
                         ValueError) as exc:
-                    self.problems.append((name, node.op_type, str(exc).splitlines()[0]))
+                    self.problems.append((name, node.op_type, _first_line(exc)))
+                    outs = [_BAD] * len(node.output)
+                except (ArithmeticError, TypeError, LookupError, MemoryError) as exc:
+                    # A hostile node's attributes reaching NumPy or a primitive: its problem.
+                    self.problems.append((name, node.op_type,
+                                          f"{type(exc).__name__}: {_first_line(exc)}"))
                     outs = [_BAD] * len(node.output)
             for o, v in zip(node.output, outs, strict=False):
                 if o:
@@ -1099,6 +1104,7 @@ class _Translator:
             args = [v.array if v is not None else None for v in ins]
             while args and args[-1] is None:
                 args.pop()
+            limits.check_fold(op, name, args, attrs)  # before allocating the result
             try:
                 return [_Static(a) for a in _STATIC[op](*args, **attrs)]
             except (TypeError, ValueError, IndexError) as exc:
@@ -1155,8 +1161,15 @@ class _Translator:
         fn = self.functions[(node.domain, node.op_type)]
         if fn.attribute or list(getattr(fn, "attribute_proto", [])):
             raise Unsupported("functions with attributes are not inlined")
+        if self.depth >= limits.MAX_FUNCTION_DEPTH:
+            raise OnnxLimitError(f"model-local functions nest more than "
+                                 f"{limits.MAX_FUNCTION_DEPTH} deep (a function calling itself?)")
         env = dict(zip(fn.input, ins, strict=False))
-        self.run_nodes(fn.node, env, where=f"{name}/")
+        self.depth += 1
+        try:
+            self.run_nodes(fn.node, env, where=f"{name}/")
+        finally:
+            self.depth -= 1
         return [env.get(o, _BAD) for o in fn.output]
 
 
@@ -1199,6 +1212,7 @@ class OnnxModel(Compiled):
             holder["ctx"] = ctx
             env: dict[str, Any] = dict(zip(self.input_names, leaves, strict=True))
             for name, tensor in initialisers.items():
+                limits.check_tensor(tensor, f"onnx load: {label}: initialiser")
                 array = onnx.numpy_helper.to_array(tensor)
                 is_float = array.dtype.kind == "f"
                 env[name] = _Static(array, param=name if is_float else None)
@@ -1221,6 +1235,8 @@ class OnnxModel(Compiled):
 
         if not shapes:
             raise OnnxError(f"onnx load: {label}: the model has no tensor inputs")
+        if not self.output_names:
+            raise OnnxError(f"onnx load: {label}: the model has no outputs")
         wrt = [k for k in range(len(shapes)) if k not in self.index_inputs]
         super().__init__(build, shapes, dtype, wrt=wrt)
         self.parameters: dict[str, Param] = {p.name: p for p in self.graph.params}
@@ -1327,7 +1343,25 @@ def _no_inputs(label: str) -> Any:
     raise OnnxError(f"onnx load: {label}: the model has no tensor inputs")
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def load(source: Any, input_shapes: Any = None) -> OnnxModel:
-    """See ``torchlean.onnx.load``."""
+    """See ``torchlean.onnx.load``. Whatever the file holds, the only exceptions are
+    ``TorchLeanError`` subclasses (``OnnxError``, ``OnnxLimitError``, ...)."""
     model, label = _read(source)
-    return OnnxModel(model, label, input_shapes)
+    try:
+        return OnnxModel(model, label, input_shapes)
+    except TorchLeanError:
+        raise
+    except RecursionError:
+        raise OnnxLimitError(f"onnx load: {label}: the model nests too deeply to import"
+                             ) from None
+    except MemoryError:
+        raise OnnxLimitError(f"onnx load: {label}: importing the model ran out of memory"
+                             ) from None
+    except Exception as exc:  # a hostile file reaching a path no check above foresaw
+        raise OnnxError(f"onnx load: {label}: cannot import the model ({type(exc).__name__}: "
+                        f"{_first_line(exc)})") from None

@@ -30,6 +30,14 @@ it with mpi4py's buffer interface (never its pickle-based lower-case methods), i
   steps; a difference raises ``DistributedError`` on every rank.
 - a rank that raises prints its message (prefixed with its rank) and aborts the communicator,
   which ends every rank at once instead of leaving them blocked in a collective.
+- a rank that never gets there (it exited before MPI started, was stopped, or runs something
+  else) is caught by the collective watchdog (``training.watchdog``): every wait, ``MPI_Init``
+  included, is bounded by a collective timeout (``timeout_s``, ``TORCHLEAN_MPI_TIMEOUT``; 600 s by
+  default) and by the liveness of the ranks on this node, and the job is aborted with a message
+  naming the missing rank.
+- everything that decides the sequence of collectives (``check_every``, the bucket layout,
+  whether a stop request is polled, and the settings ``fit`` passes) is compared across ranks
+  in the first collective, before any other.
 
 Data-parallel training is host-only: ``DataParallel`` raises ``DeviceError`` for parameters on a
 device (``fit`` and ``torchlean train --distributed --device cuda`` refuse before any work).
@@ -43,6 +51,7 @@ with the same bits (checked by the hash).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,6 +65,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..core.errors import DeviceError, TorchLeanError
+from . import watchdog
 
 __all__ = ["Communicator", "DataParallel", "DistributedError", "MPICommunicator", "communicator",
            "shard_slice"]
@@ -153,10 +163,46 @@ def _contiguous(op: str, a: Any) -> None:
                                f"{type(a).__name__}")
 
 
-class MPICommunicator(Communicator):
-    """The seam over an mpi4py communicator (``MPI.COMM_WORLD`` by default)."""
+def check_timeout(timeout_s: Any, what: str = "timeout_s") -> float:
+    """A collective timeout in seconds: a finite number in (0, 1e9)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not (
+            0 < float(timeout_s) < 1e9):
+        raise DistributedError(f"distributed: {what} must be a number of seconds in (0, 1e9), "
+                               f"found {timeout_s!r}")
+    return float(timeout_s)
 
-    def __init__(self, comm: Any = None) -> None:
+
+class _Watched:
+    """A non-blocking collective's handle whose ``wait`` is watched (see ``training.watchdog``)."""
+
+    def __init__(self, request: Any, dog: watchdog.Watchdog | None, name: str) -> None:
+        self.request, self.dog, self.name = request, dog, name
+
+    def wait(self) -> None:
+        with _waiting(self.dog, self.name):
+            self.request.Wait()
+
+
+def _waiting(dog: watchdog.Watchdog | None, name: str) -> Any:
+    return contextlib.nullcontext() if dog is None else dog.waiting(name)
+
+
+class MPICommunicator(Communicator):
+    """The seam over an mpi4py communicator (``MPI.COMM_WORLD`` by default).
+
+    Under an MPI launcher with more than one rank, every wait (``MPI_Init`` included) is
+    watched: ``timeout_s`` (else ``TORCHLEAN_MPI_TIMEOUT``, else 600 s) bounds it, and a rank on
+    this node that exits makes the job abort within seconds (``training.watchdog``)."""
+
+    def __init__(self, comm: Any = None, timeout_s: float | None = None) -> None:
+        if timeout_s is not None:
+            timeout_s = check_timeout(timeout_s)
+        try:
+            self._dog = watchdog.start(timeout_s)
+        except ValueError as exc:  # a bad TORCHLEAN_MPI_TIMEOUT
+            raise DistributedError(f"distributed: {exc}") from None
+        if self._dog is not None:  # MPI_Init itself cannot be watched (it holds the GIL)
+            self._dog.rendezvous("start-up (the meeting of this node's ranks before MPI_Init)")
         try:
             from mpi4py import MPI
         except ImportError:
@@ -165,18 +211,25 @@ class MPICommunicator(Communicator):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.world_size = int(self.comm.Get_size())
         self.rank = int(self.comm.Get_rank())
+        if self._dog is not None:
+            self._dog.abort = self.comm.Abort
+
+    def _watch(self, name: str) -> Any:
+        return _waiting(self._dog, name)
 
     def iallreduce_sum(self, buffer: np.ndarray) -> Any:
         _contiguous("iallreduce_sum", buffer)
         if self.world_size == 1:
             return _Done()
-        return self.comm.Iallreduce(self._mpi.IN_PLACE, buffer, op=self._mpi.SUM)
+        request = self.comm.Iallreduce(self._mpi.IN_PLACE, buffer, op=self._mpi.SUM)
+        return _Watched(request, self._dog, "an allreduce")
 
     def broadcast(self, arrays: Sequence[np.ndarray]) -> None:
         for a in arrays:
             _contiguous("broadcast", a)
             if self.world_size > 1:
-                self.comm.Bcast(a, root=0)
+                with self._watch("a broadcast"):
+                    self.comm.Bcast(a, root=0)
 
     def allgather_bytes(self, data: bytes) -> list[bytes]:
         if not isinstance(data, bytes):
@@ -184,15 +237,18 @@ class MPICommunicator(Communicator):
         if self.world_size == 1:
             return [data]
         counts = np.zeros(self.world_size, dtype=np.int64)
-        self.comm.Allgather(np.array([len(data)], dtype=np.int64), counts)
+        with self._watch("an allgather"):
+            self.comm.Allgather(np.array([len(data)], dtype=np.int64), counts)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         recv = np.empty(int(counts.sum()), dtype=np.uint8)
         send = np.frombuffer(data, dtype=np.uint8) if data else np.empty(0, np.uint8)
-        self.comm.Allgatherv(send, [recv, counts, displs, self._mpi.BYTE])
+        with self._watch("an allgather"):
+            self.comm.Allgatherv(send, [recv, counts, displs, self._mpi.BYTE])
         return [recv[d:d + c].tobytes() for d, c in zip(displs, counts, strict=True)]
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with self._watch("a barrier"):
+            self.comm.Barrier()
 
     def abort(self, code: int = 1) -> NoReturn:
         # MPI_Abort makes the launcher kill every rank, and whatever this rank wrote that the
@@ -212,15 +268,16 @@ _SINGLE = Communicator()
 _WORLD: MPICommunicator | None = None
 
 
-def communicator(distributed: Any = True) -> Communicator:
+def communicator(distributed: Any = True, timeout_s: float | None = None) -> Communicator:
     """The communicator that ``distributed`` names: ``False``/``None`` the single-process world,
-    ``True`` MPI's world (mpi4py imported only now), or a ``Communicator`` itself."""
+    ``True`` MPI's world (mpi4py imported only now; ``timeout_s`` is its collective timeout, see
+    ``MPICommunicator``), or a ``Communicator`` itself."""
     global _WORLD
     if distributed is None or distributed is False:
         return _SINGLE
     if distributed is True:
         if _WORLD is None:
-            _WORLD = MPICommunicator()
+            _WORLD = MPICommunicator(timeout_s=timeout_s)
         return _WORLD
     if isinstance(distributed, Communicator):
         return distributed
@@ -248,6 +305,18 @@ def _describe_differences(descriptions: list[dict[str, Any]]) -> list[str]:
             shown = ", ".join(f"rank {r} = {_clip(v)}" for r, v in enumerate(values))
             lines.append(f"{key}: {shown}")
     return lines
+
+
+def compare_settings(comm: Communicator, settings: dict[str, Any], what: str) -> None:
+    """All-gather ``settings`` (JSON-able; other values compared by their ``str``) and raise
+    ``DistributedError`` (collective: every rank raises it) naming each field where ranks
+    differ. Call it before any other collective, with everything that decides their sequence."""
+    payload = json.dumps(settings, sort_keys=True, default=str).encode()
+    gathered = [json.loads(b) for b in comm.allgather_bytes(payload)]
+    problems = _describe_differences(gathered)
+    if problems:
+        raise DistributedError(f"{what}: the {comm.world_size} ranks are not running the same "
+                               "configuration:\n  " + "\n  ".join(problems), collective=True)
 
 
 def _clip(text: str, limit: int = 160) -> str:
@@ -339,6 +408,9 @@ class DataParallel:
         """Check that every rank runs the same configuration, then broadcast rank 0's
         parameters and optimiser state."""
         description = dict(settings)
+        # What decides the sequence of collectives must agree before any other collective.
+        description["check_every"] = self.check_every
+        description["gradient buckets"] = [len(idx) for idx, _ in self._buckets]
         # One flat key per item, so a difference names the exact parameter or setting.
         description["parameter count"] = len(self.params)
         for i, p in enumerate(self.params):
@@ -351,13 +423,7 @@ class DataParallel:
             description[f"optimizer {k}"] = float(v)
         for k, v in sorted(state.items()):
             description[f"optimizer state {k}"] = f"shape {tuple(v.shape)} {v.dtype}"
-        payload = json.dumps(description, sort_keys=True).encode()
-        gathered = [json.loads(b) for b in self.comm.allgather_bytes(payload)]
-        problems = _describe_differences(gathered)
-        if problems:
-            raise DistributedError(
-                f"distributed fit: the {self.comm.world_size} ranks are not running the same "
-                "configuration:\n  " + "\n  ".join(problems), collective=True)
+        compare_settings(self.comm, description, "distributed fit")
         values = [np.array(p.data, copy=True, order="C") for p in self.params]
         self.comm.broadcast(values)
         for p, v in zip(self.params, values, strict=True):

@@ -243,6 +243,8 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         try:
             dp.start({"epochs": epochs, "batch_size": batch_size, "backend": backend,
                       "seed": seed, "shuffle": shuffle, "dtype": str(dtype),
+                      # polling a stop request is a collective at every batch
+                      "should_stop": should_stop is not None,
                       "train_examples": len(train_data),
                       "train_crc": _data_crc(train_data),
                       "test_examples": None if test_data is None else len(test_data)})

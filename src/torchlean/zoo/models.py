@@ -166,12 +166,83 @@ def config_for(model: str, data: DatasetBundle, seed: int = 0) -> dict[str, Any]
     return config
 
 
-def build(config: dict[str, Any]) -> nn.Module:
-    """The model a config describes, initialised from ``config["seed"]``."""
+# Config entries: (what they hold, the largest value). A config may come from a checkpoint
+# file (``torchlean eval``), so every entry is checked before a model is built from it.
+_SIZE = 1 << 16
+_ENTRIES: dict[str, tuple[str, int]] = {
+    "seed": ("int", (1 << 63) - 1), "in_features": ("int", 1 << 20), "num_classes": ("int", _SIZE),
+    "hidden": ("ints", _SIZE), "image_shape": ("ints", 4096), "channels": ("ints", 4096),
+    "vocab_size": ("int", 1 << 20), "seq_len": ("int", _SIZE), "d_model": ("int", _SIZE),
+    "num_heads": ("int", 1024), "num_layers": ("int", 256), "d_ff": ("int", _SIZE),
+    "digits_per_operand": ("int", 64),
+}
+_LENGTHS = {"hidden": (0, 16), "image_shape": (3, 3), "channels": (2, 2)}
+MAX_PARAMETERS = 200_000_000
+"""Most parameters a config may describe (so a crafted config cannot exhaust memory)."""
+
+
+def _count_parameters(config: dict[str, Any]) -> int:
+    name = config["model"]
+    if name == "mlp":
+        sizes = [config["in_features"], *config["hidden"], config["num_classes"]]
+        return sum((a + 1) * b for a, b in zip(sizes, sizes[1:], strict=False))
+    if name == "cnn":
+        c_in, height, width = config["image_shape"]
+        c1, c2 = config["channels"]
+        return (9 * c_in + 1) * c1 + (9 * c1 + 1) * c2 + (c2 * (height // 4) * (width // 4)
+                                                         + 1) * config["num_classes"]
+    d, ff = config["d_model"], config["d_ff"]
+    return (2 * config["vocab_size"] + config["seq_len"]) * d + config["num_layers"] * (
+        4 * d * d + 2 * d * ff)
+
+
+def check_config(config: Any, where: str = "model config") -> None:
+    """A ``TorchLeanError`` naming the entry unless ``config`` describes a model ``build`` can
+    make: a known model, every entry it needs present, each a positive integer (or a list of
+    them) within its bound, and at most ``MAX_PARAMETERS`` parameters in all."""
+    if not isinstance(config, dict):
+        raise TorchLeanError(f"{where}: expected a JSON object, found {type(config).__name__}")
     name = config.get("model")
-    builder = _BUILDERS.get(name) if isinstance(name, str) else None
-    if builder is None:
-        raise TorchLeanError(f"unknown model {name!r}; valid models: {', '.join(NAMES)}")
+    if not isinstance(name, str) or name not in _BUILDERS:
+        raise TorchLeanError(f"{where}: unknown model {name!r}; valid models: {', '.join(NAMES)}")
+    needed = {"mlp": ("in_features", "hidden", "num_classes"),
+              "cnn": ("image_shape", "channels", "num_classes"),
+              "transformer": ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers",
+                              "d_ff")}[name]
+    for key in needed:
+        if key not in config:
+            raise TorchLeanError(f"{where}: the {name} config lacks the entry {key!r}")
+    for key, value in config.items():
+        if key not in _ENTRIES:
+            continue
+        kind, limit = _ENTRIES[key]
+        items = value if kind == "ints" else [value]
+        low = 0 if key == "seed" else 1
+        if kind == "ints" and not isinstance(value, list):
+            raise TorchLeanError(f"{where}: {key} must be a list of integers, found {value!r}")
+        lo, hi = _LENGTHS.get(key, (1, 1))
+        if kind == "ints" and not lo <= len(items) <= hi:
+            raise TorchLeanError(f"{where}: {key} must hold {lo}..{hi} integers, found "
+                                 f"{len(items)}")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or not low <= item <= limit:
+                raise TorchLeanError(f"{where}: {key} must hold integers in [{low}, {limit}], "
+                                     f"found {str(value)[:80]}")
+    if name == "transformer" and config["d_model"] % config["num_heads"]:
+        raise TorchLeanError(f"{where}: d_model {config['d_model']} is not a multiple of "
+                             f"num_heads {config['num_heads']}")
+    count = _count_parameters(config)
+    if count > MAX_PARAMETERS:
+        raise TorchLeanError(f"{where}: describes {count} parameters, more than the "
+                             f"{MAX_PARAMETERS} accepted")
+
+
+def build(config: dict[str, Any]) -> nn.Module:
+    """The model a config describes (checked by ``check_config``), initialised from
+    ``config["seed"]``."""
+    check_config(config)
+    name = config["model"]
+    builder = _BUILDERS[name]
     nn.manual_seed(int(config.get("seed", 0)))
     try:
         model = builder(config)

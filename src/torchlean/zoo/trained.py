@@ -68,6 +68,13 @@ def _config_of(path: str, metadata: dict[str, str]) -> tuple[dict[str, Any], dic
     if config.get("model") not in models.NAMES:
         raise CheckpointError(f"checkpoint {path}: unknown model {config.get('model')!r}; valid "
                               f"models: {', '.join(models.NAMES)}")
+    # Whoever crafts a file can also compute its checksum: every entry is checked before a
+    # model is built from it (types, bounds, parameter count).
+    models.check_config(config, f"checkpoint {path}: model config")
+    seed = settings.get("seed", config.get("seed", 0))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 63:
+        raise CheckpointError(f"checkpoint {path}: seed must be an integer in [0, 2**63), found "
+                              f"{str(seed)[:40]}")
     return config, settings
 
 
