@@ -572,7 +572,7 @@ def test_cli_export_then_eval_onnx_matches_eval_checkpoint(
     from_onnx = capsys.readouterr().out.split("test loss")[1]
     assert from_onnx == from_checkpoint  # same loss and accuracy, printed to 4 places
     assert cli.main(["eval", "--onnx", out]) == 2
-    assert "--dataset is needed" in capsys.readouterr().err
+    assert "--dataset (or --data file.npz) is needed" in capsys.readouterr().err
     assert cli.main(["eval", "--onnx", str(tmp_path / "absent.onnx"), "--dataset", "iris"]) == 2
     assert "no such file" in capsys.readouterr().err
     assert cli.main(["verify", "--onnx", out, "--dataset", "iris", "--quick"]) == 0
