@@ -19,8 +19,8 @@ from scipy.optimize import linprog
 
 import torchlean as tl
 from torchlean import bounds as B
-from torchlean.engine import ops_interface as F
 from torchlean.bounds import engine
+from torchlean.engine import ops_interface as F
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
