@@ -87,6 +87,19 @@ def _convex(rng, batch):
     return tl.compile(f, (batch, 3))
 
 
+def _gathers(rng, batch):
+    """Linear primitives without a dedicated rule (a strided ``take``, ``reduce_mean``): CROWN
+    passes through their own VJP."""
+    w1, w2 = _w(rng, 6, 8), _w(rng, 4, 3)
+
+    def f(x):
+        h = F.relu(F.matmul_any(x, w1))[:, 0:8:2]     # (B, 4) via take
+        m = F.reshape(F.reduce_mean(h, axis=1), shape=(batch, 1))
+        return F.tanh(F.matmul_any(h, w2)) - m
+
+    return tl.compile(f, (batch, 6))
+
+
 def _onnx_cnn(rng, batch):
     """Conv, Relu, MaxPool (imported as ``max_pool``), Flatten, Gemm with transB=0, Tanh."""
     w = _w(rng, 3, 1, 3, 3)
@@ -111,7 +124,7 @@ def _onnx_cnn(rng, batch):
 
 
 NETS = {"matmul-mlp": _matmul_mlp, "no-batch": _no_batch, "nd-permute": _nd_permute,
-        "onnx-cnn": _onnx_cnn, "convex": _convex}
+        "onnx-cnn": _onnx_cnn, "convex": _convex, "gathers": _gathers}
 
 
 # --- checking -------------------------------------------------------------------------------

@@ -178,13 +178,15 @@ class _Chain:
             give(px, F.permute(v, perm=axes))
             return True
         if name in ("add", "sub"):
-            if not all(not prop.variable[p] or nodes[p].shape == node.shape
-                       for p in node.parents):
+            if not all(not prop.variable[p] or prop.batched(p) for p in node.parents):
                 return False
             for p, sign in zip(node.parents, (1.0, 1.0 if name == "add" else -1.0),
                                strict=True):
                 if prop.variable[p]:
-                    give(p, v if sign > 0 else -v)
+                    w = v if sign > 0 else -v
+                    if nodes[p].shape != node.shape:
+                        w = _traced_sum_to(w, prop.rest(p))
+                    give(p, w)
                 else:
                     c = prop.ivals[p]
                     assert c is not None
@@ -288,6 +290,19 @@ class _Chain:
             give(px, F.relu(v) * lo_slope - F.relu(-v) * _with_k(upper))
             add(_sum_rest(-F.relu(-v) * _with_k(intercept)))
         return True
+
+
+def _traced_sum_to(v: Any, rest: tuple[int, ...]) -> Any:
+    """Traced multipliers (B, K, *r) summed down to (B, K, *rest), as ``engine._sum_to``."""
+    r = tuple(v.shape[2:])
+    lead = len(r) - len(rest)
+    for _ in range(lead):
+        v = F.reduce_sum(v, axis=2)
+    for j, (a, b) in enumerate(zip(rest, r[lead:], strict=True)):
+        if a == 1 and b != 1:
+            shape = tuple(v.shape)
+            v = F.reshape(F.reduce_sum(v, axis=2 + j), shape=shape[:2 + j] + (1,) + shape[3 + j:])
+    return v
 
 
 def _k(x: Any) -> Any:

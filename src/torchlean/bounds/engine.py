@@ -644,14 +644,42 @@ def _add_sub(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: l
     assert node.op is not None
     signs = (1.0, 1.0) if node.op.name == "add" else (1.0, -1.0)
     for p in node.parents:
-        if prop.variable[p] and prop.nodes[p].shape != node.shape:
-            return False  # a varying operand broadcast against the other: concretize instead
+        if prop.variable[p] and not prop.batched(p):
+            return False
     for p, sign in zip(node.parents, signs, strict=True):
         if prop.variable[p]:
-            prop.accumulate(nu, p, v if sign > 0 else -v, slack)
+            w = v if sign > 0 else -v
+            if prop.nodes[p].shape != node.shape:
+                # a varying operand broadcast against the other: its multiplier sums over the
+                # broadcast axes (the sum's rounding, gamma_n |v| . max|x|, is slack)
+                rest = prop.rest(p)
+                w = _sum_to(w, rest)
+                if w is None:
+                    return False
+                n = int(np.prod(prop.rest(i))) // max(1, int(np.prod(rest))) + 4
+                wide = np.broadcast_to(prop.vmax(p).reshape(
+                    (prop.batch,) + (1,) * (len(prop.rest(i)) - len(rest)) + rest),
+                    prop.bshape(node))
+                slack.append(_dot_rest(np.abs(v), wide, True) * gamma(n))
+            prop.accumulate(nu, p, w, slack)
         else:
             terms.append(_const_term(prop, v, p, node, sign))
     return True
+
+
+def _sum_to(v: Array, rest: tuple[int, ...]) -> Array | None:
+    """Multipliers ``(B, K, *r)`` summed down to ``(B, K, *rest)`` (``rest`` broadcasts to r)."""
+    r = v.shape[2:]
+    lead = len(r) - len(rest)
+    if lead < 0:
+        return None
+    out = v.sum(axis=tuple(range(2, 2 + lead))) if lead else v
+    for j, (a, b) in enumerate(zip(rest, r[lead:], strict=True)):
+        if a == 1 and b != 1:
+            out = out.sum(axis=2 + j, keepdims=True)
+        elif a != b:
+            return None
+    return out
 
 
 @_handler("mul")
