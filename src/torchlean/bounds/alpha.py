@@ -1,13 +1,24 @@
-"""alpha-CROWN: the relu lower-bound slopes optimised for the specification's lower bound.
+"""alpha-CROWN: the relaxation slopes optimised, for the output and every intermediate bound.
 
-The CROWN bound of the specification rows, as a function of the lower slopes ``alpha`` of the
-unstable relus (one per example, row and neuron), is traced into a torchlean graph with
-``tl.compile``; projected gradient ascent (Adam steps, then clipping to [0, 1]) runs on the
-gradients of that graph's reverse mode. The traced objective is the textbook CROWN bound in plain
-float64 arithmetic: it only *chooses* the slopes. The bound reported is the engine's rigorous
-evaluation with the chosen slopes (``Propagation.lower`` with ``alpha`` set), which is sound for
-any slopes in [0, 1], so the optimiser's arithmetic needs no care. Intermediate bounds stay those
-of CROWN (as auto_LiRPA's default).
+As in auto_LiRPA's default, every bound CROWN computes gets its own slopes: the specification rows
+(one set per example and row) and, with ``intermediate``, each intermediate pre-activation bound
+a relaxation depends on (one set per *target* layer, its rows the neurons whose bounds matter --
+a relu's unstable ones, every tanh / sigmoid one -- lower and upper). The optimised slopes are
+the relu lower slopes in [0, 1] and, for tanh and sigmoid, both the lower and the upper line's
+slope (any slope is sound: the engine bounds ``sigma(t) - a t`` itself). The whole chain --
+intermediate bounds from their slopes, the relaxations built on those bounds (relu chords follow
+them), the specification's bound -- is traced into one torchlean graph with ``tl.compile``, and
+projected gradient ascent (Adam, then clipping to the slope's range) runs on the gradients of that
+graph's reverse mode. The objective is the shortfall ``sum(min(bound - threshold, 0))`` of the
+specification rows (proved rows stop pulling) plus, for each target's slopes, the sum of their
+own rows' bounds (the final bound alone gives intermediate slopes a weak signal). It stops early
+once every row is above its threshold.
+
+The traced objective is the textbook CROWN bound in plain float64: it only *ranks* slopes. The
+bounds reported are the engine's rigorous evaluation with the best slopes found (per example):
+``Propagation.lower`` with ``alpha`` set, target by target in graph order, each intersected with
+CROWN's, then the specification (sound for any slopes), so the optimiser's arithmetic needs no
+care.
 """
 
 from __future__ import annotations
@@ -18,9 +29,26 @@ import numpy as np
 
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
-from .engine import Propagation, _with_k, max_g, min_g, pool_windows, relu_slopes, smooth_slopes
+from .engine import (
+    Propagation,
+    _with_k,
+    convex_slopes,
+    convex_terms,
+    handled,
+    max_g,
+    min_g,
+    pool_geometry,
+    pool_windows,
+    relu_slopes,
+    smooth_slopes,
+)
 
 Array = Any
+
+# Most slope entries optimised for the intermediate bounds (beyond it they keep CROWN's).
+ALPHA_ENTRIES = 1 << 24
+# Weight of the intermediate rows' own bounds in the objective of their slopes.
+DIRECT_WEIGHT = 1.0
 
 
 def _sum_rest(x: Any) -> Any:
@@ -37,14 +65,24 @@ def _concretize(v: Any, lo: Array, hi: Array) -> Any:
     return _sum_rest(F.relu(v) * _with_k(lo) - F.relu(-v) * _with_k(hi))
 
 
-def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) -> Any:
-    """The CROWN lower bound of the specification rows as a function of the relu slopes."""
-    nodes = prop.nodes
+class _Chain:
+    """Traced CROWN passes over one propagation: ``bound(target, nu0, slopes, boxes)``."""
 
-    def bound(*alphas: Any) -> Any:
-        slope = dict(zip(relus, alphas, strict=True))
-        owner = alphas[0].owner
-        nu: dict[int, Any] = {out_id: owner.const(spec)}
+    def __init__(self, prop: Propagation) -> None:
+        self.prop = prop
+
+    def box(self, p: int, boxes: dict[int, Any]) -> tuple[Any, Any]:
+        """Bounds of node ``p`` in (B, *rest) form: traced if optimised, else constants."""
+        if p in boxes:
+            return boxes[p]
+        iv = self.prop.bx(p)
+        return iv.lo, iv.hi
+
+    def bound(self, owner: Any, target: int, nu0: Array, slope: dict[int, Any],
+              boxes: dict[int, Any]) -> Any:
+        prop = self.prop
+        nodes = prop.nodes
+        nu: dict[int, Any] = {target: owner.const(nu0)}
         total: Any = None
 
         def add(term: Any) -> None:
@@ -54,186 +92,544 @@ def _objective(prop: Propagation, out_id: int, spec: Array, relus: list[int]) ->
         def give(p: int, c: Any) -> None:
             nu[p] = c if p not in nu else nu[p] + c
 
-        for i in range(out_id, -1, -1):
+        for i in range(target, -1, -1):
             v = nu.pop(i, None)
             if v is None:
                 continue
             node = nodes[i]
-            op = node.op
-            name = op.name if op is not None else ""
-            box = prop.ivals[i]
-            assert box is not None
-            handled = i not in prop.data_ids and prop.batched(i)
-            if handled and name == "linear":
-                pw, pb, px = node.parents
-                w, b = prop.point(pw), prop.point(pb)
-                if w is not None and b is not None and prop.batched(px):
-                    k = v.shape[1]
-                    flat = F.reshape(v, shape=(v.shape[0] * k, w.shape[0]))
-                    give(px, F.reshape(flat @ w, shape=(v.shape[0], k, w.shape[1])))
-                    add(_sum_rest(v * b))
-                    continue
-            elif handled and name in ("conv2d", "conv"):
-                pw, pb, px = node.parents
-                w, b = prop.point(pw), prop.point(pb)
-                if w is not None and b is not None and prop.batched(px):
-                    bk = v.shape[0] * v.shape[1]
-                    x_shape = nodes[px].shape
-                    g = F.reshape(v, shape=(bk,) + node.shape[1:])
-                    dummy = owner.const(np.zeros((bk,) + x_shape[1:]))
-                    attrs = {k: a for k, a in node.attrs.items() if k != "dtype"}
-                    gx = op.apply_vjp(  # type: ignore[union-attr]
-                        owner.ops, g, [owner.const(w), owner.const(b), dummy],
-                                           None, attrs, (False, False, True))[2]
-                    give(px, F.reshape(gx, shape=tuple(v.shape[:2]) + x_shape[1:]))
-                    add(_sum_rest(v * b.reshape((1, 1, b.shape[0]) + (1,) * (w.ndim - 2))))
-                    continue
-            elif handled and name == "reshape":
-                px = node.parents[0]
-                if prop.batched(px):
-                    give(px, F.reshape(v, shape=tuple(v.shape[:2]) + nodes[px].shape[1:]))
-                    continue
-            elif handled and name in ("add", "sub") and all(
-                    not prop.variable[p] or nodes[p].shape == node.shape for p in node.parents):
-                for p, sign in zip(node.parents, (1.0, 1.0 if name == "add" else -1.0),
-                                   strict=True):
-                    if prop.variable[p]:
-                        give(p, v if sign > 0 else -v)
-                    else:
-                        c = prop.ivals[p]
-                        assert c is not None
-                        lo = np.broadcast_to(sign * (c.lo if sign > 0 else c.hi),
-                                             prop.bshape(node))
-                        hi = np.broadcast_to(sign * (c.hi if sign > 0 else c.lo),
-                                             prop.bshape(node))
-                        add(_concretize(v, lo, hi))
+            name = node.op.name if node.op is not None else ""
+            if i not in prop.data_ids and prop.batched(i) and self._step(
+                    owner, i, name, v, slope, boxes, add, give):
                 continue
-            elif handled and name == "mul":
-                a, b2 = node.parents
-                var, const = (a, b2) if prop.variable[a] else (b2, a)
-                c = prop.point(const)
-                if c is not None and nodes[var].shape == node.shape and not prop.variable[const]:
-                    give(var, v * _with_k(np.broadcast_to(c, prop.bshape(node))))
-                    continue
-            elif handled and name == "scale":
-                give(node.parents[0], v * float(node.attrs["c"]))
-                continue
-            elif handled and name == "relu":
-                px = node.parents[0]
-                pbox = prop.ivals[px]
-                assert pbox is not None
-                if np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi)):
-                    lower, upper = relu_slopes(pbox.lo, pbox.hi)
-                    intercept = np.where((pbox.lo < 0) & (pbox.hi > 0), -upper * pbox.lo, 0.0)
-                    lo_slope = slope[i] if i in slope else _with_k(lower)
-                    give(px, F.relu(v) * lo_slope - F.relu(-v) * _with_k(upper))
-                    add(_sum_rest(-F.relu(-v) * _with_k(intercept)))
-                    continue
-            elif handled and name in ("tanh", "sigmoid"):
-                px = node.parents[0]
-                pbox = prop.ivals[px]
-                assert pbox is not None
-                if np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi)):
-                    a_lo, a_hi = smooth_slopes(name, pbox.lo, pbox.hi)
-                    h_lo = min_g(name, pbox.lo, pbox.hi, a_lo)
-                    h_hi = max_g(name, pbox.lo, pbox.hi, a_hi)
-                    add(_sum_rest(F.relu(v) * _with_k(h_lo) - F.relu(-v) * _with_k(h_hi)))
-                    give(px, F.relu(v) * _with_k(a_lo) - F.relu(-v) * _with_k(a_hi))
-                    continue
-            elif handled and name == "max_pool2d":
-                px = node.parents[0]
-                k = tuple(node.attrs["kernel_size"])
-                stride = node.attrs.get("stride")
-                x_shape = nodes[px].shape
-                if ((stride is None or tuple(stride) == k) and len(x_shape) == 4
-                        and not x_shape[2] % k[0] and not x_shape[3] % k[1]):
-                    pbox = prop.ivals[px]
-                    assert pbox is not None
-                    onehot, dominated, top = pool_windows(pbox.lo, pbox.hi, k)  # type: ignore
-                    dom = _with_k(dominated.astype(np.float64))
-                    coef = v * dom + F.relu(v) * (1.0 - dom)
-                    add(_sum_rest(-F.relu(-v) * (1.0 - dom) * _with_k(top)))
-                    bk, kk = v.shape[:2]
-                    ch, ho, wo = node.shape[1:]
-                    up7 = F.reshape(coef, shape=(bk, kk, ch, ho, 1, wo, 1))
-                    up7 = F.broadcast_to(up7, shape=(bk, kk, ch, ho, k[0], wo, k[1]))
-                    up5 = F.reshape(up7, shape=(bk, kk) + x_shape[1:])
-                    give(px, up5 * _with_k(onehot))
-                    continue
-            add(_concretize(v, box.lo, box.hi))
+            lo, hi = self.box(i, boxes)
+            if isinstance(lo, np.ndarray):
+                add(_concretize(v, lo, hi))
+            else:  # an optimised box: sum(relu(v) * lo - relu(-v) * hi), traced
+                add(_sum_rest(F.relu(v) * _k(lo) - F.relu(-v) * _k(hi)))
         assert total is not None
         return total
 
-    return bound
+    def _step(self, owner: Any, i: int, name: str, v: Any, slope: dict[int, Any],
+              boxes: dict[int, Any], add: Any, give: Any) -> bool:
+        """Pass ``v`` through node ``i`` (False: bound it by its box instead)."""
+        prop = self.prop
+        nodes = prop.nodes
+        node = nodes[i]
+        op = node.op
+        if name == "linear":
+            pw, pb, px = node.parents
+            w, b = prop.point(pw), prop.point(pb)
+            if w is None or b is None or not prop.batched(px):
+                return False
+            lead = int(np.prod(v.shape[:-1]))
+            flat = F.reshape(v, shape=(lead, w.shape[0]))
+            give(px, F.reshape(flat @ w, shape=tuple(v.shape[:-1]) + (w.shape[1],)))
+            add(_sum_rest(v * b))
+            return True
+        if name in ("conv2d", "conv"):
+            pw, pb, px = node.parents
+            w, b = prop.point(pw), prop.point(pb)
+            if prop.whole or w is None or b is None or not prop.batched(px):
+                return False
+            bk = v.shape[0] * v.shape[1]
+            x_shape = nodes[px].shape
+            g = F.reshape(v, shape=(bk,) + node.shape[1:])
+            dummy = owner.const(np.zeros((bk,) + x_shape[1:]))
+            attrs = {k: a for k, a in node.attrs.items() if k != "dtype"}
+            gx = op.apply_vjp(  # type: ignore[union-attr]
+                owner.ops, g, [owner.const(w), owner.const(b), dummy], None, attrs,
+                (False, False, True))[2]
+            give(px, F.reshape(gx, shape=tuple(v.shape[:2]) + x_shape[1:]))
+            add(_sum_rest(v * b.reshape((1, 1, b.shape[0]) + (1,) * (w.ndim - 2))))
+            return True
+        if name in ("matmul", "matmul_nd", "bmm"):
+            a, b2 = node.parents
+            if prop.variable[a] == prop.variable[b2]:
+                return False
+            left = prop.variable[a]
+            px, pw = (a, b2) if left else (b2, a)
+            w = prop.point(pw)
+            o, xs = tuple(node.shape), tuple(nodes[px].shape)
+            if (w is None or w.ndim < 2 or len(xs) < 2 or len(xs) != len(o) or xs[:-2] != o[:-2]
+                    or w.ndim > len(o) or not prop.batched(px)
+                    or (not prop.whole and w.ndim == len(o) > 2 and w.shape[0] != 1)):
+                return False
+            wp = w.reshape((1,) * (len(o) - w.ndim) + w.shape)
+            if prop.whole:
+                wk = wp.reshape((1, 1) + wp.shape)
+            elif len(o) == 2:  # rows are examples: (B, K, m) @ (m, k) as row vectors
+                wk = w
+            else:  # the example axis leads W: insert the row axis
+                wk = wp.reshape((1, 1) + wp.shape[1:])
+            wt = owner.const(np.ascontiguousarray(np.swapaxes(wk, -1, -2)))
+            give(px, F.matmul_any(v, wt) if left else F.matmul_any(wt, v))
+            return True
+        if name in ("reshape", "flatten", "detach"):
+            px = node.parents[0]
+            if not prop.batched(px):
+                return False
+            give(px, F.reshape(v, shape=tuple(v.shape[:2]) + prop.rest(px)))
+            return True
+        if name == "permute":
+            px = node.parents[0]
+            inv = np.argsort(tuple(node.attrs["perm"]))
+            axes = ((0, 1) + tuple(int(j) + 2 for j in inv) if prop.whole
+                    else (0, 1) + tuple(int(j) + 1 for j in inv[1:]))
+            give(px, F.permute(v, perm=axes))
+            return True
+        if name in ("add", "sub"):
+            if not all(not prop.variable[p] or prop.batched(p) for p in node.parents):
+                return False
+            for p, sign in zip(node.parents, (1.0, 1.0 if name == "add" else -1.0),
+                               strict=True):
+                if prop.variable[p]:
+                    w = v if sign > 0 else -v
+                    if nodes[p].shape != node.shape:
+                        w = _traced_sum_to(w, prop.rest(p))
+                    give(p, w)
+                else:
+                    c = prop.ivals[p]
+                    assert c is not None
+                    lo = np.broadcast_to(sign * (c.lo if sign > 0 else c.hi), prop.bshape(node))
+                    hi = np.broadcast_to(sign * (c.hi if sign > 0 else c.lo), prop.bshape(node))
+                    add(_concretize(v, lo, hi))
+            return True
+        if name == "mul":
+            a, b2 = node.parents
+            var, const = (a, b2) if prop.variable[a] else (b2, a)
+            c = prop.point(const)
+            if c is None or nodes[var].shape != node.shape or prop.variable[const]:
+                return False
+            give(var, v * _with_k(np.broadcast_to(c, prop.bshape(node))))
+            return True
+        if name == "scale":
+            give(node.parents[0], v * float(node.attrs["c"]))
+            return True
+        if name == "add_scalar":
+            give(node.parents[0], v)
+            add(_sum_rest(v) * float(node.attrs["c"]))
+            return True
+        if name == "relu":
+            return self._relu(owner, i, v, slope, boxes, add, give)
+        if name in ("tanh", "sigmoid"):
+            px = node.parents[0]
+            pbox = prop.bx(px)
+            if not (np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi))):
+                return False
+            if i in slope:
+                # optimised slopes; the lines' offsets sigma(t*) - a t* at the current extreme
+                # points t* (inputs, recomputed every step): exact values and, by the envelope
+                # theorem, exact gradients in the slopes
+                a_lo, a_hi, s_lo, t_lo, s_hi, t_hi = slope[i]
+                h_lo = s_lo - a_lo * t_lo
+                h_hi = s_hi - a_hi * t_hi
+                add(_sum_rest(F.relu(v) * h_lo - F.relu(-v) * h_hi))
+                give(px, F.relu(v) * a_lo - F.relu(-v) * a_hi)
+                return True
+            a_lo, a_hi = smooth_slopes(name, pbox.lo, pbox.hi)
+            h_lo = min_g(name, pbox.lo, pbox.hi, a_lo)
+            h_hi = max_g(name, pbox.lo, pbox.hi, a_hi)
+            add(_sum_rest(F.relu(v) * _with_k(h_lo) - F.relu(-v) * _with_k(h_hi)))
+            give(px, F.relu(v) * _with_k(a_lo) - F.relu(-v) * _with_k(a_hi))
+            return True
+        if name in ("exp", "softplus"):
+            px = node.parents[0]
+            pbox = prop.bx(px)
+            if not (np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi))) or (
+                    name == "exp" and np.any(pbox.hi > 700)):
+                return False
+            a_lo, a_hi = convex_slopes(name, pbox.lo, pbox.hi)
+            h_lo, h_hi = convex_terms(name, pbox.lo, pbox.hi, a_lo, a_hi)
+            add(_sum_rest(F.relu(v) * _with_k(h_lo) - F.relu(-v) * _with_k(h_hi)))
+            give(px, F.relu(v) * _with_k(a_lo) - F.relu(-v) * _with_k(a_hi))
+            return True
+        if name in ("max_pool2d", "max_pool"):
+            px = node.parents[0]
+            k = pool_geometry(node, nodes[px].shape)
+            if k is None or prop.whole:
+                return False
+            pbox = prop.bx(px)
+            onehot, dominated, top = pool_windows(pbox.lo, pbox.hi, k)
+            dom = _with_k(dominated.astype(np.float64))
+            coef = v * dom + F.relu(v) * (1.0 - dom)
+            add(_sum_rest(-F.relu(-v) * (1.0 - dom) * _with_k(top)))
+            bk, kk = coef.shape[:2]
+            ch, ho, wo = node.shape[1:]
+            x_shape = nodes[px].shape
+            up7 = F.reshape(coef, shape=(bk, kk, ch, ho, 1, wo, 1))
+            up7 = F.broadcast_to(up7, shape=(bk, kk, ch, ho, k[0], wo, k[1]))
+            up5 = F.reshape(up7, shape=(bk, kk) + x_shape[1:])
+            give(px, up5 * _with_k(onehot))
+            return True
+        return False
+
+    def _relu(self, owner: Any, i: int, v: Any, slope: dict[int, Any], boxes: dict[int, Any],
+              add: Any, give: Any) -> bool:
+        prop = self.prop
+        px = prop.nodes[i].parents[0]
+        base = prop.bx(px)
+        if not (np.all(np.isfinite(base.lo)) and np.all(np.isfinite(base.hi))):
+            return False
+        lower, upper = relu_slopes(base.lo, base.hi)
+        unstable = (base.lo < 0) & (base.hi > 0)
+        lo_slope = slope[i] if i in slope else _with_k(lower)
+        if px in boxes:
+            # optimised bounds (traced): the chord through (l, 0) and (u, u) of the neurons
+            # CROWN left unstable, l and u clamped to their sides of 0
+            lo, hi = boxes[px]
+            lc = -F.relu(-lo)
+            uc = F.relu(hi)
+            mask = unstable.astype(np.float64)
+            chord = uc / (uc - lc + 1e-30)
+            up_slope = chord * mask + np.where(unstable, 0.0, upper)
+            intercept = -(chord * lc) * mask
+            give(px, F.relu(v) * lo_slope - F.relu(-v) * _k(up_slope))
+            add(_sum_rest(-F.relu(-v) * _k(intercept)))
+        else:
+            intercept = np.where(unstable, -upper * base.lo, 0.0)
+            give(px, F.relu(v) * lo_slope - F.relu(-v) * _with_k(upper))
+            add(_sum_rest(-F.relu(-v) * _with_k(intercept)))
+        return True
 
 
-def optimise(prop: Propagation, out_id: int, spec: Array, start: Array, *, steps: int,
-             lr: float) -> tuple[Array, dict[str, Any]]:
-    """Optimised lower bounds of the specification rows (rigorous), and a summary.
+def _traced_sum_to(v: Any, rest: tuple[int, ...]) -> Any:
+    """Traced multipliers (B, K, *r) summed down to (B, K, *rest), as ``engine._sum_to``."""
+    r = tuple(v.shape[2:])
+    lead = len(r) - len(rest)
+    for _ in range(lead):
+        v = F.reduce_sum(v, axis=2)
+    for j, (a, b) in enumerate(zip(rest, r[lead:], strict=True)):
+        if a == 1 and b != 1:
+            shape = tuple(v.shape)
+            v = F.reshape(F.reduce_sum(v, axis=2 + j), shape=shape[:2 + j] + (1,) + shape[3 + j:])
+    return v
 
-    ``start`` holds the rows' CROWN bounds: examples whose rows are all positive already are
-    left alone (their slopes cannot change the verdict), the rest are optimised as one batch.
+
+def _k(x: Any) -> Any:
+    """A traced (B, *rest) value as (B, 1, *rest)."""
+    return F.reshape(x, shape=(x.shape[0], 1) + tuple(x.shape[1:]))
+
+
+def optimise(prop: Propagation, out_id: int, spec: Array, start: tuple[Array, Array], *,
+             thresholds: Array | None, steps: int, lr: float, intermediate: bool = True
+             ) -> tuple[tuple[Array, Array], dict[str, Any]]:
+    """Optimised bounds of the specification rows (rigorous, never looser than ``start``) and a
+    summary; with ``intermediate``, ``prop``'s intermediate bounds are tightened in place.
+
+    Examples whose rows are all above their thresholds already are left alone (their slopes
+    cannot change the verdict); the rest are optimised as one batch.
     """
-    rows = np.flatnonzero(np.min(start, axis=1) <= 0)
+    lo, hi = start
+    t = np.zeros_like(lo) if thresholds is None else thresholds
+    rows = np.flatnonzero(np.any(lo <= t, axis=1))
     if rows.size == 0 or steps == 0:
         return start, {"alpha_steps": 0, "alpha_examples": 0}
-    bound, info = _optimise(prop.subset(rows), out_id, spec[rows], steps=steps, lr=lr)
-    out = np.array(start, copy=True)
+    whole_batch = rows.size == prop.batch
+    if not whole_batch and _needs_traced_batch(prop):
+        rows, whole_batch = np.arange(prop.batch), True
+    sub = prop if whole_batch else prop.subset(rows)
+    sub_spec = spec if spec.shape[0] == 1 else spec[rows]
+    bound, info = _optimise(sub, out_id, sub_spec, t[rows], steps=steps, lr=lr,
+                            intermediate=intermediate)
+    out = np.array(lo, copy=True)
     out[rows] = np.maximum(out[rows], bound)
+    if not whole_batch:
+        for i, iv in enumerate(sub.ivals):  # tightened intermediate bounds, back in place
+            full = prop.ivals[i]
+            if iv is None or full is None or iv is full or not prop.batched(i):
+                continue
+            full.lo = np.array(full.lo, copy=True)
+            full.hi = np.array(full.hi, copy=True)
+            full.lo[rows] = np.maximum(full.lo[rows], iv.lo)
+            full.hi[rows] = np.minimum(full.hi[rows], iv.hi)
     info["alpha_examples"] = int(rows.size)
-    return out, info
+    return (out, hi), info
 
 
-def _optimise(prop: Propagation, out_id: int, spec: Array, *, steps: int, lr: float
-              ) -> tuple[Array, dict[str, Any]]:
-    relus = [i for i, n in enumerate(prop.nodes)
-             if n.kind == "op" and n.op is not None and n.op.name == "relu" and prop.batched(i)
-             and _unstable(prop, n.parents[0]).any()]
+def _needs_traced_batch(prop: Propagation) -> bool:
+    """Whether a handler would need the traced batch size (generic linear ops)."""
+    special = set(handled())
+    return any(n.op is not None and n.op.linear and n.op.name not in special
+               for n in prop.nodes)
+
+
+def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: int, lr: float,
+              intermediate: bool) -> tuple[Array, dict[str, Any]]:
+    nodes = prop.nodes
+    acts = [i for i, n in enumerate(nodes)
+            if i < out_id and n.kind == "op" and n.op is not None and prop.batched(i)
+            and ((n.op.name == "relu" and _unstable(prop, n.parents[0]).any())
+                 or (n.op.name in SMOOTH and _finite(prop, n.parents[0])))]
     k = spec.shape[1]
-    if not relus or steps == 0:
+    if not acts:
         return prop.lower(out_id, spec), {"alpha_steps": 0}
-    init = []
-    for i in relus:
-        pbox = prop.ivals[prop.nodes[i].parents[0]]
-        assert pbox is not None
-        lower, _ = relu_slopes(pbox.lo, pbox.hi)
-        init.append(np.repeat(_with_k(lower), k, axis=1))
-    shapes = [a.shape for a in init]
-    compiled = compile_fn(_objective(prop, out_id, spec, relus), *shapes, dtype="float64")
+    # Intermediate targets: pre-activations of the optimised nodes that CROWN bounded (beyond
+    # the first layer), each with its rows: the neurons whose bounds shape the relaxation (the
+    # union over examples of the unstable ones for a relu; all for tanh / sigmoid).
+    targets: list[tuple[int, Array]] = []
+    if intermediate:
+        wanted = prop.targets()
+        budget = ALPHA_ENTRIES
+        for r in acts:
+            px = nodes[r].parents[0]
+            if px not in wanted or any(px == q for q, _ in targets):
+                continue
+            need = (_unstable(prop, px) if _name(prop, r) == "relu"
+                    else np.ones(prop.bshape(nodes[px]), dtype=bool))
+            which = np.flatnonzero(need.reshape(prop.batch, -1).any(axis=0))
+            size = prop.batch * 2 * which.size * sum(
+                int(np.prod(prop.rest(q))) for q in acts if q < px)
+            if size > budget:
+                break
+            budget -= size
+            targets.append((px, which))
+    rows_of = {px: _rows(prop, px, which) for px, which in targets}
+    # graph inputs: the slopes of every (bound, node) pair -- one array for a relu, a lower and
+    # an upper slope for tanh / sigmoid -- then, per tanh / sigmoid pair, the four offset inputs
+    layout: list[tuple[int, int]] = [(out_id, r) for r in acts]
+    for px, _ in targets:
+        layout += [(px, r) for r in acts if r < px]
+    init: list[Array] = []
+    for tgt, r in layout:
+        rows = k if tgt == out_id else 2 * dict(targets)[tgt].size
+        pbox = prop.bx(nodes[r].parents[0])
+        if _name(prop, r) == "relu":
+            init.append(np.repeat(_with_k(relu_slopes(pbox.lo, pbox.hi)[0]), rows, axis=1))
+        else:
+            for a in smooth_slopes(_name(prop, r), pbox.lo, pbox.hi):
+                init.append(np.repeat(_with_k(a), rows, axis=1))
+    n_alpha = len(init)
+    chain = _Chain(prop)
+    spec_node: list[int] = []
+
+    def objective(*args: Any) -> Any:
+        owner = args[0].owner
+        slopes: dict[int, dict[int, Any]] = {}
+        a_it, x_it = iter(args[:n_alpha]), iter(args[n_alpha:])
+        for tgt, r in layout:
+            if _name(prop, r) == "relu":
+                slopes.setdefault(tgt, {})[r] = next(a_it)
+            else:
+                slopes.setdefault(tgt, {})[r] = (next(a_it), next(a_it)) + tuple(
+                    next(x_it) for _ in range(4))
+        boxes: dict[int, Any] = {}
+        direct: Any = None
+        for px, which in targets:
+            b = chain.bound(owner, px, rows_of[px], slopes.get(px, {}), boxes)
+            box = prop.bx(px)
+            boxes[px] = _tightened(prop, px, which, b,
+                                   owner.const(box.lo.reshape(prop.batch, -1)),
+                                   owner.const(box.hi.reshape(prop.batch, -1)))
+            width = F.reduce_sum(b, axis=1)  # minus the summed widths of the target's rows
+            direct = width if direct is None else direct + width
+        value = chain.bound(owner, out_id, spec, slopes[out_id], boxes)
+        spec_node.append(value.id)
+        if direct is None:
+            return value
+        # Each target's slopes also climb their own rows' bounds (tighter intermediate bounds
+        # help every later relaxation; the final bound alone gives them a weak signal).
+        direct = F.reshape(direct, shape=(direct.shape[0], 1))
+        return value + F.broadcast_to(direct, shape=tuple(value.shape)) * DIRECT_WEIGHT
+
+    aux0 = _offsets(prop, layout, init)
+    compiled = compile_fn(objective, *[a.shape for a in init], *[a.shape for a in aux0],
+                          dtype="float64")
     graph = compiled.graph
+    caps = _caps(prop, layout, init)
+    # tanh / sigmoid bounds are far more sensitive to their slopes than relu bounds: smaller
+    # steps (relative to the slope's range)
+    scale = [1.0 if c == 1.0 and _is_relu else SMOOTH_STEP * c for c, _is_relu in
+             zip(caps, _relu_flags(prop, layout), strict=True)]
     alphas = [a.copy() for a in init]
-    best = [a.copy() for a in init]
-    best_value = np.full((spec.shape[0], k), -np.inf)
+    best = np.full((prop.batch if spec.shape[0] == 1 else spec.shape[0], k), -np.inf)
+    best_alphas = [a.copy() for a in init]
     m1 = [np.zeros_like(a) for a in alphas]
     m2 = [np.zeros_like(a) for a in alphas]
     b1, b2 = 0.9, 0.999
     rate = lr
-    for step in range(1, steps + 1):
-        values = graph.evaluate(graph.check_inputs("alpha-crown", alphas))
-        value = values[graph.output]
-        dense = graph.backprop(values, graph.output, np.ones_like(value))
-        better = value > best_value
-        best_value = np.where(better, value, best_value)
-        for j, a in enumerate(alphas):
-            best[j] = np.where(better[:, :, None] if a.ndim == 3 else
-                               better.reshape(better.shape + (1,) * (a.ndim - 2)), a, best[j])
-            g = dense[graph.inputs[j]]
-            if g is None:
-                continue
-            m1[j] = b1 * m1[j] + (1 - b1) * g
-            m2[j] = b2 * m2[j] + (1 - b2) * g * g
-            step_j = rate * (m1[j] / (1 - b1 ** step)) / (np.sqrt(m2[j] / (1 - b2 ** step)) + 1e-8)
-            alphas[j] = np.clip(a + step_j, 0.0, 1.0)  # ascent, then projection onto [0, 1]
-        rate *= 0.98
-    prop.alpha = dict(zip(relus, best, strict=True))
+    done_steps = 0
     try:
+        for step in range(1, steps + 1):
+            aux = aux0 if step == 1 else _offsets(prop, layout, alphas)
+            values = graph.evaluate(graph.check_inputs("alpha-crown", alphas + aux))
+            # the traced bound (plain float64) only ranks the slopes: the best per example is
+            # evaluated rigorously at the end
+            value = np.asarray(values[spec_node[0]])
+            better = _score(value, t) > _score(best, t)
+            best = np.where(better[:, None], value, best)
+            for j, a in enumerate(alphas):
+                if a.shape[0] == len(better):
+                    mask = better.reshape((-1,) + (1,) * (a.ndim - 1))
+                    best_alphas[j] = np.where(mask, a, best_alphas[j])
+                elif better.any():
+                    best_alphas[j] = a
+            done_steps = step
+            if np.all(best > t) or step == steps:
+                break
+            out = values[graph.output]
+            # d sum(min(bound - t, 0)) / d bound, on the rows not proved yet
+            seed = np.broadcast_to(best <= t, out.shape).astype(np.float64)
+            dense = graph.backprop(values, graph.output, seed)
+            for j, a in enumerate(alphas):
+                g = dense[graph.inputs[j]]
+                if g is None:
+                    continue
+                m1[j] = b1 * m1[j] + (1 - b1) * g
+                m2[j] = b2 * m2[j] + (1 - b2) * g * g
+                step_j = rate * scale[j] * (m1[j] / (1 - b1 ** step)) / (
+                    np.sqrt(m2[j] / (1 - b2 ** step)) + 1e-8)
+                alphas[j] = np.clip(a + step_j, 0.0, caps[j])  # ascent, then projection
+            rate *= 0.98
+        # rigorous bounds with the best slopes: intermediate targets in order (each tightens
+        # the boxes the later relaxations use), then the specification
+        for px, which in targets:
+            prop.alpha = _slopes_for(prop, layout, best_alphas, px)
+            _tighten_rows(prop, px, which, prop.lower(px, rows_of[px]))
+        prop.alpha = _slopes_for(prop, layout, best_alphas, out_id)
         bound = prop.lower(out_id, spec)
     finally:
         prop.alpha = {}
-    return bound, {"alpha_steps": steps, "alpha_objective": float(np.mean(best_value))}
+    return bound, {"alpha_steps": done_steps, "alpha_targets": len(targets)}
+
+
+SMOOTH = ("tanh", "sigmoid")
+SMOOTH_STEP = 0.05
+
+
+def _relu_flags(prop: Propagation, layout: list[tuple[int, int]]) -> list[bool]:
+    flags: list[bool] = []
+    for _, r in layout:
+        flags += [True] if _name(prop, r) == "relu" else [False, False]
+    return flags
+
+
+def _name(prop: Propagation, i: int) -> str:
+    op = prop.nodes[i].op
+    assert op is not None
+    return op.name
+
+
+def _finite(prop: Propagation, p: int) -> bool:
+    box = prop.bx(p)
+    return bool(np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi)))
+
+
+def _caps(prop: Propagation, layout: list[tuple[int, int]], init: list[Array]) -> list[float]:
+    """Upper ends of the slopes' ranges: 1 for a relu, the steepest slope of tanh / sigmoid."""
+    caps: list[float] = []
+    for _, r in layout:
+        name = _name(prop, r)
+        caps += [1.0] if name == "relu" else [1.0 if name == "tanh" else 0.25] * 2
+    assert len(caps) == len(init)
+    return caps
+
+
+def _offsets(prop: Propagation, layout: list[tuple[int, int]], alphas: list[Array]
+             ) -> list[Array]:
+    """Per tanh / sigmoid pair: ``sigma(t*)`` and ``t*`` where ``sigma(t) - a t`` is least on
+    the neuron's interval (lower slope) and greatest (upper slope), in plain float64."""
+    out: list[Array] = []
+    j = 0
+    for _, r in layout:
+        name = _name(prop, r)
+        if name == "relu":
+            j += 1
+            continue
+        box = prop.bx(prop.nodes[r].parents[0])
+        lo, hi = _with_k(box.lo), _with_k(box.hi)
+        t_lo = _argmin_g(name, lo, hi, alphas[j])
+        t_hi = -_argmin_g(name, -hi, -lo, alphas[j + 1])  # by tanh / sigmoid's symmetry
+        for tt in (t_lo, t_hi):
+            out += [_sigma_of(name, tt), tt]
+        j += 2
+    return out
+
+
+def _sigma_of(name: str, t: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return np.tanh(t) if name == "tanh" else 1.0 / (1.0 + np.exp(-t))
+
+
+def _argmin_g(name: str, lo: Array, hi: Array, a: Array) -> Array:
+    """Where ``sigma(t) - a t`` is least on [lo, hi]: an end, or the critical point of the
+    convex part (t <= 0), approximately."""
+    lo, hi, a = np.broadcast_arrays(lo, hi, a)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if name == "tanh":
+            m = -np.arctanh(np.sqrt(np.clip(1.0 - a, 0.0, 1.0 - 1e-16)))
+        else:
+            y = 0.5 * (1.0 - np.sqrt(np.clip(1.0 - 4.0 * a, 0.0, 1.0)))
+            m = np.log(np.maximum(y, 1e-300)) - np.log1p(-y)
+    m = np.clip(np.nan_to_num(m, nan=0.0), lo, np.minimum(hi, 0.0))
+    m = np.where(lo < 0, m, lo)
+    cands = np.stack([lo, hi, m])
+    g = _sigma_of(name, cands) - a * cands
+    return np.take_along_axis(cands, np.argmin(g, axis=0)[None], axis=0)[0]
+
+
+def _slopes_for(prop: Propagation, layout: list[tuple[int, int]], alphas: list[Array],
+                target: int) -> dict[int, Any]:
+    """The slopes of bound ``target`` as the engine takes them (a pair for tanh / sigmoid)."""
+    out: dict[int, Any] = {}
+    j = 0
+    for tgt, r in layout:
+        width = 1 if _name(prop, r) == "relu" else 2
+        if tgt == target:
+            out[r] = alphas[j] if width == 1 else (alphas[j], alphas[j + 1])
+        j += width
+    return out
+
+
+def _score(bound: Array, t: Array) -> Array:
+    """Per example: the summed shortfall below the thresholds, ties broken by the sum."""
+    with np.errstate(invalid="ignore"):
+        s = np.minimum(bound - t, 0.0).sum(axis=1) + 1e-9 * bound.sum(axis=1)
+    return np.where(np.isfinite(s), s, -np.inf)
+
+
+def _rows(prop: Propagation, px: int, which: Array) -> Array:
+    """Multipliers selecting neurons ``which`` of node ``px``: rows +e then -e."""
+    n = int(np.prod(prop.rest(px)))
+    rows = np.zeros((which.size, n))
+    rows[np.arange(which.size), which] = 1.0
+    rows = np.concatenate([rows, -rows])
+    return rows.reshape((1, 2 * which.size) + prop.rest(px))
+
+
+def _tightened(prop: Propagation, px: int, which: Array, b: Any, lo0: Any, hi0: Any
+               ) -> tuple[Any, Any]:
+    """Traced (B, *rest) bounds of ``px``: the reference bounds ``lo0``, ``hi0`` (traced
+    inputs, (B, n)) improved on ``which`` by the bound ``b`` (B, 2m) of the rows +e, -e."""
+    n = int(np.prod(prop.rest(px)))
+    m = which.size
+    owner = b.owner
+    scatter = np.zeros((m, n))
+    scatter[np.arange(m), which] = 1.0
+    pick = owner.const(np.ascontiguousarray(scatter.T))
+    put = owner.const(scatter)
+    new_lo = b @ owner.const(np.concatenate([np.eye(m), np.zeros((m, m))]))  # (B, m)
+    new_hi = b @ owner.const(np.concatenate([np.zeros((m, m)), -np.eye(m)]))
+    gain_lo = F.relu(new_lo - lo0 @ pick) @ put
+    gain_hi = F.relu(hi0 @ pick - new_hi) @ put
+    shape = (prop.batch,) + prop.rest(px)
+    return F.reshape(lo0 + gain_lo, shape=shape), F.reshape(hi0 - gain_hi, shape=shape)
+
+
+def _tighten_rows(prop: Propagation, px: int, which: Array, b: Array) -> None:
+    """Intersect node ``px``'s bounds with the rigorous row bounds ``b`` (B, 2m), then drop the
+    cached relaxations built on the old bounds."""
+    iv = prop.ivals[px]
+    assert iv is not None
+    m = which.size
+    shape = iv.lo.shape
+    lo = np.array(iv.lo, dtype=np.float64).reshape(prop.batch, -1)
+    hi = np.array(iv.hi, dtype=np.float64).reshape(prop.batch, -1)
+    lo[:, which] = np.maximum(lo[:, which], b[:, :m])
+    hi[:, which] = np.minimum(hi[:, which], -b[:, m:])
+    iv.lo, iv.hi = lo.reshape(shape), hi.reshape(shape)
+    prop._cache = {key: val for key, val in prop._cache.items() if key[0] == "point"}
 
 
 def _unstable(prop: Propagation, p: int) -> Array:
-    pbox = prop.ivals[p]
-    assert pbox is not None
+    pbox = prop.bx(p)
     return (pbox.lo < 0) & (pbox.hi > 0)

@@ -17,16 +17,24 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
 - relu / tanh / sigmoid: ``min over [l, u] of nu * sigma(v) - nu_x * v``, per neuron, in closed
   form (relu: the least of the values at l, u and 0; tanh / sigmoid, with CROWN's tangent or
   chord slopes: ends of the concave part, a tangent of the convex part at its critical point);
-- max pooling (non-overlapping windows): ``max(v) >= v_j`` for the window's entry with the
-  greatest lower bound, ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
-- data inputs, constants and ops without a CROWN handler: ``nu . v`` over the node's interval.
+- max pooling (non-overlapping, unpadded windows: ``max_pool2d`` and the ``max_pool`` an ONNX
+  MaxPool imports as): ``max(v) >= v_j`` for the window's entry with the greatest lower bound,
+  ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
+- matrix products with one constant factor (``matmul``, ``matmul_nd``, ``bmm``; ONNX MatMul and
+  Gemm), ``linear``, convolutions, permutes and every other primitive declared linear (data
+  movement, gathers, sums; through the op's own VJP): linear ops as above;
+- data inputs, constants and ops without a CROWN handler: ``nu . v`` over the node's interval
+  (recorded in ``Propagation.fallbacks`` for the caller to report).
 
 With ``kernel=True`` each op's float32 rounding is a perturbation ``|delta_n| <= eps_n`` (from the
 interval rules), contributing ``-|nu_n| . eps_n``; the bound then holds for the float32 kernels.
 
-Examples are independent: every node that varies with the input has the batch as its first axis,
-and multipliers have shape ``(B or 1, K, *node_shape[1:])`` for ``K`` specification rows per
-example. A multiplier that does not depend on the example keeps a batch axis of 1.
+Examples are independent when every node that varies with the input has the batch as its first
+axis and no op mixes examples ("batched" mode): multipliers have shape
+``(B or 1, K, *node_shape[1:])`` for ``K`` specification rows per example, and a multiplier that
+does not depend on the example keeps a batch axis of 1. Otherwise (a graph without a batch axis,
+such as VNN-COMP's ``(1,)``-input nets, or one that moves the batch axis) the whole graph is one
+example ("whole" mode): ``B = 1`` and multipliers have shape ``(1, K, *node_shape)``.
 """
 
 from __future__ import annotations
@@ -38,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import TorchLeanError
-from ..core.registry import ARRAY_OPS
+from ..core.registry import ARRAY_OPS, REGISTRY
 from ..engine.graph import Graph, GraphNode
 from .ibp import RULES, Context, Interval
-from .rounding import ETA64, U64, down, gamma, libm_lo, mag, mid_rad, sum_down, up
+from .rounding import ETA64, U64, down, gamma, libm_hi, libm_lo, mag, mid_rad, sum_down, up
 
 Array = Any
 
@@ -58,7 +66,16 @@ class UnsupportedOpError(BoundsError):
     """A primitive in the graph has no bound rule."""
 
 
-RELAXED = ("relu", "tanh", "sigmoid", "max_pool2d")
+RELAXED = ("relu", "tanh", "sigmoid", "max_pool2d", "max_pool", "exp", "softplus")
+_MATMULS = ("matmul", "matmul_nd", "bmm")
+# Elementwise maps by constants: they keep an interval image exact.
+_SHIFTS = ("add", "sub", "add_scalar", "scale", "mul", "reshape", "flatten", "detach", "permute")
+# Linear primitives that act along axis 0 (which is the example axis in batched mode).
+_AXIS0_OPS = ("transpose2d", "transpose3d_first_to_last", "transpose3d_last_to_first",
+              "slice_range0", "pad_range0", "concat_dim0", "concat_vectors", "gather_row",
+              "gather_rows_nat", "gather_scalar", "gather_scalar_nat", "gather_vec_nat",
+              "scatter_add_nat", "scatter_add_row", "scatter_add_vec", "take", "take_adjoint",
+              "sum", "sum_to", "swap_adjacent_at_depth")
 
 
 class Propagation:
@@ -75,6 +92,7 @@ class Propagation:
         self.batch = int(np.shape(lower)[0]) if np.ndim(lower) else 1
         self.graph_batch = self.batch  # the traced batch; ``subset`` narrows ``batch`` only
         self.data_ids = set(graph.inputs[:n_data])
+        self.box_lo, self.box_hi = lower, upper
         for i in self.data_ids:
             self.ivals[i] = Interval(np.asarray(lower, np.float64), np.asarray(upper, np.float64))
             self.variable[i] = True
@@ -87,6 +105,14 @@ class Propagation:
         self._cache: dict[Any, Any] = {}
         self.alpha: dict[int, Array] = {}
         self.linear_only = False  # IBP with the specification folded: no relaxations
+        self.fallbacks: set[tuple[int, str]] = set()  # (node, op) CROWN bounded by intervals
+        self.last_spec: tuple[Array, Any] | None = None  # specification rows and their bounds
+        # Batched mode: axis 0 of every varying node is the example. Otherwise ("whole" mode)
+        # the graph is one example and multipliers carry the full node shape.
+        self.whole = not all(self._batch_safe(i) for i, nd in enumerate(graph.nodes)
+                             if self.variable[i])
+        if self.whole:
+            self.batch = self.graph_batch = 1
 
     # --- IBP ---------------------------------------------------------------------------------
 
@@ -113,20 +139,66 @@ class Propagation:
 
     # --- CROWN ---------------------------------------------------------------------------------
 
+    def _batch_safe(self, i: int) -> bool:
+        """Whether varying node ``i`` keeps axis 0 as the example axis (examples independent)."""
+        node = self.nodes[i]
+        shape = node.shape
+        if len(shape) < 1 or shape[0] != self.batch:
+            return False
+        if node.op is None:
+            return True
+        name = node.op.name
+        if name in _MATMULS:
+            a, b = node.parents
+            # the batch must be a leading (broadcast) axis, or the row axis of the left factor
+            return not self.variable[b] or len(self.nodes[b].shape) >= 3
+        if name == "permute":
+            return tuple(node.attrs["perm"])[0] == 0
+        if name in _AXIS0_OPS:
+            return False
+        if name in ("reduce_sum", "reduce_mean"):
+            return int(node.attrs["axis"]) % max(1, len(self.nodes[node.parents[0]].shape)) != 0
+        return True
+
     def batched(self, i: int) -> bool:
-        """Whether node ``i`` varies with the input and has the batch as its first axis."""
+        """Whether node ``i`` varies with the input (and, batched, has the batch first)."""
+        if self.whole:
+            return self.variable[i]
         shape = self.nodes[i].shape
         return self.variable[i] and len(shape) >= 1 and shape[0] == self.graph_batch
 
+    def rest(self, i: int) -> tuple[int, ...]:
+        """Node ``i``'s shape after the example axis (all of it in whole mode)."""
+        shape = tuple(self.nodes[i].shape)
+        return shape if self.whole else shape[1:]
+
     def bshape(self, node: GraphNode) -> tuple[int, ...]:
         """A batched node's shape with this propagation's batch size."""
-        return (self.batch,) + tuple(node.shape[1:])
+        shape = tuple(node.shape)
+        return (self.batch,) + (shape if self.whole else shape[1:])
+
+    def bx(self, i: int) -> Interval:
+        """Node ``i``'s interval with an example axis first (added in whole mode)."""
+        iv = self.ivals[i]
+        assert iv is not None
+        if not self.whole:
+            return iv
+        eps = iv.eps[None] if np.ndim(iv.eps) else iv.eps
+        return Interval(np.asarray(iv.lo)[None], np.asarray(iv.hi)[None], eps)
+
+    def copy(self) -> Propagation:
+        """An independent copy (intervals copied, so tightening one leaves the other)."""
+        new = copy.copy(self)
+        new.ivals = [None if iv is None else Interval(iv.lo, iv.hi, iv.eps) for iv in self.ivals]
+        new._cache = dict(self._cache)
+        new.alpha, new.fallbacks = {}, set(self.fallbacks)
+        return new
 
     def subset(self, rows: Array) -> Propagation:
         """The same bounds restricted to the examples ``rows`` (for alpha-CROWN's optimiser)."""
         sub = copy.copy(self)
         sub.batch = len(rows)
-        sub._cache, sub.alpha = {}, {}
+        sub._cache, sub.alpha, sub.fallbacks = {}, {}, self.fallbacks
         sub.ivals = list(self.ivals)
         for i, iv in enumerate(self.ivals):
             if iv is not None and self.batched(i):
@@ -136,16 +208,35 @@ class Propagation:
 
     def targets(self) -> set[int]:
         """Nodes whose bounds a relaxation depends on (inputs of relaxed ops), beyond the first
-        layer (an affine image of the box already has exact interval bounds)."""
+        layer (an affine image of the box by one mixing op already has exact interval bounds)."""
+        mixes = self._mixes()
         out = set()
         for node in self.nodes:
             if node.kind == "op" and node.op is not None and node.op.name in RELAXED:
                 p = node.parents[0]
-                pn = self.nodes[p]
-                first_layer = pn.kind == "op" and all(
-                    q in self.data_ids or not self.variable[q] for q in pn.parents)
-                if self.variable[p] and not first_layer:
+                if self.variable[p] and mixes[p] != 1 and mixes[p] != 0:
                     out.add(p)
+        return out
+
+    def _mixes(self) -> list[int | None]:
+        """Per node: how many mixing linear ops (linear, matmul, conv) lie between it and the
+        data input, if only those, data movement and shifts/scalings by constants do (exact
+        under interval arithmetic while it is at most 1); ``None`` otherwise."""
+        out: list[int | None] = [0] * len(self.nodes)
+        for i, node in enumerate(self.nodes):
+            if node.op is None or not self.variable[i]:
+                continue
+            var = [p for p in node.parents if self.variable[p]]
+            counts = [out[p] for p in var]
+            name = node.op.name
+            if len(var) != 1 or counts[0] is None:
+                out[i] = None
+            elif name in ("linear", "conv", "conv2d", "conv_core") + _MATMULS:
+                out[i] = counts[0] + 1
+            elif name in _SHIFTS or (node.op.linear and len(node.parents) == 1):
+                out[i] = counts[0]
+            else:
+                out[i] = None
         return out
 
     def crown_node(self, i: int) -> tuple[Array, Array]:
@@ -154,10 +245,9 @@ class Propagation:
         When every consumer is a relu, neurons whose interval is stable (one sign) in every
         example keep it: the relu relaxation of a stable neuron is exact whatever its bounds.
         """
-        box = self.ivals[i]
-        assert box is not None
+        box = self.bx(i)
         shape = self.nodes[i].shape
-        rest = shape[1:]
+        rest = self.rest(i)
         n = int(np.prod(rest))
         lo = np.array(box.lo, dtype=np.float64).reshape(self.batch, n)
         hi = np.array(box.hi, dtype=np.float64).reshape(self.batch, n)
@@ -178,7 +268,7 @@ class Propagation:
         return lo.reshape(shape), hi.reshape(shape)
 
     def _widest(self) -> int:
-        return max(int(np.prod(n.shape[1:])) for n in self.nodes if n.shape)
+        return max(int(np.prod(self.rest(i))) for i, n in enumerate(self.nodes) if n.shape)
 
     def lower(self, target: int, nu0: Array) -> Array:
         """A rigorous lower bound, per example and row, of ``sum(nu0[:, k] * v_target)``."""
@@ -192,20 +282,24 @@ class Propagation:
             node = self.nodes[i]
             if isinstance(v, Scaled):
                 if _linear_scaled(self, i, v, nu, terms, slack):
-                    if self.kernel and np.any(self.ivals[i].eps):  # type: ignore[union-attr]
-                        slack.append(v.abs_dot(self.ivals[i].eps))  # type: ignore[union-attr]
+                    if self.kernel and np.any(self.bx(i).eps):
+                        slack.append(v.abs_dot(self.bx(i).eps))
                     continue
                 v = v.dense()
-            handler = _HANDLERS.get(node.op.name) if node.op is not None else None
+            handler = None
+            if node.op is not None:
+                handler = _HANDLERS.get(node.op.name, _generic_linear if node.op.linear else None)
             if self.linear_only and node.op is not None and node.op.name in RELAXED:
                 handler = None
             done = False
             if handler is not None and i not in self.data_ids and self.batched(i):
                 done = handler(self, i, v, nu, terms, slack)
             if not done:
-                terms.append(self._concretize(v, self.ivals[i]))  # type: ignore[arg-type]
+                if node.op is not None and not self.linear_only:
+                    self.fallbacks.add((i, node.op.name))
+                terms.append(self._concretize(v, self.bx(i)))
             elif self.kernel:
-                eps = self.ivals[i].eps  # type: ignore[union-attr]
+                eps = self.bx(i).eps
                 if np.any(eps):
                     slack.append(_dot_rest(np.abs(v), eps, up_bound=True))
         total = np.zeros((1, nu0.shape[1]))
@@ -252,8 +346,7 @@ class Propagation:
     def vmax(self, p: int) -> Array:
         key = ("vmax", p)
         if key not in self._cache:
-            box = self.ivals[p]
-            assert box is not None
+            box = self.bx(p)
             self._cache[key] = mag(box.lo, box.hi)
         return self._cache[key]
 
@@ -305,7 +398,7 @@ def _dot_rest(abs_nu: Array, m: Array, up_bound: bool = True) -> Array:
 
 def _const_term(prop: Propagation, v: Array, p: int, node: GraphNode, sign: float) -> Array:
     """Lower bound of ``sum(sign * v * c)`` for a constant operand ``p`` broadcast to ``node``."""
-    box = prop.ivals[p]
+    box = prop.ivals[p]  # constant: node-shaped, broadcast against (B, *rest)
     assert box is not None
     lo = np.broadcast_to(box.lo, prop.bshape(node))
     hi = np.broadcast_to(box.hi, prop.bshape(node))
@@ -378,7 +471,8 @@ def _conv(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
     node = prop.nodes[i]
     pw, pb, px = node.parents
     w, b = _matrix(prop, pw), _matrix(prop, pb)
-    if w is None or b is None or not prop.batched(px) or len(node.shape) != w.ndim:
+    if (prop.whole or w is None or b is None or not prop.batched(px)
+            or len(node.shape) != w.ndim):
         return False
     contribution = _adjoint(prop, i, v, px, [w, b, None], (False, False, True))
     # sum(v * b) = sum over channels of b_c times v's channel sums (no full-size product)
@@ -402,7 +496,7 @@ def _avg_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
               slack: list[Array]) -> bool:
     node = prop.nodes[i]
     px = node.parents[0]
-    if not prop.batched(px):
+    if prop.whole or not prop.batched(px):
         return False
     contribution = _adjoint(prop, i, v, px, [None], (True,))
     key = ("absJ", i)
@@ -416,13 +510,130 @@ def _avg_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     return True
 
 
-@_handler("reshape")
+@_handler(*_MATMULS)
+def _matmul(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
+            slack: list[Array]) -> bool:
+    """A matrix product with one constant factor ``W`` (ONNX MatMul, Gemm's transposes):
+    ``nu_x = v W^T`` (x on the left) or ``W^T v`` (x on the right), batched over the leading
+    axes; no dual term (no offset), the backward rounding as for ``linear``."""
+    node = prop.nodes[i]
+    a, b = node.parents
+    if prop.variable[a] == prop.variable[b]:
+        return False  # two varying factors: bilinear, bounded by intervals
+    left = prop.variable[a]
+    px, pw = (a, b) if left else (b, a)
+    w = _matrix(prop, pw)
+    o, xs = tuple(node.shape), tuple(prop.nodes[px].shape)
+    if (w is None or w.ndim < 2 or len(xs) < 2 or len(xs) != len(o) or xs[:-2] != o[:-2]
+            or w.ndim > len(o) or not prop.batched(px)):
+        return False
+    if not prop.whole and w.ndim == len(o) > 2 and w.shape[0] != 1:
+        return False  # a factor per example: not a shared constant
+    wp = w.reshape((1,) * (len(o) - w.ndim) + w.shape)
+    if prop.whole:
+        wk = wp.reshape((1, 1) + wp.shape)
+    elif len(o) == 2:  # rows are examples: (B, K, m) @ (m, k) as row vectors
+        wk = w
+    else:  # the example axis is a leading (broadcast) axis of W: insert the row axis
+        wk = wp.reshape((1, 1) + wp.shape[1:])
+    wt = np.swapaxes(wk, -1, -2)
+    contribution = np.matmul(v, wt) if left else np.matmul(wt, v)
+    if contribution.shape[2:] != prop.rest(px):
+        return False
+    key = ("absJ", i)
+    if key not in prop._cache:
+        aw = np.abs(w)
+        prop._cache[key] = (np.matmul(prop.vmax(px), aw) if left
+                            else np.matmul(aw, prop.vmax(px)))
+    n = (w.shape[-1] if left else w.shape[-2]) + 4
+    slack.append(_dot_rest(np.abs(v), prop._cache[key], True) * gamma(n))
+    prop.accumulate(nu, px, contribution, slack)
+    return True
+
+
+@_handler("permute")
+def _permute(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
+             slack: list[Array]) -> bool:
+    px = prop.nodes[i].parents[0]
+    if not prop.batched(px):
+        return False
+    inv = np.argsort(tuple(prop.nodes[i].attrs["perm"]))
+    if prop.whole:
+        axes = (0, 1) + tuple(int(j) + 2 for j in inv)
+    else:  # perm[0] == 0 (batch-safe): the example axis stays first
+        axes = (0, 1) + tuple(int(j) + 1 for j in inv[1:])
+    prop.accumulate(nu, px, np.transpose(v, axes), slack)
+    return True
+
+
+@_handler("transpose2d")
+def _transpose2d(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
+                 slack: list[Array]) -> bool:
+    px = prop.nodes[i].parents[0]
+    if not prop.whole or not prop.batched(px):
+        return False
+    prop.accumulate(nu, px, np.swapaxes(v, -1, -2), slack)
+    return True
+
+
+def _generic_linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array],
+                    terms: list[Array], slack: list[Array]) -> bool:
+    """Any other primitive declared linear (movement, gathers, sums, pooling sums) with one
+    varying input: ``f(x, c) = f(x, 0) + f(0, c)``; the multiplier passes through the op's own
+    VJP one specification row at a time (needs the traced batch), ``f(0, c)`` is a dual term."""
+    node = prop.nodes[i]
+    op = node.op
+    assert op is not None
+    var = [p for p in node.parents if prop.variable[p]]
+    if (not op.linear or len(var) != 1 or (not prop.whole and prop.batch != prop.graph_batch)
+            or not prop.batched(var[0])
+            or (len(node.parents) > 1 and op.name not in ("concat_dim0", "concat_vectors"))):
+        return False
+    px = var[0]
+    x_shape = tuple(prop.nodes[px].shape)
+    consts = []
+    for p in node.parents:
+        c = None if p == px else _matrix(prop, p)
+        if p != px and c is None:
+            return False
+        consts.append(c)
+    attrs = {k: val for k, val in node.attrs.items() if k != "dtype"}
+    zero = np.zeros(x_shape)
+    if len(node.parents) > 1:
+        offset = np.asarray(op.forward(*[zero if c is None else c for c in consts], **attrs))
+        if np.any(offset):
+            ob = offset[None] if prop.whole else offset
+            terms.append(prop._concretize(v, Interval(ob, ob)))
+    needed = tuple(p == px for p in node.parents)
+    args = [zero if c is None else c for c in consts]
+    full = tuple(node.shape)
+    rows = []
+    for k in range(v.shape[1]):
+        g = v[0, k] if prop.whole else np.broadcast_to(v[:, k], full)
+        out = op.apply_vjp(ARRAY_OPS, np.ascontiguousarray(g), args, None, attrs, needed)
+        rows.append(np.asarray(out[needed.index(True)], np.float64).reshape(x_shape))
+    contribution = np.stack(rows, axis=1 if not prop.whole else 0)
+    if prop.whole:
+        contribution = contribution[None]
+    key = ("absJ", i)
+    if key not in prop._cache:
+        vm = prop.vmax(px)
+        fm = np.asarray(op.forward(*[(vm[0] if prop.whole else vm) if c is None else np.abs(c)
+                                     for c in consts], **attrs), np.float64)
+        prop._cache[key] = fm[None] if prop.whole else fm
+    n = max(int(np.prod(x_shape)), int(np.prod(full))) + 4
+    slack.append(_dot_rest(np.abs(v), prop._cache[key], True) * gamma(n))
+    prop.accumulate(nu, px, contribution, slack)
+    return True
+
+
+@_handler("reshape", "flatten", "detach")
 def _reshape(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
              slack: list[Array]) -> bool:
     px = prop.nodes[i].parents[0]
     if not prop.batched(px):
         return False
-    prop.accumulate(nu, px, v.reshape(v.shape[:2] + prop.nodes[px].shape[1:]), slack)
+    prop.accumulate(nu, px, v.reshape(v.shape[:2] + prop.rest(px)), slack)
     return True
 
 
@@ -433,14 +644,42 @@ def _add_sub(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: l
     assert node.op is not None
     signs = (1.0, 1.0) if node.op.name == "add" else (1.0, -1.0)
     for p in node.parents:
-        if prop.variable[p] and prop.nodes[p].shape != node.shape:
-            return False  # a varying operand broadcast against the other: concretize instead
+        if prop.variable[p] and not prop.batched(p):
+            return False
     for p, sign in zip(node.parents, signs, strict=True):
         if prop.variable[p]:
-            prop.accumulate(nu, p, v if sign > 0 else -v, slack)
+            w = v if sign > 0 else -v
+            if prop.nodes[p].shape != node.shape:
+                # a varying operand broadcast against the other: its multiplier sums over the
+                # broadcast axes (the sum's rounding, gamma_n |v| . max|x|, is slack)
+                rest = prop.rest(p)
+                w = _sum_to(w, rest)
+                if w is None:
+                    return False
+                n = int(np.prod(prop.rest(i))) // max(1, int(np.prod(rest))) + 4
+                wide = np.broadcast_to(prop.vmax(p).reshape(
+                    (prop.batch,) + (1,) * (len(prop.rest(i)) - len(rest)) + rest),
+                    prop.bshape(node))
+                slack.append(_dot_rest(np.abs(v), wide, True) * gamma(n))
+            prop.accumulate(nu, p, w, slack)
         else:
             terms.append(_const_term(prop, v, p, node, sign))
     return True
+
+
+def _sum_to(v: Array, rest: tuple[int, ...]) -> Array | None:
+    """Multipliers ``(B, K, *r)`` summed down to ``(B, K, *rest)`` (``rest`` broadcasts to r)."""
+    r = v.shape[2:]
+    lead = len(r) - len(rest)
+    if lead < 0:
+        return None
+    out = v.sum(axis=tuple(range(2, 2 + lead))) if lead else v
+    for j, (a, b) in enumerate(zip(rest, r[lead:], strict=True)):
+        if a == 1 and b != 1:
+            out = out.sum(axis=2 + j, keepdims=True)
+        elif a != b:
+            return None
+    return out
 
 
 @_handler("mul")
@@ -506,7 +745,7 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
     the rounded chord slope, at most ``8 u64 |nu| (u - l)`` (a slack term).
     """
     px = prop.nodes[i].parents[0]
-    box = prop.ivals[px]
+    box = prop.bx(px)
     assert box is not None
     if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
         return False
@@ -568,7 +807,8 @@ def _linear_scaled(prop: Propagation, i: int, v: Scaled, nu: dict[int, Array],
         return False
     pw, pb, px = node.parents
     w, b = _matrix(prop, pw), _matrix(prop, pb)
-    if w is None or b is None or not prop.batched(px) or len(node.shape) != 2:
+    if (w is None or b is None or not prop.batched(px) or len(prop.rest(i)) != 1
+            or prop.whole):
         return False
     out_f, in_f = w.shape
     shared, pos = v.v[0], v.vp[0]
@@ -603,7 +843,7 @@ def _slopes(prop: Propagation, px: int) -> tuple[Array, Array, Array, Array]:
     """Lower and upper slopes, ``l`` on unstable neurons (else 0), ``u - l`` likewise."""
     key = ("slopes", px)
     if key not in prop._cache:
-        box = prop.ivals[px]
+        box = prop.bx(px)
         assert box is not None
         lower, upper = relu_slopes(box.lo, box.hi)
         unstable = (box.lo < 0) & (box.hi > 0)
@@ -691,7 +931,7 @@ def _smooth(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     node = prop.nodes[i]
     assert node.op is not None
     px = node.parents[0]
-    box = prop.ivals[px]
+    box = prop.bx(px)
     assert box is not None
     if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
         return False
@@ -703,9 +943,16 @@ def _smooth(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
         prop._cache[key] = (a_lo, a_hi, min_g(name, box.lo, box.hi, a_lo),
                             max_g(name, box.lo, box.hi, a_hi))
     a_lo, a_hi, h_lo, h_hi = prop._cache[key]
-    t = np.where(v >= 0, v * _with_k(h_lo), v * _with_k(h_hi))
+    a_lo, a_hi, h_lo, h_hi = _with_k(a_lo), _with_k(a_hi), _with_k(h_lo), _with_k(h_hi)
+    chosen = prop.alpha.get(i)
+    if chosen is not None:  # alpha-CROWN's slopes, per row: (B, K, *rest) each
+        name = node.op.name
+        lo_k, hi_k = _with_k(box.lo), _with_k(box.hi)
+        a_lo, a_hi = chosen
+        h_lo, h_hi = min_g(name, lo_k, hi_k, a_lo), max_g(name, lo_k, hi_k, a_hi)
+    t = np.where(v >= 0, v * h_lo, v * h_hi)
     terms.append(_sum_rest_down(t))
-    vx = v * np.where(v >= 0, _with_k(a_lo), _with_k(a_hi))
+    vx = v * np.where(v >= 0, a_lo, a_hi)
     slack.append(_dot_rest(np.abs(vx), prop.vmax(px), True) * (2 * U64))
     prop.accumulate(nu, px, vx, slack)
     return True
@@ -729,21 +976,116 @@ def pool_windows(lo: Array, hi: Array, k: tuple[int, int]) -> tuple[Array, Array
     return onehot.reshape(b, c, h, w), dominated, hw.max(axis=-1)
 
 
-@_handler("max_pool2d")
+def _convex(name: str, t: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return np.asarray(REGISTRY[name].forward(np.asarray(t, np.float64)), np.float64)
+
+
+def _dconvex(name: str, t: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return np.exp(t) if name == "exp" else 1.0 / (1.0 + np.exp(-t))
+
+
+def _convex_critical(name: str, a: Array) -> Array:
+    """Approximately the t where f'(t) = a (NaN where there is none)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if name == "exp":
+            return np.where(a > 0, np.log(a), np.nan)
+        return np.where((a > 0) & (a < 1), np.log(a) - np.log1p(-a), np.nan)
+
+
+def convex_terms(name: str, lo: Array, hi: Array, a_lo: Array, a_hi: Array
+                 ) -> tuple[Array, Array]:
+    """Rigorous ``min over [lo, hi] of f(t) - a_lo t`` and ``max of f(t) - a_hi t`` for a convex
+    f (exp, softplus): the max at an end; the min by the tangent of g at the approximate
+    critical point m, ``g >= g(m) + g'(m) (t - m)``, least at an end (g'(m) as an interval)."""
+
+    def g_lo(t: Array, a: Array) -> Array:
+        return down(libm_lo(_convex(name, t)) - up(a * t) - 2 * U64 * np.abs(a * t))
+
+    def g_hi(t: Array, a: Array) -> Array:
+        return up(libm_hi(_convex(name, t)) - down(a * t) + 2 * U64 * np.abs(a * t))
+
+    h_hi = np.maximum(g_hi(lo, a_hi), g_hi(hi, a_hi))
+    m = _convex_critical(name, a_lo)
+    m = np.clip(np.where(np.isnan(m), lo, m), lo, hi)
+    d = _dconvex(name, m) - a_lo
+    e = 32 * U64 * (np.abs(_dconvex(name, m)) + np.abs(a_lo)) + ETA64
+    lin = np.minimum(np.minimum((d - e) * (lo - m), (d + e) * (lo - m)),
+                     np.minimum((d - e) * (hi - m), (d + e) * (hi - m)))
+    tangent = down(g_lo(m, a_lo) + lin - 8 * U64 * np.abs(lin) - ETA64)
+    h_lo = np.minimum(np.minimum(g_lo(lo, a_lo), g_lo(hi, a_lo)), tangent)
+    return h_lo, h_hi
+
+
+def convex_slopes(name: str, lo: Array, hi: Array) -> tuple[Array, Array]:
+    """Tangent at the midpoint (lower line), chord (upper line); any slope is sound."""
+    mid = 0.5 * lo + 0.5 * hi
+    width = hi - lo
+    tangent = _dconvex(name, mid)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        chord = np.where(width > 1e-9, (_convex(name, hi) - _convex(name, lo)) / width, tangent)
+    return tangent, np.where(np.isfinite(chord), chord, tangent)
+
+
+@_handler("exp", "softplus")
+def _convex_op(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
+               slack: list[Array]) -> bool:
+    node = prop.nodes[i]
+    assert node.op is not None
+    px = node.parents[0]
+    box = prop.bx(px)
+    name = node.op.name
+    if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))) or (
+            name == "exp" and np.any(box.hi > 700)):
+        return False
+    key = ("convex", px)
+    if key not in prop._cache:
+        a_lo, a_hi = convex_slopes(name, box.lo, box.hi)
+        prop._cache[key] = (a_lo, a_hi) + convex_terms(name, box.lo, box.hi, a_lo, a_hi)
+    a_lo, a_hi, h_lo, h_hi = prop._cache[key]
+    if not (np.all(np.isfinite(h_lo)) and np.all(np.isfinite(h_hi))):
+        return False
+    t = np.where(v >= 0, v * _with_k(h_lo), v * _with_k(h_hi))
+    terms.append(_sum_rest_down(t))
+    vx = v * np.where(v >= 0, _with_k(a_lo), _with_k(a_hi))
+    slack.append(_dot_rest(np.abs(vx), prop.vmax(px), True) * (2 * U64))
+    prop.accumulate(nu, px, vx, slack)
+    return True
+
+
+def pool_geometry(node: GraphNode, x_shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The window of a 2-D max pooling with non-overlapping, unpadded windows tiling the input
+    (``max_pool2d``, or ``max_pool`` as an imported ONNX MaxPool maps), else ``None``."""
+    if len(x_shape) != 4:
+        return None
+    k = _pair(node.attrs["kernel_size"])
+    stride = node.attrs.get("stride")
+    s = k if stride is None else _pair(stride)
+    pad = _pair(node.attrs.get("padding", 0) or 0)
+    if k is None or s != k or pad != (0, 0) or x_shape[2] % k[0] or x_shape[3] % k[1]:
+        return None
+    return k
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    t = tuple(int(a) for a in np.ravel(value))
+    if len(t) == 1:
+        t = (t[0], t[0])
+    return (t[0], t[1]) if len(t) == 2 else None
+
+
+@_handler("max_pool2d", "max_pool")
 def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[Array],
               slack: list[Array]) -> bool:
     node = prop.nodes[i]
     px = node.parents[0]
-    x_shape = prop.nodes[px].shape
-    k = tuple(node.attrs["kernel_size"])
-    stride = node.attrs.get("stride")
-    stride = k if stride is None else tuple(stride)
-    if (len(x_shape) != 4 or stride != k or x_shape[2] % k[0] or x_shape[3] % k[1]
-            or not prop.batched(px)):
+    k = pool_geometry(node, prop.nodes[px].shape)
+    if k is None or prop.whole or not prop.batched(px):
         return False
     key = ("pool", i)
     if key not in prop._cache:
-        box = prop.ivals[px]
+        box = prop.bx(px)
         assert box is not None
         prop._cache[key] = pool_windows(box.lo, box.hi, k)  # type: ignore[arg-type]
     onehot, dominated, top = prop._cache[key]
