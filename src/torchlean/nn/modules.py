@@ -370,6 +370,36 @@ class Module:
         """``to("cpu")``."""
         return self.to("cpu")
 
+    def _cast(self, dtype: Any) -> Module:
+        """Every float parameter and buffer converted to ``dtype``. A parameter of another dtype
+        is replaced by a new ``Param`` with the same name, ``requires_grad`` and device (build
+        optimisers after the conversion, as in torch); one shared by several modules stays
+        shared."""
+        target = np.dtype(as_dtype(dtype))
+        converted: dict[int, Param] = {}
+        for module in self.modules():
+            for name, p in module._parameters.items():
+                if p is None or p.dtype == target:
+                    continue
+                new = converted.get(id(p))
+                if new is None:
+                    new = Param(np.asarray(p.value).astype(target), p.name, p.requires_grad)
+                    new.on(namespace_of(p.data))
+                    converted[id(p)] = new
+                module._parameters[name] = new
+            for name, b in module._buffers.items():
+                if b.dtype.kind == "f":
+                    module._buffers[name] = b.astype(target)
+        return self
+
+    def double(self) -> Module:
+        """Parameters and float buffers in float64 (``torch.nn.Module.double``)."""
+        return self._cast(np.float64)
+
+    def float(self) -> Module:
+        """Parameters and float buffers in float32 (``torch.nn.Module.float``)."""
+        return self._cast(np.float32)
+
     @property
     def device(self) -> str:
         """Where the parameters live ("cpu" without parameters); a module split across devices
