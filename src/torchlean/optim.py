@@ -1,4 +1,5 @@
-"""Optimisers with torch.optim's update formulas: SGD, Adam and AdamW.
+"""Optimisers with torch.optim's update formulas: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta
+and LBFGS.
 
 An optimiser holds a list of parameters (``Param`` objects, or anything with a ``parameters()``
 method returning them) and updates each one's ``data`` in place from its ``grad``. The base class
@@ -28,8 +29,14 @@ device), ready for ``torchlean.checkpoint.save``:
   ``"state.3.step"``, the number of updates that parameter received, 0-d int64).
 
 ``load_state_dict`` restores all of these, hyper-parameters included (as torch does), so training
-resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate. Parameter groups
-are not supported: build one optimiser per group instead.
+resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate.
+
+Parameter groups as in torch: ``params`` may be a list of dicts (``{"params": [...], "lr": ...}``),
+each group's missing hyper-parameters taken from the constructor's (``defaults``);
+``param_groups`` is that list, and setting ``group["lr"]`` (what the ``lr_scheduler`` classes
+do) checks the value and changes the group's updates from the next step. Extra keys (a
+scheduler's ``initial_lr``) are kept. ``opt.lr = x`` sets every group's rate. With several
+groups, ``state_dict`` holds groups after the first as ``"group.<g>.<name>"``.
 """
 
 from __future__ import annotations
@@ -43,8 +50,12 @@ from .checkpoint import describe_mismatches
 from .core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from .core.errors import ShapeError, TorchLeanError
 from .engine.params import Param
+from .engine.tensor import enable_grad
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
+__all__ = [
+    "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Optimizer", "OptimizerError",
+    "ParamGroup", "RMSprop",
+]
 
 
 class OptimizerError(TorchLeanError):
@@ -74,6 +85,12 @@ def _collect_params(params: Any, owner: str) -> list[Any]:
     return out
 
 
+def _is_group_list(params: Any) -> bool:
+    """Whether ``params`` is torch's list of parameter-group dicts."""
+    return isinstance(params, list | tuple) and bool(params) and all(
+        isinstance(g, Mapping) for g in params)
+
+
 def _label(param: Any, index: int) -> str:
     name = getattr(param, "name", None)
     return repr(name) if name else f"#{index}"
@@ -86,27 +103,131 @@ def _number(owner: str, name: str, value: Any) -> float:
     return float(value)
 
 
+class ParamGroup(dict):  # type: ignore[type-arg]
+    """One entry of ``optimizer.param_groups``: ``"params"`` and the group's hyper-parameters.
+
+    Setting a hyper-parameter goes through the optimiser's checks (a bad value raises
+    ``OptimizerError`` and changes nothing); ``"betas"`` reads and writes Adam's ``beta1`` and
+    ``beta2`` as torch's pair. Any other key is stored as given (schedulers keep theirs here).
+    """
+
+    def __init__(self, owner: Optimizer, params: list[Any], hyper: dict[str, Any]) -> None:
+        super().__init__(params=params)
+        self._owner = owner
+        dict.update(self, owner.check_hyper(hyper))
+
+    def hyper(self) -> dict[str, Any]:
+        """The group's hyper-parameters (the keys of ``owner.defaults``)."""
+        return {k: dict.__getitem__(self, k) for k in self._owner.defaults}
+
+    def __getitem__(self, key: Any) -> Any:
+        if key == "betas" and "beta1" in self._owner.defaults:
+            return (dict.__getitem__(self, "beta1"), dict.__getitem__(self, "beta2"))
+        return dict.__getitem__(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        defaults = self._owner.defaults
+        if key == "betas" and "beta1" in defaults:
+            try:
+                beta1, beta2 = value
+            except (TypeError, ValueError):
+                raise OptimizerError(f"{type(self._owner).__name__}: betas must be a pair of "
+                                     f"numbers, found {value!r}") from None
+            dict.update(self, self._owner.check_hyper({**self.hyper(), "beta1": beta1,
+                                                       "beta2": beta2}))
+        elif key in defaults:
+            dict.update(self, self._owner.check_hyper({**self.hyper(), key: value}))
+        elif key == "params":
+            raise OptimizerError(f"{type(self._owner).__name__}: a group's params cannot be "
+                                 "replaced; use add_param_group for new parameters")
+        else:
+            dict.__setitem__(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return (key == "betas" and "beta1" in self._owner.defaults) or dict.__contains__(self,
+                                                                                         key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
 class Optimizer:
     """Walks the parameters, keeps per-parameter state, and counts steps.
 
-    Subclasses set ``self.hyper`` (a flat dict of floats and bools) through ``_set_hyper`` and
-    implement ``init_single`` and ``apply_single``.
+    Subclasses give their hyper-parameters (a flat dict of floats and bools) to ``__init__``,
+    check them in ``check_hyper``, and implement ``init_single`` and ``apply_single``; while a
+    parameter updates, ``self.hyper`` is its group's hyper-parameters.
     """
 
     def __init__(self, params: Any, hyper: dict[str, Any]) -> None:
         name = type(self).__name__
-        self.params: list[Any] = _collect_params(params, name)
-        self.hyper: dict[str, Any] = {}
-        self._set_hyper(hyper)
-        self.step_count = 0
+        self.defaults: dict[str, Any] = self.check_hyper(hyper)
+        self.params: list[Any] = []
+        self.param_groups: list[ParamGroup] = []
+        self._group_of: list[int] = []  # the group index of each parameter
+        self._active: ParamGroup | None = None  # the group being applied in step()
         self.state: list[dict[str, Any]] = []
-        for p in self.params:
+        self._state_xp: list[Any] = []  # the namespace each parameter's state lives in
+        self._fresh: list[bool] = []  # state as init_single made it (no step, no load)
+        self.step_count = 0
+        if _is_group_list(params):
+            groups = list(params)
+            if not groups:
+                raise OptimizerError(f"{name}: got an empty parameter list")
+            for g in groups:
+                self.add_param_group(g)
+        else:
+            self.add_param_group({"params": _collect_params(params, name)})
+
+    def add_param_group(self, group: Mapping[str, Any]) -> None:
+        """Add a group (``{"params": ..., "<hyper>": value}``; missing hyper-parameters from
+        ``defaults``), as torch's ``add_param_group``."""
+        name = type(self).__name__
+        if not isinstance(group, Mapping) or "params" not in group:
+            raise OptimizerError(f"{name}: a parameter group must be a dict with a 'params' key, "
+                                 f"found {type(group).__name__}")
+        params = _collect_params(group["params"], name)
+        known = set(self.defaults) | ({"betas"} if "beta1" in self.defaults else set())
+        hyper = dict(self.defaults)
+        extra: dict[str, Any] = {}
+        for key, value in group.items():
+            if key == "params":
+                continue
+            if key == "betas" and "beta1" in self.defaults:
+                try:
+                    hyper["beta1"], hyper["beta2"] = value
+                except (TypeError, ValueError):
+                    raise OptimizerError(f"{name}: betas must be a pair of numbers, found "
+                                         f"{value!r}") from None
+            elif key in known:
+                hyper[key] = value
+            else:
+                extra[key] = value
+        seen = {id(p) for p in self.params}
+        for i, p in enumerate(params):
+            if id(p) in seen:
+                raise OptimizerError(f"{name}: parameter {_label(p, i)} appears in more than one "
+                                     "parameter group")
+        entry = ParamGroup(self, params, hyper)
+        for key, value in extra.items():
+            entry[key] = value
+        index = len(self.param_groups)
+        self.param_groups.append(entry)
+        for p in params:
+            self.params.append(p)
+            self._group_of.append(index)
+            self._active = entry
             state = {"step": np.zeros((), dtype=np.int64)}
             state.update(self.init_single(p))
             self.state.append(state)
-        # The namespace each parameter's state lives in (a step moves it to the parameter's).
-        self._state_xp: list[Any] = [namespace_of(p.data) for p in self.params]
-        self._fresh = [True] * len(self.params)  # state as init_single made it (no step, no load)
+            self._state_xp.append(namespace_of(p.data))
+            self._fresh.append(True)
+        self._active = None
 
     # -- the two methods an optimiser implements ------------------------------------------------
     def init_single(self, param: Any) -> dict[str, Any]:
@@ -123,7 +244,16 @@ class Optimizer:
         return dict(hyper)
 
     def _set_hyper(self, hyper: dict[str, Any]) -> None:
-        self.hyper = self.check_hyper(hyper)
+        """Set these hyper-parameters in every group (checked first: all or nothing)."""
+        checked = [self.check_hyper({**g.hyper(), **hyper}) for g in self.param_groups]
+        for group, values in zip(self.param_groups, checked, strict=True):
+            dict.update(group, values)
+
+    @property
+    def hyper(self) -> dict[str, Any]:
+        """The hyper-parameters of the group being updated (the first group outside step)."""
+        group = self._active if self._active is not None else self.param_groups[0]
+        return group.hyper()
 
     @property
     def lr(self) -> float:
@@ -134,14 +264,20 @@ class Optimizer:
         self._set_hyper({**self.hyper, "lr": value})
 
     # -- stepping -------------------------------------------------------------------------------
-    def step(self, grads: Sequence[Any] | None = None) -> None:
+    def step(self, grads: Any = None) -> Any:
         """One update of every parameter that requires grad and has a gradient.
 
         With ``grads=None`` each parameter's ``.grad`` is used; otherwise ``grads`` is a list
-        aligned with the parameters (``None`` entries are skipped). Every gradient is checked
-        before any parameter changes.
+        aligned with the parameters (``None`` entries are skipped), or a closure (torch's
+        ``step(closure)``: called first, with gradients enabled, and its loss returned). Every
+        gradient is checked before any parameter changes.
         """
         name = type(self).__name__
+        loss = None
+        if callable(grads):
+            with enable_grad():
+                loss = grads()
+            grads = None
         if grads is None:
             grad_list = [p.grad for p in self.params]
         else:
@@ -173,13 +309,18 @@ class Optimizer:
                                  f"{g.dtype}, expected a float dtype")
             if g.dtype != data.dtype:
                 g = g.astype(data.dtype)
-            work.append((p, g, self._state_on(i, xp)))
-        for p, g, state in work:
-            state["step"] += 1
-            self.apply_single(p, g, state)
-            if isinstance(p, Param):
-                p.mark_updated()
+            work.append((p, g, self._state_on(i, xp), self.param_groups[self._group_of[i]]))
+        try:
+            for p, g, state, group in work:
+                self._active = group
+                state["step"] += 1
+                self.apply_single(p, g, state)
+                if isinstance(p, Param):
+                    p.mark_updated()
+        finally:
+            self._active = None
         self.step_count += 1
+        return loss
 
     def _state_on(self, i: int, xp: Any) -> dict[str, Any]:
         """Parameter ``i``'s state with its arrays in namespace ``xp`` (moved there, once, when
@@ -197,18 +338,27 @@ class Optimizer:
         self._fresh[i] = False
         return state
 
-    def zero_grad(self) -> None:
-        """Forget every parameter's gradient (``grad = None``, torch's ``set_to_none``)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (``grad = None``, torch's default), or with
+        ``set_to_none=False`` fill the existing gradients with zeros in place."""
         for p in self.params:
-            p.grad = None
+            g = p.grad
+            if set_to_none or g is None:
+                p.grad = None
+            elif hasattr(g, "zero_"):
+                g.zero_()
+            else:
+                g[...] = 0
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         """A flat copy of the whole optimiser state (host NumPy arrays); see the module doc."""
         out: dict[str, np.ndarray] = {"step": np.asarray(self.step_count, dtype=np.int64)}
-        for key, value in self.hyper.items():
-            dtype = np.bool_ if isinstance(value, bool) else np.float64
-            out[f"hyper.{key}"] = np.asarray(value, dtype=dtype)
+        for g, group in enumerate(self.param_groups):
+            for key, value in group.hyper().items():
+                dtype = np.bool_ if isinstance(value, bool) else np.float64
+                out[f"hyper.{key}" if g == 0 else f"group.{g}.{key}"] = np.asarray(value,
+                                                                                   dtype=dtype)
         for i, state in enumerate(self.state):
             for key, value in state.items():
                 out[f"state.{i}.{key}"] = np.array(to_host(value), copy=True)
@@ -226,14 +376,18 @@ class Optimizer:
         if problems:
             raise OptimizerError(f"{name}.load_state_dict: state does not fit this optimiser:\n  "
                                  + "\n  ".join(problems))
-        hyper = {k: (bool(found[f"hyper.{k}"]) if isinstance(v, bool)
-                     else float(found[f"hyper.{k}"])) for k, v in self.hyper.items()}
-        new_hyper = self.check_hyper(hyper)
+        new_hyper = []
+        for g, group in enumerate(self.param_groups):
+            prefix = "hyper." if g == 0 else f"group.{g}."
+            hyper = {k: (bool(found[prefix + k]) if isinstance(v, bool)
+                         else float(found[prefix + k])) for k, v in group.hyper().items()}
+            new_hyper.append(self.check_hyper(hyper))
         steps = [found[f"state.{i}.step"] for i in range(len(self.state))]
         if int(found["step"]) < 0 or any(int(s) < 0 for s in steps):
             raise OptimizerError(f"{name}.load_state_dict: negative step counter")
         # Everything fits: now change state.
-        self.hyper = new_hyper
+        for group, values in zip(self.param_groups, new_hyper, strict=True):
+            dict.update(group, values)
         self.step_count = int(found["step"])
         for i, (p, state) in enumerate(zip(self.params, self.state, strict=True)):
             xp = namespace_of(p.data)
@@ -249,8 +403,9 @@ class Optimizer:
             self._fresh[i] = False
 
     def __repr__(self) -> str:
-        hyper = ", ".join(f"{k}={v}" for k, v in self.hyper.items())
-        return f"{type(self).__name__}({len(self.params)} params, {hyper})"
+        groups = "; ".join(", ".join(f"{k}={v}" for k, v in g.hyper().items())
+                           for g in self.param_groups)
+        return f"{type(self).__name__}({len(self.params)} params, {groups})"
 
 
 class SGD(Optimizer):
@@ -297,8 +452,11 @@ class SGD(Optimizer):
         if h["weight_decay"] != 0.0:
             grad = grad + h["weight_decay"] * p
         if h["momentum"] != 0.0:
-            buf = state["momentum_buffer"]
-            if int(state["step"]) == 1:
+            buf = state.get("momentum_buffer")
+            if buf is None:  # momentum switched on after the optimiser was built
+                buf = state["momentum_buffer"] = namespace_of(p).zeros_like(p)
+                buf[...] = grad
+            elif int(state["step"]) == 1:
                 buf[...] = grad
             else:
                 buf *= h["momentum"]
@@ -388,6 +546,285 @@ class AdamW(Adam):
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def _checked(name: str, hyper: dict[str, Any], nonneg: Sequence[str] = (),
+             positive: Sequence[str] = (), unit: Sequence[str] = ()) -> dict[str, Any]:
+    """Hyper-parameters as floats: ``nonneg`` finite and >= 0, ``positive`` finite and > 0,
+    ``unit`` in [0, 1]; bools stay bools."""
+    out: dict[str, Any] = {}
+    for key, value in hyper.items():
+        if isinstance(value, bool | np.bool_):
+            out[key] = bool(value)
+            continue
+        v = _number(name, key, value)
+        if key in nonneg and not 0.0 <= v < float("inf"):
+            raise OptimizerError(f"{name}: {key} must be finite and >= 0, found {v}")
+        if key in positive and not 0.0 < v < float("inf"):
+            raise OptimizerError(f"{name}: {key} must be finite and > 0, found {v}")
+        if key in unit and not 0.0 <= v <= 1.0:
+            raise OptimizerError(f"{name}: {key} must be in [0, 1], found {v}")
+        out[key] = v
+    return out
+
+
+class RMSprop(Optimizer):
+    """RMSprop (torch.optim.RMSprop): ``v = alpha v + (1 - alpha) g^2``; the step divides by
+    ``sqrt(v) + eps`` (``sqrt(v - mean_g^2) + eps`` when ``centered``), through a momentum
+    buffer when ``momentum > 0``."""
+
+    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False
+                 ) -> None:
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps,
+                                  "weight_decay": weight_decay, "momentum": momentum,
+                                  "centered": centered})
+
+    def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
+        return _checked("RMSprop", hyper, nonneg=("lr", "eps", "weight_decay", "momentum"),
+                        unit=("alpha",))
+
+    def init_single(self, param: Any) -> dict[str, Any]:
+        xp = namespace_of(param.data)
+        state = {"square_avg": xp.zeros_like(param.data)}
+        if self.hyper["momentum"] > 0:
+            state["momentum_buffer"] = xp.zeros_like(param.data)
+        if self.hyper["centered"]:
+            state["grad_avg"] = xp.zeros_like(param.data)
+        return state
+
+    def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
+        h = self.hyper
+        p = param.data
+        xp = namespace_of(p)
+        if h["weight_decay"] != 0.0:
+            grad = grad + h["weight_decay"] * p
+        square_avg = state["square_avg"]
+        square_avg *= h["alpha"]
+        square_avg += (1.0 - h["alpha"]) * (grad * grad)
+        if h["centered"]:
+            grad_avg = state.setdefault("grad_avg", xp.zeros_like(p))
+            grad_avg += (1.0 - h["alpha"]) * (grad - grad_avg)  # lerp_(grad, 1 - alpha)
+            avg = xp.sqrt(square_avg - grad_avg * grad_avg)
+        else:
+            avg = xp.sqrt(square_avg)
+        avg += h["eps"]
+        if h["momentum"] > 0:
+            buf = state.setdefault("momentum_buffer", xp.zeros_like(p))
+            buf *= h["momentum"]
+            buf += grad / avg
+            p += (-h["lr"]) * buf
+        else:
+            p += (-h["lr"]) * (grad / avg)
+
+
+class Adagrad(Optimizer):
+    """Adagrad (torch.optim.Adagrad): ``sum += g^2``; ``p -= clr * g / (sqrt(sum) + eps)`` with
+    ``clr = lr / (1 + (step - 1) * lr_decay)``."""
+
+    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10) -> None:
+        super().__init__(params, {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
+                                  "initial_accumulator_value": initial_accumulator_value,
+                                  "eps": eps})
+
+    def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
+        return _checked("Adagrad", hyper, nonneg=("lr", "lr_decay", "weight_decay",
+                                                  "initial_accumulator_value", "eps"))
+
+    def init_single(self, param: Any) -> dict[str, Any]:
+        xp = namespace_of(param.data)
+        total = xp.zeros_like(param.data)
+        total += self.hyper["initial_accumulator_value"]
+        return {"sum": total}
+
+    def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
+        h = self.hyper
+        p = param.data
+        xp = namespace_of(p)
+        if h["weight_decay"] != 0.0:
+            grad = grad + h["weight_decay"] * p
+        clr = h["lr"] / (1 + (float(state["step"]) - 1) * h["lr_decay"])
+        total = state["sum"]
+        total += grad * grad
+        std = xp.sqrt(total)
+        std += h["eps"]
+        p += (-clr) * (grad / std)
+
+
+class Adadelta(Optimizer):
+    """Adadelta (torch.optim.Adadelta): running averages of squared gradients and squared
+    updates; ``delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g``, ``p -= lr * delta``.
+    """
+
+    def __init__(self, params: Any, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "rho": rho, "eps": eps,
+                                  "weight_decay": weight_decay})
+
+    def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
+        return _checked("Adadelta", hyper, nonneg=("lr", "eps", "weight_decay"), unit=("rho",))
+
+    def init_single(self, param: Any) -> dict[str, Any]:
+        xp = namespace_of(param.data)
+        return {"square_avg": xp.zeros_like(param.data), "acc_delta": xp.zeros_like(param.data)}
+
+    def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
+        h = self.hyper
+        p = param.data
+        xp = namespace_of(p)
+        rho, eps = h["rho"], h["eps"]
+        if h["weight_decay"] != 0.0:
+            grad = grad + h["weight_decay"] * p
+        square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+        square_avg *= rho
+        square_avg += (1.0 - rho) * (grad * grad)
+        std = xp.sqrt(square_avg + eps)
+        delta = xp.sqrt(acc_delta + eps)
+        delta /= std
+        delta *= grad
+        acc_delta *= rho
+        acc_delta += (1.0 - rho) * (delta * delta)
+        p += (-h["lr"]) * delta
+
+
+class LBFGS(Optimizer):
+    """L-BFGS (torch.optim.LBFGS without a line search): ``step(closure)`` re-evaluates the
+    loss through ``closure`` (which zeroes the gradients, computes the loss, calls
+    ``backward`` and returns it) up to ``max_iter`` times, moving along the two-loop-recursion
+    direction from the last ``history_size`` curvature pairs. The whole parameter set is one
+    flat vector, so there is one group; the curvature history is not part of ``state_dict``
+    (it holds only the step count and hyper-parameters).
+    """
+
+    def __init__(self, params: Any, lr: float = 1.0, max_iter: int = 20,
+                 max_eval: int | None = None, tolerance_grad: float = 1e-7,
+                 tolerance_change: float = 1e-9, history_size: int = 100,
+                 line_search_fn: str | None = None) -> None:
+        if line_search_fn is not None:
+            raise OptimizerError(f"LBFGS: line_search_fn={line_search_fn!r} is not supported "
+                                 "(only None, torch's default)")
+        for key, value in (("max_iter", max_iter), ("history_size", history_size)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise OptimizerError(f"LBFGS: {key} must be an int >= 1, found {value!r}")
+        evals = max_iter * 5 // 4 if max_eval is None else max_eval
+        super().__init__(params, {"lr": lr, "max_iter": float(max_iter),
+                                  "max_eval": float(evals), "tolerance_grad": tolerance_grad,
+                                  "tolerance_change": tolerance_change,
+                                  "history_size": float(history_size)})
+        if len(self.param_groups) != 1:
+            raise OptimizerError("LBFGS doesn't support per-parameter options (parameter groups)")
+        self._memory: dict[str, Any] = {"func_evals": 0, "n_iter": 0}
+
+    def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
+        return _checked("LBFGS", hyper, nonneg=("lr", "tolerance_grad", "tolerance_change"),
+                        positive=("max_iter", "max_eval", "history_size"))
+
+    def init_single(self, param: Any) -> dict[str, Any]:
+        return {}
+
+    def _flat_grad(self) -> Any:
+        parts = []
+        for p in self.params:
+            g = p.grad
+            if g is None:
+                parts.append(np.zeros(int(np.prod(p.shape)), dtype=p.dtype))
+            else:
+                g = g.detach().numpy() if hasattr(g, "detach") else to_host(g)
+                parts.append(np.asarray(g, dtype=p.dtype).reshape(-1))
+        return np.concatenate(parts)
+
+    def _add(self, t: float, d: Any) -> None:
+        """``p += t * d`` for each parameter's slice of the flat direction ``d``."""
+        offset = 0
+        for p in self.params:
+            n = int(np.prod(p.shape))
+            data = p.data
+            step = (t * d[offset:offset + n]).reshape(p.shape).astype(data.dtype)
+            data += to_device(step, namespace_of(data))
+            if isinstance(p, Param):
+                p.mark_updated()
+            offset += n
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        """One L-BFGS step (torch's algorithm, iteration by iteration); returns the loss the
+        first closure call gave."""
+        if not callable(closure):
+            raise OptimizerError("LBFGS.step: requires a closure that reevaluates the model and "
+                                 f"returns the loss, found {type(closure).__name__}")
+        h = self.hyper
+        lr, max_iter, max_eval = h["lr"], int(h["max_iter"]), int(h["max_eval"])
+        tol_grad, tol_change = h["tolerance_grad"], h["tolerance_change"]
+        history = int(h["history_size"])
+        mem = self._memory
+        with enable_grad():
+            orig_loss = closure()
+        loss = float(orig_loss)
+        current_evals = 1
+        mem["func_evals"] += 1
+        flat_grad = self._flat_grad()
+        self.step_count += 1
+        if np.abs(flat_grad).max() <= tol_grad:
+            return orig_loss
+        d, t = mem.get("d"), mem.get("t")
+        old_dirs, old_stps, ro = mem.get("old_dirs"), mem.get("old_stps"), mem.get("ro")
+        h_diag, prev_flat_grad = mem.get("H_diag"), mem.get("prev_flat_grad")
+        n_iter = 0
+        while n_iter < max_iter:
+            n_iter += 1
+            mem["n_iter"] += 1
+            if mem["n_iter"] == 1:
+                d = -flat_grad
+                old_dirs, old_stps, ro, h_diag = [], [], [], 1.0
+            else:
+                y = flat_grad - prev_flat_grad
+                s = d * t
+                ys = float(y @ s)
+                if ys > 1e-10:
+                    if len(old_dirs) == history:
+                        old_dirs.pop(0)
+                        old_stps.pop(0)
+                        ro.pop(0)
+                    old_dirs.append(y)
+                    old_stps.append(s)
+                    ro.append(1.0 / ys)
+                    h_diag = ys / float(y @ y)
+                al = [0.0] * len(old_dirs)
+                q = -flat_grad
+                for i in range(len(old_dirs) - 1, -1, -1):
+                    al[i] = float(old_stps[i] @ q) * ro[i]
+                    q = q - al[i] * old_dirs[i]
+                r = q * h_diag
+                for i in range(len(old_dirs)):
+                    be_i = float(old_dirs[i] @ r) * ro[i]
+                    r = r + (al[i] - be_i) * old_stps[i]
+                d = r
+            prev_flat_grad = flat_grad.copy()
+            prev_loss = loss
+            t = (min(1.0, 1.0 / float(np.abs(flat_grad).sum())) * lr if mem["n_iter"] == 1
+                 else lr)
+            gtd = float(flat_grad @ d)
+            if gtd > -tol_change:
+                break
+            evals = 0
+            self._add(t, d)
+            opt_cond = False
+            if n_iter != max_iter:
+                with enable_grad():
+                    loss = float(closure())
+                flat_grad = self._flat_grad()
+                opt_cond = bool(np.abs(flat_grad).max() <= tol_grad)
+                evals = 1
+            current_evals += evals
+            mem["func_evals"] += evals
+            if n_iter == max_iter or current_evals >= max_eval or opt_cond:
+                break
+            if np.abs(d * t).max() <= tol_change or abs(loss - prev_loss) < tol_change:
+                break
+        mem.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=h_diag,
+                   prev_flat_grad=prev_flat_grad)
+        return orig_loss
 
 
 # ---------------------------------------------------------------------------------------------
