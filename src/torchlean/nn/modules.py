@@ -256,6 +256,17 @@ class Module:
         for _, m in self.named_modules():
             yield m
 
+    def apply(self, fn: Any) -> Module:
+        """Call ``fn`` on every sub-module (children first) and then on this module, as
+        ``torch.nn.Module.apply`` (the usual way to run a custom initialisation)."""
+        if not callable(fn):
+            raise TorchLeanError(f"{type(self).__name__}.apply: expected a function, found "
+                                 f"{type(fn).__name__}")
+        for child in list(self._modules.values()):
+            child.apply(fn)
+        fn(self)
+        return self
+
     def named_parameters(self) -> Iterator[tuple[str, Param]]:
         """``(dotted name, Param)`` pairs as torch names them; a shared Param appears once."""
         seen: set[int] = set()
@@ -470,6 +481,18 @@ class Sequential(Module):
             raise IndexRangeError(f"Sequential: index {i} out of range for {len(modules)} "
                                   "modules")
         return modules[i]
+
+    def __setitem__(self, i: int, module: Module) -> None:
+        """Replace the module at position ``i`` (it keeps its name, as in torch)."""
+        if not isinstance(module, Module):
+            raise TorchLeanError(f"Sequential: expected a Module, found {type(module).__name__}")
+        names = list(self._modules)
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TorchLeanError(f"Sequential: index with an int, found {i!r}")
+        if not -len(names) <= i < len(names):
+            raise IndexRangeError(f"Sequential: index {i} out of range for {len(names)} "
+                                  "modules")
+        self._modules[names[int(i)]] = module
 
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))

@@ -1,10 +1,11 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their single-step cells, as ``torch.nn``.
 
-Every step is written with the primitive ops (``linear``, ``sigmoid``, ``tanh``, products and
-sums, slicing and ``stack``), so a recurrent model runs on tensors, in a session, and traced by
-``tl.compile`` (a graph the verifier and the ONNX exporter read like any other), and its gradient
-comes from the same rules as every other layer's. The loop over time is unrolled when the model
-runs, so a compiled graph is specific to the sequence length (as any traced graph is).
+Every step is written with the primitive ops (``linear`` per gate on first-axis slices of the
+stacked weights, ``sigmoid``, ``tanh``, products and sums, ``stack``), so a recurrent model runs
+on tensors, in a session, and traced by ``tl.compile`` (a graph the verifier and the ONNX
+exporter read like any other), and its gradient comes from the same rules as every other
+layer's. The loop over time is unrolled when the model runs, so a compiled graph is specific to
+the sequence length (as any traced graph is).
 
 Parameter names, shapes, gate order and initialisation follow torch: ``weight_ih_l{k}``
 ``(G * hidden, in)``, ``weight_hh_l{k}`` ``(G * hidden, hidden)``, ``bias_ih_l{k}``,
@@ -33,33 +34,44 @@ __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-def _rows(x: Any, start: int, size: int) -> Any:
-    """``x[..., start:start + size]`` (one gate's block of a gate-stacked projection)."""
-    index = (slice(None),) * (len(_shape(x)) - 1) + (slice(start, start + size),)
-    return x[index]
+def _gate_rows(w: Any, gates: int) -> list[Any]:
+    """The per-gate blocks of a gate-stacked weight ``(G * hidden, ...)`` or bias ``(G * hidden,)``:
+    slices along the first axis (``slice_range0``), which every backend, the verifier and the ONNX
+    exporter read, so a layer never slices along its last axis."""
+    size = _shape(w)[0] // gates
+    return [w[g * size:(g + 1) * size] for g in range(gates)]
 
 
-def _step(mode: str, hidden: int, xw: Any, h: Any, c: Any, w_hh: Any, b_hh: Any
+def _step(mode: str, xw: list[Any], h: Any, c: Any, w_hh: list[Any], b_hh: list[Any]
           ) -> tuple[Any, Any]:
-    """One time step given the input projection ``xw = x @ W_ih.T + b_ih``: the new ``(h, c)``
-    (``c`` is None except for LSTM). The formulas and gate order are torch's."""
-    hw = F.linear(w_hh, b_hh, h)
+    """One time step given the per-gate input projections ``xw[g] = x @ W_ig.T + b_ig``: the new
+    ``(h, c)`` (``c`` is None except for LSTM). The formulas and gate order are torch's."""
+    hw = [F.linear(w, b, h) for w, b in zip(w_hh, b_hh, strict=True)]
     if mode == "RNN_TANH":
-        return F.tanh(xw + hw), None
+        return F.tanh(xw[0] + hw[0]), None
     if mode == "RNN_RELU":
-        return F.relu(xw + hw), None
+        return F.relu(xw[0] + hw[0]), None
     if mode == "LSTM":
-        gates = xw + hw
-        i = F.sigmoid(_rows(gates, 0, hidden))
-        f = F.sigmoid(_rows(gates, hidden, hidden))
-        g = F.tanh(_rows(gates, 2 * hidden, hidden))
-        o = F.sigmoid(_rows(gates, 3 * hidden, hidden))
+        i = F.sigmoid(xw[0] + hw[0])
+        f = F.sigmoid(xw[1] + hw[1])
+        g = F.tanh(xw[2] + hw[2])
+        o = F.sigmoid(xw[3] + hw[3])
         c_new = f * c + i * g
         return o * F.tanh(c_new), c_new
-    r = F.sigmoid(_rows(xw, 0, hidden) + _rows(hw, 0, hidden))
-    z = F.sigmoid(_rows(xw, hidden, hidden) + _rows(hw, hidden, hidden))
-    n = F.tanh(_rows(xw, 2 * hidden, hidden) + r * _rows(hw, 2 * hidden, hidden))
+    r = F.sigmoid(xw[0] + hw[0])
+    z = F.sigmoid(xw[1] + hw[1])
+    n = F.tanh(xw[2] + r * hw[2])
     return (1.0 - z) * n + z * h, None
+
+
+def _weights(owner: Module, x: Any, kind: str, suffix: str) -> tuple[list[Any], list[Any]]:
+    """The per-gate blocks of ``weight_<kind><suffix>`` and its bias (zeros without bias) as
+    refs where ``x`` lives."""
+    gates = _GATES[owner.mode]
+    w = _use(x, getattr(owner, f"weight_{kind}{suffix}"))
+    b = (_use(x, getattr(owner, f"bias_{kind}{suffix}")) if owner.bias
+         else _const(x, np.zeros(gates * owner.hidden_size)))
+    return _gate_rows(w, gates), _gate_rows(b, gates)
 
 
 def _check_float_input(layer: str, x: Any, ndims: tuple[int, ...], size: int) -> tuple[int, ...]:
@@ -135,15 +147,14 @@ class _RNNBase(Module):
             given = F.unsqueeze(given, 1)
         return [given[k] for k in range(count)]
 
-    def _direction(self, xw: list[Any], h: Any, c: Any, suffix: str, reverse: bool
+    def _direction(self, xw: list[list[Any]], h: Any, c: Any, suffix: str, reverse: bool
                    ) -> tuple[list[Any], Any, Any]:
-        w_hh = _use(h, getattr(self, "weight_hh" + suffix))
-        b_hh = (_use(h, getattr(self, "bias_hh" + suffix)) if self.bias
-                else _const(h, np.zeros(_GATES[self.mode] * self.hidden_size)))
+        """Run one direction of one layer over the per-step, per-gate input projections."""
+        w_hh, b_hh = _weights(self, h, "hh", suffix)
         outputs: list[Any] = [None] * len(xw)
         order = range(len(xw) - 1, -1, -1) if reverse else range(len(xw))
         for t in order:
-            h, c = _step(self.mode, self.hidden_size, xw[t], h, c, w_hh, b_hh)
+            h, c = _step(self.mode, xw[t], h, c, w_hh, b_hh)
             outputs[t] = h
         return outputs, h, c
 
@@ -177,11 +188,10 @@ class _RNNBase(Module):
             per_direction = []
             for d in range(directions):
                 suffix = f"_l{k}" + ("_reverse" if d else "")
-                w_ih = _use(x, getattr(self, "weight_ih" + suffix))
-                b_ih = (_use(x, getattr(self, "bias_ih" + suffix)) if self.bias
-                        else _const(x, np.zeros(_GATES[self.mode] * self.hidden_size)))
-                projected = F.linear(w_ih, b_ih, x)  # every step's input projection at once
-                xw = [projected[t] for t in range(steps)]
+                w_ih, b_ih = _weights(self, x, "ih", suffix)
+                # every step's input projection at once, per gate
+                projected = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
+                xw = [[p[t] for p in projected] for t in range(steps)]
                 outs, h, c = self._direction(xw, h0[k * directions + d],
                                              c0[k * directions + d], suffix, bool(d))
                 per_direction.append(F.stack(outs, 0))
@@ -283,11 +293,10 @@ class _CellBase(Module):
                                  f"{type(hx).__name__}")
         h = self._state(x, hx[0] if lstm and hx is not None else hx, "hx", batched)
         c = self._state(x, hx[1] if hx is not None else None, "cx", batched) if lstm else None
-        gates = _GATES[self.mode] * self.hidden_size
-        w_ih, w_hh = _use(x, self.weight_ih), _use(x, self.weight_hh)
-        b_ih = _use(x, self.bias_ih) if self.bias else _const(x, np.zeros(gates))
-        b_hh = _use(x, self.bias_hh) if self.bias else _const(x, np.zeros(gates))
-        h, c = _step(self.mode, self.hidden_size, F.linear(w_ih, b_ih, x), h, c, w_hh, b_hh)
+        w_ih, b_ih = _weights(self, x, "ih", "")
+        w_hh, b_hh = _weights(self, x, "hh", "")
+        xw = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
+        h, c = _step(self.mode, xw, h, c, w_hh, b_hh)
         return h, c, batched
 
     def extra_repr(self) -> str:
