@@ -2,9 +2,10 @@
 
 Each script in ``tests/torch_scripts/`` is an equivalent of a public PyTorch program (the
 beginner tutorials, two pytorch/examples scripts, Karpathy's bigram/GPT lecture), written with
-``import torch``. A test runs it twice, each in a fresh interpreter with a hang guard: as written,
-under PyTorch (the oracle), and with only the import lines rewritten to torchlean
-(``import torchlean as torch``, ``torchlean.nn``, ``torchlean.optim``, ...). Both runs print
+``import torch``. A test runs it twice, each in a fresh interpreter with a hang guard: with only
+its import lines rewritten to torchlean (``import torchlean as torch``, ``torchlean.nn``,
+``torchlean.optim``, ...), and, when that run succeeds, as written under PyTorch (the oracle;
+scripts that stop on torchlean cost no PyTorch run). Both runs print
 ``CHECK <key> <values...>`` lines; the test requires the same keys and compares the values as the
 script's entry in ``SCRIPTS`` says:
 
@@ -27,7 +28,6 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,7 +80,35 @@ SCRIPTS: dict[str, tuple[tuple, dict[str, tuple]]] = {
 
 # What stops each script on torchlean today (the first error it meets). strict: a script that
 # starts to run turns the xfail into a failure, so its entry must then be removed.
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "polynomial_tensor": "torch.float (dtype names; tensor core, issue 24)",
+    "polynomial_autograd": "torch.float (dtype names; tensor core, issue 24)",
+    "polynomial_custom_function": "torch.autograd.Function (tensor core, issue 24)",
+    "polynomial_nn": "torch.linspace (top-level functions; tensor core, issue 24)",
+    "polynomial_optim": "torch.linspace (top-level functions; tensor core, issue 24)",
+    "blitz_tensors": "torch.rand_like (top-level functions; tensor core, issue 24)",
+    "blitz_neural_networks": "parameters are Param, not tensors: no .size() (nn.Parameter; "
+                             "tensor core, issue 24)",
+    "blitz_cifar10": "torch.flatten (top-level functions; tensor core, issue 24)",
+    "basics_quickstart": "Tensor.type(dtype) (tensor methods; tensor core, issue 24)",
+    "basics_tensors": "torch.rand_like (top-level functions; tensor core, issue 24)",
+    "basics_data": "torch.float (dtype names; tensor core, issue 24)",
+    "basics_buildmodel": "parameters are Param, not tensors: no .size() (nn.Parameter; tensor "
+                         "core, issue 24)",
+    "basics_autograd": "Tensor.copy_ (in-place ops; tensor core, issue 24)",
+    "basics_optimization": "Tensor.type(dtype) (tensor methods; tensor core, issue 24)",
+    "nlp_bow_classifier": "parameters are Param, not tensors: no .copy_ (nn.Parameter; tensor "
+                          "core, issue 24)",
+    "nlp_word_embeddings": "torch.long (dtype names; tensor core, issue 24)",
+    "nlp_lstm_tagger": "torch.long (dtype names; tensor core, issue 24)",
+    "char_rnn_classification": "torch.set_default_device (top-level functions; tensor core, "
+                               "issue 24)",
+    "examples_mnist": "torch.optim.lr_scheduler as an importable module (optim becomes a "
+                      "package after the layout move, issue 21)",
+    "examples_time_sequence": "torch.save to a file object (io.BytesIO)",
+    "karpathy_bigram": "torch.long (dtype names; tensor core, issue 24)",
+    "karpathy_gpt": "torch.long (dtype names; tensor core, issue 24)",
+}
 
 _IMPORT = re.compile(r"^(\s*)import torch\s*$")
 _IMPORT_AS = re.compile(r"^(\s*)import torch((?:\.\w+)*) as (\w+)\s*$")
@@ -200,15 +228,13 @@ def _params() -> list:
 @pytest.mark.parametrize("name", _params())
 def test_script_matches_torch(name, tmp_path):
     source = (SCRIPTS_DIR / f"{name}.py").read_text()
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side (CI: 2 cores)
-        torch_run = pool.submit(_run, source, tmp_path / "torch", f"{name} (torch)")
-        ours_run = pool.submit(_run, to_torchlean(source), tmp_path / "torchlean",
-                               f"{name} (torchlean)")
-        theirs, ours = torch_run.result(), ours_run.result()
+    # torchlean first: a script that stops there fails without spending a PyTorch run.
+    ours = _run(to_torchlean(source), tmp_path / "torchlean", f"{name} (torchlean)")
+    assert ours.returncode == 0, f"{name} fails on torchlean:\n{_tail(ours.stderr)}"
+    theirs = _run(source, tmp_path / "torch", f"{name} (torch)")
     assert theirs.returncode == 0, f"{name} fails under PyTorch:\n{_tail(theirs.stderr)}"
     expected = checks(theirs.stdout)
     assert expected, f"{name}: no CHECK lines under PyTorch"
-    assert ours.returncode == 0, f"{name} fails on torchlean:\n{_tail(ours.stderr)}"
     found = checks(ours.stdout)
     assert set(found) == set(expected), (f"{name}: CHECK keys {sorted(found)}, torch printed "
                                          f"{sorted(expected)}")
