@@ -103,8 +103,7 @@ XFAIL: dict[str, str] = {
     "nlp_lstm_tagger": "torch.long (dtype names; tensor core, issue 24)",
     "char_rnn_classification": "torch.set_default_device (top-level functions; tensor core, "
                                "issue 24)",
-    "examples_mnist": "torch.optim.lr_scheduler as an importable module (optim becomes a "
-                      "package after the layout move, issue 21)",
+    "examples_mnist": "torch.device (dtype and device objects; tensor core, issue 24)",
     "examples_time_sequence": "torch.save to a file object (io.BytesIO)",
     "karpathy_bigram": "torch.long (dtype names; tensor core, issue 24)",
     "karpathy_gpt": "torch.long (dtype names; tensor core, issue 24)",

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexRangeError, TorchLeanError
+from ..core.errors import IndexRangeError, TorchLeanError
 from .modules import Module
 
 __all__ = ["ModuleDict", "ModuleList"]

@@ -14,15 +14,14 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.special import erfinv
 
-from ..errors import ShapeError, TorchLeanError
-from ..tensor import Tensor, no_grad, tensor
+from ..core.errors import ShapeError, TorchLeanError
+from ..engine.tensor import Tensor, no_grad, tensor
 from .modules import normal_init, uniform_init
 
 __all__ = [
     "calculate_gain", "constant_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_",
-    "ones_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_",
+    "ones_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_",
 ]
 
 
@@ -112,22 +111,6 @@ def normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, generator: Any = N
         raise TorchLeanError(f"nn.init.normal_: std must be >= 0, found {s}")
     z = normal_init(shape, np.float64, generator)
     return _write("normal_", tensor, (m + s * z).astype(_dtype(tensor)))
-
-
-def trunc_normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
-                  b: float = 2.0, generator: Any = None) -> Any:
-    """N(mean, std^2) truncated to [a, b] (inverse-CDF sampling, as torch)."""
-    shape = _shape("trunc_normal_", tensor)
-    m, s = _number("trunc_normal_", "mean", mean), _number("trunc_normal_", "std", std)
-    lo, hi = _number("trunc_normal_", "a", a), _number("trunc_normal_", "b", b)
-
-    def cdf(x: float) -> float:
-        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
-
-    lcdf, ucdf = cdf((lo - m) / s), cdf((hi - m) / s)
-    u = uniform_init(shape, 0.5, np.float64, generator) + 0.5
-    z = erfinv(2 * (lcdf + (ucdf - lcdf) * u) - 1) * s * math.sqrt(2.0) + m
-    return _write("trunc_normal_", tensor, np.clip(z, lo, hi).astype(_dtype(tensor)))
 
 
 def constant_(tensor: Any, val: float) -> Any:

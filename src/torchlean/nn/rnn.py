@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import functional as F
-from ..errors import ShapeError, TorchLeanError
-from ..functional import Ref
-from ..params import Param
+from ..core.errors import ShapeError, TorchLeanError
+from ..engine import ops_interface as F
+from ..engine.ops_interface import Ref
+from ..engine.params import Param
 from .modules import Module, _const, _positive, _shape, _use, uniform_init
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]

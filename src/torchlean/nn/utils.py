@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace_of, to_host
-from ..errors import TorchLeanError
-from ..tensor import Tensor, no_grad, tensor
+from ..core.backend import namespace_of, to_host
+from ..core.errors import TorchLeanError
+from ..engine.tensor import Tensor, no_grad, tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
 

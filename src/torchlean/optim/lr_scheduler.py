@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .optim import Optimizer, OptimizerError
+from .optimizers import Optimizer, OptimizerError
 
 __all__ = [
     "CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "MultiStepLR",

@@ -46,11 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import describe_mismatches
-from .core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
-from .core.errors import ShapeError, TorchLeanError
-from .engine.params import Param
-from .engine.tensor import enable_grad
+from ..checkpoint import describe_mismatches
+from ..core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
+from ..core.errors import ShapeError, TorchLeanError
+from ..engine.params import Param
+from ..engine.tensor import enable_grad
 
 __all__ = [
     "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Optimizer", "OptimizerError",
