@@ -7,14 +7,15 @@ CuPy, so the answers follow ``tl.cuda``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from . import cuda
 
 __all__ = ["AcceleratorDevice", "current_accelerator", "device_count", "is_available"]
 
 
-class AcceleratorDevice(NamedTuple):
+@dataclass(frozen=True)
+class AcceleratorDevice:
     """The accelerator as torch names it: ``.type`` ("cuda") and ``.index``."""
 
     type: str

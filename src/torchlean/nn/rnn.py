@@ -92,7 +92,7 @@ def _init_params(owner: Module, suffix: str, gates: int, hidden: int, inputs: in
                  dtype: Any, generator: Any) -> None:
     bound = 1.0 / math.sqrt(hidden)
     names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
-    shapes = [(gates * hidden, inputs), (gates * hidden, hidden)]
+    shapes: list[tuple[int, ...]] = [(gates * hidden, inputs), (gates * hidden, hidden)]
     if bias:
         names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
         shapes += [(gates * hidden,), (gates * hidden,)]

@@ -767,9 +767,14 @@ class LBFGS(Optimizer):
         self.step_count += 1
         if np.abs(flat_grad).max() <= tol_grad:
             return orig_loss
-        d, t = mem.get("d"), mem.get("t")
-        old_dirs, old_stps, ro = mem.get("old_dirs"), mem.get("old_stps"), mem.get("ro")
-        h_diag, prev_flat_grad = mem.get("H_diag"), mem.get("prev_flat_grad")
+        # The previous step's direction, step length and curvature history (torch keeps them).
+        d: Any = mem.get("d")
+        t: Any = mem.get("t")
+        old_dirs: Any = mem.get("old_dirs")
+        old_stps: Any = mem.get("old_stps")
+        ro: Any = mem.get("ro")
+        h_diag: Any = mem.get("H_diag")
+        prev_flat_grad: Any = mem.get("prev_flat_grad")
         n_iter = 0
         while n_iter < max_iter:
             n_iter += 1
