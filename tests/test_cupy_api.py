@@ -279,7 +279,7 @@ class _Recorder:
 
 def test_fused_optimiser_kernels_parse_and_get_all_their_arguments(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchlean import optim
+    from torchlean.optim import optimizers as optim
 
     monkeypatch.setattr(optim, "_KERNELS", {})
     monkeypatch.setattr(cupy, "ElementwiseKernel", _Recorder)

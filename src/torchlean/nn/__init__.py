@@ -3,11 +3,14 @@
 The layers and the ``Module`` base live in ``modules``; the loss modules and the extra
 activation and pooling modules (``Softmax``, ``ELU``, ``AdaptiveAvgPool2d``, ...) in ``loss``;
 PyTorch's functional signatures in ``functional`` (``import torchlean.nn.functional as TF``).
-This file only re-exports, so ``torchlean.nn.Linear`` and ``from torchlean.nn import ...`` keep
+Recurrent layers are in ``rnn``, ``ModuleList``/``ModuleDict`` in ``containers``, and
+``nn.init`` and ``nn.utils`` are torch's initialisers and gradient clipping. This file only
+re-exports, so ``torchlean.nn.Linear`` and ``from torchlean.nn import ...`` keep
 working.
 """
 
-from . import functional
+from . import functional, init, utils
+from .containers import ModuleDict, ModuleList
 from .loss import (
     ELU,
     AdaptiveAvgPool2d,
@@ -53,6 +56,7 @@ from .modules import (
     normal_init,
     uniform_init,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "AdaptiveAvgPool2d", "AvgPool2d", "BCEWithLogitsLoss", "BatchNorm2d", "Conv2d",
@@ -62,4 +66,6 @@ __all__ = [
     "MultiheadAttention", "NLLLoss", "ReLU", "ReLU6", "Sequential", "SiLU", "Sigmoid",
     "SmoothL1Loss", "Softmax", "Softplus", "Tanh", "functional", "initial_seed",
     "kaiming_uniform_bound", "manual_seed", "normal_init", "uniform_init",
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "ModuleDict", "ModuleList", "RNN", "RNNCell", "init",
+    "utils",
 ]

@@ -43,8 +43,9 @@ __all__ = [
     "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm",
     "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv3d", "conv_transpose2d",
     "cross_entropy", "dropout", "elu", "embedding", "gelu", "hardtanh", "huber_loss", "l1_loss",
-    "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "max_pool1d",
-    "max_pool2d", "max_pool3d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "relu6",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "masked_fill",
+    "max_pool1d", "max_pool2d", "max_pool3d", "mse_loss", "nll_loss", "one_hot", "pad", "relu",
+    "relu6",
     "sigmoid", "silu", "smooth_l1_loss", "softmax", "softplus", "tanh",
 ]
 
@@ -797,6 +798,39 @@ def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | N
         inside[tuple(window)] = 1.0
         out = F.apply("add", out, _const(x, (1.0 - inside) * fill))
     return out
+
+
+def masked_fill(input: Any, mask: Any, value: float) -> Any:
+    """``input`` with the entries where ``mask`` is true replaced by ``value`` (torch's
+    ``Tensor.masked_fill``); ``mask`` is a boolean tensor or array broadcastable to ``input``'s
+    shape, and is a constant (its values must be known: not a traced graph variable).
+
+    Computed as ``input * keep + filled``, with ``keep`` the mask's complement and ``filled``
+    ``value`` where masked, 0 elsewhere: ``value`` may be ``-inf`` (attention masks) without
+    producing NaN, and the gradient is ``keep`` (zero where filled), as torch's. An infinite
+    entry of ``input`` under the mask would still give NaN (inf * 0)."""
+    fn = "masked_fill"
+    x = _float_tensor(fn, "input", input)
+    known = _values(fn, "mask", mask)
+    if known is None:
+        raise TraceError(f"{fn}: the mask's values must be known (a constant), not a traced "
+                         "graph variable")
+    if known.dtype != np.bool_:
+        raise TorchLeanError(f"{fn}: expected a boolean mask, found dtype {known.dtype}")
+    fill = value.item() if hasattr(value, "item") and not isinstance(value, float) else value
+    if isinstance(fill, bool) or not isinstance(fill, int | float | np.integer | np.floating):
+        raise TorchLeanError(f"{fn}: value must be a number, found {value!r}")
+    shape = _shape(x)
+    try:
+        out_shape = np.broadcast_shapes(known.shape, shape)
+    except ValueError:
+        out_shape = None
+    if out_shape != shape:
+        raise ShapeError(f"{fn}: the mask of shape {known.shape} does not broadcast to the "
+                         f"input's shape {shape}")
+    keep = np.broadcast_to(~known, shape)
+    filled = np.where(keep, 0.0, float(fill))
+    return x * _const(x, keep) + _const(x, filled)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -256,6 +256,17 @@ class Module:
         for _, m in self.named_modules():
             yield m
 
+    def apply(self, fn: Any) -> Module:
+        """Call ``fn`` on every sub-module (children first) and then on this module, as
+        ``torch.nn.Module.apply`` (the usual way to run a custom initialisation)."""
+        if not callable(fn):
+            raise TorchLeanError(f"{type(self).__name__}.apply: expected a function, found "
+                                 f"{type(fn).__name__}")
+        for child in list(self._modules.values()):
+            child.apply(fn)
+        fn(self)
+        return self
+
     def named_parameters(self) -> Iterator[tuple[str, Param]]:
         """``(dotted name, Param)`` pairs as torch names them; a shared Param appears once."""
         seen: set[int] = set()
@@ -370,6 +381,36 @@ class Module:
         """``to("cpu")``."""
         return self.to("cpu")
 
+    def _cast(self, dtype: Any) -> Module:
+        """Every float parameter and buffer converted to ``dtype``. A parameter of another dtype
+        is replaced by a new ``Param`` with the same name, ``requires_grad`` and device (build
+        optimisers after the conversion, as in torch); one shared by several modules stays
+        shared."""
+        target = np.dtype(as_dtype(dtype))
+        converted: dict[int, Param] = {}
+        for module in self.modules():
+            for name, p in module._parameters.items():
+                if p is None or p.dtype == target:
+                    continue
+                new = converted.get(id(p))
+                if new is None:
+                    new = Param(np.asarray(p.value).astype(target), p.name, p.requires_grad)
+                    new.on(namespace_of(p.data))
+                    converted[id(p)] = new
+                module._parameters[name] = new
+            for name, b in module._buffers.items():
+                if b.dtype.kind == "f":
+                    module._buffers[name] = b.astype(target)
+        return self
+
+    def double(self) -> Module:
+        """Parameters and float buffers in float64 (``torch.nn.Module.double``)."""
+        return self._cast(np.float64)
+
+    def float(self) -> Module:
+        """Parameters and float buffers in float32 (``torch.nn.Module.float``)."""
+        return self._cast(np.float32)
+
     @property
     def device(self) -> str:
         """Where the parameters live ("cpu" without parameters); a module split across devices
@@ -440,6 +481,18 @@ class Sequential(Module):
             raise IndexRangeError(f"Sequential: index {i} out of range for {len(modules)} "
                                   "modules")
         return modules[i]
+
+    def __setitem__(self, i: int, module: Module) -> None:
+        """Replace the module at position ``i`` (it keeps its name, as in torch)."""
+        if not isinstance(module, Module):
+            raise TorchLeanError(f"Sequential: expected a Module, found {type(module).__name__}")
+        names = list(self._modules)
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TorchLeanError(f"Sequential: index with an int, found {i!r}")
+        if not -len(names) <= i < len(names):
+            raise IndexRangeError(f"Sequential: index {i} out of range for {len(names)} "
+                                  "modules")
+        self._modules[names[int(i)]] = module
 
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))

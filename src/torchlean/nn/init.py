@@ -1,0 +1,170 @@
+"""``nn.init``: torch.nn.init's in-place initialisers, drawn from ``tl.nn``'s seeded generator.
+
+Each function overwrites a parameter (a ``Param``, or a tensor with ``copy_``) in place and
+returns it, with torch's formulas for the bounds and standard deviations (``calculate_gain``,
+fan-in and fan-out from the weight's shape, Glorot's and He's scalings). The numbers come from
+the same counter-based generator the layers' default initialisation uses (``tl.manual_seed``
+seeds it, and ``generator=`` takes a ``tl.Generator``), so they are reproducible here, though not
+the numbers torch's generator would draw.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ShapeError, TorchLeanError
+from ..engine.tensor import Tensor, no_grad, tensor
+from .modules import normal_init, uniform_init
+
+__all__ = [
+    "calculate_gain", "constant_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_",
+    "ones_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_",
+]
+
+
+def _shape(op: str, target: Any) -> tuple[int, ...]:
+    shape = getattr(target, "shape", None)
+    if shape is None or not (hasattr(target, "assign") or hasattr(target, "copy_")
+                             or isinstance(target, Tensor)):
+        raise TorchLeanError(f"nn.init.{op}: expected a parameter or tensor, found "
+                             f"{type(target).__name__}")
+    return tuple(int(s) for s in shape)
+
+
+def _write(op: str, target: Any, values: np.ndarray) -> Any:
+    """Overwrite ``target`` in place with ``values`` (in its dtype) and return it."""
+    if hasattr(target, "assign"):  # a Param (the layers' parameters)
+        target.assign(values)
+    elif hasattr(target, "copy_"):
+        with no_grad():
+            target.copy_(tensor(np.asarray(values, dtype=target.dtype)))
+    else:
+        raise TorchLeanError(f"nn.init.{op}: this {type(target).__name__} cannot be changed in "
+                             "place (it has no copy_)")
+    return target
+
+
+def _dtype(target: Any) -> np.dtype:
+    dtype = np.dtype(getattr(target, "dtype", np.float32))
+    if dtype.kind != "f":
+        raise TorchLeanError(f"nn.init: only float tensors can be initialised, found {dtype}")
+    return dtype
+
+
+def _number(op: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TorchLeanError(f"nn.init.{op}: {name} must be a number, found {value!r}")
+    return float(value)
+
+
+def calculate_gain(nonlinearity: str, param: Any = None) -> float:
+    """torch's recommended gain for a nonlinearity (``leaky_relu`` takes its slope)."""
+    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+              "conv_transpose3d", "sigmoid")
+    if nonlinearity in linear:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else _number("calculate_gain", "param", param)
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise TorchLeanError(f"nn.init.calculate_gain: unsupported nonlinearity {nonlinearity!r}")
+
+
+def _fans(op: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    if len(shape) < 2:
+        raise ShapeError(f"nn.init.{op}: fan in and fan out can not be computed for a tensor "
+                         f"with fewer than 2 dimensions (shape {shape})")
+    receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def _fan(op: str, shape: tuple[int, ...], mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise TorchLeanError(f"nn.init.{op}: mode must be 'fan_in' or 'fan_out', found {mode!r}")
+    fan_in, fan_out = _fans(op, shape)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def uniform_(tensor: Any, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Any:
+    """U(a, b)."""
+    shape = _shape("uniform_", tensor)
+    lo, hi = _number("uniform_", "a", a), _number("uniform_", "b", b)
+    if lo > hi:
+        raise TorchLeanError(f"nn.init.uniform_: expected a <= b, found a={lo}, b={hi}")
+    u = uniform_init(shape, 0.5, np.float64, generator) + 0.5  # U(0, 1)
+    return _write("uniform_", tensor, (lo + (hi - lo) * u).astype(_dtype(tensor)))
+
+
+def normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Any:
+    """N(mean, std^2)."""
+    shape = _shape("normal_", tensor)
+    m, s = _number("normal_", "mean", mean), _number("normal_", "std", std)
+    if s < 0:
+        raise TorchLeanError(f"nn.init.normal_: std must be >= 0, found {s}")
+    z = normal_init(shape, np.float64, generator)
+    return _write("normal_", tensor, (m + s * z).astype(_dtype(tensor)))
+
+
+def constant_(tensor: Any, val: float) -> Any:
+    """Every entry ``val``."""
+    shape = _shape("constant_", tensor)
+    value = _number("constant_", "val", val)
+    return _write("constant_", tensor, np.full(shape, value, dtype=_dtype(tensor)))
+
+
+def zeros_(tensor: Any) -> Any:
+    return constant_(tensor, 0.0)
+
+
+def ones_(tensor: Any) -> Any:
+    return constant_(tensor, 1.0)
+
+
+def eye_(tensor: Any) -> Any:
+    """The identity matrix (2-D only)."""
+    shape = _shape("eye_", tensor)
+    if len(shape) != 2:
+        raise ShapeError(f"nn.init.eye_: only 2-D tensors are supported, found shape {shape}")
+    return _write("eye_", tensor, np.eye(*shape, dtype=_dtype(tensor)))
+
+
+def xavier_uniform_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+    """Glorot uniform: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans("xavier_uniform_", _shape("xavier_uniform_", tensor))
+    std = _number("xavier_uniform_", "gain", gain) * math.sqrt(2.0 / float(fan_in + fan_out))
+    bound = math.sqrt(3.0) * std
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def xavier_normal_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+    """Glorot normal: N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans("xavier_normal_", _shape("xavier_normal_", tensor))
+    std = _number("xavier_normal_", "gain", gain) * math.sqrt(2.0 / float(fan_in + fan_out))
+    return normal_(tensor, 0.0, std, generator)
+
+
+def kaiming_uniform_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
+                     nonlinearity: str = "leaky_relu", generator: Any = None) -> Any:
+    """He uniform: U(-b, b), b = gain * sqrt(3 / fan)."""
+    fan = _fan("kaiming_uniform_", _shape("kaiming_uniform_", tensor), mode)
+    if fan == 0:
+        raise ShapeError("nn.init.kaiming_uniform_: initializing a zero-element tensor")
+    bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
+                    nonlinearity: str = "leaky_relu", generator: Any = None) -> Any:
+    """He normal: N(0, std^2), std = gain / sqrt(fan)."""
+    fan = _fan("kaiming_normal_", _shape("kaiming_normal_", tensor), mode)
+    if fan == 0:
+        raise ShapeError("nn.init.kaiming_normal_: initializing a zero-element tensor")
+    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)

@@ -1,0 +1,345 @@
+"""Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their single-step cells, as ``torch.nn``.
+
+Every step is written with the primitive ops (``linear`` per gate on first-axis slices of the
+stacked weights, ``sigmoid``, ``tanh``, products and sums, ``stack``), so a recurrent model runs
+on tensors, in a session, and traced by ``tl.compile`` (a graph the verifier and the ONNX
+exporter read like any other), and its gradient comes from the same rules as every other
+layer's. The loop over time is unrolled when the model runs, so a compiled graph is specific to
+the sequence length (as any traced graph is).
+
+Parameter names, shapes, gate order and initialisation follow torch: ``weight_ih_l{k}``
+``(G * hidden, in)``, ``weight_hh_l{k}`` ``(G * hidden, hidden)``, ``bias_ih_l{k}``,
+``bias_hh_l{k}`` (suffix ``_reverse`` for the backward direction), G = 1 (RNN), 4 (LSTM: input,
+forget, cell, output gates), 3 (GRU: reset, update, new), all drawn from
+U(-1/sqrt(hidden), 1/sqrt(hidden)); so a torch ``state_dict`` loads unchanged. Inputs are
+``(L, N, in)``, ``(N, L, in)`` with ``batch_first=True``, or unbatched ``(L, in)``; states are
+``(num_layers * directions, N, hidden)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ShapeError, TorchLeanError
+from ..engine import ops_interface as F
+from ..engine.ops_interface import Ref
+from ..engine.params import Param
+from .modules import Module, _const, _positive, _shape, _use, uniform_init
+
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _gate_rows(w: Any, gates: int) -> list[Any]:
+    """The per-gate blocks of a gate-stacked weight ``(G * hidden, ...)`` or bias ``(G * hidden,)``:
+    slices along the first axis (``slice_range0``), which every backend, the verifier and the ONNX
+    exporter read, so a layer never slices along its last axis."""
+    size = _shape(w)[0] // gates
+    return [w[g * size:(g + 1) * size] for g in range(gates)]
+
+
+def _step(mode: str, xw: list[Any], h: Any, c: Any, w_hh: list[Any], b_hh: list[Any]
+          ) -> tuple[Any, Any]:
+    """One time step given the per-gate input projections ``xw[g] = x @ W_ig.T + b_ig``: the new
+    ``(h, c)`` (``c`` is None except for LSTM). The formulas and gate order are torch's."""
+    hw = [F.linear(w, b, h) for w, b in zip(w_hh, b_hh, strict=True)]
+    if mode == "RNN_TANH":
+        return F.tanh(xw[0] + hw[0]), None
+    if mode == "RNN_RELU":
+        return F.relu(xw[0] + hw[0]), None
+    if mode == "LSTM":
+        i = F.sigmoid(xw[0] + hw[0])
+        f = F.sigmoid(xw[1] + hw[1])
+        g = F.tanh(xw[2] + hw[2])
+        o = F.sigmoid(xw[3] + hw[3])
+        c_new = f * c + i * g
+        return o * F.tanh(c_new), c_new
+    r = F.sigmoid(xw[0] + hw[0])
+    z = F.sigmoid(xw[1] + hw[1])
+    n = F.tanh(xw[2] + r * hw[2])
+    return (1.0 - z) * n + z * h, None
+
+
+def _weights(owner: Module, x: Any, kind: str, suffix: str) -> tuple[list[Any], list[Any]]:
+    """The per-gate blocks of ``weight_<kind><suffix>`` and its bias (zeros without bias) as
+    refs where ``x`` lives."""
+    gates = _GATES[owner.mode]
+    w = _use(x, getattr(owner, f"weight_{kind}{suffix}"))
+    b = (_use(x, getattr(owner, f"bias_{kind}{suffix}")) if owner.bias
+         else _const(x, np.zeros(gates * owner.hidden_size)))
+    return _gate_rows(w, gates), _gate_rows(b, gates)
+
+
+def _check_float_input(layer: str, x: Any, ndims: tuple[int, ...], size: int) -> tuple[int, ...]:
+    shape = _shape(x)
+    if len(shape) not in ndims:
+        raise ShapeError(f"{layer}: expected input with {' or '.join(map(str, ndims))} "
+                         f"dimensions, found shape {shape}")
+    if shape[-1] != size:
+        raise ShapeError(f"{layer}: input.size(-1) must be equal to input_size. Expected "
+                         f"{size}, got {shape[-1]}")
+    dtype = np.dtype(getattr(x, "dtype", np.float64))
+    if dtype.kind != "f":
+        raise TorchLeanError(f"{layer}: input must be a float tensor, found dtype {dtype}")
+    return shape
+
+
+def _init_params(owner: Module, suffix: str, gates: int, hidden: int, inputs: int, bias: bool,
+                 dtype: Any, generator: Any) -> None:
+    bound = 1.0 / math.sqrt(hidden)
+    names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
+    shapes: list[tuple[int, ...]] = [(gates * hidden, inputs), (gates * hidden, hidden)]
+    if bias:
+        names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
+        shapes += [(gates * hidden,), (gates * hidden,)]
+    for name, shape in zip(names, shapes, strict=True):
+        setattr(owner, name, Param(uniform_init(shape, bound, dtype, generator), name))
+
+
+class _RNNBase(Module):
+    """The shared multi-layer, optionally bidirectional loop of ``RNN``, ``LSTM`` and ``GRU``."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, dtype: Any = "float32",
+                 generator: Any = None) -> None:
+        super().__init__()
+        layer = type(self).__name__
+        _positive(layer, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
+        if proj_size:
+            raise TorchLeanError(f"{layer}: proj_size is not supported (found {proj_size!r})")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) \
+                or not 0 <= dropout < 1:
+            raise TorchLeanError(f"{layer}: dropout must be a number in [0, 1), found "
+                                 f"{dropout!r}")
+        for flag, value in (("bias", bias), ("batch_first", batch_first),
+                            ("bidirectional", bidirectional)):
+            if not isinstance(value, bool | np.bool_):
+                raise TorchLeanError(f"{layer}: {flag} must be a bool, found {value!r}")
+        self.mode = mode
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.num_layers, self.bias = int(num_layers), bool(bias)
+        self.batch_first, self.dropout = bool(batch_first), float(dropout)
+        self.bidirectional = bool(bidirectional)
+        directions = 2 if bidirectional else 1
+        for k in range(self.num_layers):
+            inputs = self.input_size if k == 0 else self.hidden_size * directions
+            for d in range(directions):
+                suffix = f"_l{k}" + ("_reverse" if d else "")
+                _init_params(self, suffix, _GATES[mode], self.hidden_size, inputs, self.bias,
+                             dtype, generator)
+
+    def _state(self, x: Any, given: Any, name: str, batch: int, batched: bool) -> list[Any]:
+        """The per-(layer, direction) initial states: given, or zeros like torch's default."""
+        count = self.num_layers * (2 if self.bidirectional else 1)
+        if given is None:
+            zero = _const(x, np.zeros((batch, self.hidden_size)))
+            return [zero] * count
+        expected = (count, batch, self.hidden_size) if batched else (count, self.hidden_size)
+        if _shape(given) != expected:
+            raise ShapeError(f"{type(self).__name__}: expected {name} of shape {expected}, found "
+                             f"{_shape(given)}")
+        if not batched:
+            given = F.unsqueeze(given, 1)
+        return [given[k] for k in range(count)]
+
+    def _direction(self, xw: list[list[Any]], h: Any, c: Any, suffix: str, reverse: bool
+                   ) -> tuple[list[Any], Any, Any]:
+        """Run one direction of one layer over the per-step, per-gate input projections."""
+        w_hh, b_hh = _weights(self, h, "hh", suffix)
+        outputs: list[Any] = [None] * len(xw)
+        order = range(len(xw) - 1, -1, -1) if reverse else range(len(xw))
+        for t in order:
+            h, c = _step(self.mode, xw[t], h, c, w_hh, b_hh)
+            outputs[t] = h
+        return outputs, h, c
+
+    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002  (torch's name)
+        layer = type(self).__name__
+        shape = _check_float_input(layer, input, (2, 3), self.input_size)
+        batched = len(shape) == 3
+        x = input
+        if not batched:
+            x = F.unsqueeze(x, 1)
+        elif self.batch_first:
+            x = F.transpose(x, 0, 1)
+        steps, batch = _shape(x)[0], _shape(x)[1]
+        if steps == 0:
+            raise ShapeError(f"{layer}: the input sequence is empty (shape {shape})")
+        lstm = self.mode == "LSTM"
+        if lstm and hx is not None and not (isinstance(hx, tuple | list) and len(hx) == 2):
+            raise TorchLeanError(f"{layer}: hx must be a tuple (h_0, c_0), found "
+                                 f"{type(hx).__name__}")
+        h0 = self._state(x, hx[0] if lstm and hx is not None else hx, "h_0", batch, batched)
+        c0 = (self._state(x, hx[1] if hx is not None else None, "c_0", batch, batched)
+              if lstm else [None] * len(h0))
+        directions = 2 if self.bidirectional else 1
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            if k > 0 and self.dropout > 0 and self.training:
+                if not isinstance(x, Ref):
+                    raise TorchLeanError(f"{layer}: training-mode dropout needs tensors or a "
+                                         "session (its seeded random stream)")
+                x = x.owner.dropout(x, self.dropout, True)
+            per_direction = []
+            for d in range(directions):
+                suffix = f"_l{k}" + ("_reverse" if d else "")
+                w_ih, b_ih = _weights(self, x, "ih", suffix)
+                # every step's input projection at once, per gate
+                projected = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
+                xw = [[p[t] for p in projected] for t in range(steps)]
+                outs, h, c = self._direction(xw, h0[k * directions + d],
+                                             c0[k * directions + d], suffix, bool(d))
+                per_direction.append(F.stack(outs, 0))
+                h_n.append(h)
+                c_n.append(c)
+            x = per_direction[0] if directions == 1 else F.cat(per_direction, 2)
+        output = x
+        h_out = F.stack(h_n, 0)
+        c_out = F.stack(c_n, 0) if lstm else None
+        if not batched:
+            output = F.squeeze(output, 1)
+            h_out = F.squeeze(h_out, 1)
+            c_out = F.squeeze(c_out, 1) if lstm else None
+        elif self.batch_first:
+            output = F.transpose(output, 0, 1)
+        return (output, (h_out, c_out)) if lstm else (output, h_out)
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        if not self.bias:
+            text += ", bias=False"
+        if self.batch_first:
+            text += ", batch_first=True"
+        if self.dropout:
+            text += f", dropout={self.dropout}"
+        if self.bidirectional:
+            text += ", bidirectional=True"
+        return text
+
+
+class RNN(_RNNBase):
+    """Elman RNN: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (or ReLU)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, dtype: Any = "float32",
+                 generator: Any = None) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise TorchLeanError(f"RNN: unknown nonlinearity {nonlinearity!r} (expected 'tanh' "
+                                 "or 'relu')")
+        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size,
+                         hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         dtype=dtype, generator=generator)
+        self.nonlinearity = nonlinearity
+
+
+class LSTM(_RNNBase):
+    """Long short-term memory; ``forward(x, (h_0, c_0))`` returns ``output, (h_n, c_n)``."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, dtype: Any = "float32", generator: Any = None) -> None:
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, proj_size, dtype, generator)
+
+
+class GRU(_RNNBase):
+    """Gated recurrent unit (torch's formulation: the reset gate scales ``W_hn h + b_hn``)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 dtype: Any = "float32", generator: Any = None) -> None:
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, dtype=dtype, generator=generator)
+
+
+class _CellBase(Module):
+    """One step of a recurrent layer over ``(N, input_size)`` or unbatched ``(input_size,)``."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, bias: bool,
+                 dtype: Any, generator: Any) -> None:
+        super().__init__()
+        _positive(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
+        self.mode = mode
+        self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bias
+        _init_params(self, "", _GATES[mode], self.hidden_size, self.input_size, bool(bias), dtype,
+                     generator)
+
+    def _state(self, x: Any, given: Any, name: str, batched: bool) -> Any:
+        n = _shape(x)[0]
+        if given is None:
+            return _const(x, np.zeros((n, self.hidden_size)))
+        expected = (n, self.hidden_size) if batched else (self.hidden_size,)
+        if _shape(given) != expected:
+            raise ShapeError(f"{type(self).__name__}: expected {name} of shape {expected}, found "
+                             f"{_shape(given)}")
+        return given if batched else F.unsqueeze(given, 0)
+
+    def _run(self, input: Any, hx: Any) -> tuple[Any, Any, bool]:  # noqa: A002
+        layer = type(self).__name__
+        shape = _check_float_input(layer, input, (1, 2), self.input_size)
+        batched = len(shape) == 2
+        x = input if batched else F.unsqueeze(input, 0)
+        lstm = self.mode == "LSTM"
+        if lstm and hx is not None and not (isinstance(hx, tuple | list) and len(hx) == 2):
+            raise TorchLeanError(f"{layer}: hx must be a tuple (h, c), found "
+                                 f"{type(hx).__name__}")
+        h = self._state(x, hx[0] if lstm and hx is not None else hx, "hx", batched)
+        c = self._state(x, hx[1] if hx is not None else None, "cx", batched) if lstm else None
+        w_ih, b_ih = _weights(self, x, "ih", "")
+        w_hh, b_hh = _weights(self, x, "hh", "")
+        xw = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
+        h, c = _step(self.mode, xw, h, c, w_hh, b_hh)
+        return h, c, batched
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class RNNCell(_CellBase):
+    """One Elman step: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`` (or ReLU)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", dtype: Any = "float32", generator: Any = None
+                 ) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise TorchLeanError(f"RNNCell: unknown nonlinearity {nonlinearity!r} (expected "
+                                 "'tanh' or 'relu')")
+        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size,
+                         hidden_size, bias, dtype, generator)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
+        h, _, batched = self._run(input, hx)
+        return h if batched else F.squeeze(h, 0)
+
+
+class LSTMCell(_CellBase):
+    """One LSTM step: ``forward(x, (h, c))`` returns ``(h', c')``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 dtype: Any = "float32", generator: Any = None) -> None:
+        super().__init__("LSTM", input_size, hidden_size, bias, dtype, generator)
+
+    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
+        h, c, batched = self._run(input, hx)
+        return (h, c) if batched else (F.squeeze(h, 0), F.squeeze(c, 0))
+
+
+class GRUCell(_CellBase):
+    """One GRU step: ``forward(x, h)`` returns ``h'``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 dtype: Any = "float32", generator: Any = None) -> None:
+        super().__init__("GRU", input_size, hidden_size, bias, dtype, generator)
+
+    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
+        h, _, batched = self._run(input, hx)
+        return h if batched else F.squeeze(h, 0)

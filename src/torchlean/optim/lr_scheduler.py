@@ -1,0 +1,400 @@
+"""``optim.lr_scheduler``: torch's learning-rate schedules over an optimiser's ``param_groups``.
+
+Each scheduler writes ``group["lr"]`` of every group once per ``step()`` with torch's formulas,
+in torch's recursive ("chainable") form where torch uses it, so the sequence of rates equals
+torch's to rounding: ``StepLR``, ``MultiStepLR``, ``ExponentialLR``, ``CosineAnnealingLR``,
+``LambdaLR``, ``OneCycleLR`` (which also cycles SGD's ``momentum`` or Adam's ``beta1``) and
+``ReduceLROnPlateau`` (stepped with the metric). Building a scheduler records each group's
+``initial_lr`` and applies the schedule's first rate, as torch does; ``get_last_lr()`` is the
+list of rates the last step set; ``state_dict()`` is every attribute but the optimiser (with
+``LambdaLR``'s functions left out, as torch leaves them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .optimizers import Optimizer, OptimizerError
+
+__all__ = [
+    "CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "MultiStepLR",
+    "OneCycleLR", "ReduceLROnPlateau", "StepLR",
+]
+
+
+def _number(owner: str, name: str, value: Any, minimum: float | None = None,
+            above: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise OptimizerError(f"{owner}: {name} must be a number, found {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise OptimizerError(f"{owner}: {name} must be finite, found {v}")
+    if minimum is not None and (v <= minimum if above else v < minimum):
+        relation = ">" if above else ">="
+        raise OptimizerError(f"{owner}: {name} must be {relation} {minimum}, found {v}")
+    return v
+
+
+def _int(owner: str, name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise OptimizerError(f"{owner}: {name} must be an int >= {minimum}, found {value!r}")
+    return int(value)
+
+
+def _optimizer(owner: str, optimizer: Any) -> Optimizer:
+    if not isinstance(optimizer, Optimizer):
+        raise OptimizerError(f"{owner}: expected a torchlean optimiser, found "
+                             f"{type(optimizer).__name__}")
+    return optimizer
+
+
+class LRScheduler:
+    """Base class: keeps ``base_lrs`` and ``last_epoch`` and writes ``get_lr()`` into the groups
+    on each ``step()``; subclasses implement ``get_lr``."""
+
+    def __init__(self, optimizer: Any, last_epoch: int = -1) -> None:
+        name = type(self).__name__
+        self.optimizer = _optimizer(name, optimizer)
+        if isinstance(last_epoch, bool) or not isinstance(last_epoch, int) or last_epoch < -1:
+            raise OptimizerError(f"{name}: last_epoch must be an int >= -1, found "
+                                 f"{last_epoch!r}")
+        if last_epoch == -1:
+            for group in self.optimizer.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        else:
+            for i, group in enumerate(self.optimizer.param_groups):
+                if "initial_lr" not in group:
+                    raise OptimizerError(f"{name}: param 'initial_lr' is not specified in "
+                                         f"param_groups[{i}] when resuming an optimizer")
+        self.base_lrs: list[float] = [g["initial_lr"] for g in self.optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self._step_count = 0
+        self.step()
+
+    def get_lr(self) -> list[float]:
+        raise NotImplementedError
+
+    def get_last_lr(self) -> list[float]:
+        """The rates the last ``step()`` set, one per group."""
+        return list(self._last_lr)
+
+    def step(self, epoch: int | None = None) -> None:
+        """Advance one epoch (or jump to ``epoch``, torch's deprecated form) and set the rates."""
+        self._step_count += 1
+        if epoch is None:
+            self.last_epoch += 1
+        else:
+            self.last_epoch = _int(type(self).__name__, "epoch", epoch, 0)
+        rates = self._closed_form() if epoch is not None else self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _closed_form(self) -> list[float]:
+        """The rates at ``last_epoch`` directly (``step(epoch)``); defaults to ``get_lr``."""
+        return self.get_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        unknown = sorted(set(state_dict) - set(self.__dict__))
+        if unknown:
+            raise OptimizerError(f"{type(self).__name__}.load_state_dict: unexpected keys "
+                                 f"{unknown}")
+        self.__dict__.update(state_dict)
+
+
+class LambdaLR(LRScheduler):
+    """``lr = initial_lr * lr_lambda(epoch)`` (one function, or one per group)."""
+
+    def __init__(self, optimizer: Any, lr_lambda: Any, last_epoch: int = -1) -> None:
+        opt = _optimizer("LambdaLR", optimizer)
+        n = len(opt.param_groups)
+        lambdas = list(lr_lambda) if isinstance(lr_lambda, list | tuple) else [lr_lambda] * n
+        if len(lambdas) != n or not all(callable(f) for f in lambdas):
+            raise OptimizerError(f"LambdaLR: expected one function or {n} functions, found "
+                                 f"{lr_lambda!r}")
+        self.lr_lambdas: list[Callable[[int], float]] = lambdas
+        super().__init__(opt, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * f(self.last_epoch)
+                for base, f in zip(self.base_lrs, self.lr_lambdas, strict=True)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().state_dict().items() if k != "lr_lambdas"}
+
+
+class StepLR(LRScheduler):
+    """Multiply the rate by ``gamma`` every ``step_size`` epochs."""
+
+    def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        self.step_size = _int("StepLR", "step_size", step_size, 1)
+        self.gamma = _number("StepLR", "gamma", gamma, 0.0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * self.gamma for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [base * self.gamma ** (self.last_epoch // self.step_size)
+                for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply the rate by ``gamma`` at each milestone epoch (repeated milestones compound)."""
+
+    def __init__(self, optimizer: Any, milestones: Sequence[int], gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        self.milestones = Counter(sorted(_int("MultiStepLR", "milestone", m, 0)
+                                         for m in milestones))
+        self.gamma = _number("MultiStepLR", "gamma", gamma, 0.0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch not in self.milestones:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * self.gamma ** self.milestones[self.last_epoch] for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        passed = sum(c for m, c in self.milestones.items() if m <= self.last_epoch)
+        return [base * self.gamma ** passed for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the rate by ``gamma`` every epoch."""
+
+    def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1) -> None:
+        self.gamma = _number("ExponentialLR", "gamma", gamma, 0.0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * self.gamma for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """Cosine from ``initial_lr`` down to ``eta_min`` over ``T_max`` epochs (and back up, as
+    torch's recursive form continues past ``T_max``)."""
+
+    def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0,  # noqa: N803
+                 last_epoch: int = -1) -> None:
+        self.T_max = _int("CosineAnnealingLR", "T_max", T_max, 1)
+        self.eta_min = _number("CosineAnnealingLR", "eta_min", eta_min, 0.0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        epoch, t_max, eta = self.last_epoch, self.T_max, self.eta_min
+        if epoch == 0:
+            return [g["lr"] for g in groups]
+        if self._step_count == 1 and epoch > 0:
+            return [eta + (base - eta) * (1 + math.cos(epoch * math.pi / t_max)) / 2
+                    for base in self.base_lrs]
+        if (epoch - 1 - t_max) % (2 * t_max) == 0:
+            return [g["lr"] + (base - eta) * (1 - math.cos(math.pi / t_max)) / 2
+                    for base, g in zip(self.base_lrs, groups, strict=True)]
+        return [(1 + math.cos(math.pi * epoch / t_max))
+                / (1 + math.cos(math.pi * (epoch - 1) / t_max)) * (g["lr"] - eta) + eta
+                for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: the rate rises from ``max_lr / div_factor`` to ``max_lr`` over
+    ``pct_start`` of ``total_steps`` and anneals to ``initial / final_div_factor`` (three phases
+    with ``three_phase``); momentum (SGD) or ``beta1`` (Adam) moves the opposite way between
+    ``max_momentum`` and ``base_momentum`` when ``cycle_momentum``. Step once per batch."""
+
+    def __init__(self, optimizer: Any, max_lr: Any, total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None,
+                 pct_start: float = 0.3, anneal_strategy: str = "cos",
+                 cycle_momentum: bool = True, base_momentum: Any = 0.85,
+                 max_momentum: Any = 0.95, div_factor: float = 25.0,
+                 final_div_factor: float = 1e4, three_phase: bool = False,
+                 last_epoch: int = -1) -> None:
+        name = "OneCycleLR"
+        opt = _optimizer(name, optimizer)
+        groups = opt.param_groups
+        if total_steps is not None:
+            self.total_steps = _int(name, "total_steps", total_steps, 1)
+        elif epochs is not None and steps_per_epoch is not None:
+            self.total_steps = (_int(name, "epochs", epochs, 1)
+                                * _int(name, "steps_per_epoch", steps_per_epoch, 1))
+        else:
+            raise OptimizerError(f"{name}: you must define either total_steps OR (epochs AND "
+                                 "steps_per_epoch)")
+        pct = _number(name, "pct_start", pct_start, 0.0)
+        if pct > 1:
+            raise OptimizerError(f"{name}: expected float between 0 and 1 pct_start, found {pct}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise OptimizerError(f"{name}: anneal_strategy must be one of 'cos' or 'linear', "
+                                 f"found {anneal_strategy!r}")
+        self.anneal_strategy = anneal_strategy
+        total = self.total_steps
+        if three_phase:
+            self._phases = [
+                (float(pct * total) - 1, "initial_lr", "max_lr", "max_momentum",
+                 "base_momentum"),
+                (float(2 * pct * total) - 2, "max_lr", "initial_lr", "base_momentum",
+                 "max_momentum"),
+                (total - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
+        else:
+            self._phases = [
+                (float(pct * total) - 1, "initial_lr", "max_lr", "max_momentum",
+                 "base_momentum"),
+                (total - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
+        max_lrs = self._per_group(name, "max_lr", max_lr, len(groups))
+        div = _number(name, "div_factor", div_factor, 0.0, above=True)
+        final_div = _number(name, "final_div_factor", final_div_factor, 0.0, above=True)
+        if last_epoch == -1:
+            for group, top in zip(groups, max_lrs, strict=True):
+                group["initial_lr"] = top / div
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div
+        self.cycle_momentum = bool(cycle_momentum)
+        if self.cycle_momentum:
+            self.use_beta1 = "beta1" in opt.defaults
+            if not self.use_beta1 and "momentum" not in opt.defaults:
+                raise OptimizerError(f"{name}: optimizer must support momentum or beta1 with "
+                                     "`cycle_momentum` option enabled")
+            lows = self._per_group(name, "base_momentum", base_momentum, len(groups))
+            highs = self._per_group(name, "max_momentum", max_momentum, len(groups))
+            if last_epoch == -1:
+                for group, low, high in zip(groups, lows, highs, strict=True):
+                    if self.use_beta1:
+                        group["betas"] = (high, group["betas"][1])
+                    else:
+                        group["momentum"] = high
+                    group["max_momentum"] = high
+                    group["base_momentum"] = low
+        super().__init__(opt, last_epoch)
+
+    @staticmethod
+    def _per_group(owner: str, name: str, value: Any, n: int) -> list[float]:
+        values = list(value) if isinstance(value, list | tuple) else [value] * n
+        if len(values) != n:
+            raise OptimizerError(f"{owner}: expected {n} values for {name}, found {len(values)}")
+        return [_number(owner, name, v, 0.0) for v in values]
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self) -> list[float]:
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise OptimizerError(f"OneCycleLR: tried to step {step} times. The specified number "
+                                 f"of total steps is {self.total_steps}")
+        rates = []
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            lr = momentum = 0.0
+            for i, (end, lr_a, lr_b, m_a, m_b) in enumerate(self._phases):
+                if step <= end or i == len(self._phases) - 1:
+                    pct = (step - start) / (end - start)
+                    lr = self._anneal(group[lr_a], group[lr_b], pct)
+                    if self.cycle_momentum:
+                        momentum = self._anneal(group[m_a], group[m_b], pct)
+                    break
+                start = end
+            rates.append(lr)
+            if self.cycle_momentum:
+                if self.use_beta1:
+                    group["betas"] = (momentum, group["betas"][1])
+                else:
+                    group["momentum"] = momentum
+        return rates
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the rate by ``factor`` when the metric given to ``step(metric)`` has not
+    improved (by ``threshold``, relative or absolute) for more than ``patience`` epochs, then
+    wait ``cooldown`` epochs; never below ``min_lr``."""
+
+    def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
+                 cooldown: int = 0, min_lr: Any = 0.0, eps: float = 1e-8) -> None:
+        name = "ReduceLROnPlateau"
+        opt = _optimizer(name, optimizer)
+        self.factor = _number(name, "factor", factor, 0.0)
+        if self.factor >= 1.0:
+            raise OptimizerError(f"{name}: factor should be < 1.0, found {self.factor}")
+        if mode not in ("min", "max"):
+            raise OptimizerError(f"{name}: mode {mode!r} is unknown (expected 'min' or 'max')")
+        if threshold_mode not in ("rel", "abs"):
+            raise OptimizerError(f"{name}: threshold mode {threshold_mode!r} is unknown "
+                                 "(expected 'rel' or 'abs')")
+        self.optimizer = opt
+        n = len(opt.param_groups)
+        lows = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * n
+        if len(lows) != n:
+            raise OptimizerError(f"{name}: expected {n} min_lrs, found {len(lows)}")
+        self.min_lrs = [_number(name, "min_lr", v, 0.0) for v in lows]
+        self.mode, self.threshold_mode = mode, threshold_mode
+        self.patience = _int(name, "patience", patience, 0)
+        self.cooldown = _int(name, "cooldown", cooldown, 0)
+        self.threshold = _number(name, "threshold", threshold, 0.0)
+        self.eps = _number(name, "eps", eps, 0.0)
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self.last_epoch = 0
+        self._step_count = 0
+        self.base_lrs = [g["lr"] for g in opt.param_groups]
+        self._last_lr = [g["lr"] for g in opt.param_groups]
+
+    def _is_better(self, a: float) -> bool:
+        best, t = self.best, self.threshold
+        if self.mode == "min":
+            return a < best * (1.0 - t) if self.threshold_mode == "rel" else a < best - t
+        return a > best * (t + 1.0) if self.threshold_mode == "rel" else a > best + t
+
+    def step(self, metrics: Any = None, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Record this epoch's metric and reduce the rates after a plateau."""
+        if metrics is None:
+            raise OptimizerError("ReduceLROnPlateau.step: expected the metric (e.g. the "
+                                 "validation loss), found None")
+        current = _number("ReduceLROnPlateau", "metrics", float(metrics))
+        self._step_count += 1
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        if self._is_better(current):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, low in zip(self.optimizer.param_groups, self.min_lrs, strict=True):
+                old = float(group["lr"])
+                new = max(old * self.factor, low)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]

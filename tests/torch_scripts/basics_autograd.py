@@ -1,0 +1,47 @@
+# Learn the Basics, "Automatic Differentiation with torch.autograd" (autogradqs_tutorial.py).
+import numpy as np
+import torch
+
+x = torch.ones(5)  # input tensor
+y = torch.zeros(3)  # expected output
+w = torch.from_numpy(np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32))
+w.requires_grad_(True)
+b = torch.randn(3, requires_grad=True)
+with torch.no_grad():
+    b.copy_(torch.tensor([0.1, -0.2, 0.3]))
+z = torch.matmul(x, w)+b
+loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+
+print(f"Gradient function for z = {z.grad_fn}")
+print(f"Gradient function for loss = {loss.grad_fn}")
+
+loss.backward()
+print(w.grad)
+print(b.grad)
+
+z = torch.matmul(x, w)+b
+print(z.requires_grad)
+
+with torch.no_grad():
+    z = torch.matmul(x, w)+b
+print(z.requires_grad)
+
+z = torch.matmul(x, w)+b
+z_det = z.detach()
+print(z_det.requires_grad)
+
+inp = torch.eye(4, 5, requires_grad=True)
+out = (inp+1).pow(2).t()
+out.backward(torch.ones_like(out), retain_graph=True)
+print(f"First call\n{inp.grad}")
+out.backward(torch.ones_like(out), retain_graph=True)
+print(f"\nSecond call\n{inp.grad}")
+inp.grad.zero_()
+out.backward(torch.ones_like(out), retain_graph=True)
+print(f"\nCall after zeroing gradients\n{inp.grad}")
+
+print("CHECK loss", loss.item())
+print("CHECK w_grad", *w.grad.numpy().ravel().tolist())
+print("CHECK b_grad", *b.grad.tolist())
+print("CHECK z_det", int(z_det.requires_grad))
+print("CHECK inp_grad", *inp.grad.numpy().ravel().tolist())
