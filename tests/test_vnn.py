@@ -19,7 +19,6 @@ import pytest
 
 import torchlean as tl
 from torchlean import attack, nn
-from torchlean.bounds import properties
 from torchlean.bounds.properties import PropertyError, refute
 from torchlean.vnn import benchmark, vnnlib
 from torchlean.vnn.instance import Network, VnnError, verify_instance
@@ -250,10 +249,6 @@ def _check_with_onnxruntime(onnx_path, prop, result):
     assert prop.violated_by(x, y) is not None
 
 
-# Until the engine has the CROWN rule for an imported MatMul (issue 22's engine half, which also
-# brings per-row thresholds), CROWN is interval arithmetic on test_unsat and cannot prove it.
-_NEEDS_MATMUL_RULE = pytest.mark.xfail(not properties._THRESHOLDS, strict=True,
-                                       reason="needs the engine's CROWN rule for MatMul")
 TEST_TRUTH = {  # the sanity nets are small enough to settle by hand (see test/README.md)
     ("test_nano.onnx", "test_nano.vnnlib"): "unsat",  # relu(x/2) <= -1 never holds
     ("test_tiny.onnx", "test_tiny.vnnlib"): "unsat",
@@ -261,8 +256,7 @@ TEST_TRUTH = {  # the sanity nets are small enough to settle by hand (see test/R
     ("test_sat.onnx", "test_prop.vnnlib"): "sat",
     ("test_unsat.onnx", "test_prop.vnnlib"): "unsat",
 }
-TEST_CASES = [pytest.param(*key, marks=_NEEDS_MATMUL_RULE) if key[0] == "test_unsat.onnx"
-              else key for key in sorted(TEST_TRUTH)]
+TEST_CASES = sorted(TEST_TRUTH)
 
 
 @needs_shared

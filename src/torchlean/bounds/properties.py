@@ -25,7 +25,6 @@ for the rounded coefficients; the counterexample check is exact either way).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,10 +36,6 @@ from . import compute_bounds
 from .engine import BoundsError
 
 Array = Any
-
-# The engine takes per-row thresholds (and reports the proved rows) from issue 22's engine work
-# on; until then the comparison with the thresholds is made here (exact either way).
-_THRESHOLDS = "thresholds" in inspect.signature(compute_bounds).parameters
 
 __all__ = ["Conjunction", "Constraint", "Property", "PropertyError", "Refutation", "Region",
            "refute"]
@@ -208,12 +203,10 @@ def refute(compiled: Any, prop: Property, region: Region, *, method: str = "crow
     if k == 0:
         return Refutation([False] * len(mats), [-np.inf] * len(mats))
     spec = np.concatenate(rows, axis=0).reshape((1, k, *rest))
-    if _THRESHOLDS:
-        options["thresholds"] = np.concatenate([b for _, b in mats])[None, :]
-    elif "reuse" in options:
-        del options["reuse"]
+    thresholds = np.concatenate([b for _, b in mats])[None, :]
+    # The thresholds let alpha-CROWN aim at (and stop on) the rows that matter.
     result = compute_bounds(compiled, lo.reshape(in_shape), hi.reshape(in_shape), method=method,
-                            spec=spec, kernel=kernel, **options)
+                            spec=spec, thresholds=thresholds, kernel=kernel, **options)
     assert result.spec is not None
     lower = np.asarray(result.spec[0]).reshape(k)
     proved, margins, start = [], [], 0

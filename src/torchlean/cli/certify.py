@@ -1,8 +1,9 @@
 """``torchlean certify``: certified (IBP, CROWN, alpha-CROWN) and PGD accuracy of a classifier.
 
 The work is ``torchlean.bounds.certify.certify``; this module loads the model (a zoo checkpoint,
-or an ONNX classifier with a bundled ``--dataset``), prints the table, and writes ``--json`` and
-``--plot``.
+or an ONNX classifier with a bundled ``--dataset`` or the user's ``--data FILE.npz``), prints the
+table, and writes ``--json`` and ``--plot``; a model given data without class labels gets each
+output's certified interval instead (``bounds.regression``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 ``--checkpoint PATH`` rebuilds a zoo model from the config its checkpoint records (the file is
 read once) and evaluates it on the test split it was trained with; ``--onnx PATH --dataset NAME``
-evaluates any ONNX classifier (from PyTorch or from ``torchlean export``) the same way.
+evaluates any ONNX classifier (from PyTorch or from ``torchlean export``) the same way, and
+``--onnx PATH --data FILE.npz`` on the user's examples (accuracy for class labels, the mean
+squared error for real targets).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run every row (onnx, vnnlib, timeout) of this instances file instead")
     p.add_argument("--dir", metavar="D",
                    help="folder the instances' paths are relative to (default: the CSV's)")
-    p.add_argument("--timeout", type=common.float_in(1e-3, 1e7, "a number of seconds"),
+    p.add_argument("--timeout", type=common.positive_float,
                    default=None, help="seconds per instance (default: none for one instance, "
                                       "each row's own for --instances)")
     p.add_argument("--method", choices=METHODS, default="crown",
