@@ -14,7 +14,7 @@ import pytest
 import torchlean as tl
 from torchlean import nn
 from torchlean import onnx as tl_onnx
-from torchlean.errors import ShapeError, TorchLeanError
+from torchlean.core.errors import ShapeError, TorchLeanError
 
 torch = pytest.importorskip("torch")
 

@@ -104,7 +104,7 @@ XFAIL: dict[str, str] = {
     "char_rnn_classification": "torch.set_default_device (top-level functions; tensor core, "
                                "issue 24)",
     "examples_mnist": "torch.device (dtype and device objects; tensor core, issue 24)",
-    "examples_time_sequence": "torch.save to a file object (io.BytesIO)",
+    "examples_time_sequence": "torch.double (dtype names; tensor core, issue 24)",
     "karpathy_bigram": "torch.long (dtype names; tensor core, issue 24)",
     "karpathy_gpt": "torch.long (dtype names; tensor core, issue 24)",
 }

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-from torchlean.errors import IndexRangeError, ShapeError, TorchLeanError
+from torchlean.core.errors import IndexRangeError, ShapeError, TorchLeanError
 from torchlean.utils.data import (
     DataLoader,
     Dataset,

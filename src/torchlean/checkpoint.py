@@ -37,6 +37,12 @@ Device data: saving reads every device array back explicitly (``to_host``; a dev
 uploads explicitly and leaves them on the device (``Param.assign`` keeps a parameter where it
 lives). ``load(path, map_location="cuda")`` returns the state dict uploaded to the device.
 
+A bare array or tensor can be saved (``save(tensor, path)``, as torch): it is stored under
+the key ``"tensor"`` and ``load(path)`` returns it alone. File objects work as in torch:
+``save(obj, f)`` writes the whole file with one ``f.write``
+(``f`` opened in binary mode, e.g. ``io.BytesIO`` or ``open(name, "wb")``; atomicity is then the
+caller's), and ``load(f)`` reads ``f.read()`` and checks it exactly as a file on disk.
+
 Loads check the file against ``into`` first (key set, shapes, dtypes) and report every mismatch
 in one ``CheckpointError`` naming the file; nothing in ``into`` changes unless everything fits.
 """
@@ -63,6 +69,10 @@ SAVE_FORMAT = "torchlean.save/1"
 """``metadata["format"]`` of a module saved by ``save``: its state-dict keys, unprefixed."""
 GROUPS_KEY = "torchlean.groups"
 """Metadata key: JSON list of the key prefixes where a nested dict or state dict began."""
+
+SINGLE_KEY = "torchlean.single"
+"""Metadata key: the one array's key when a bare array or tensor was saved (``load`` returns
+that array, as ``torch.load`` returns a saved tensor)."""
 
 _INSTALL_HINT = "safetensors is not installed (pip install safetensors, or torchlean[examples])"
 
@@ -229,18 +239,37 @@ def _is_path(x: Any) -> bool:
     return isinstance(x, str | os.PathLike)
 
 
-def _save_order(first: Any, second: Any) -> tuple[str, Any]:
-    """``(path, obj)`` from ``save(path, obj)`` or torch's ``save(obj, path)``."""
+def _is_writer(x: Any) -> bool:
+    """A binary file object to save into (torch's ``save(obj, f)``)."""
+    return not _is_path(x) and callable(getattr(x, "write", None))
+
+
+def _is_reader(x: Any) -> bool:
+    """A binary file object to load from (torch's ``load(f)``)."""
+    return not _is_path(x) and callable(getattr(x, "read", None))
+
+
+def _file_label(f: Any) -> str:
+    """How messages name a file object: its name when it has one."""
+    name = getattr(f, "name", None)
+    return f"<file object {name}>" if isinstance(name, str) else f"<{type(f).__name__}>"
+
+
+def _save_order(first: Any, second: Any) -> tuple[str, Any, Any]:
+    """``(path or label, obj, file object or None)`` from ``save(path, obj)`` or torch's
+    ``save(obj, path)`` / ``save(obj, f)``."""
     if _is_path(first) and _is_path(second):
         raise CheckpointError(f"save: both arguments are paths ({first!r}, {second!r}); call "
                               "save(obj, path) (torch's order) or save(path, obj)")
     if _is_path(first):
-        return os.fspath(first), second
+        return os.fspath(first), second, None
     if _is_path(second):
-        return os.fspath(second), first
+        return os.fspath(second), first, None
+    if _is_writer(second):
+        return _file_label(second), first, second
     raise CheckpointError(f"save: expected save(obj, path) (torch's order) or save(path, obj) "
-                          f"with the path a str or os.PathLike (file objects are not "
-                          f"supported), found ({type(first).__name__}, "
+                          f"with the path a str or os.PathLike, or save(obj, f) with f a binary "
+                          f"file object; found ({type(first).__name__}, "
                           f"{type(second).__name__})")
 
 
@@ -268,7 +297,7 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
     (``read_metadata`` returns it); for a module it is added to what the module records
     (``format``, ``class``, ``config``), and its own keys win.
     """
-    path, obj = _save_order(obj_or_path, path_or_obj)
+    path, obj, fileobj = _save_order(obj_or_path, path_or_obj)
     meta = _check_metadata(metadata, path)
     recorded = _module_metadata(obj, path)
     if recorded:
@@ -277,7 +306,11 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
     # (np.asarray(order="C"), not np.ascontiguousarray, which turns 0-d arrays into shape (1,).)
     flat: dict[str, np.ndarray] = {}
     groups: list[str] = []
-    _flatten(obj, "", flat, groups=groups)
+    if _is_array(obj) or _is_tensor(obj) or _is_param(obj):  # torch.save(tensor, f)
+        flat["tensor"] = np.asarray(_host(obj.value if _is_param(obj) else obj))
+        meta = {SINGLE_KEY: "tensor", **(meta or {})}
+    else:
+        _flatten(obj, "", flat, groups=groups)
     if groups:  # so load(path) can give back {"model": {...}, "optim": {...}} as torch does
         meta = {GROUPS_KEY: json.dumps(groups), **(meta or {})}
     tensors = {key: np.asarray(value, order="C") for key, value in flat.items()}
@@ -287,6 +320,14 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
     except Exception as exc:  # safetensors rejects e.g. object dtypes with its own errors
         raise CheckpointError(f"checkpoint {path}: cannot serialise ({exc})") from exc
     payload = safe_files.fill_checksum(payload, path)  # SHA-256 of the data, checked on load
+    if fileobj is not None:
+        try:
+            fileobj.write(payload)
+        except (OSError, TypeError, ValueError) as exc:  # closed, text mode, read-only...
+            raise CheckpointError(f"checkpoint {path}: write failed ({type(exc).__name__}: "
+                                  f"{exc}); save(obj, f) needs a file opened for binary "
+                                  "writing") from exc
+        return
     path = safe_files.resolve_target(path)  # through a symlink: update its target, keep it
     directory = os.path.dirname(os.path.abspath(path))
     safe_files.remove_stale_temps(path)  # left by saves that were killed mid-write
@@ -317,17 +358,38 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
                               f"failed ({exc})") from exc
 
 
-def _open(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _read_file_object(f: Any, label: str) -> bytes:
+    """All of a binary file object's bytes (at most the size limit of a checkpoint file)."""
+    try:
+        data = f.read(safe_files.MAX_CHECKPOINT_BYTES + 1)
+    except (OSError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {label}: read failed ({type(exc).__name__}: {exc}); "
+                              "load(f) needs a file opened for binary reading") from exc
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CheckpointError(f"checkpoint {label}: load(f) needs a file opened in binary mode "
+                              f"(read() gave {type(data).__name__})")
+    if len(data) > safe_files.MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(f"checkpoint {label}: larger than the "
+                              f"{safe_files.MAX_CHECKPOINT_BYTES}-byte limit")
+    return bytes(data)
+
+
+def _open(path: str, data: bytes | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The arrays and metadata of the checkpoint at ``path`` (or in ``data``, read from a file
+    object that ``path`` then only names)."""
     st_numpy = _safetensors()
-    data = safe_files.read_bytes(path)  # missing, directory, permission: each said as such
+    from_disk = data is None
+    if data is None:
+        data = safe_files.read_bytes(path)  # missing, directory, permission: each said as such
     metadata = safe_files.verify(data, path)  # the SHA-256 of the data section, when stored
     try:
         arrays = dict(sorted(st_numpy.load(data).items()))  # by key, as safe_open lists them
     except Exception as exc:  # SafetensorError, bad JSON headers...
         raise CheckpointError(f"checkpoint {path}: not a valid safetensors file "
                               f"(truncated or corrupt?): {exc}") from exc
-    with contextlib.suppress(OSError):
-        safe_files.remove_stale_temps(path)
+    if from_disk:
+        with contextlib.suppress(OSError):
+            safe_files.remove_stale_temps(path)
     return arrays, metadata
 
 
@@ -378,7 +440,7 @@ def _nest(path: str, arrays: dict[str, np.ndarray], groups_json: str | None) -> 
     return root
 
 
-def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: Any = None,
+def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
          weights_only: bool = True) -> Any:
     """Read the checkpoint at ``path``.
 
@@ -392,22 +454,35 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
     either way); ``weights_only`` is accepted for torch's sake: a
     safetensors file holds only arrays, so nothing is ever unpickled either way.
     """
-    if not _is_path(path):
+    if not (_is_path(path) or _is_reader(path)):
         hint = " (torch's order is load(path); torchlean's is load(path, into))" if _is_path(
             into) else ""
         raise CheckpointError(f"load: the first argument must be the path (a str or "
-                              f"os.PathLike), found {type(path).__name__}{hint}")
+                              f"os.PathLike) or a binary file object, found "
+                              f"{type(path).__name__}{hint}")
     if map_location not in (None, "cpu", "cuda"):
         raise CheckpointError(f"load: map_location must be None or 'cpu' (host) or 'cuda' "
                               f"(device), found {map_location!r}")
     if not isinstance(weights_only, bool):
         raise CheckpointError(f"load: weights_only must be a bool, found {weights_only!r}")
-    path = os.fspath(path)
+    data = None
+    if _is_reader(path):  # torch's load(f): the bytes, checked as a file on disk would be
+        label = _file_label(path)
+        data = _read_file_object(path, label)
+        path = label
+    else:
+        path = os.fspath(path)
     if into is _NO_TARGET:
         xp = namespace_for(check_device(map_location or "cpu"))  # DeviceError: no CuPy/GPU
-        arrays, metadata = _open(path)
+        arrays, metadata = _open(path, data)
         if xp is not np:
             arrays = {k: to_device(v, xp) for k, v in arrays.items()}  # explicit uploads
+        single = metadata.get(SINGLE_KEY)
+        if single is not None:  # a bare array was saved: it comes back alone
+            if set(arrays) != {single}:
+                raise CheckpointError(f"checkpoint {path}: metadata {SINGLE_KEY!r} names "
+                                      f"{single!r}, but the file holds {sorted(arrays)[:5]}")
+            return arrays[single]
         return _nest(path, arrays, metadata.get(GROUPS_KEY))
     if into is None or _is_path(into):
         raise CheckpointError(f"load: into must be the object to load into (a module, "
@@ -420,7 +495,7 @@ def load(path: str | os.PathLike[str], into: Any = _NO_TARGET, *, map_location: 
         if target is None:
             raise CheckpointError(f"checkpoint {path}: cannot load into {key!r}: arrays held in "
                                   "a tuple cannot be replaced (use a list or dict)")
-    found, metadata = _open(path)
+    found, metadata = _open(path, data)
     problems = describe_mismatches(expected, found)
     if problems:
         raise CheckpointError(f"checkpoint {path} does not fit the target:\n  "

@@ -159,7 +159,10 @@ def default_collate(batch: Sequence[Any]) -> Any:
         if len(shapes) != 1:
             raise ShapeError(f"default_collate: tensors of different shapes {sorted(shapes)} "
                              "cannot be stacked; pass a collate_fn that pads them")
-        return stack(list(batch), 0)
+        if all(b.device == "cpu" and not b.requires_grad for b in batch):
+            # Plain host data (the usual batch): one NumPy stack instead of a recorded op chain.
+            return tensor(np.stack([b.numpy() for b in batch]))
+        return stack(list(batch), 0)  # with a history (or on a device): recorded, as torch
     if isinstance(elem, np.ndarray):
         shapes = {np.shape(b) for b in batch}
         if len(shapes) != 1:
