@@ -11,12 +11,18 @@ otherwise; a planted wrong interval rule must make these checks fail. Budgets ar
 
 from __future__ import annotations
 
+import csv
+import itertools
+import os
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import torchlean as tl
-from torchlean import nn
-from torchlean.bounds import bab, ibp
+from torchlean import nn, onnx
+from torchlean.bounds import bab, compute_bounds, ibp
 from torchlean.bounds.ibp import Interval
 
 MARGIN = 0.01  # fraction of the objective's range separating the truth from the threshold
@@ -220,16 +226,24 @@ def test_a_planted_wrong_interval_rule_is_caught(monkeypatch):
     assert any(truth == "sat" and answer == "unsat" for _, truth, answer, _ in wrong)
 
 
-def test_domain_cap_gives_unknown_and_search_reports_its_work():
-    _, model, spec, _ = next(case for case in CASES if case[3] == "unsat")
-    confirm = _confirm(model, spec)
-    full = bab.search(_models(model, spec.lower.size), spec, confirm, batch=4)
-    assert full.status == "unsat" and full.domains >= 1 and full.passes >= 1
-    if full.max_queue > 1:  # a problem that needed a queue: a cap of one stops it
-        capped = bab.search(_models(model, spec.lower.size), spec, confirm, batch=4,
-                            max_domains=1)
-        assert capped.status == "unknown" and "cap" in capped.reason
-    assert set(full.as_dict()) >= {"status", "domains", "seconds", "reason"}
+def test_domain_cap_and_timeout_give_their_answers_and_search_reports_its_work():
+    split = []
+    for _, model, spec, truth in CASES:
+        if truth == "unsat":
+            confirm = _confirm(model, spec)
+            full = bab.search(_models(model, spec.lower.size), spec, confirm, batch=4)
+            assert full.status == "unsat" and full.domains >= 1 and full.passes >= 1
+            assert set(full.as_dict()) >= {"status", "domains", "seconds", "reason"}
+            if full.max_queue > 1:
+                split.append((model, spec, confirm))
+    assert split  # some unsat case needed splitting
+    model, spec, confirm = split[0]
+    capped = bab.search(_models(model, spec.lower.size), spec, confirm, batch=4, max_domains=1)
+    assert capped.status == "unknown" and "cap" in capped.reason
+    ticks = itertools.count()  # a clock one second further on at every reading
+    late = bab.search(_models(model, spec.lower.size), spec, confirm, batch=4, timeout=2.0,
+                      clock=lambda: float(next(ticks)), attack_steps=0)
+    assert late.status == "timeout"
 
 
 def test_bad_problems_raise_named_errors():
@@ -252,3 +266,72 @@ def test_bad_problems_raise_named_errors():
     with pytest.raises(bab.BabError, match="conjunction"):
         bab.Spec(spec.lower, spec.upper, spec.inner_lower, spec.inner_upper, spec.a, spec.b,
                  np.zeros(len(spec.b), np.int64), spec.n_conj + 1)
+
+
+# --- ACAS Xu instances of the 2021 competition (../shared/vnncomp2021): never contradicted ---
+
+ACAS = Path(__file__).resolve().parents[1] / ".." / "shared" / "vnncomp2021"
+ACAS = Path(os.environ.get("TORCHLEAN_VNNCOMP", ACAS))
+ACAS_CASES = [("ACASXU_run2a_1_1_batch_2000.onnx", "prop_1.vnnlib"),
+              ("ACASXU_run2a_1_2_batch_2000.onnx", "prop_2.vnnlib"),
+              ("ACASXU_run2a_2_1_batch_2000.onnx", "prop_3.vnnlib")]
+
+
+def _acas_spec(path):
+    """The input box and output rows of ACAS Xu properties 1-4 (``(assert (<= X_i v))`` box
+    lines; output rows ``Y_i <= Y_j`` or ``Y_0 >= v``), read by a regular expression."""
+    text = path.read_text()
+    lo, hi = np.full(5, -np.inf), np.full(5, np.inf)
+    for op, i, v in re.findall(r"\(assert \((<=|>=) X_(\d) ([-0-9.e]+)\)\)", text):
+        (hi if op == "<=" else lo)[int(i)] = float(v)
+    rows, b = [], []
+    for i, j in re.findall(r"\(assert \(<= Y_(\d) Y_(\d)\)\)", text):
+        r = np.zeros(5)
+        r[int(i)], r[int(j)] = 1.0, -1.0
+        rows.append(r)
+        b.append(0.0)
+    for v in re.findall(r"\(assert \(>= Y_0 ([-0-9.e]+)\)\)", text):
+        rows.append(-np.eye(5)[0])
+        b.append(float(np.nextafter(-float(v), np.inf)))  # rounded up: the unsafe set grows
+    assert np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and rows
+    inner_lo = lo.astype(np.float32)
+    inner_lo = np.where(inner_lo < lo, np.nextafter(inner_lo, np.float32(np.inf)), inner_lo)
+    inner_hi = hi.astype(np.float32)
+    inner_hi = np.where(inner_hi > hi, np.nextafter(inner_hi, np.float32(-np.inf)), inner_hi)
+    return bab.Spec(lo, hi, inner_lo, inner_hi, np.array(rows), np.array(b),
+                    np.zeros(len(b), np.int64), 1)
+
+
+def _published():
+    with open(ACAS / "PUBLISHED.csv", newline="") as fh:
+        return {(r["onnx"], r["vnnlib"]): r["abcrown_result"] for r in csv.DictReader(fh)
+                if r["benchmark"] == "acasxu"}
+
+
+@pytest.mark.skipif(not (ACAS / "acasxu").is_dir(), reason="the shared benchmarks are absent")
+@pytest.mark.parametrize("net,prop", ACAS_CASES)
+def test_acas_xu_answers_never_contradict_the_published_ones(net, prop):
+    model = onnx.load(str(ACAS / "acasxu" / net))
+    proto = model.proto
+    spec = _acas_spec(ACAS / "acasxu" / prop)
+    models = bab.Models(lambda n: onnx.load(proto, [(n, 1, 1, 5)]), max_batch=128)
+
+    def confirm(x):
+        y = np.asarray(model.forward(np.asarray(x, np.float32).reshape(1, 1, 1, 5)),
+                       np.float64).reshape(-1)
+        inside = np.all(x >= spec.inner_lower) and np.all(x <= spec.inner_upper)
+        met = np.all(y @ spec.a.T <= spec.b)
+        return (np.asarray(x, np.float64), y) if inside and met else None
+
+    result = bab.search(models, spec, confirm, batch=64, max_domains=4000)
+    truth = _published()[(net, prop)]
+    if result.status == "sat":
+        assert confirm(result.counterexample[0]) is not None
+    assert result.status in (truth, "unknown"), (result.status, truth, result.reason)
+    if truth == "sat":
+        assert result.status == "sat"  # the attack and the splitting find it
+    # with a CROWN rule for every op of the network (the ONNX MatMul), these are proved too
+    root = compute_bounds(models.get(1), spec.lower.reshape(1, 1, 1, 5),
+                          spec.upper.reshape(1, 1, 1, 5), method="crown")
+    if getattr(root, "interval_fallbacks", None) == []:
+        assert result.status == truth
