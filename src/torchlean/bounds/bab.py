@@ -1,0 +1,675 @@
+"""Branch and bound over input boxes: complete verification for low-dimensional inputs.
+
+One bound pass (CROWN, alpha-CROWN) over a whole input box either refutes the unsafe set or
+says nothing. ``search`` splits the box until every piece (a *domain*) is proved safe, a point
+the float32 network maps into the unsafe set is found, the time runs out or the queue of open
+domains reaches its cap. The problem (``Spec``) is the VNN-LIB one: an input box and a
+disjunction of conjunctions of linear output constraints ``A_j y <= b_j``, the unsafe set.
+
+The loop (``search``):
+
+1. an attack on the whole box first (projected sign-gradient steps from random points, each
+   chain in its own box), as the reference verifiers do: most ``sat`` instances end here;
+2. one bound pass on the box; a conjunction is *refuted* on a domain when one of its rows has a
+   certified lower bound above its threshold, and stays refuted on every sub-box;
+3. repeatedly: the ``batch`` open domains with the worst bound (most negative margin) are taken
+   off the queue; the network runs on their centres (a cheap falsification) and gives the
+   gradient of the deciding row there; each domain is split in half along the input with the
+   largest *smear* ``|gradient| x width`` (the dimension whose width moves the bound most); all
+   children are bounded in ONE batched bound pass (the engine takes a batch of boxes); children
+   with every conjunction refuted are dropped, the others queued. Every few rounds the worst
+   domains are attacked.
+
+The bound pass (``method="crown"``) is CROWN on the child's box with every pre-activation bound
+also intersected with the parent's (valid on the larger box, so on the child's): a little
+tighter than CROWN alone, at no cost. With ``refresh_every=r > 1`` the CROWN pass over the
+intermediate layers (nearly all of a pass's time) runs only every ``r``-th split and the
+children in between use the inherited bounds and their own intervals (cheaper, looser: on
+ACAS Xu it needed more domains than it saved, hence the default 1). Other methods (``ibp``,
+``alpha-crown``) run ``compute_bounds`` on each box.
+
+Soundness. ``unsat`` rests on the bound engine alone (with ``kernel=True``, the default, its
+bounds enclose the float32 kernels' results in round-to-nearest: see ``torchlean.bounds``); the
+children of a split cover their parent exactly (the split point is a float64 number shared by
+both halves), and a row is called refuted only when its rigorous float64 lower bound is strictly
+above the threshold (the caller rounds thresholds up). ``sat`` is reported only with a point
+that ``confirm`` accepted: the caller runs the network on it and checks the exact property.
+Everything else (the split heuristic, the attacks, the order) only decides how fast it goes.
+
+Memory is bounded: when the queue would exceed ``max_domains`` open domains the search stops
+with ``unknown`` (reason ``"domain cap"``), never an out-of-memory kill.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import compute_bounds
+from .engine import BoundsError, Propagation
+
+Array = Any
+
+__all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region", "verify_property"]
+
+STATUSES = ("unsat", "sat", "unknown", "timeout")
+SPLITS = ("smear", "widest")  # input to split: largest |gradient| x width, or relative width
+MAX_DOMAINS = 200_000  # open domains kept at most (each holds two boxes of n float64s)
+MAX_QUEUE_BYTES = 512 * 2**20  # and at most this much memory for their boxes
+GRADIENT_BATCH = 64  # reverse mode slows down sharply on bigger batches (measured)
+ATTACK_EVERY = 8  # rounds of splitting between two attacks on the worst domains
+
+
+class BabError(BoundsError):
+    """A branch-and-bound problem that does not fit the network, or a bad option."""
+
+
+@dataclass
+class Spec:
+    """One input box and the unsafe set over it, flat.
+
+    ``lower``/``upper`` (float64, ``(n,)``): a box containing the exact one (rounded outward),
+    bounded by the engine; ``inner_lower``/``inner_upper``: the exact box rounded inward to the
+    network's float type, where attack points are taken. ``a`` (``(K, m)``) and ``b``
+    (``(K,)``, rounded up): the rows ``a_k . y <= b_k``; ``group[k]`` is the conjunction row
+    ``k`` belongs to (``0 .. n_conj - 1``). The unsafe set is the union over conjunctions of
+    the points meeting all of its rows.
+    """
+
+    lower: Array
+    upper: Array
+    inner_lower: Array
+    inner_upper: Array
+    a: Array
+    b: Array
+    group: Array
+    n_conj: int
+
+    def __post_init__(self) -> None:
+        self.lower = np.asarray(self.lower, np.float64).reshape(-1)
+        self.upper = np.asarray(self.upper, np.float64).reshape(-1)
+        self.inner_lower = np.asarray(self.inner_lower).reshape(-1)
+        self.inner_upper = np.asarray(self.inner_upper).reshape(-1)
+        self.a = np.asarray(self.a, np.float64)
+        self.b = np.asarray(self.b, np.float64).reshape(-1)
+        self.group = np.asarray(self.group, np.int64).reshape(-1)
+        n, k = self.lower.shape[0], self.b.shape[0]
+        if (self.upper.shape != (n,) or self.inner_lower.shape != (n,)
+                or self.inner_upper.shape != (n,)):
+            raise BabError(f"bab: the box ends must all have {n} entries, found "
+                           f"{self.upper.shape}, {self.inner_lower.shape}, "
+                           f"{self.inner_upper.shape}")
+        if not (np.all(np.isfinite(self.lower)) and np.all(np.isfinite(self.upper))):
+            raise BabError("bab: the input box must be finite")
+        if np.any(self.lower > self.upper) or np.any(self.inner_lower > self.inner_upper):
+            raise BabError("bab: the input box has lower > upper")
+        if (np.any(self.inner_lower < self.lower) or np.any(self.inner_upper > self.upper)):
+            raise BabError("bab: the inner box must lie inside the bounded box")
+        if self.a.ndim != 2 or self.a.shape[0] != k or self.group.shape != (k,):
+            raise BabError(f"bab: rows must be a (K, m) matrix with K thresholds and groups, "
+                           f"found {self.a.shape}, {self.b.shape}, {self.group.shape}")
+        if not (np.all(np.isfinite(self.a)) and np.all(np.isfinite(self.b))):
+            raise BabError("bab: the output constraints have non-finite entries")
+        if k and (self.group.min() < 0 or self.group.max() >= self.n_conj):
+            raise BabError(f"bab: row groups must lie in [0, {self.n_conj})")
+        if np.any(np.bincount(self.group, minlength=self.n_conj) == 0):
+            raise BabError("bab: every conjunction needs at least one output constraint "
+                           "(one without any is met everywhere: check a point instead)")
+
+
+@dataclass
+class BabResult:
+    """What the search found and what it cost.
+
+    ``status``: ``unsat`` (every domain proved), ``sat`` (``counterexample`` = the flat input
+    and output that ``confirm`` accepted), ``unknown`` (``reason`` says why: the domain cap, a
+    domain too small to split) or ``timeout``. ``domains``: boxes bounded; ``passes``: batched
+    bound passes; ``max_queue``: the most open domains held at once; ``stages``: seconds per part.
+    """
+
+    status: str
+    reason: str = ""
+    counterexample: tuple[Array, Array] | None = None
+    domains: int = 0
+    passes: int = 0
+    max_queue: int = 0
+    seconds: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        cex = None
+        if self.counterexample is not None:
+            cex = {"x": [float(v) for v in self.counterexample[0]],
+                   "y": [float(v) for v in self.counterexample[1]]}
+        return {"status": self.status, "reason": self.reason, "domains": self.domains,
+                "passes": self.passes, "max_queue": self.max_queue,
+                "seconds": round(self.seconds, 6),
+                "stages": {k: round(v, 6) for k, v in self.stages.items()},
+                "counterexample": cex}
+
+
+class Models:
+    """Batched copies of one network, made on demand by ``factory(batch)`` (a compiled graph
+    taking ``(batch, *features)``, or None when the network cannot be batched), in power-of-two
+    batch sizes up to ``max_batch``; bigger requests are chunked, smaller ones padded."""
+
+    def __init__(self, factory: Callable[[int], Any], max_batch: int = 256) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise BabError(f"bab: max_batch must be an integer >= 1, found {max_batch!r}")
+        self.factory = factory
+        self._cache: dict[int, Any] = {}
+        one = self.get(1)
+        if one is None:
+            raise BabError("bab: the network factory gave no model for a batch of one")
+        self.features = tuple(one.graph.nodes[one.graph.inputs[0]].shape)[1:]
+        self.out_rest = tuple(one.out_shape)[1:]
+        self.dtype = np.dtype(one.dtype)
+        self.max_batch = max_batch if self.get(2) is not None else 1
+
+    def get(self, n: int) -> Any:
+        if n not in self._cache:
+            model = self.factory(n)
+            if model is not None:
+                shape = tuple(model.graph.nodes[model.graph.inputs[0]].shape)
+                if not shape or shape[0] != n or tuple(model.out_shape)[:1] != (n,):
+                    raise BabError(f"bab: the factory's model for a batch of {n} maps "
+                                   f"{shape} to {tuple(model.out_shape)}; expected a batch "
+                                   f"axis of {n} on both")
+            self._cache[n] = model
+        return self._cache[n]
+
+    def chunks(self, total: int, most: int | None = None) -> list[tuple[int, int, int]]:
+        """``(start, stop, size)`` pieces of ``total`` rows: full batches (of ``max_batch``, or
+        ``most`` if smaller), then the smallest power of two holding the rest."""
+        out, start = [], 0
+        most = self.max_batch if most is None else min(most, self.max_batch)
+        while start < total:
+            stop = min(total, start + most)
+            size = 1
+            while size < stop - start:
+                size *= 2
+            out.append((start, stop, size))
+            start = stop
+        return out
+
+    @staticmethod
+    def pad(x: Array, size: int) -> Array:
+        if len(x) == size:
+            return x
+        return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)])
+
+    def forward(self, x: Array) -> Array:
+        """Outputs (float64 copies of the float32 results), flat: ``(N, m)``."""
+        parts = []
+        for start, stop, size in self.chunks(len(x)):
+            model = self.get(size)
+            xs = self.pad(x[start:stop], size).reshape((size, *self.features))
+            y = np.asarray(model.forward(xs.astype(self.dtype)), np.float64)
+            parts.append(y.reshape(size, -1)[:stop - start])
+        return np.concatenate(parts) if parts else np.zeros((0, 0))
+
+    def gradient(self, x: Array, rows: Array) -> tuple[Array, Array]:
+        """Outputs and the gradient of ``rows[i] . y`` wrt the input at each ``x[i]`` (flat)."""
+        ys, gs = [], []
+        for start, stop, size in self.chunks(len(x), GRADIENT_BATCH):
+            model = self.get(size)
+            xs = self.pad(x[start:stop], size).reshape((size, *self.features))
+            xs = xs.astype(self.dtype)
+            seed = self.pad(rows[start:stop], size).reshape((size, *self.out_rest))
+            y = np.asarray(model.forward(xs), np.float64).reshape(size, -1)
+            g = np.asarray(model.vjp([xs], seed.astype(self.dtype))[0], np.float64)
+            ys.append(y[:stop - start])
+            gs.append(g.reshape(size, -1)[:stop - start])
+        return np.concatenate(ys), np.concatenate(gs)
+
+    def bound(self, lo: Array, hi: Array, a: Array, *, method: str, kernel: bool,
+              options: dict[str, Any]) -> Array:
+        """Certified lower bounds of every row ``a_k . y`` over each box: ``(N, K)``."""
+        parts = []
+        k = a.shape[0]
+        for start, stop, size in self.chunks(len(lo)):
+            model = self.get(size)
+            shape = (size, *self.features)
+            spec = np.broadcast_to(a.reshape((1, k, *self.out_rest)),
+                                   (size, k, *self.out_rest)).copy()
+            result = compute_bounds(model, self.pad(lo[start:stop], size).reshape(shape),
+                                    self.pad(hi[start:stop], size).reshape(shape),
+                                    method=method, spec=spec, kernel=kernel,
+                                    output_crown=False, **options)
+            assert result.spec is not None
+            parts.append(np.asarray(result.spec[0]).reshape(size, k)[:stop - start])
+        return np.concatenate(parts)
+
+
+    def consts(self, model: Any) -> dict[int, Array]:
+        """The graph's constants and parameters by node (what a ``Propagation`` starts from)."""
+        graph = model.graph
+        consts = dict(graph.consts)
+        n_data = len(graph.inputs) - len(graph.params)
+        for k, p in enumerate(graph.params):
+            consts[graph.inputs[n_data + k]] = np.asarray(p.data)
+        return consts
+
+    def bound_inherited(self, lo: Array, hi: Array, a: Array, inherited: Array | None,
+                        refresh: bool, *, kernel: bool) -> tuple[Array, Array]:
+        """Row lower bounds ``(N, K)`` by CROWN's back-substitution from the rows, with the
+        pre-activation bounds of every relaxed neuron taken from the box's intervals
+        intersected with ``inherited`` (bounds valid on a box containing this one: the parent
+        domain's), and with ``refresh`` tightened by CROWN as well (the full pass); also the
+        bounds used, flat per box ``(N, P)`` (lower then upper of every target node), for the
+        children to inherit.
+
+        Sound as CROWN is: bounds over a larger box hold on a sub-box, for the real values and
+        (``kernel``) for every float32 execution the engine encloses.
+        """
+        parts, kept = [], []
+        k = a.shape[0]
+        for start, stop, size in self.chunks(len(lo)):
+            model = self.get(size)
+            graph = model.graph
+            shape = (size, *self.features)
+            prop = Propagation(graph, self.consts(model),
+                               self.pad(lo[start:stop], size).reshape(shape),
+                               self.pad(hi[start:stop], size).reshape(shape),
+                               kernel=kernel, n_data=1)
+            if getattr(prop, "whole", False):
+                raise BabError("bab: inherited bounds need a network with a batch axis")
+            targets = sorted(prop.targets())
+            inh = None if inherited is None else self.pad(inherited[start:stop], size)
+            offset, flat = 0, []
+            for i, node in enumerate(graph.nodes):
+                if node.kind != "op":
+                    continue
+                iv = prop.interval(i)
+                if i not in targets:
+                    continue
+                n = int(np.prod(node.shape[1:]))
+                if inh is not None:
+                    iv.lo = np.maximum(iv.lo, inh[:, offset:offset + n].reshape(node.shape))
+                    iv.hi = np.minimum(iv.hi, inh[:, offset + n:offset + 2 * n].reshape(
+                        node.shape))
+                if refresh:
+                    c_lo, c_hi = prop.crown_node(i)
+                    iv.lo, iv.hi = np.maximum(iv.lo, c_lo), np.minimum(iv.hi, c_hi)
+                flat += [np.reshape(iv.lo, (size, n)), np.reshape(iv.hi, (size, n))]
+                offset += 2 * n
+            spec = np.broadcast_to(a.reshape((1, k, *self.out_rest)),
+                                   (size, k, *self.out_rest)).copy()
+            lower = prop.lower(graph.output, spec)
+            parts.append(np.asarray(lower).reshape(size, k)[:stop - start])
+            kept.append(np.concatenate(flat, axis=1)[:stop - start] if flat
+                        else np.zeros((stop - start, 0)))
+        return np.concatenate(parts), np.concatenate(kept)
+
+
+class _Clock:
+    def __init__(self, timeout: float | None, now: Callable[[], float]) -> None:
+        self.now = now
+        self.start = now()
+        self.deadline = None if timeout is None else self.start + timeout
+        self.stages: dict[str, float] = {}
+        self._mark = self.start
+
+    def over(self) -> bool:
+        return self.deadline is not None and self.now() > self.deadline
+
+    def stage(self, name: str) -> None:
+        now = self.now()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+
+def _values(spec: Spec, y: Array) -> Array:
+    """Per point and conjunction, ``max_k (a_k . y - b_k)`` over its rows (<= 0: met)."""
+    gaps = y @ spec.a.T - spec.b  # (N, K)
+    out = np.full((len(y), spec.n_conj), -np.inf)
+    np.maximum.at(out.T, spec.group, gaps.T)
+    return out
+
+
+def _margins(spec: Spec, lower: Array, open_: Array) -> tuple[Array, Array]:
+    """From row lower bounds ``(N, K)``: the conjunctions still open ``(N, J)`` (not refuted
+    before and not now) and each domain's margin, the worst open conjunction's best row gap
+    (``+inf`` when none is open)."""
+    gaps = lower - spec.b  # a row is refuted when its lower bound is strictly above b
+    best = np.full((len(lower), spec.n_conj), -np.inf)
+    np.maximum.at(best.T, spec.group, gaps.T)
+    still = open_ & ~(best > 0)
+    margin = np.where(still, best, np.inf).min(axis=1)
+    return still, margin
+
+
+class _Queue:
+    """Open domains: per domain a row of each field (box ends, open conjunctions, margin,
+    inherited bounds, age) in growable arrays, popped worst margin first."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.fields: dict[str, Array] = {}
+        self.size = 0
+
+    def push(self, **rows: Array) -> bool:
+        """Add domains (every field the same length); False (nothing added) when the cap would
+        be passed."""
+        count = len(rows["margin"])
+        new = self.size + count
+        if new > self.cap:
+            return False
+        if not self.fields:
+            self.fields = {k: np.zeros((min(self.cap, max(1024, count)), *np.shape(v)[1:]),
+                                       dtype=np.asarray(v).dtype) for k, v in rows.items()}
+        if new > len(self.fields["margin"]):
+            grow = min(self.cap, max(new, 2 * len(self.fields["margin"])))
+            for k, old in self.fields.items():
+                arr = np.zeros((grow, *old.shape[1:]), dtype=old.dtype)
+                arr[:self.size] = old[:self.size]
+                self.fields[k] = arr
+        for k, v in rows.items():
+            self.fields[k][self.size:new] = v
+        self.size = new
+        return True
+
+    def _worst(self, count: int) -> Array:
+        m = self.fields["margin"][:self.size]
+        return (np.argpartition(m, count - 1)[:count] if count < self.size
+                else np.arange(self.size))
+
+    def pop(self, count: int) -> dict[str, Array]:
+        """The ``count`` domains with the lowest margins (removed)."""
+        take = self._worst(min(count, self.size))
+        out = {k: v[take].copy() for k, v in self.fields.items()}
+        keep = np.ones(self.size, dtype=bool)
+        keep[take] = False
+        rest = np.flatnonzero(keep)
+        for v in self.fields.values():
+            v[:len(rest)] = v[rest]
+        self.size = len(rest)
+        return out
+
+    def peek(self, count: int) -> dict[str, Array]:
+        """The ``count`` worst domains (left in place)."""
+        take = self._worst(min(count, self.size))
+        return {k: v[take] for k, v in self.fields.items()}
+
+
+def _inside(spec: Spec, x: Array) -> Array:
+    """Points of the network's float type inside the exact box (the inner box's ends are)."""
+    dt = spec.inner_lower.dtype
+    return np.minimum(np.maximum(np.asarray(x).astype(dt), spec.inner_lower), spec.inner_upper)
+
+
+def _deciding_rows(spec: Spec, values_rows: Array, open_: Array) -> Array:
+    """Per domain, the output row whose gradient guides splitting and attacks: in the open
+    conjunction with the worst value, the row attaining its maximum. ``values_rows``: per
+    domain and row, the gap (a bound or a value) ``(N, K)``."""
+    best = np.full((len(values_rows), spec.n_conj), -np.inf)
+    np.maximum.at(best.T, spec.group, values_rows.T)
+    conj = np.argmin(np.where(open_, best, np.inf), axis=1)
+    in_conj = spec.group[None, :] == conj[:, None]
+    row = np.argmax(np.where(in_conj, values_rows, -np.inf), axis=1)
+    return spec.a[row]
+
+
+def _attack(models: Models, spec: Spec, lo: Array, hi: Array, open_: Array, steps: int,
+            rng: Any, clock: _Clock) -> Array | None:
+    """Sign-gradient descent on the unsafe objective, one chain per box (from a random point of
+    it), each step projected back into its box; the points whose float value meets some
+    conjunction (to be confirmed), best first, or None."""
+    width = hi - lo
+    x = lo + rng.uniform(size=lo.shape) * width
+    found = []
+    for step in range(steps):
+        p = _inside(spec, np.minimum(np.maximum(x, lo), hi))
+        y = models.forward(p)
+        vals = _values(spec, y)
+        met = vals.min(axis=1) <= 0
+        if np.any(met):
+            order = np.argsort(vals.min(axis=1)[met])
+            found.append(p[met][order])
+            break
+        if step == steps - 1 or clock.over():
+            break
+        gaps = y @ spec.a.T - spec.b
+        rows = _deciding_rows(spec, gaps, open_)
+        _, g = models.gradient(p, rows)
+        size = 0.25 * (1 - step / steps) + 0.01
+        x = np.minimum(np.maximum(x - size * width * np.sign(g), lo), hi)
+    return np.concatenate(found) if found else None
+
+
+def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, Array] | None],
+           *, timeout: float | None = None, method: str = "crown", kernel: bool = True,
+           batch: int = 256, max_domains: int = MAX_DOMAINS, attack_steps: int = 40,
+           attack_chains: int = 256, seed: int = 0, bound_options: dict[str, Any] | None = None,
+           split: str = "smear", refresh_every: int = 1,
+           clock: Callable[[], float] = time.monotonic,
+           progress: Callable[[dict[str, Any]], None] | None = None) -> BabResult:
+    """Decide whether any input of ``spec``'s box is mapped into its unsafe set (see module).
+
+    ``models``: batched copies of the network (``Models``); ``confirm(x)``: given a flat point
+    of the network's float type (inside the exact box), the ``(x, y)`` pair when the network
+    really maps it into the unsafe set (checked exactly by the caller), else None. ``batch``:
+    domains split per round (their children, twice as many, go into one bound pass);
+    ``max_domains``: open domains kept at most; ``clock``: what ``timeout`` is measured by (wall
+    time; ``time.process_time`` measures this process's CPU time, for benchmarks on a busy
+    machine); ``progress``: called after every round with the counts so far.
+    """
+    for name, value, least in (("batch", batch, 1), ("max_domains", max_domains, 1),
+                               ("attack_steps", attack_steps, 0),
+                               ("attack_chains", attack_chains, 1), ("seed", seed, 0),
+                               ("refresh_every", refresh_every, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
+    if split not in SPLITS:
+        raise BabError(f"bab: unknown split rule {split!r}; expected one of {SPLITS}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not timeout > 0):
+        raise BabError(f"bab: timeout must be a number of seconds > 0, found {timeout!r}")
+    if spec.lower.shape[0] != int(np.prod(models.features)):
+        raise BabError(f"bab: the box has {spec.lower.shape[0]} inputs, the network "
+                       f"{int(np.prod(models.features))}")
+    m = int(np.prod(models.out_rest)) if models.out_rest else 1
+    if spec.a.shape[1] != m:
+        raise BabError(f"bab: the output constraints have {spec.a.shape[1]} columns, the "
+                       f"network {m} outputs")
+    timer = _Clock(timeout, clock)
+    rng = np.random.default_rng(seed)
+    options = dict(bound_options or {})
+    n, j = spec.lower.shape[0], spec.n_conj
+    result = BabResult("unknown")
+
+    def finish(status: str, reason: str = "", cex: Any = None) -> BabResult:
+        timer.stage("other")
+        result.status, result.reason, result.counterexample = status, reason, cex
+        result.seconds = timer.now() - timer.start
+        result.stages = dict(timer.stages)
+        return result
+
+    def check(points: Array | None) -> Any:
+        if points is None:
+            return None
+        for x in points[:8]:
+            cex = confirm(x)
+            if cex is not None:
+                return cex
+        return None
+
+    # 1. the centre and an attack on the whole box
+    lo0, hi0 = spec.inner_lower.astype(np.float64), spec.inner_upper.astype(np.float64)
+    centre = _inside(spec, (lo0 + (hi0 - lo0) / 2)[None])
+    vals = _values(spec, models.forward(centre))
+    cex = check(centre) if vals.min() <= 0 else None
+    all_open = np.ones((1, j), dtype=bool)
+    if cex is None and attack_steps:
+        chains = np.repeat(lo0[None], attack_chains, axis=0), np.repeat(hi0[None], attack_chains,
+                                                                        axis=0)
+        cex = check(_attack(models, spec, *chains, np.repeat(all_open, attack_chains, axis=0),
+                            attack_steps, rng, timer))
+    timer.stage("attack")
+    if cex is not None:
+        return finish("sat", "counterexample from the first attack", cex)
+
+    # 2. the whole box
+    incremental = method == "crown"
+
+    def bound(lo: Array, hi: Array, inherited: Array | None, age: Array | None
+              ) -> tuple[Array, Array]:
+        """Row lower bounds of the boxes, and the bounds their children may inherit."""
+        if not incremental:
+            return (models.bound(lo, hi, spec.a, method=method, kernel=kernel,
+                                 options=options), np.zeros((len(lo), 0)))
+        if inherited is None or age is None:
+            return models.bound_inherited(lo, hi, spec.a, None, True, kernel=kernel)
+        lower = np.zeros((len(lo), len(spec.b)))
+        kept = np.zeros_like(inherited)
+        for fresh in (False, True):  # a full CROWN pass for the domains due a refresh
+            which = np.flatnonzero((age >= refresh_every) == fresh)
+            if len(which):
+                lower[which], kept[which] = models.bound_inherited(
+                    lo[which], hi[which], spec.a, inherited[which], fresh, kernel=kernel)
+        return lower, kept
+
+    lower, kept = bound(spec.lower[None], spec.upper[None], None, None)
+    result.domains, result.passes = 1, 1
+    still, margin = _margins(spec, lower, all_open)
+    timer.stage("bounds")
+    if not still.any():
+        return finish("unsat", "proved by one bound pass")
+    per_domain = 16 * n + j + 8 * kept.shape[1] + 16
+    cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
+    queue = _Queue(cap)
+    queue.push(lo=spec.lower[None], hi=spec.upper[None], open=still, margin=margin, inh=kept,
+               age=np.zeros(1, np.int64))
+    result.max_queue = 1
+
+    # 3. split until done
+    span = np.where(spec.upper > spec.lower, spec.upper - spec.lower, 1.0)
+    rounds = 0
+    while queue.size:
+        if timer.over():
+            return finish("timeout", f"{queue.size} domains open when the time ran out")
+        got = queue.pop(batch)
+        lo, hi, open_ = got["lo"], got["hi"], got["open"]
+        # centres: a cheap falsification, and the gradient that picks the split
+        centres = _inside(spec, lo + (hi - lo) / 2)
+        # the row to move: the worst open conjunction's best row, judged at the centre
+        y = models.forward(centres)
+        vals_rows = y @ spec.a.T - spec.b
+        met = _values(spec, y).min(axis=1) <= 0
+        if np.any(met):
+            cex = check(centres[met])
+            if cex is not None:
+                timer.stage("split")
+                return finish("sat", "counterexample at a domain centre", cex)
+        rows = _deciding_rows(spec, vals_rows, open_)
+        _, grad = models.gradient(centres, rows)
+        width = hi - lo
+        # smear, with a little of the relative width so flat directions still get split
+        smear = np.abs(grad) * width + 1e-3 * width / span * (np.abs(grad) * width).max(
+            axis=1, keepdims=True) + 1e-12 * width / span
+        dim = np.argmax(smear if split == "smear" else width / span, axis=1)
+        idx = np.arange(len(lo))
+        mid = lo[idx, dim] + width[idx, dim] / 2
+        if np.any((mid <= lo[idx, dim]) | (mid >= hi[idx, dim])):
+            timer.stage("split")
+            return finish("unknown", "a domain became too small to split (at float64 spacing)")
+        left_hi, right_lo = hi.copy(), lo.copy()
+        left_hi[idx, dim] = mid
+        right_lo[idx, dim] = mid
+        c_lo = np.concatenate([lo, right_lo])
+        c_hi = np.concatenate([left_hi, hi])
+        c_open = np.concatenate([open_, open_])
+        c_inh = np.concatenate([got["inh"], got["inh"]])
+        c_age = np.concatenate([got["age"], got["age"]]) + 1
+        timer.stage("split")
+        lower, kept = bound(c_lo, c_hi, c_inh, c_age)
+        c_age[c_age >= refresh_every] = 0
+        result.domains += len(c_lo)
+        result.passes += 1
+        still, c_margin = _margins(spec, lower, c_open)
+        keep = still.any(axis=1)
+        timer.stage("bounds")
+        if not queue.push(lo=c_lo[keep], hi=c_hi[keep], open=still[keep], margin=c_margin[keep],
+                          inh=kept[keep], age=c_age[keep]):
+            return finish("unknown", f"domain cap: more than {cap} open domains")
+        result.max_queue = max(result.max_queue, queue.size)
+        rounds += 1
+        if attack_steps and rounds % ATTACK_EVERY == 0 and queue.size:
+            worst = queue.peek(min(attack_chains, queue.size))
+            a_lo, a_hi = worst["lo"], worst["hi"]
+            cex = check(_attack(models, spec, a_lo, a_hi, np.ones((len(a_lo), j), dtype=bool),
+                                max(2, attack_steps // 4), rng, timer))
+            timer.stage("attack")
+            if cex is not None:
+                return finish("sat", "counterexample from an attack on the worst domains", cex)
+        if progress is not None:
+            progress({"domains": result.domains, "open": queue.size,
+                      "seconds": timer.now() - timer.start})
+    return finish("unsat", f"all {result.domains} domains proved")
+
+
+def spec_of_region(region: Any, n_outputs: int, dtype: Any) -> Spec:
+    """The ``Spec`` of one region of a ``bounds.properties.Property`` (its outward box, inner
+    box in ``dtype`` and conjunctions; conjunctions without constraints are not allowed here)."""
+    lo, hi = region.box()
+    in_lo, in_hi = region.inner_box(dtype)
+    mats = [conj.matrix(n_outputs) for conj in region.outputs]
+    a = np.concatenate([m[0] for m in mats]) if mats else np.zeros((0, n_outputs))
+    b = np.concatenate([m[1] for m in mats]) if mats else np.zeros(0)
+    group = np.concatenate([np.full(len(m[1]), c, dtype=np.int64) for c, m in enumerate(mats)]
+                           + [np.zeros(0, np.int64)])
+    return Spec(lo, hi, in_lo, in_hi, a, b, group, len(mats))
+
+
+def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
+                    timeout: float | None = None, **options: Any) -> BabResult:
+    """``search`` on every region of a ``bounds.properties.Property`` in turn, sharing the
+    time limit: ``unsat`` when every region is, ``sat`` at the first counterexample.
+
+    ``run(x)``: the float32 network on one flat input (batch of one), flat output; a point is a
+    counterexample only when ``prop.violated_by(x, run(x))`` (exact arithmetic) says so.
+    """
+    clock = options.get("clock", time.monotonic)
+    start = clock()
+
+    def confirm(x: Array) -> tuple[Array, Array] | None:
+        y = np.asarray(run(x)).reshape(-1)
+        if np.all(np.isfinite(y)) and prop.violated_by(x, y) is not None:
+            return np.asarray(x, np.float64), y.astype(np.float64)
+        return None
+
+    total = BabResult("unsat", "every region proved")
+    for region in prop.regions:
+        if region.empty:
+            continue
+        left = None if timeout is None else timeout - (clock() - start)
+        if left is not None and left <= 0:
+            total.status, total.reason = "timeout", "time ran out between regions"
+            break
+        if any(len(conj.constraints) == 0 for conj in region.outputs):
+            # an output set met everywhere: any point of the box is a counterexample
+            in_lo, in_hi = region.inner_box(models.dtype)
+            cex = confirm(in_lo + (in_hi - in_lo) / 2)
+            if cex is not None:
+                total.status, total.reason, total.counterexample = "sat", "unconstrained", cex
+                break
+            total.status, total.reason = "unknown", "an unconstrained output set"
+            continue
+        spec = spec_of_region(region, prop.n_outputs, models.dtype)
+        found = search(models, spec, confirm, timeout=left, **options)
+        total.domains += found.domains
+        total.passes += found.passes
+        total.max_queue = max(total.max_queue, found.max_queue)
+        for k, v in found.stages.items():
+            total.stages[k] = total.stages.get(k, 0.0) + v
+        if found.status != "unsat":
+            total.status, total.reason = found.status, found.reason
+            total.counterexample = found.counterexample
+            if found.status in ("sat", "timeout"):
+                break
+    total.seconds = clock() - start
+    return total
