@@ -25,6 +25,8 @@ from ..zoo.trained import check_fits, load_data, load_trained
 from . import common
 from .onnx_inputs import OnnxCliError, load_for_data
 
+DEFAULT_EPS = "0.01,0.02,0.05"
+
 
 def add_parser(sub: Any) -> None:
     """Register the ``certify`` subcommand on ``torchlean``'s subparsers."""
@@ -43,8 +45,9 @@ def add_parser(sub: Any) -> None:
                    help="the user's examples for an --onnx model instead: 'x' (examples first) "
                         "and 'y' (class labels); without integer labels, each output's "
                         "certified interval is reported instead (a regression model)")
-    p.add_argument("--eps", default="0.01,0.02,0.05",
-                   help="comma-separated L-infinity radii (default 0.01,0.02,0.05)")
+    p.add_argument("--eps", default=None,
+                   help="comma-separated L-infinity radii (default: the eps a certified-"
+                        "trained checkpoint was trained for, else 0.01,0.02,0.05)")
     p.add_argument("--method", default=",".join(METHODS),
                    help=f"comma-separated subset of {','.join(METHODS)} (default all)")
     p.add_argument("--limit", type=common.positive_int, default=None,
@@ -68,7 +71,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    eps_list = parse_eps(args.eps)
+    eps_list = parse_eps(args.eps if args.eps is not None else DEFAULT_EPS)
     methods = parse_methods(args.method)
     source = ("<--onnx", args.onnx) if args.onnx else ("<--checkpoint", args.checkpoint)
     common.check_outputs([(source[1], source[0]), (args.plot, "--plot"), (args.json, "--json")])
@@ -95,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     path = args.checkpoint
     model = load_trained(path)
     config, settings = model.model_config, model.train_settings
+    trained = settings.get("certified")
+    if args.eps is None and isinstance(trained, dict) and "eps" in trained:
+        eps_list = parse_eps(str(trained["eps"]))  # certify at the radius it was trained for
+        print(f"certify: {path} was certified-trained ({trained.get('method')}) at eps "
+              f"{trained['eps']}: certifying there (--eps to choose)", flush=True)
     if config.get("model") not in ("mlp", "cnn"):
         raise BoundsError(f"certify: checkpoint {path} holds a {config.get('model')!r}; "
                           "certification supports classifiers on feature vectors or images "

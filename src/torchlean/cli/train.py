@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import checkpoint, optim
+from ..bounds.certified_training import CertifiedTraining
 from ..core.errors import TorchLeanError
 from ..engine import ops_interface as F
 from ..engine.anomaly import TrainingDiverged
@@ -36,7 +37,7 @@ from ..training.distributed import (
 from ..training.fit import EpochMetrics, fit
 from ..zoo import datasets, models
 from ..zoo.trained import TRAIN_FORMAT, load_data
-from . import common
+from . import certified, common
 from .common import fmt
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -92,6 +93,7 @@ def add_parser(sub: Any) -> None:
                    help="check every forward value, gradient and update for NaN/inf and "
                         "name the first op and node that made one (without it, training "
                         "still stops when the loss becomes NaN or infinite)")
+    certified.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,10 +204,15 @@ def _run_on_this_rank(args: argparse.Namespace) -> int:
     models.check_compatible(model_name, dataset_name)
     common.check_device(args.device, bool(getattr(args, "distributed", False)))
     recipe = models.RECIPES[(model_name, dataset_name)]
+    if args.certified is not None:
+        recipe = certified.RECIPE
     epochs = args.epochs or recipe["epochs"]
     batch_size = args.batch_size or recipe["batch_size"]
     lr = args.lr or recipe["lr"]
     optimizer_name = args.optimizer or recipe["optimizer"]
+    robust = certified.config_from(args, epochs)
+    if robust is not None and getattr(args, "distributed", False):
+        raise TorchLeanError("--certified trains in one process: drop --distributed")
     common.check_outputs([(args.save, "--save"), (args.plot, "--plot"), (args.json, "--json")])
     common.check_libraries(save=bool(args.save), plot=bool(args.plot))
 
@@ -216,15 +223,29 @@ def _run_on_this_rank(args: argparse.Namespace) -> int:
     settings = {"epochs": epochs, "batch_size": batch_size, "lr": lr,
                 "schedule": "cosine", "optimizer": optimizer_name, "backend": args.backend,
                 "device": args.device, "seed": args.seed}
+    if robust is not None:
+        settings.update(schedule="halved every 10 epochs at the target eps",
+                        certified=robust.as_dict())
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
     scored = " (accuracy = exact match of the whole sum)" if dataset_name == "adder" else ""
     print(f"training {model_name} ({n_params:,} parameters) on {dataset_name} "
           f"({len(data.train)} train / {len(data.test)} test){scored}", flush=True)
     where = "" if args.device == "cpu" else f" on {args.device}"
-    print(f"{optimizer_name} lr {lr:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
+    decay = "cosine decay" if robust is None else "halved every 10 epochs at the target eps"
+    print(f"{optimizer_name} lr {lr:g} ({decay}), {epochs} epochs, batch {batch_size}, "
           f"{args.backend} backend{where}, seed {args.seed}", flush=True)
+    if robust is not None:
+        print(f"certified training: {robust.method} at eps {robust.eps:g} ({robust.warmup_epochs}"
+              f" epochs at eps 0, {robust.ramp_epochs} ramping), kappa {robust.kappa[0]:g} -> "
+              f"{robust.kappa[1]:g}, gradient norm clipped at {robust.grad_clip:g}; the "
+              "training bounds are not rounded outward: check with 'torchlean certify'",
+              flush=True)
 
     def report(record: EpochMetrics) -> None:
+        if robust is not None:
+            print(epoch_line(record, epochs) + certified.epoch_fields(record.extra), flush=True)
+            optimizer.lr = certified.lr_after(robust, lr, record.epoch)
+            return
         print(epoch_line(record, epochs), flush=True)
         # Cosine learning-rate decay, epoch by epoch, to lr * 0 after the last epoch: the late
         # epochs take small steps, so the final accuracy does not hop around.
@@ -241,7 +262,8 @@ def _run_on_this_rank(args: argparse.Namespace) -> int:
                           distributed=getattr(args, "distributed", False),
                           check_every=getattr(args, "check_every", 0),
                           check_finite=getattr(args, "check_finite", False),
-                          device=args.device, cuda_graph=args.cuda_graph)
+                          device=args.device, cuda_graph=args.cuda_graph,
+                          objective=None if robust is None else CertifiedTraining(robust))
         except TrainingDiverged as exc:  # the model holds its last finite state: report, save
             diverged, history = exc, exc.history
             message = str(exc)

@@ -195,7 +195,8 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         on_epoch: Callable[[EpochMetrics], None] | None = None,
         should_stop: Callable[[], bool] | None = None, distributed: Any = False,
         check_every: int = 0, check_finite: bool = False,
-        device: str | None = None, cuda_graph: bool | None = None) -> list[EpochMetrics]:
+        device: str | None = None, cuda_graph: bool | None = None,
+        objective: Any = None) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
@@ -223,6 +224,13 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
     device each training step is replayed from a captured CUDA graph (``cuda_graph``: None uses
     one where it applies and falls back with a warning if capture fails, True requires one, False
     never; see ``Options``).
+
+    ``objective`` replaces the training loss (``loss_fn`` still scores the test set): an object
+    with ``bind(model, steps_per_epoch, backend, dtype, device, check_finite)``, ``step(x, y)``
+    (the batch's loss, gradients accumulated into the parameters), ``postfix()`` (progress-bar
+    fields) and ``epoch_stats()`` (merged into each epoch's ``extra``); for example
+    ``torchlean.bounds.certified_training.CertifiedTraining`` (certified training).
+    Single-process only.
     """
     if not isinstance(check_finite, bool):
         raise TorchLeanError(f"fit: check_finite must be a bool, found {check_finite!r}")
@@ -238,6 +246,12 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
                           f"buffers); found device={device!r}: use device='cpu'")
     device = resolve_device(model, device)
     stepper = _Stepper(model, loss_fn, backend, dtype, check_finite, device, cuda_graph)
+    if objective is not None:
+        if parallel:
+            raise TorchLeanError("fit: a training objective runs in one process; found "
+                                 "distributed training")
+        objective.bind(model, -(-len(train_data) // batch_size), backend, dtype, device,
+                       check_finite)
     if parallel:
         dp = DataParallel(params, optimizer, communicator(distributed), check_every=check_every)
         try:
@@ -257,7 +271,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
             raise
     return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size, test_data,
                        backend, seed, shuffle, progress, metrics, on_epoch, should_stop,
-                       stepper, dtype, None, check_finite)
+                       stepper, dtype, None, check_finite, objective)
 
 
 def _data_crc(data: Dataset) -> int:
@@ -270,7 +284,8 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                 metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
                 on_epoch: Callable[[EpochMetrics], None] | None,
                 should_stop: Callable[[], bool] | None, stepper: _Stepper, dtype: Any,
-                dp: Any, check_finite: bool = False) -> list[EpochMetrics]:
+                dp: Any, check_finite: bool = False, objective: Any = None
+                ) -> list[EpochMetrics]:
     """The epoch loop of ``fit``; ``dp`` (a ``DataParallel``) or ``None`` for one process."""
 
     def stop_requested() -> bool:
@@ -295,7 +310,9 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
         for batch, (x, y) in enumerate(batches, 1):
             optimizer.zero_grad()
             try:
-                if dp is None:
+                if objective is not None:
+                    loss = objective.step(np.asarray(x, dtype=dtype), np.asarray(y))
+                elif dp is None:
                     loss = stepper.loss_and_grads(np.asarray(x, dtype=dtype), np.asarray(y))
                 else:
                     loss = dp.loss_and_grads(stepper, x, y)  # casts only its own shard
@@ -310,7 +327,8 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
             total += loss * len(x)
             seen += len(x)
             if hasattr(batches, "set_postfix"):
-                batches.set_postfix(loss=f"{loss:.4f}")
+                batches.set_postfix(loss=f"{loss:.4f}",
+                                    **(objective.postfix() if objective is not None else {}))
             if stop_requested():
                 break
         seconds = time.perf_counter() - start
@@ -322,6 +340,8 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
             record.test_loss = result.pop("loss")
             record.test_accuracy = result.pop("accuracy", None)
             record.extra = result
+        if objective is not None:
+            record.extra.update(objective.epoch_stats())
         history.append(record)
         if on_epoch is not None:
             on_epoch(record)

@@ -1,0 +1,278 @@
+"""Certified training (IBP, CROWN-IBP): minimise a loss on the bounds, as auto_LiRPA's recipe.
+
+``fit(..., objective=CertifiedTraining(CertifiedConfig("crown-ibp", eps=0.1)))`` replaces the
+natural loss of each training step by
+
+    loss = kappa * CE(logits, y) + (1 - kappa) * CE(-lower, y)
+
+where ``lower[b, j]`` lower-bounds the margin ``logit_y - logit_j`` over the L-infinity ball of
+radius ``eps_t`` around the input, clipped to the input range (``bounds.differentiable``: the
+bounds are recorded with the loss, so their gradients come from the same reverse pass).
+
+Schedules, stepped per batch (``Schedule``): ``warmup_epochs`` at eps 0 (natural training; the
+robust loss equals it there), then ``ramp_epochs`` of a smooth ramp to the target eps
+(auto_LiRPA's ``SmoothedScheduler``: polynomial growth of degree ``power`` up to the ``mid``
+fraction of the ramp, then linear, value and slope continuous), then the target. CROWN-IBP's
+``beta`` (the weight of the CROWN bound against the IBP one) is ``1 - eps_t / eps``: 1 at the
+start of the ramp, 0 at the target, as the reference. ``kappa`` (the natural loss's weight) goes
+linearly from ``kappa[0]`` to ``kappa[1]`` over the ramp (default 0 throughout: the reference's
+pure robust loss). Gradients are clipped to a global norm of ``grad_clip`` (10, as the
+reference).
+
+Batch normalisation is refused with a clear error (its statistics would come from the perturbed
+boxes; see ``bounds.differentiable``). The bounds used for training are not rounded outward;
+certify the trained model with the sound certifier (``torchlean certify``).
+
+(This lives with the bounds, layer 5, rather than in ``training``: it needs the bound rules, and
+imports only go down; ``fit`` knows it only as a generic ``objective``.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import namespace_of, to_host
+from ..core.errors import TorchLeanError
+from ..engine import ops_interface as F
+from ..engine.session import Options
+from ..training.stepper import Stepper
+from .differentiable import margin_lower_bounds, robust_cross_entropy
+
+__all__ = ["METHODS", "CertifiedConfig", "CertifiedTraining", "CertifiedTrainingError",
+           "Schedule", "clip_grad_norm", "smooth_ramp"]
+
+METHODS = ("ibp", "crown-ibp")
+
+
+class CertifiedTrainingError(TorchLeanError):
+    """Certified training was asked for something it cannot do (bad settings, a bad model)."""
+
+
+@dataclass(frozen=True)
+class CertifiedConfig:
+    """The certified-training settings (checkpoints record ``as_dict()``)."""
+
+    method: str
+    eps: float
+    warmup_epochs: int = 10
+    ramp_epochs: int = 30
+    kappa: tuple[float, float] = (0.0, 0.0)
+    clip: tuple[float, float] | None = (0.0, 1.0)
+    grad_clip: float = 10.0
+    mid: float = 0.25
+    power: float = 4.0
+
+    def __post_init__(self) -> None:
+        where = "certified training"
+        if self.method not in METHODS:
+            raise CertifiedTrainingError(f"{where}: method must be one of {', '.join(METHODS)}, "
+                                         f"found {self.method!r}")
+        if not _number(self.eps) or not 0 < self.eps < math.inf:
+            raise CertifiedTrainingError(f"{where}: eps must be a finite number > 0, found "
+                                         f"{self.eps!r}")
+        for name in ("warmup_epochs", "ramp_epochs"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise CertifiedTrainingError(f"{where}: {name} must be an integer >= 0, found "
+                                             f"{v!r}")
+        if (not isinstance(self.kappa, tuple) or len(self.kappa) != 2
+                or not all(_number(k) and 0 <= k <= 1 for k in self.kappa)):
+            raise CertifiedTrainingError(f"{where}: kappa must be two numbers in [0, 1] (start, "
+                                         f"end), found {self.kappa!r}")
+        if self.clip is not None and (len(self.clip) != 2 or not all(map(_number, self.clip))
+                                      or not self.clip[0] < self.clip[1]):
+            raise CertifiedTrainingError(f"{where}: clip must be (low, high) with low < high, "
+                                         f"found {self.clip!r}")
+        if not _number(self.grad_clip) or not self.grad_clip > 0:
+            raise CertifiedTrainingError(f"{where}: grad_clip must be a number > 0 (math.inf: "
+                                         f"no clipping), found {self.grad_clip!r}")
+        if not _number(self.mid) or not 0 < self.mid < 1:
+            raise CertifiedTrainingError(f"{where}: mid must lie in (0, 1), found {self.mid!r}")
+        if not _number(self.power) or not self.power >= 1:
+            raise CertifiedTrainingError(f"{where}: power must be >= 1, found {self.power!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kappa"], d["clip"] = list(self.kappa), None if self.clip is None else list(self.clip)
+        return d
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def smooth_ramp(t: float, mid: float = 0.25, power: float = 4.0) -> float:
+    """The ramp's shape on ``t`` in [0, 1]: ``a t^power`` up to ``mid``, then the straight line
+    to (1, 1) with the same value and slope at ``mid`` (auto_LiRPA's smoothed schedule)."""
+    t = min(max(t, 0.0), 1.0)
+    a = 1.0 / (mid ** (power - 1) * (mid + power * (1.0 - mid)))
+    if t < mid:
+        return a * t ** power
+    return a * mid ** power + a * power * mid ** (power - 1) * (t - mid)
+
+
+class Schedule:
+    """eps, kappa and beta at each training step (a step is one batch; the first is 0)."""
+
+    def __init__(self, config: CertifiedConfig, steps_per_epoch: int) -> None:
+        if not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+            raise CertifiedTrainingError(f"certified training: steps_per_epoch must be a "
+                                         f"positive int, found {steps_per_epoch!r}")
+        self.config = config
+        self.warmup = config.warmup_epochs * steps_per_epoch
+        self.ramp = config.ramp_epochs * steps_per_epoch
+
+    def progress(self, step: int) -> float:
+        """How far along the ramp ``step`` is: 0 during warm-up, 1 from the target on."""
+        if step < self.warmup:
+            return 0.0
+        if self.ramp == 0:
+            return 1.0
+        return min(1.0, (step - self.warmup + 1) / self.ramp)
+
+    def eps(self, step: int) -> float:
+        if step < self.warmup:
+            return 0.0
+        c = self.config
+        return c.eps * smooth_ramp(self.progress(step), c.mid, c.power)
+
+    def kappa(self, step: int) -> float:
+        k0, k1 = self.config.kappa
+        return k0 + (k1 - k0) * self.progress(step)
+
+    def beta(self, step: int) -> float:
+        """CROWN-IBP's weight of the CROWN bound: ``1 - eps_t / eps``."""
+        return max(0.0, 1.0 - self.eps(step) / self.config.eps)
+
+
+def clip_grad_norm(params: list[Any], max_norm: float) -> float:
+    """Scale every ``.grad`` so their global L2 norm is at most ``max_norm``; return the norm
+    before clipping (PyTorch's ``clip_grad_norm_``)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = math.sqrt(sum(float(to_host((g.astype(np.float64) ** 2).sum())) for g in grads))
+    if math.isfinite(total) and total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for p in params:
+            if p.grad is not None:
+                p.grad = p.grad * namespace_of(p.grad).asarray(scale, dtype=p.grad.dtype)
+    return total
+
+
+class CertifiedTraining:
+    """``fit``'s training-step hook for certified training (``fit(..., objective=this)``).
+
+    ``fit`` calls ``bind`` once, then ``step(x, y)`` per batch (the loss; gradients accumulated
+    into the parameters and clipped) and ``postfix``/``epoch_stats`` for its progress and
+    metrics: the robust loss and the verified error of the batches (the fraction with some
+    margin not proven positive by the training bounds), and the current eps.
+    """
+
+    def __init__(self, config: CertifiedConfig) -> None:
+        if not isinstance(config, CertifiedConfig):
+            raise CertifiedTrainingError(f"CertifiedTraining: expected a CertifiedConfig, found "
+                                         f"{type(config).__name__}")
+        self.config = config
+        self.step_count = 0
+        self._bound = False
+        self._last: dict[str, float] = {}
+        self._epoch = np.zeros(3)  # robust loss sum, verified errors, examples
+
+    def bind(self, model: Any, steps_per_epoch: int, backend: str, dtype: Any,
+             device: str = "cpu", check_finite: bool = False) -> None:
+        self.model = model
+        self.schedule = Schedule(self.config, steps_per_epoch)
+        self.params = list(model.parameters())
+        opts = Options(backend=backend, dtype=np.dtype(dtype).name, check_finite=check_finite,
+                       device=device)
+        crown = self.config.method == "crown-ibp"
+        mixed = any(k > 0 for k in self.config.kappa)
+        clip = self.config.clip
+
+        def natural(owner: Any, x: Any, y: Any) -> Any:
+            return F.cross_entropy(model(x), y)
+
+        def robust(with_crown: bool) -> Any:
+            def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
+                lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
+                                            clip=clip)
+                rob = robust_cross_entropy(lower, y)
+                if not mixed:
+                    return rob
+                return F.cross_entropy(model(x), y) * kappa + rob * (1.0 - kappa)
+            return loss
+
+        # One stepper per phase, so the warm-up and the target phase of CROWN-IBP (beta = 0) do
+        # not pay for bounds they do not use (the reference skips them too).
+        self._steppers = {"natural": Stepper(natural, opts), "ibp": Stepper(robust(False), opts)}
+        if crown:
+            self._steppers["crown-ibp"] = Stepper(robust(True), opts)
+        self.dtype = np.dtype(dtype)
+        self._bound = True
+
+    def _phase(self, eps: float, beta: float) -> str:
+        if eps == 0.0:
+            return "natural"
+        return "crown-ibp" if self.config.method == "crown-ibp" and beta > 0 else "ibp"
+
+    def step(self, x: Any, y: Any) -> float:
+        """One batch: the loss at this step's eps, kappa and beta; gradients accumulated into
+        the parameters' ``.grad`` and clipped. Returns the loss."""
+        if not self._bound:
+            raise CertifiedTrainingError("CertifiedTraining.step before bind (fit calls bind)")
+        s = self.schedule
+        eps, kappa, beta = s.eps(self.step_count), s.kappa(self.step_count), s.beta(self.step_count)
+        phase = self._phase(eps, beta)
+        labels = np.asarray(y)
+        y_float = labels.astype(self.dtype)
+        inputs = [x, y_float] if phase == "natural" else [
+            x, y_float, *(np.asarray(v, dtype=self.dtype) for v in (eps, kappa, beta))]
+        value, pairs = self._steppers[phase].value_and_grads(inputs, extra_key=self.model.training)
+        for p, g in pairs:
+            if g is not None:
+                p.accumulate_grad(g)
+        if math.isfinite(self.config.grad_clip):
+            clip_grad_norm(self.params, self.config.grad_clip)
+        self._batch_stats(np.asarray(x), labels, eps, beta)
+        self.step_count += 1
+        return float(to_host(value))
+
+    def _batch_stats(self, x: Any, labels: Any, eps: float, beta: float) -> None:
+        """Robust loss and verified error of the batch, from the same bound rules run on arrays
+        (before this step's update, as the loss)."""
+        crown = self.config.method == "crown-ibp" and beta > 0
+        lower = margin_lower_bounds(self.model, x.astype(self.dtype), labels, eps, beta=beta,
+                                    crown=crown, clip=self.config.clip, dtype=self.dtype)
+        lower = np.asarray(lower, dtype=np.float64)
+        shifted = -lower - (-lower).max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        rob = float(-log_probs[np.arange(len(labels)), labels].mean())
+        others = lower.copy()
+        others[np.arange(len(labels)), labels] = np.inf  # the true class's own zero margin
+        unverified = int(np.sum(others.min(axis=1) <= 0))
+        self._last = {"robust_loss": rob, "verified_error": unverified / max(len(labels), 1),
+                      "eps": eps}
+        self._epoch += (rob * len(labels), unverified, len(labels))
+
+    def postfix(self) -> dict[str, str]:
+        """The progress bar's fields for the last batch."""
+        last = self._last
+        if not last:
+            return {}
+        return {"eps": f"{last['eps']:.4f}", "rob": f"{last['robust_loss']:.4f}",
+                "verr": f"{last['verified_error']:.3f}"}
+
+    def epoch_stats(self) -> dict[str, float]:
+        """Mean robust loss and verified error over the epoch's batches, and the eps reached;
+        resets the accumulators."""
+        total, wrong, seen = self._epoch
+        self._epoch = np.zeros(3)
+        if not seen:
+            return {}
+        return {"robust_loss": float(total / seen), "verified_error": float(wrong / seen),
+                "eps": float(self._last.get("eps", 0.0))}

@@ -1,0 +1,446 @@
+"""Differentiable bounds for certified training: IBP and CROWN-IBP written against ``F``.
+
+The model's forward pass is traced once per input shape (``tl.compile``: the same graph that runs
+and that ``certify`` bounds), and this module interprets that graph with *interval* rules instead
+of the ops themselves. Every rule is written with the Ops interface ``F``, so one code path
+
+* computes numbers when given plain arrays (``owner=None``: the parameters' arrays), and
+* records ops on an owner (a session's eager tape or a graph being traced) when given refs, so
+  the bounds are part of the training loss and their gradients come from the one reverse driver.
+
+``margin_lower_bounds(model, x, labels, eps, beta=...)`` bounds every margin ``y_true - y_j``
+over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input range:
+
+* IBP (Gowal et al. 2018): intervals node by node, with the specification folded into the last
+  affine layers (the backward pass below stopped at the first non-affine node: "elision"),
+* CROWN-IBP (Zhang et al. 2020): IBP bounds for every intermediate node, then one CROWN backward
+  pass from the margins to the input with the relu relaxations those bounds give (upper: the
+  chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
+
+Nodes that have no backward (CROWN) handler, max pooling for instance, are concretised with their
+IBP interval where the backward pass meets them (still a valid bound, looser).
+
+NOT SOUND UNDER ROUND-OFF. These bounds are a training signal: they are computed in the working
+precision (float32 in training) with no outward rounding, so they can be a few ulps tighter than
+the exact ones. Certification of the trained model must use the sound certifier
+(``torchlean.bounds.compute_bounds`` / ``torchlean certify``), as ``torchlean train --certified``
+and its documentation do. In float64 they agree with the sound float64 IBP values up to rounding
+(checked by tests/test_certified_training.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine import ops_interface as F
+from ..engine.ops_interface import Ref
+from ..engine.transforms import compile as compile_fn
+from . import ibp as interval_rules
+from .engine import BoundsError, UnsupportedOpError
+
+Value = Any  # an array (numeric mode) or a Ref of the owner (recording mode)
+
+__all__ = ["IBP_RULES", "BACKWARD_RULES", "Box", "Point", "model_graph", "node_bounds",
+           "spec_lower_bounds", "margin_lower_bounds", "robust_cross_entropy", "input_box"]
+
+
+@dataclass
+class Point:
+    """A value that does not depend on the perturbed input (parameters, constants)."""
+
+    value: Value
+
+
+@dataclass
+class Box:
+    """Bounds ``lo <= node <= hi`` of a node that depends on the perturbed input."""
+
+    lo: Value
+    hi: Value
+
+
+State = Point | Box
+
+
+class _Ctx:
+    """Where values live: ``owner`` records ops (None: compute arrays of ``dtype``)."""
+
+    def __init__(self, owner: Any, dtype: Any) -> None:
+        self.owner = owner
+        self.dtype = np.dtype(dtype)
+
+    def const(self, array: Any) -> Value:
+        arr = np.asarray(array, dtype=self.dtype)
+        return arr if self.owner is None else self.owner.const(arr)
+
+
+# --- interval rules (IBP), one per kind of op ------------------------------------------------
+
+IbpRule = Callable[[list[State], dict[str, Any], str, _Ctx], Box]
+IBP_RULES: dict[str, IbpRule] = {}
+
+# Nondecreasing in every input: apply the op to both ends (points go to both unchanged).
+_MONOTONE = (
+    "reshape", "flatten", "broadcast_to", "transpose2d", "transpose3d_first_to_last",
+    "transpose3d_last_to_first", "transpose3d_last_two", "swap_adjacent_at_depth", "detach",
+    "gather_row", "gather_rows_nat", "gather_scalar", "gather_scalar_nat", "gather_vec_nat",
+    "slice_range0", "pad_range0", "concat_dim0", "concat_vectors", "max_pool", "max_pool2d",
+    "max_pool2d_pad", "pool_unfold", "relu", "max", "min", "permute", "take",
+    "sum", "reduce_sum", "sum_to", "reduce_mean", "avg_pool", "avg_pool2d", "avg_pool2d_pad",
+    "add", "add_scalar", "clamp", "tanh", "sigmoid", "exp", "softplus", "erf", "sqrt",
+    "safe_log", "log", "smooth_max_pool", "smooth_max_pool2d",
+)
+# Linear in their data input ``x`` (the others must be points): centre and radius.
+_LINEAR_IN_X = ("linear", "conv", "conv2d", "conv_transpose", "conv_transpose2d")
+# Refused with a clear message: their statistics come from the batch (see certified training).
+BATCH_STATISTICS = ("batch_norm", "standardize")
+
+
+def _ends(s: State) -> tuple[Value, Value]:
+    return (s.value, s.value) if isinstance(s, Point) else (s.lo, s.hi)
+
+
+def _monotone(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    lows, highs = zip(*(_ends(s) for s in ins), strict=True)
+    return Box(F.apply(name, *lows, **attrs), F.apply(name, *highs, **attrs))
+
+
+def _mid_rad(s: Box) -> tuple[Value, Value]:
+    return (s.lo + s.hi) * 0.5, (s.hi - s.lo) * 0.5
+
+
+def _linear_in_x(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    w, b, x = ins
+    if not isinstance(w, Point) or not isinstance(b, Point) or not isinstance(x, Box):
+        raise UnsupportedOpError(f"differentiable bounds: {name} with perturbed weights (only "
+                                 "the data input may be perturbed)")
+    mid, rad = _mid_rad(x)
+    centre = F.apply(name, w.value, b.value, mid, **attrs)
+    radius = F.apply(name, F.abs(w.value), b.value * 0.0, rad, **attrs)
+    return Box(centre - radius, centre + radius)
+
+
+def _matmul(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    a, b = ins
+    if isinstance(a, Box) and isinstance(b, Point):
+        mid, rad = _mid_rad(a)
+        centre, radius = F.apply(name, mid, b.value), F.apply(name, rad, F.abs(b.value))
+    elif isinstance(a, Point) and isinstance(b, Box):
+        mid, rad = _mid_rad(b)
+        centre, radius = F.apply(name, a.value, mid), F.apply(name, F.abs(a.value), rad)
+    else:
+        raise UnsupportedOpError(f"differentiable bounds: {name} of two perturbed operands")
+    return Box(centre - radius, centre + radius)
+
+
+def _sub(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    (alo, ahi), (blo, bhi) = (_ends(s) for s in ins)
+    return Box(alo - bhi, ahi - blo)
+
+
+def _mul(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    (alo, ahi), (blo, bhi) = (_ends(s) for s in ins)
+    p = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+    return Box(F.min(F.min(p[0], p[1]), F.min(p[2], p[3])),
+               F.max(F.max(p[0], p[1]), F.max(p[2], p[3])))
+
+
+def _scale(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    lo, hi = _ends(ins[0])
+    c = float(attrs["c"])
+    return Box(lo * c, hi * c) if c >= 0 else Box(hi * c, lo * c)
+
+
+def _abs(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    lo, hi = _ends(ins[0])  # |x| >= max(lo, -hi, 0); |x| <= max(-lo, hi)
+    return Box(F.relu(lo) + F.relu(-hi), F.max(-lo, hi))
+
+
+def _square(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    lo, hi = _ends(ins[0])
+    below = F.relu(lo) + F.relu(-hi)  # the distance of the interval from 0
+    return Box(F.square(below), F.max(F.square(lo), F.square(hi)))
+
+
+for _name in _MONOTONE:
+    IBP_RULES[_name] = _monotone
+for _name in _LINEAR_IN_X:
+    IBP_RULES[_name] = _linear_in_x
+IBP_RULES.update({"matmul": _matmul, "bmm": _matmul, "matmul_nd": _matmul, "sub": _sub,
+                  "mul": _mul, "scale": _scale, "abs": _abs, "square": _square})
+# Each rule here has a sound counterpart in ``ibp`` (the numeric certifier's interval rules).
+assert all(interval_rules.rule_for(n) is not None for n in IBP_RULES), "rule without a twin"
+
+
+# --- the traced model and its IBP pass ---------------------------------------------------------
+
+_BATCH_NORM = ("its statistics would come from the perturbed boxes (auto_LiRPA normalises them "
+               "with the clean batch's statistics, which torchlean does not do yet): use a "
+               "model without batch normalisation (the mlp and cnn models)")
+_GRAPHS: dict[tuple[int, tuple[int, ...], bool], tuple[Any, Any]] = {}
+
+
+def model_graph(model: Any, shape: tuple[int, ...]) -> Any:
+    """The graph of ``model`` on inputs of ``shape``, in its parameters' dtype (traced once per
+    model, shape and train/eval mode; the model is kept alongside so its id stays unique)."""
+    key = (id(model), tuple(shape), bool(getattr(model, "training", False)))
+    hit = _GRAPHS.get(key)
+    if hit is None or hit[0] is not model:
+        norms = [name or "(model)" for name, m in getattr(model, "named_modules", list)()
+                 if "BatchNorm" in type(m).__name__]
+        if norms:
+            raise UnsupportedOpError(f"certified training: the model has batch normalisation "
+                                     f"({', '.join(norms)}); {_BATCH_NORM}")
+        params = list(model.parameters())
+        dtype = params[0].dtype if params else np.dtype(np.float32)
+        graph = compile_fn(lambda v: model(v), tuple(shape), dtype=dtype).graph
+        for node in graph.nodes:
+            if node.kind == "op" and node.op is not None and node.op.name in BATCH_STATISTICS:
+                raise UnsupportedOpError(f"certified training: the model uses "
+                                         f"{node.op.name} (batch normalisation); {_BATCH_NORM}")
+        if len(graph.inputs) - len(graph.params) != 1 or len(graph.outputs) != 1:
+            raise BoundsError("differentiable bounds: the model must take one input and return "
+                              "one output")
+        hit = _GRAPHS[key] = (model, graph)
+    return hit[1]
+
+
+def node_bounds(graph: Any, lo: Value, hi: Value, ctx: _Ctx) -> list[State | None]:
+    """IBP state of every node of ``graph`` for data inputs in ``[lo, hi]``."""
+    n_data = len(graph.inputs) - len(graph.params)
+    leaves: dict[int, State] = {graph.inputs[0]: Box(lo, hi)}
+    for k, p in enumerate(graph.params):
+        value = (np.asarray(p.value, dtype=ctx.dtype) if ctx.owner is None
+                 else ctx.owner.use(p))
+        leaves[graph.inputs[n_data + k]] = Point(value)
+    for i, c in graph.consts.items():
+        leaves[i] = Point(ctx.const(c))
+    states: list[State | None] = []
+    for i, node in enumerate(graph.nodes):
+        if node.kind != "op":
+            states.append(leaves.get(i))
+            continue
+        name = node.op.name
+        ins = [states[p] for p in node.parents]
+        attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}
+        if all(isinstance(s, Point) for s in ins):
+            states.append(Point(F.apply(name, *[s.value for s in ins], **attrs)))  # type: ignore[union-attr]
+            continue
+        rule = IBP_RULES.get(name)
+        if rule is None:
+            raise UnsupportedOpError(f"differentiable bounds: no interval rule for {name!r} "
+                                     f"(node %{i}); supported: {', '.join(sorted(IBP_RULES))}")
+        states.append(rule(ins, attrs, name, ctx))  # type: ignore[arg-type]
+    return states
+
+
+# --- the backward (CROWN) pass for a specification ---------------------------------------------
+
+def _pos_neg(a: Value) -> tuple[Value, Value]:
+    pos = F.relu(a)
+    return pos, a - pos
+
+
+def _batched(v: Value, batch: int, k: int | None = None) -> Value:
+    """``v`` of shape (B, *s) as (B, 1, *s), to broadcast against coefficients (B, K, *s)."""
+    shape = tuple(v.shape)
+    return F.reshape(v, (batch, 1, *shape[1:]))
+
+
+def _dot(a: Value, v: Value, batch: int, k: int) -> Value:
+    """``sum_s a[b, j, s] * v[b, 0, s]``: shape (B, K)."""
+    prod = a * v
+    return F.reduce_sum(F.reshape(prod, (batch, k, -1)), axis=2)
+
+
+def _concretise(a: Value, s: State, batch: int, k: int) -> Value:
+    lo, hi = _ends(s)
+    if isinstance(s, Point) and tuple(lo.shape)[:1] != (batch,):
+        lo = hi = F.apply("broadcast_to", lo, shape=(batch, *tuple(a.shape)[2:]))
+    pos, neg = _pos_neg(a)
+    return _dot(pos, _batched(lo, batch), batch, k) + _dot(neg, _batched(hi, batch), batch, k)
+
+
+Backward = Callable[..., tuple[list[tuple[int, Value]], Value | None]]
+BACKWARD_RULES: dict[str, Backward] = {}
+AFFINE = frozenset({"linear", "reshape", "flatten", "add", "sub", "scale"})
+
+
+def _bw_linear(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+               ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    w_id, b_id, x_id = node.parents
+    w, b = states[w_id], states[b_id]
+    if not isinstance(w, Point) or not isinstance(b, Point):
+        return [], None
+    out = node.shape[-1]
+    flat = F.reshape(a, (batch * k, out))
+    bias = F.reshape(F.matmul(flat, F.reshape(b.value, (out, 1))), (batch, k))
+    coeff = F.reshape(F.matmul(flat, w.value), (batch, k, *states_shape(states, x_id, node)))
+    return [(x_id, coeff)], bias
+
+
+def states_shape(states: list[State | None], i: int, node: Any) -> tuple[int, ...]:
+    s = states[i]
+    assert isinstance(s, Box)
+    return tuple(tuple(s.lo.shape)[1:])
+
+
+def _bw_reshape(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+                ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    (x_id,) = node.parents
+    return [(x_id, F.reshape(a, (batch, k, *states_shape(states, x_id, node))))], None
+
+
+def _bw_add(a: Value, node: Any, states: list[State | None], batch: int, k: int, ctx: _Ctx,
+            sign: float = 1.0) -> tuple[list[tuple[int, Value]], Value | None]:
+    out: list[tuple[int, Value]] = []
+    bias = None
+    for j, p in enumerate(node.parents):
+        coeff = a if j == 0 or sign > 0 else a * -1.0
+        s = states[p]
+        if isinstance(s, Box) and tuple(s.lo.shape) == node.shape:
+            out.append((p, coeff))
+        elif isinstance(s, Point):
+            term = _concretise(coeff, Point(F.apply("broadcast_to", s.value, shape=node.shape)),
+                               batch, k)
+            bias = term if bias is None else bias + term
+        else:
+            return [], None  # a broadcast perturbed operand: concretise the sum instead
+    return out, bias
+
+
+def _bw_sub(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+            ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    return _bw_add(a, node, states, batch, k, ctx, sign=-1.0)
+
+
+def _bw_scale(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+              ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    return [(node.parents[0], a * float(node.attrs["c"]))], None
+
+
+def _bw_relu(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+             ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    (x_id,) = node.parents
+    s = states[x_id]
+    assert isinstance(s, Box)
+    lo, hi = _batched(s.lo, batch), _batched(s.hi, batch)
+    u = F.relu(hi)
+    neg_l = F.relu(-lo)  # -min(l, 0)
+    # Upper relaxation: the chord u (x - l) / (u - l) on unstable neurons, x when active, 0
+    # when inactive (u = 0). The floor on the denominator only matters where u = 0.
+    slope = u / F.max(u + neg_l, ctx.const(1e-30))
+    intercept = slope * neg_l
+    lower = F.positive_mask(hi + lo)  # CROWN's adaptive lower slope: 1 where u > -l
+    pos, neg = _pos_neg(a)
+    coeff = pos * lower + neg * slope
+    return [(x_id, coeff)], _dot(neg, intercept, batch, k)
+
+
+BACKWARD_RULES.update({"linear": _bw_linear, "reshape": _bw_reshape, "flatten": _bw_reshape,
+                       "add": _bw_add, "sub": _bw_sub, "scale": _bw_scale, "relu": _bw_relu})
+
+
+def spec_lower_bounds(graph: Any, states: list[State | None], spec: Value, crown: bool,
+                      ctx: _Ctx) -> Value:
+    """Lower bounds ``(B, K)`` of ``spec[b] . output[b]`` by a backward pass from the output.
+
+    ``crown=False``: only affine nodes are passed through (IBP with the specification folded into
+    the trailing affine layers); ``crown=True``: relus too (CROWN with IBP intermediate bounds).
+    Every other node is concretised with its IBP interval.
+    """
+    out_id = graph.output
+    shape = tuple(spec.shape)
+    batch, k = int(shape[0]), int(shape[1])
+    pending: dict[int, Value] = {out_id: spec}
+    total: Value = None
+    for i in range(out_id, -1, -1):
+        a = pending.pop(i, None)
+        if a is None:
+            continue
+        node, state = graph.nodes[i], states[i]
+        assert state is not None
+        name = node.op.name if node.kind == "op" and node.op is not None else None
+        handler = BACKWARD_RULES.get(name) if name and (crown or name in AFFINE) else None
+        parents: list[tuple[int, Value]] = []
+        bias = None
+        if handler is not None and isinstance(state, Box):
+            parents, bias = handler(a, node, states, batch, k, ctx)
+        if handler is None or not (parents or bias is not None):
+            bias = _concretise(a, state, batch, k)
+            parents = []
+        if bias is not None:
+            total = bias if total is None else total + bias
+        for p, coeff in parents:
+            pending[p] = coeff if p not in pending else pending[p] + coeff
+    assert total is not None
+    return total
+
+
+# --- the public entry points --------------------------------------------------------------------
+
+def input_box(x: Value, eps: Value, clip: tuple[float, float] | None) -> tuple[Value, Value]:
+    """The L-infinity ball ``[x - eps, x + eps]``, clipped to ``clip`` (plain float arithmetic,
+    not rounded outward: a training signal)."""
+    lo, hi = x - eps, x + eps
+    if clip is not None:
+        lo = F.clamp(lo, lo=float(clip[0]), hi=float(clip[1]))
+        hi = F.clamp(hi, lo=float(clip[0]), hi=float(clip[1]))
+    return lo, hi
+
+
+def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> Value:
+    """``C[b, j] = e_y - e_j`` for every class ``j`` (the row ``j = y`` is zero): (B, N, N)."""
+    if ctx.owner is None:
+        onehot = F.one_hot_array(np.asarray(labels).astype(np.int64), num_classes,
+                                 dtype=ctx.dtype)
+    else:
+        onehot = F.apply("one_hot", labels, num_classes=num_classes)
+    batch = int(tuple(labels.shape)[0])
+    rows = F.reshape(onehot, (batch, 1, num_classes))
+    return rows - ctx.const(np.eye(num_classes))
+
+
+def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta: Value = 0.0,
+                        crown: bool = False, clip: tuple[float, float] | None = (0.0, 1.0),
+                        dtype: Any = None) -> Value:
+    """Lower bounds ``(B, N)`` of the margins ``out[y] - out[j]`` for every class ``j`` over the
+    clipped ball (zero at ``j = y``).
+
+    ``x``, ``labels`` (class indices; floats in a traced graph) and ``eps`` (a number or a 0-d
+    ref) are refs of one owner, whose ops then record the bounds, or arrays (numbers; ``dtype``,
+    default float32, is the working precision). ``crown=True``: CROWN-IBP, returning
+    ``beta * crown + (1 - beta) * ibp``; otherwise IBP. Not rounded outward (module docstring).
+    """
+    owner = F.owner_of([x, labels, eps, beta])
+    if owner is not None:
+        ctx = _Ctx(owner, x.dtype)  # the recording's dtype
+    else:
+        ctx = _Ctx(None, np.float32 if dtype is None else dtype)
+    if owner is None:
+        x = np.asarray(x, dtype=ctx.dtype)
+    shape = tuple(x.shape)
+    graph = model_graph(model, shape)
+    out_shape = graph.nodes[graph.output].shape
+    if len(out_shape) != 2 or out_shape[0] != shape[0]:
+        raise BoundsError(f"differentiable bounds: expected logits (B, classes), found "
+                          f"{out_shape}")
+    lo, hi = input_box(x, eps, clip)
+    states = node_bounds(graph, lo, hi, ctx)
+    spec = _margin_spec(labels, int(out_shape[1]), ctx)
+    ibp_lb = spec_lower_bounds(graph, states, spec, False, ctx)
+    if not crown:
+        return ibp_lb
+    crown_lb = spec_lower_bounds(graph, states, spec, True, ctx)
+    return crown_lb * beta + ibp_lb * (1.0 - beta) if isinstance(beta, Ref) else (
+        crown_lb * float(beta) + ibp_lb * (1.0 - float(beta)))
+
+
+def robust_cross_entropy(lower: Value, labels: Value) -> Value:
+    """Cross-entropy of the logits ``-lower`` against ``labels`` (auto_LiRPA's robust loss: the
+    worst-case logits the bounds allow, the true class's margin being 0)."""
+    return F.cross_entropy(-lower, labels)

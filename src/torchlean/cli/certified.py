@@ -1,0 +1,110 @@
+"""``torchlean train --certified ibp|crown-ibp``: the options and settings of certified training.
+
+``train`` asks this module for its options (``add_options``), the certified-training config
+(``config_from``: ``None`` without ``--certified``), the recipe's defaults (60 epochs, batch 64,
+Adam 1e-3, as auto_LiRPA's), the learning rate after each epoch (halved every 10 epochs once the
+target eps is reached) and the epoch line's extra fields. The work is
+``torchlean.bounds.certified_training``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..bounds.certified_training import METHODS, CertifiedConfig, CertifiedTrainingError
+
+RECIPE = {"epochs": 60, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"}
+LR_HALVING_EPOCHS = 10
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--grad-clip``."""
+    g = p.add_argument_group(
+        "certified training",
+        "train for certified robustness on L-infinity balls clipped to [0, 1] (auto_LiRPA's "
+        "recipe; the defaults become 60 epochs, batch 64, adam lr 1e-3 halved every 10 epochs "
+        "once the target eps is reached); certify the result with 'torchlean certify'")
+    g.add_argument("--certified", choices=METHODS, default=None,
+                   help="the bounds the robust loss is computed on: ibp or crown-ibp")
+    g.add_argument("--eps", type=_positive, default=None,
+                   help="target L-infinity radius (required with --certified), e.g. 0.1")
+    g.add_argument("--eps-schedule", default="10,30", metavar="WARMUP,RAMP",
+                   help="epochs at eps 0, then epochs of the smooth ramp to --eps, stepped "
+                        "per batch (default 10,30)")
+    g.add_argument("--kappa", default="0", metavar="START[,END]",
+                   help="weight of the natural loss against the robust one, linear from START "
+                        "to END over the ramp (default 0: the robust loss alone)")
+    g.add_argument("--grad-clip", type=_positive, default=10.0,
+                   help="clip the gradients' global norm (default 10)")
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, found {text!r}")
+    return v
+
+
+def _numbers(option: str, text: str, count: tuple[int, ...], kind: type) -> list[Any]:
+    parts = [t.strip() for t in str(text).split(",")]
+    try:
+        values = [kind(t) for t in parts]
+    except ValueError:
+        raise CertifiedTrainingError(f"{option}: expected {' or '.join(map(str, count))} "
+                                     f"comma-separated {kind.__name__}s, found {text!r}") from None
+    if len(values) not in count:
+        raise CertifiedTrainingError(f"{option}: expected {' or '.join(map(str, count))} "
+                                     f"values, found {len(values)} in {text!r}")
+    return values
+
+
+def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None:
+    """The certified-training config the options ask for (``None`` without ``--certified``);
+    errors name the option."""
+    if args.certified is None:
+        if args.eps is not None:
+            raise CertifiedTrainingError("--eps is the target radius of certified training: "
+                                         "give --certified ibp|crown-ibp with it")
+        return None
+    if args.model not in ("mlp", "cnn"):
+        raise CertifiedTrainingError(f"--certified: certified training takes the mlp or cnn "
+                                     f"models (classifiers of images in [0, 1]), found "
+                                     f"{args.model!r}")
+    if (args.dataset or "digits") != "digits":
+        raise CertifiedTrainingError("--certified: certified training needs inputs in [0, 1] "
+                                     f"(the digits dataset), found {args.dataset!r}")
+    if args.eps is None:
+        raise CertifiedTrainingError("--certified: give the target radius with --eps, e.g. "
+                                     "--eps 0.1")
+    warmup, ramp = _numbers("--eps-schedule", args.eps_schedule, (2,), int)
+    if warmup < 0 or ramp < 0:
+        raise CertifiedTrainingError(f"--eps-schedule: epoch counts must be >= 0, found "
+                                     f"{args.eps_schedule!r}")
+    if warmup + ramp > epochs:
+        raise CertifiedTrainingError(f"--eps-schedule: {warmup} warm-up + {ramp} ramp epochs "
+                                     f"exceed the {epochs} epochs of training")
+    kappa = _numbers("--kappa", args.kappa, (1, 2), float)
+    if not all(0 <= k <= 1 for k in kappa):
+        raise CertifiedTrainingError(f"--kappa: weights must lie in [0, 1], found {args.kappa!r}")
+    return CertifiedConfig(args.certified, float(args.eps), warmup_epochs=warmup,
+                           ramp_epochs=ramp, kappa=(kappa[0], kappa[-1]),
+                           grad_clip=float(args.grad_clip))
+
+
+def lr_after(config: CertifiedConfig, base_lr: float, epoch: int) -> float:
+    """The learning rate for the epoch after ``epoch``: ``base_lr``, halved every 10 epochs
+    once the ramp has reached the target (auto_LiRPA's step decay)."""
+    at_target = config.warmup_epochs + config.ramp_epochs
+    return base_lr * 0.5 ** max(0, (epoch - at_target) // LR_HALVING_EPOCHS)
+
+
+def epoch_fields(extra: dict[str, float]) -> str:
+    """The epoch line's certified-training fields."""
+    if "robust_loss" not in extra:
+        return ""
+    return (f"  eps {extra['eps']:.4f}  robust loss {extra['robust_loss']:.4f}  "
+            f"verified err {extra['verified_error']:.3f}")
