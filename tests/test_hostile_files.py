@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -487,3 +488,33 @@ def test_eval_of_crafted_configs_is_refused_by_name(tmp_path: Path,
     assert main(["eval", "--checkpoint", str(crafted)]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_save_never_replaces_a_device_or_fifo(tmp_path: Path, link: bool) -> None:
+    """Renaming over a device node is allowed to root: a save through a link to one (or to a
+    FIFO) must refuse instead of destroying it."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    targets = [str(fifo)]
+    if link:
+        for name, dest in (("zero.safetensors", "/dev/zero"), ("pipe.safetensors", str(fifo))):
+            os.symlink(dest, tmp_path / name)
+        targets = [str(tmp_path / "zero.safetensors"), str(tmp_path / "pipe.safetensors")]
+    model = tl.nn.Linear(2, 2)
+    for target in targets:
+        with pytest.raises(CheckpointError, match="only a regular file can be replaced"):
+            tl.save(model, target)
+    assert os.path.exists("/dev/zero") and not os.path.isfile("/dev/zero")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_cli_outputs_never_replace_a_device(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from torchlean.cli import main
+
+    link = tmp_path / "out.json"
+    os.symlink("/dev/zero", link)
+    assert main(["train", "--epochs", "1", "--json", str(link)]) == 2
+    assert "is a character device" in capsys.readouterr().err
+    assert not os.path.isfile("/dev/zero")

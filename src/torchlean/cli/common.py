@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.backend import namespace_for
 from ..core.errors import TorchLeanError
+from ..core.safe_files import non_regular_kind
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -132,6 +133,9 @@ def check_writable(path: str, what: str) -> None:
     """Fail now, before any work, if ``path`` cannot be written (no file is left behind)."""
     if os.path.isdir(path):
         raise CliError(f"{what} {path}: is a directory")
+    kind = non_regular_kind(path)  # renaming over a device node or FIFO would destroy it
+    if kind is not None:
+        raise CliError(f"{what} {path}: is {kind}; outputs are written as regular files")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise CliError(f"{what} {path}: directory {directory} does not exist")

@@ -49,8 +49,28 @@ _MAX_HEADER = 100_000_000
 
 def resolve_target(path: str) -> str:
     """The file a save to ``path`` must replace: the final target of a symlink (so the link
-    survives and its target is updated), else ``path`` itself."""
-    return os.path.realpath(path) if os.path.islink(path) else path
+    survives and its target is updated), else ``path`` itself.
+
+    Only a regular file (or nothing) may be replaced: renaming over ``/dev/zero``, a FIFO or a
+    socket, which a root process is allowed to do, would destroy a device node or pipe (a link
+    to one is followed first, so the link does not hide it).
+    """
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    kind = non_regular_kind(target)
+    if kind is not None:
+        raise CheckpointError(f"checkpoint {path}: is {kind}; only a regular file can be "
+                              "replaced by a save")
+    return target
+
+
+def non_regular_kind(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a character device", ...);
+    ``None`` for a regular file or nothing at all."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
 
 
 def temp_prefix(path: str) -> str:
