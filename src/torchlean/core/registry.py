@@ -110,7 +110,7 @@ class Primitive:
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
         "fd_smooth", "selective", "error_inputs", "attr_kinds", "_attr_checks",
-        "device_kernel",
+        "device_kernel", "index_inputs",
     )
 
     def __init__(
@@ -135,6 +135,7 @@ class Primitive:
         error_inputs: Sequence[ErrorInput] = (),
         attr_kinds: dict[str, Callable[[str, str, Any], Any]] | None = None,
         device_kernel: bool = True,
+        index_inputs: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -160,6 +161,14 @@ class Primitive:
         # on NumPy. Executors call ``check_device_kernel`` before running a node on a device: an
         # op without a device kernel is a ``DeviceError`` there, never a silent host fallback.
         self.device_kernel = device_kernel
+        # Inputs that carry integer indices as integer-valued floats (as labels travel), read at
+        # run time: the VJP gives them no cotangent, and checks never perturb them (a finite
+        # difference step would make them non-integer, which the kernel refuses).
+        self.index_inputs = tuple(index_inputs)
+        unknown_index = set(self.index_inputs) - set(self.inputs)
+        if unknown_index:
+            raise TypeError(f"primitive {name}: index_inputs {sorted(unknown_index)} are not "
+                            "inputs")
         # Never called by the runtime kernels: ``error_inputs`` (bad calls and the error each
         # must raise) is declared with the op. What higher layers know of an op lives in their
         # own side tables, keyed by its name: the reference definition in ``torchlean.spec.SPECS``

@@ -696,9 +696,9 @@ def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = 
     them (integers in ``[0, num_embeddings)``, else ``IndexRangeError``) and the rows are
     gathered (``gather_rows_nat``; the weight's gradient is the scatter-add of the upstream
     rows), so a NaN or inf in one row reaches only the lookups of that row. Indices traced into
-    a graph (their values unknown until it runs) go through ``one_hot(input) @ weight``: there
-    an index outside the range gives a zero row and a non-finite entry of the table reaches
-    every lookup (0 * inf is NaN)."""
+    a graph (their values unknown until it runs) are an input of the ``embedding`` primitive,
+    which gathers the same way and checks them when the graph runs (``IndexRangeError`` for an
+    index outside the range, negative or not an integer)."""
     fn = "embedding"
     _require(fn, "max_norm", max_norm, None)
     _require(fn, "scale_grad_by_freq", scale_grad_by_freq, False)
@@ -730,7 +730,7 @@ def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = 
         table = F.apply("add", live, frozen)
     if known is not None:
         return F.apply("gather_rows_nat", table, idx=known)
-    return F.matmul_any(F.apply("one_hot", ids, num_classes=n), table)
+    return F.apply("embedding", table, ids)
 
 
 def one_hot(tensor: Any, num_classes: int = -1) -> Any:

@@ -780,7 +780,8 @@ class Embedding(Module):
     like any other), and computes ``nn.functional.embedding(ids, weight)``: known indices must
     be integers in ``[0, num_embeddings)`` (else ``IndexRangeError``, as torch raises) and their
     rows are gathered, the weight's gradient being the scatter-add of the upstream rows; indices
-    traced into a graph use ``one_hot(ids) @ weight`` (see ``nn.functional.embedding``).
+    traced into a graph are gathered by the ``embedding`` primitive, which checks them the same
+    way when the graph runs (see ``nn.functional.embedding``).
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32",
@@ -796,7 +797,7 @@ class Embedding(Module):
             xp = namespace_of(ids)
             ids = xp.asarray(ids).astype(self.weight.dtype)
         elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
-            # An integer index tensor (tl.Tensor int64): one_hot of it would be integer too.
+            # An integer index tensor (tl.Tensor int64): ids travel as integer-valued floats.
             ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
         return functional.embedding(ids, _use(ids, self.weight))
 

@@ -284,6 +284,14 @@ def _gather(kind: str) -> Emitter:
     return emit
 
 
+def _embedding(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+               attrs: dict[str, Any]) -> str:
+    # The ids travel as integer-valued floats; Gather needs integers. onnxruntime refuses an
+    # id outside [-rows, rows) (torchlean refuses negatives too) and Cast truncates fractions.
+    ids = e.node("Cast", [ins[1]], to=7)  # INT64
+    return e.node("Gather", [ins[0], ids], axis=0)
+
+
 def _slice_range0(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
                   attrs: dict[str, Any]) -> str:
     start, length = int(attrs["start"]), int(attrs["length"])
@@ -394,6 +402,7 @@ COMPOSED: dict[str, Emitter] = {
         e.node("Less", [ins[0], e.const(float(attrs["hi"]))])])),
     "max_weight": _max_weight,
     "gather_scalar_nat": _gather("scalar"),
+    "embedding": _embedding,
 }
 
 EXPORTED_PRIMITIVES: tuple[str, ...] = tuple(sorted(set(DIRECT) | set(COMPOSED)))

@@ -6,7 +6,7 @@ that PyTorch's exporter emits (``Shape``, ``Gather``, ``Concat``, ``Cast`` ...) 
 NumPy, so only real tensor computation reaches the graph. Float initialisers become named
 ``Param``s the first time a node uses them as tensors, so gradients reach them like any model's
 parameters. Integer inputs (token ids) are carried as float leaves without gradients and may
-only feed embedding lookups (``Gather`` -> ``one_hot @ table``), casts and reshapes. A node that
+only feed embedding lookups (``Gather`` -> ``embedding``), casts and reshapes. A node that
 cannot be translated is recorded, not raised at once: the nodes after it
 that depend on it are skipped, and one ``UnsupportedOnnxError`` lists every problem at the end.
 """
@@ -720,9 +720,11 @@ def _gather(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> l
 
 
 def _lookup(ctx: _Context, table: Value, ids: Var, attrs: dict[str, Any]) -> Var:
-    """Rows of ``table`` picked by run-time integer ids (an embedding): ``one_hot(ids) @ table``,
-    so the table's gradient is the scatter-add of the upstream rows. Ids outside ``[0, n)``
-    (negative ones included) read zero rows."""
+    """Rows of ``table`` picked by run-time integer ids (an embedding): the ``embedding``
+    primitive, which gathers (a NaN in one row stays in that row's lookups) and whose table
+    gradient is the scatter-add of the upstream rows. An id outside ``[0, n)`` is an
+    ``IndexRangeError`` when the graph runs; ONNX's negative ids (counted from the end) are
+    refused too, as torch's embedding refuses them."""
     data = ctx.var(table)
     if _axis("Gather", attrs.get("axis", 0), data.ndim) != 0:
         raise Unsupported("run-time indices are supported on axis 0 only (embedding lookups)")
@@ -730,8 +732,8 @@ def _lookup(ctx: _Context, table: Value, ids: Var, attrs: dict[str, Any]) -> Var
     rest = data.shape[1:]
     width = int(np.prod(rest, dtype=np.int64))
     rows = int(np.prod(ids.shape, dtype=np.int64))
-    one_hot = reshape(ctx, ctx.ops.one_hot(ids, num_classes=n), (rows, n))
-    picked = ctx.ops.matmul(one_hot, reshape(ctx, data, (n, width)))
+    flat = reshape(ctx, ids, (rows,))
+    picked = ctx.ops.embedding(reshape(ctx, data, (n, width)), flat)
     return reshape(ctx, picked, ids.shape + rest)
 
 
@@ -1099,6 +1101,12 @@ class _Translator:
                                      dtype=np.int64))]
         if any(i in self.int_names for i in node.input if i):
             return self.index_node(node, ins, attrs)
+        if (op == "Cast" and int(attrs.get("to", 0)) in _INDEX_ELEM and ins
+                and not isinstance(ins[0], _Static)):
+            # A float graph tensor cast to integers (torchlean's export of ``embedding``): its
+            # values travel on as ids; the lookup refuses non-integers where Cast truncates.
+            self.int_names.update(o for o in node.output if o)
+            return [ins[0]]
         statics = [v for v in ins if v is not None]
         if op in _STATIC and all(isinstance(v, _Static) and v.param is None for v in statics):
             args = [v.array if v is not None else None for v in ins]

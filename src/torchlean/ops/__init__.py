@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     attention,
     conv,
     elementwise,
+    embedding,
     encoding,
     general,
     indexing,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import IndexRangeError
 from ._arrays import empty, prepare, sample_entry
 from .defs import define
 from .scalar import constant
@@ -192,4 +193,50 @@ def pad_range0(x: Any, start: int, total: int) -> np.ndarray:
     for index in np.ndindex(out.shape):
         k, rest = index[0], index[1:]
         out[index] = x[(k - start,) + rest] if start <= k < start + n else _zero(x)
+    return out
+
+
+# --- gathers with run-time ids (``torchlean.ops.embedding``) ---------------------------------
+
+
+def _row_id(op: str, value: Any, rows: int) -> int:
+    """An id read at run time: an integer-valued number in [0, rows), else IndexRangeError."""
+    k = int(value)
+    if k != value or not 0 <= k < rows:
+        raise IndexRangeError(f"{op}: ids must be integers in [0, {rows}), found {value}")
+    return k
+
+
+@define("embedding", rational=True)
+def embedding(weight: Any, ids: Any) -> np.ndarray:
+    """out[j, c] = weight[ids[j], c] for a table weight (rows, dim) and ids of any shape.
+
+    The ids are numbers read at run time; each must be an integer in [0, rows) (anything else
+    is an IndexRangeError, never a row of zeros). out has shape ids.shape + (dim,).
+    """
+    weight, ids = prepare("embedding", weight, ids)
+    rows, cols = weight.shape
+    out = empty(ids.shape + (cols,))
+    for j in np.ndindex(ids.shape):
+        k = _row_id("embedding", ids[j], rows)
+        for c in range(cols):
+            out[j + (c,)] = weight[k, c]
+    return out
+
+
+@define("embedding_scatter", rational=True)
+def embedding_scatter(g: Any, ids: Any, rows: int) -> np.ndarray:
+    """out[r, c] = sum of g[j, c] over the j with ids[j] == r, for r = 0 .. rows - 1.
+
+    g has shape ids.shape + (dim,); every id must be an integer in [0, rows). A row no id hits
+    is 0; repeated ids add up. This is the adjoint of embedding.
+    """
+    g, ids = prepare("embedding_scatter", g, ids, rows=rows)
+    out = empty((rows, g.shape[-1]))
+    for r in np.ndindex(out.shape):
+        out[r] = _zero(g)
+    for j in np.ndindex(ids.shape):
+        k = _row_id("embedding_scatter", ids[j], rows)
+        for c in range(g.shape[-1]):
+            out[k, c] = out[k, c] + g[j + (c,)]
     return out

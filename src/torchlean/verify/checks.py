@@ -108,7 +108,8 @@ def check_vjp_fd(prim: Primitive, sample: Sample, rng: np.random.Generator) -> f
     """The VJP ``J^T v`` equals central finite differences of ``<v, f(x)>`` (float64)."""
     _, v = N.directions(prim, sample, rng)
     got = N.vjp(prim, sample.inputs, sample.attrs, v)
-    want = N.fd_vjp(N.kernel(prim, sample.attrs), sample.inputs, v, N.step(prim))
+    want = N.fd_vjp(N.kernel(prim, sample.attrs), sample.inputs, v, N.step(prim),
+                    N.index_positions(prim))
     rtol, atol = N.TOLERANCES["fd"]
     return max([N.compare(a, e, rtol, atol, f"VJP vs finite differences, input {j}")
                 for j, (a, e) in enumerate(zip(got, want, strict=True))], default=0.0)

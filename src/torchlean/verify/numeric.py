@@ -130,12 +130,16 @@ def jvp(prim: Primitive, inputs: Sequence[Any], attrs: dict[str, Any],
 
 
 def fd_vjp(f: Callable[..., np.ndarray], inputs: Sequence[np.ndarray], v: np.ndarray,
-           h: float) -> list[np.ndarray]:
-    """Central differences of ``<v, f(x)>`` with respect to every entry of every input."""
+           h: float, fixed: Sequence[int] = ()) -> list[np.ndarray]:
+    """Central differences of ``<v, f(x)>`` with respect to every entry of every input; the
+    inputs numbered in ``fixed`` (integer indices) are never perturbed and get zeros."""
     xs = [np.array(x, dtype=np.float64) for x in inputs]
     grads = []
-    for x in xs:
+    for j, x in enumerate(xs):
         g = np.zeros_like(x)
+        if j in fixed:
+            grads.append(g)
+            continue
         flat, gflat = x.reshape(-1), g.reshape(-1)
         for k in range(flat.size):
             orig = flat[k]
@@ -164,7 +168,14 @@ def directions(prim: Primitive, sample: Sample, rng: np.random.Generator
     """Random input tangents ``u`` and an output cotangent ``v`` of the right shapes."""
     out = kernel(prim, sample.attrs)(*sample.inputs)
     us = [rng.standard_normal(np.shape(x)) for x in sample.inputs]
+    for j in index_positions(prim):
+        us[j] = np.zeros(np.shape(sample.inputs[j]))  # integer indices are never perturbed
     return us, rng.standard_normal(out.shape)
+
+
+def index_positions(prim: Primitive) -> tuple[int, ...]:
+    """Positions of the inputs that hold integer indices (``Primitive.index_inputs``)."""
+    return tuple(prim.inputs.index(name) for name in prim.index_inputs)
 
 
 def step(prim: Primitive) -> float:

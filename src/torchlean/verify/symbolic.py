@@ -195,11 +195,13 @@ def spec_derivatives(spec: Any, prim: Primitive, sample: Sample, us: Sequence[np
         # Each input entry k becomes x0 - shift * k + t u: a positive ``shift`` makes earlier
         # (row-major) entries larger, which breaks ties toward the first one.
         xs = []
-        for x, u in zip(sample.inputs, us, strict=True):
+        for j, (x, u) in enumerate(zip(sample.inputs, us, strict=True)):
             x0 = np.asarray(x, dtype=np.float64)
             arr = np.empty(x0.shape, dtype=object)
+            fixed = prim.inputs[j] in prim.index_inputs  # integer ids: never moved
             for k, idx in enumerate(np.ndindex(x0.shape)):
-                arr[idx] = num(float(x0[idx])) - shift * k + t * num(float(u[idx]))
+                arr[idx] = num(float(x0[idx])) if fixed else (
+                    num(float(x0[idx])) - shift * k + t * num(float(u[idx])))
             xs.append(arr)
         return np.asarray(spec(*xs, **attrs), dtype=object)
 
