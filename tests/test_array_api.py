@@ -43,6 +43,9 @@ EXCLUDED: dict[str, str] = {
     "scatter_add_nat": "scatter-add with repeated indices (ufunc add.at) is not in the standard",
     "gather_vec_nat": "its VJP is scatter_add_nat, a scatter-add (add.at) the standard lacks",
     "gather_rows_nat": "its VJP is scatter_add_nat, a scatter-add (add.at) the standard lacks",
+    "embedding": "its VJP is embedding_scatter, a scatter-add (add.at) the standard lacks",
+    "embedding_scatter": "scatter-add with repeated run-time ids (ufunc add.at) is not in the "
+                         "standard",
     "take_adjoint": "scatter-add at integer-array indices (add.at) is not in the standard",
     "take": "NumPy advanced indexing (integer arrays beside slices, None and Ellipsis, broadcast "
             "together) goes beyond the standard's integer-array indexing",

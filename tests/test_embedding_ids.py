@@ -19,11 +19,14 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from strict_device import strict_cuda
 
 import torchlean as tl
 import torchlean.onnx as tlo
 from torchlean import nn
+from torchlean.core.backend import to_device, to_host
 from torchlean.core.errors import IndexRangeError
+from torchlean.core.registry import REGISTRY
 from torchlean.engine.session import Options
 from torchlean.training.trainers import Session
 from torchlean.zoo import models
@@ -178,3 +181,23 @@ def test_onnx_gather_with_run_time_ids_imports_as_the_lookup(tmp_path: Path) -> 
     (runtime,) = session.run(None, {session.get_inputs()[0].name: ids.astype(np.float32)})
     np.testing.assert_array_equal(runtime, expected)
     np.testing.assert_array_equal(tlo.load(path)(ids.astype(np.float32)), expected)
+
+
+def test_device_kernels_use_the_namespace_and_download_one_count() -> None:
+    """On the strict stand-in for CuPy: gather and scatter-add run through the namespace (no
+    implicit host reads), agree with NumPy, and the id check downloads one count per call."""
+    rng = np.random.default_rng(8)
+    w, ids = rng.standard_normal((5, 3)), np.array([[4.0, 0.0], [4.0, 2.0]])
+    lookup, scatter = REGISTRY["embedding"], REGISTRY["embedding_scatter"]
+    g = rng.standard_normal((2, 2, 3))
+    with strict_cuda() as xp:
+        dw, dids, dg = to_device(w, xp), to_device(ids, xp), to_device(g, xp)
+        rows = lookup.forward(dw, dids)
+        back = scatter.forward(dg, dids, rows=5)
+        assert xp.transfers.downloads == 2
+        np.testing.assert_array_equal(to_host(rows), lookup.forward(w, ids))
+        np.testing.assert_array_equal(to_host(back), scatter.forward(g, ids, rows=5))
+        before = xp.transfers.downloads
+        with pytest.raises(IndexRangeError, match="1 of 4 are not, the first is 5.0"):
+            lookup.forward(dw, to_device(np.array([[4.0, 0.0], [5.0, 2.0]]), xp))
+        assert xp.transfers.downloads == before + 2  # the count, then the first bad id

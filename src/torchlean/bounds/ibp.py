@@ -126,6 +126,25 @@ for _name in _MOVEMENT:
         RULES[_name] = _make_monotone_exact(_name)
 
 
+@bound_rule("embedding")
+def _embedding(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Interval:
+    """Rows of the table's box picked by every integer id the ids' box holds (a point box, the
+    usual case, picks one row; certify refuses models with integer inputs, so wider id boxes
+    only arise from hand-built calls). The lookup copies values, so it adds no kernel error; an
+    id the kernel would refuse (out of range, fractional) has no output to enclose."""
+    w, ids = ins
+    rows = w.lo.shape[0]
+    first = np.clip(np.ceil(np.asarray(ids.lo, np.float64)), 0, max(rows - 1, 0)).astype(np.int64)
+    last = np.clip(np.floor(np.asarray(ids.hi, np.float64)), 0, max(rows - 1, 0)).astype(np.int64)
+    shape = first.shape + w.lo.shape[1:]
+    lo, hi = np.empty(shape), np.empty(shape)
+    for j in np.ndindex(first.shape):
+        a, b = int(first[j]), max(int(last[j]), int(first[j]))
+        lo[j] = np.min(w.lo[a:b + 1], axis=0)
+        hi[j] = np.max(w.hi[a:b + 1], axis=0)
+    return Interval(lo, hi)
+
+
 def _clamp_any(x: Array, lo_c: Any, hi_c: Any, pick: Callable[..., Any]) -> Array:
     """clamp at both the float64 and the float32 reading of its limits; the extreme of the two."""
     a = np.clip(x, lo_c, hi_c)

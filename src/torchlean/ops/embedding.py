@@ -66,9 +66,16 @@ def _scatter_infer(g: Shape, ids: Shape, rows: Any) -> Shape:
 def _scatter(g: Any, ids: Any, rows: int) -> Any:
     xp = namespace_of(g)
     index = checked_ids("embedding_scatter", ids, rows)
-    out = xp.zeros((rows, g.shape[-1]), dtype=g.dtype)
-    # Explicit sizes: -1 is ambiguous when dim is 0. Repeated ids accumulate.
-    xp.add.at(out, index, reshape(g, (index.shape[0], g.shape[-1])))
+    width = g.shape[-1]
+    flat = reshape(g, (index.shape[0], width))  # explicit sizes: -1 is ambiguous when dim is 0
+    if xp is np:
+        # One bincount over (row, column) cells: several times faster than ufunc add.at, and
+        # it sums in float64 (then rounds once to g's dtype). Repeated ids accumulate.
+        cells = (index[:, None] * width + np.arange(width)).reshape(-1)
+        sums = np.bincount(cells, weights=flat.reshape(-1), minlength=rows * width)
+        return sums.reshape(rows, width).astype(g.dtype, copy=False)
+    out = xp.zeros((rows, width), dtype=g.dtype)
+    xp.add.at(out, index, flat)  # repeated ids accumulate
     return out
 
 
