@@ -134,6 +134,9 @@ def _embedding(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Inte
     id the kernel would refuse (out of range, fractional) has no output to enclose."""
     w, ids = ins
     rows = w.lo.shape[0]
+    if rows == 0:  # every id is refused: no output to enclose, only its shape
+        zero = np.zeros(np.shape(ids.lo) + w.lo.shape[1:])
+        return Interval(zero, zero)
     first = np.clip(np.ceil(np.asarray(ids.lo, np.float64)), 0, max(rows - 1, 0)).astype(np.int64)
     last = np.clip(np.floor(np.asarray(ids.hi, np.float64)), 0, max(rows - 1, 0)).astype(np.int64)
     shape = first.shape + w.lo.shape[1:]
