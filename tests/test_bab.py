@@ -254,6 +254,8 @@ def test_bad_problems_raise_named_errors():
         bab.search(models, spec, confirm, timeout=-1)
     with pytest.raises(bab.BabError, match="batch"):
         bab.search(models, spec, confirm, batch=0)
+    with pytest.raises(bab.BabError, match="method"):
+        bab.search(models, spec, confirm, method="beta-crown")
     with pytest.raises(bab.BabError, match="split"):
         bab.search(models, spec, confirm, split="sideways")
     with pytest.raises(bab.BabError, match="lower > upper"):

@@ -49,12 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from . import compute_bounds
+from . import METHODS, compute_bounds
 from .engine import BoundsError, Propagation
 
 Array = Any
 
-__all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region", "verify_property"]
+__all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region", "verify_network",
+           "verify_property"]
 
 STATUSES = ("unsat", "sat", "unknown", "timeout")
 SPLITS = ("smear", "widest")  # input to split: largest |gradient| x width, or relative width
@@ -276,8 +277,11 @@ class Models:
                                self.pad(lo[start:stop], size).reshape(shape),
                                self.pad(hi[start:stop], size).reshape(shape),
                                kernel=kernel, n_data=1)
-            if getattr(prop, "whole", False):
-                raise BabError("bab: inherited bounds need a network with a batch axis")
+            if getattr(prop, "whole", False):  # no batch axis (a batch of one): plain CROWN
+                parts.append(self.bound(lo[start:stop], hi[start:stop], a, method="crown",
+                                        kernel=kernel, options={}))
+                kept.append(np.zeros((stop - start, 0)))
+                continue
             targets = sorted(prop.targets())
             inh = None if inherited is None else self.pad(inherited[start:stop], size)
             offset, flat = 0, []
@@ -464,6 +468,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                                ("refresh_every", refresh_every, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
+    if method not in METHODS:
+        raise BabError(f"bab: unknown bound method {method!r}; expected one of {METHODS}")
     if split not in SPLITS:
         raise BabError(f"bab: unknown split rule {split!r}; expected one of {SPLITS}")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
@@ -673,3 +679,16 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
                 break
     total.seconds = clock() - start
     return total
+
+
+def verify_network(net: Any, prop: Any, *, timeout: float | None = None, max_batch: int = 256,
+                   **options: Any) -> BabResult:
+    """``verify_property`` for a ``torchlean.vnn.instance.Network`` (its ``model``, the batch
+    of one the property is stated for, its ``batched(n)`` copies and ``run``): the entry point
+    of ``torchlean vnn --method bab``."""
+    def factory(n: int) -> Any:
+        return net.model if n == 1 else net.batched(n)
+
+    models = Models(factory, max_batch=max_batch)
+    options.setdefault("batch", max(1, max_batch // 2))
+    return verify_property(models, prop, net.run, timeout=timeout, **options)
