@@ -17,9 +17,8 @@ import os
 import sys
 from typing import Any
 
-from ..bounds import METHODS
 from ..vnn import benchmark
-from ..vnn.instance import CLAIMS, ROUNDINGS, Result, verify_instance
+from ..vnn.instance import CLAIMS, ROUNDINGS, VNN_METHODS, Result, verify_instance
 from . import common
 
 
@@ -43,8 +42,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=common.positive_float,
                    default=None, help="seconds per instance (default: none for one instance, "
                                       "each row's own for --instances)")
-    p.add_argument("--method", choices=METHODS, default="crown",
-                   help="bound pass after IBP (default crown)")
+    p.add_argument("--method", choices=VNN_METHODS, default="bab",
+                   help="bab: branch and bound (default); or one bound pass after IBP")
     p.add_argument("--rounding", choices=ROUNDINGS, default="float32",
                    help="what an unsat claims: the float32 network (default) or the real one")
     p.add_argument("--effort", type=common.int_in(0, 100, "an attack effort"), default=4,
