@@ -120,7 +120,7 @@ def _use(x: Any, param: Param) -> Any:
     (which must live where the parameter does: nothing is moved implicitly)."""
     if isinstance(x, Ref):
         return x.owner.use(param)
-    data = param.data
+    data = param.array
     if namespace_of(x) is not namespace_of(data):
         raise DeviceError(f"parameter {param.name or '(unnamed)'} lives on {param.device} but "
                           "the input is on another device; move the module with .to(device) "
@@ -358,12 +358,37 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def to(self, device: Any) -> Module:
+    def double(self) -> Module:
+        """Every parameter and float buffer as float64 (``torch.nn.Module.double``)."""
+        return self._cast(np.dtype(np.float64))
+
+    def float(self) -> Module:
+        """Every parameter and float buffer as float32."""
+        return self._cast(np.dtype(np.float32))
+
+    def _cast(self, dtype: Any) -> Module:
+        dt = as_dtype(dtype)
+        for p in self.parameters():
+            p.retype(dt)
+        for module in self.modules():
+            for key, buf in module._buffers.items():
+                if buf is not None and buf.dtype.kind == "f":
+                    module._buffers[key] = buf.astype(dt)
+        return self
+
+    def to(self, device: Any = None, dtype: Any = None) -> Module:
         """Move every parameter to ``device`` ("cpu" or "cuda"), as ``torch.nn.Module.to``:
         one explicit transfer per parameter that lives elsewhere, none for those already there.
         Returns the module. Buffers (e.g. running statistics) stay host arrays; they enter a
         pass as constants. Optimisers built before the move take their state along at their
         next step."""
+        if dtype is not None:
+            self._cast(dtype)
+        if device is None:
+            return self
+        if isinstance(device, np.dtype) or (isinstance(device, str) and device in (
+                "float32", "float64")):
+            return self._cast(device)  # .to(torch.float64)
         name = getattr(device, "type", device)  # a torch.device-like object has .type
         if not isinstance(name, str):
             raise DeviceError(f"{type(self).__name__}.to: expected a device name ('cpu' or "
@@ -395,7 +420,7 @@ class Module:
                 new = converted.get(id(p))
                 if new is None:
                     new = Param(np.asarray(p.value).astype(target), p.name, p.requires_grad)
-                    new.on(namespace_of(p.data))
+                    new.on(namespace_of(p.array))
                     converted[id(p)] = new
                 module._parameters[name] = new
             for name, b in module._buffers.items():
@@ -428,9 +453,10 @@ class Module:
 
         return CompiledModule(self)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (torch's default), or zero it in place."""
         for p in self.parameters():
-            p.zero_grad()
+            p.zero_grad(set_to_none)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Freeze (False) or unfreeze every parameter."""
