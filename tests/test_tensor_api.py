@@ -246,3 +246,36 @@ def test_named_errors_instead_of_bare_exceptions() -> None:
     assert (2 ** tl.tensor([1, 2])).tolist() == [2, 4]
     assert tl.tensor([1.0, 2.0]).sum(dim=()).shape == ()
     assert (tl.tensor([True, False]) + tl.tensor([True, True])).tolist() == [True, True]
+
+
+def test_printing_and_copies_match_torch() -> None:
+    import copy
+
+    for values in ([1.0, 2.0], [0.12345, 2.5], [1e-5, 3.0], [[1.5, 2.0], [3.0, 4.0]], 3.25,
+                   [1, 2], [True, False]):
+        assert repr(tl.tensor(values)) == repr(torch.tensor(values))
+    assert repr(tl.tensor([1.0], dtype=tl.float64)) == repr(torch.tensor([1.0],
+                                                                         dtype=torch.float64))
+    lin = tl.nn.Linear(2, 2)
+    twin = copy.deepcopy(lin)
+    assert twin.weight is not lin.weight and twin.weight.name == "weight"
+    assert twin.weight.equal(lin.weight) and isinstance(twin.weight, tl.nn.Parameter)
+    with pytest.raises(tl.TorchLeanError, match="leaf"):
+        copy.deepcopy(tl.tensor([1.0], requires_grad=True) * 2)
+
+
+def test_non_finite_scalars_and_views_follow_torch() -> None:
+    cases = [lambda x: x * float("inf"), lambda x: x + float("-inf"),
+             lambda x: x - float("nan"), lambda x: float("inf") - x, lambda x: x / 0,
+             lambda x: 1 / x, lambda x: x / float("inf")]
+    for fn in cases:
+        with np.errstate(all="ignore"):
+            x, xt = _both(np.array([1.0, 0.0, -1.0], np.float32), requires_grad=True)
+            _close(fn(x), fn(xt), equal_nan=True)
+    # basic indexing is a view without history, as in torch: writes reach the base
+    for m in (tl, torch):
+        base = m.zeros(3, 4)
+        row = base[1]
+        row += 1
+        base[0][2] = 5.0
+        assert base.sum().item() == 9.0 and base._version >= 1

@@ -278,11 +278,13 @@ class Tensor(Ref):
         return self
 
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
+        body = _format(self._host())
         extra = "" if self.device == "cpu" else f", device='{self.device}'"
-        extra += f", dtype={self.dtype.name}" if self.dtype != float32 else ""
+        default = get_default_dtype()
+        if self.dtype != default and self.dtype not in (int64, bool_):
+            extra += f", dtype=torch.{self.dtype.name}"
         if self._op is not None:
-            extra += f", grad_fn=<{self._op.name}>"
+            extra += f", grad_fn=<{self._op.name.capitalize()}Backward>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
@@ -428,6 +430,8 @@ class Tensor(Ref):
         """torch's indexing (``torch_index``): integers select first, masks must match, every
         index is range-checked. One int or slice on a float tensor records the registry's
         Fin-checked gathers."""
+        if not (self.requires_grad and is_grad_enabled()):
+            return _getitem(self, index)  # a view (torch's basic indexing) or a copy
         if type(index) is int and self.dtype.kind == "f" and self.shape:
             n = self.shape[0]
             if not -n <= index < n:
@@ -441,44 +445,71 @@ class Tensor(Ref):
     # --- torch's type promotion on the operators ------------------------------------------------
     # The hot path (float tensors of one dtype, Python numbers) goes straight to Ref's operators;
     # anything else (integer or bool data, mixed dtypes, 0-d tensors) through ``_promoted``.
+    # The per-op hot path records the primitive directly (both operands are this recorder's:
+    # no ownership check to make, no attribute binding).
     def __add__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__add__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_ADD, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
         return _promoted("add", self, other)
 
     def __radd__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__radd__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
         return _promoted("add", other, self)
 
     def __sub__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__sub__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_SUB, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": -float(other)})
         return _promoted("sub", self, other)
 
     def __rsub__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__rsub__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                negated = RECORDER.record(_SCALE, (self,), {"c": -1.0})
+                return RECORDER.record(_ADD_SCALAR, (negated,), {"c": float(other)})
         return _promoted("sub", other, self)
 
     def __mul__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__mul__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_MUL, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
         return _promoted("mul", self, other)
 
     def __rmul__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__rmul__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
         return _promoted("mul", other, self)
 
     def __truediv__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other) and not _is_zero(other):
-            return Ref.__truediv__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return Ref.__truediv__(self, other)  # type: ignore[return-value]
+            if (kind is int or kind is float) and other != 0 and math.isfinite(1.0 / other):
+                return RECORDER.record(_SCALE, (self,), {"c": 1.0 / other})
         return _promoted("div", self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:  # type: ignore[override]
-        if self.dtype.kind == "f" and _same_float(self, other):
-            return Ref.__rtruediv__(self, other)  # type: ignore[return-value]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):
+                return Ref.__rtruediv__(self, other)  # type: ignore[return-value]
         return _promoted("div", other, self)
 
     def __floordiv__(self, other: Any) -> Tensor:
@@ -1034,20 +1065,6 @@ _TYPE_NAMES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
 _NAMED_TYPES = {v: np.dtype(k) for k, v in _TYPE_NAMES.items()}
 
 
-def _same_float(t: Tensor, other: Any) -> bool:
-    """The hot path of the operators: a float tensor with a Python number or a tensor of its
-    own dtype (no promotion to decide)."""
-    kind = type(other)
-    if kind is float or kind is int:
-        return True
-    return kind is Tensor and other.dtype is t.dtype or (  # type: ignore[union-attr]
-        isinstance(other, Tensor) and other.dtype == t.dtype)
-
-
-def _is_zero(x: Any) -> bool:
-    return type(x) in (int, float) and x == 0
-
-
 def _check_number(op: str, value: Any) -> None:
     if isinstance(value, bool | int | float | np.number | np.bool_):
         return
@@ -1128,13 +1145,21 @@ def _promoted(op: str, a: Any, b: Any) -> Tensor:
         xv, yv = _values(x, dt), _values(y, dt)
         with np.errstate(all="ignore"):
             return _leaf(np.asarray(getattr(np, _NUMPY_BINARY[op])(xv, yv), dtype=dt))
-    left = x if isinstance(x, Tensor) else y
-    right = y if left is x else x
+    if isinstance(x, float) and not math.isfinite(x):  # the registry's constants are finite
+        x = _leaf(np.full((), x, dtype=dt))
+    if isinstance(y, float) and not math.isfinite(y):
+        y = _leaf(np.full((), y, dtype=dt))
+    if isinstance(x, Tensor) and isinstance(y, Tensor):  # one dtype now: record directly
+        return RECORDER.record({"add": _ADD, "sub": _SUB, "mul": _MUL}[op], (x, y), {})
+    t, c = (x, y) if isinstance(x, Tensor) else (y, x)
     if op == "add":
-        return left + right  # type: ignore[no-any-return]
+        return RECORDER.record(_ADD_SCALAR, (t,), {"c": float(c)})
     if op == "mul":
-        return left * right  # type: ignore[no-any-return]
-    return x - y if isinstance(x, Tensor) else (-y) + x  # type: ignore[no-any-return]
+        return RECORDER.record(_SCALE, (t,), {"c": float(c)})
+    if t is x:  # tensor - number
+        return RECORDER.record(_ADD_SCALAR, (x,), {"c": -float(c)})
+    negated = RECORDER.record(_SCALE, (t,), {"c": -1.0})
+    return RECORDER.record(_ADD_SCALAR, (negated,), {"c": float(c)})
 
 
 def _rounded(x: Tensor, op: str) -> Tensor:
@@ -1433,8 +1458,16 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
         xp = namespace_of(value)
         for step in steps:
             value = value[_device_index(step, xp) if xp is not np else step]
-        return _leaf(value if value is t._value else (value.copy() if isinstance(
-            value, np.ndarray) else xp.asarray(value)))
+        if len(steps) == 1:  # basic indexing is a view, as in torch: writes reach t
+            view = _leaf(value if hasattr(value, "shape") and value.shape != () or
+                         not isinstance(value, np.generic) else np.asarray(value))
+            if isinstance(view._value, np.ndarray) and np.shares_memory(view._value, t._value):
+                vc = t._vc
+                if vc is None:
+                    vc = t._vc = [0, 0]
+                view._vc = vc
+            return view
+        return _leaf(value.copy() if isinstance(value, np.ndarray) else xp.asarray(value))
     out: Any = t
     for step in steps:
         if all(isinstance(e, slice) and e == slice(None) for e in step):
@@ -1551,6 +1584,22 @@ def _as_value(value: Any) -> Any:
     if hasattr(value, "__array_namespace__") and namespace_of(value) is not np:
         return value
     return np.asarray(value)
+
+
+def _format(value: np.ndarray) -> str:
+    """The values as torch prints them: 4 decimals for floats (scientific notation when they
+    span more than 1000x or exceed 1e8), integer-valued floats as ``1.``, ints and bools plain."""
+    options: dict[str, Any] = {"separator": ", ", "prefix": "tensor("}
+    if value.dtype.kind == "f" and value.size:
+        finite = value[np.isfinite(value)]
+        nonzero = np.abs(finite[finite != 0])
+        if finite.size and not np.all(finite == np.round(finite)):
+            wide = nonzero.size and (nonzero.max() / nonzero.min() > 1000 or nonzero.max() > 1e8)
+            options["formatter"] = {"float_kind": (lambda v: f"{v:.4e}") if wide else (
+                lambda v: f"{v:.4f}")}
+        elif nonzero.size and nonzero.max() > 1e8:
+            options["formatter"] = {"float_kind": lambda v: f"{v:.4e}"}
+    return np.array2string(value, **options)
 
 
 def _rebuild_leaf(value: Any, requires_grad: bool) -> Tensor:
@@ -1909,6 +1958,11 @@ def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
 
 RECORDER = _Recorder()
 _EXP = REGISTRY["exp"]
+_ADD = REGISTRY["add"]
+_SUB = REGISTRY["sub"]
+_MUL = REGISTRY["mul"]
+_SCALE = REGISTRY["scale"]
+_ADD_SCALAR = REGISTRY["add_scalar"]
 _TANH = REGISTRY["tanh"]
 _SIGMOID = REGISTRY["sigmoid"]
 _check_method_signatures(Tensor)

@@ -473,6 +473,19 @@ def randint(low: Any, high: Any = None, size: Any = None, generator: Generator |
     return tensor(value, device=device)
 
 
+def randperm(n: builtins.int, generator: Generator | None = None, dtype: Any = None,
+             device: Any = None) -> Tensor:
+    """A random permutation of 0..n-1 (int64), drawn from ``generator`` (default: the one
+    ``manual_seed`` seeds)."""
+    if isinstance(n, builtins.bool) or not isinstance(n, builtins.int | np.integer) or n < 0:
+        raise TorchLeanError(f"randperm: n must be a non-negative int, found {n!r}")
+    _shape_args("randperm", (n,))
+    gen = check_generator("randperm", generator)
+    keys = gen.uniform((builtins.int(n),), np.float64)
+    order = np.argsort(keys, kind="stable").astype(as_dtype("randperm", dtype, int64))
+    return tensor(order, device=device)
+
+
 def multinomial(probs: Any, num_samples: builtins.int, replacement: builtins.bool = False,
                 generator: Generator | None = None) -> Tensor:
     """Draw ``num_samples`` category indices per row from (unnormalised) non-negative weights
@@ -576,7 +589,7 @@ __all__ = [
     "sort", "argsort", "topk", "flatten", "reshape", "squeeze", "unsqueeze", "transpose",
     "permute", "t", "matmul", "mm", "bmm", "dot", "outer", "tril", "triu", "chunk", "split",
     "linspace", "logspace", "eye", "full_like", "empty_like", "rand_like", "randn_like",
-    "randint", "multinomial", "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor",
+    "randint", "randperm", "multinomial", "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor",
     "BoolTensor", "ByteTensor", "promote_types", "result_type", "is_floating_point",
     "set_printoptions", "MissingTorchName", "cat", "stack", "arange", "ones", "zeros", "full",
     "empty",
