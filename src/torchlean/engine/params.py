@@ -123,17 +123,6 @@ class Param(Tensor):
             self._value[...] = to_device(arr, xp).astype(self._value.dtype, copy=False)
         self._bump()
 
-    def retype(self, dtype: Any) -> None:
-        """Convert the value to float ``dtype`` in place of the old one (``Module.double()``);
-        the gradient is dropped, and the version counts the change."""
-        dt = as_dtype(dtype)
-        if dt != self.dtype:
-            self._value = self._value.astype(dt)
-            self.dtype = dt
-            self.grad = None
-            self._readback = None
-            self._bump()
-
     def mark_updated(self) -> None:
         """Record an in-place change of ``array`` (optimisers call this after each update)."""
         self._bump()

@@ -358,24 +358,6 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def double(self) -> Module:
-        """Every parameter and float buffer as float64 (``torch.nn.Module.double``)."""
-        return self._cast(np.dtype(np.float64))
-
-    def float(self) -> Module:
-        """Every parameter and float buffer as float32."""
-        return self._cast(np.dtype(np.float32))
-
-    def _cast(self, dtype: Any) -> Module:
-        dt = as_dtype(dtype)
-        for p in self.parameters():
-            p.retype(dt)
-        for module in self.modules():
-            for key, buf in module._buffers.items():
-                if buf is not None and buf.dtype.kind == "f":
-                    module._buffers[key] = buf.astype(dt)
-        return self
-
     def to(self, device: Any = None, dtype: Any = None) -> Module:
         """Move every parameter to ``device`` ("cpu" or "cuda"), as ``torch.nn.Module.to``:
         one explicit transfer per parameter that lives elsewhere, none for those already there.
