@@ -1034,6 +1034,34 @@ class Tensor(Ref):
     def __setitem__(self, index: Any, value: Any) -> None:
         _setitem(self, index, value)
 
+    def __format__(self, spec: str) -> str:
+        if spec and self._value.size == 1:
+            return format(self.item(), spec)  # f"{loss:.4f}", as torch formats a one-element tensor
+        return repr(self) if not spec else format(repr(self), spec)
+
+    def scatter_(self, dim: builtins.int, index: Any, src: Any = None, value: Any = None,
+                 ) -> Tensor:
+        """Write ``src`` (or the number ``value``) at ``index`` along ``dim`` in place (no
+        gradient: torch's one_hot-style use on data)."""
+        if not isinstance(index, Tensor) or index.dtype.kind not in "iu":
+            raise TorchLeanError("scatter_: index must be an integer tensor")
+        if (src is None) == (value is None):
+            raise TorchLeanError("scatter_: give exactly one of src or value")
+        axis = F._axis("scatter_", dim, builtins.max(self.ndim, 1))
+        idx = index._host()
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.shape[axis]):
+            raise IndexRangeError(f"scatter_: index out of range for dimension {axis} of size "
+                                  f"{self.shape[axis]}")
+        fill = src._host() if isinstance(src, Tensor) else np.full(idx.shape, value)
+
+        def compute(t: Tensor) -> Tensor:
+            out = t._host().copy()
+            np.put_along_axis(out, idx.reshape(idx.shape if out.ndim else (1,)),
+                              np.broadcast_to(fill, idx.shape).astype(out.dtype), axis)
+            return _leaf(out)
+
+        return _inplace("scatter_", self, compute)
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickling and ``copy.deepcopy`` keep the value and ``requires_grad`` (a copy is a
         leaf, as torch's deepcopy of a leaf; a tensor with a history is refused, as in torch)."""
@@ -1331,6 +1359,8 @@ def _where(cond: Any, a: Any, b: Any) -> Tensor:
 
 
 def _masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
+    if isinstance(mask, np.ndarray) and mask.dtype.kind == "b":
+        mask = _leaf(mask)  # a module buffer compared with a number
     if not isinstance(mask, Tensor) or mask.dtype.kind != "b":
         raise TorchLeanError(f"masked_fill: expected a bool mask tensor, found "
                              f"{getattr(mask, 'dtype', type(mask).__name__)}")

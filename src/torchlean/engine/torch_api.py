@@ -61,6 +61,7 @@ from .tensor import (
     checked_signature,
     empty,
     full,
+    no_grad,
     ones,
     stack,
     tensor,
@@ -328,8 +329,25 @@ def t(x: Any) -> Tensor:
     return _t("t", x).t()  # type: ignore[return-value]
 
 
-def matmul(x: Any, other: Any) -> Tensor:
-    return _t("matmul", x).matmul(other)
+def matmul(x: Any, other: Any, out: Any = None) -> Tensor:
+    result = _t("matmul", x).matmul(other)
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise TorchLeanError(f"matmul: out must be a Tensor, found {type(out).__name__}")
+        with no_grad():
+            out.copy_(result)
+        return out
+    return result
+
+
+def set_default_device(device: Any) -> None:
+    """torch.set_default_device: only the host is a default here ("cpu", None); factories take
+    ``device=`` for the GPU."""
+    name = None if device is None else str(getattr(device, "type", device))
+    if name not in (None, "cpu"):
+        raise TorchLeanError(f"set_default_device: only 'cpu' can be the default device in "
+                             f"torchlean, found {device!r}; pass device= to factories and "
+                             ".to(device) to modules instead")
 
 
 def mm(x: Any, other: Any) -> Tensor:
@@ -589,7 +607,8 @@ __all__ = [
     "sort", "argsort", "topk", "flatten", "reshape", "squeeze", "unsqueeze", "transpose",
     "permute", "t", "matmul", "mm", "bmm", "dot", "outer", "tril", "triu", "chunk", "split",
     "linspace", "logspace", "eye", "full_like", "empty_like", "rand_like", "randn_like",
-    "randint", "randperm", "multinomial", "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor",
+    "randint", "randperm", "multinomial", "set_default_device",
+    "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor",
     "BoolTensor", "ByteTensor", "promote_types", "result_type", "is_floating_point",
     "set_printoptions", "MissingTorchName", "cat", "stack", "arange", "ones", "zeros", "full",
     "empty",

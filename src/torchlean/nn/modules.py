@@ -47,7 +47,7 @@ from ..core.rng import Generator, check_generator, init_generator
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
-from ..engine.tensor import CompiledModule
+from ..engine.tensor import CompiledModule, Tensor
 from . import functional
 from .functional import gelu
 
@@ -113,6 +113,20 @@ class LoadResult(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
+
+
+class _Parameters(list):  # type: ignore[type-arg]
+    """``Module.parameters()``: a list (len, indexing, as the seed's) that ``next()`` also
+    walks, as torch's generator."""
+
+    _cursor = 0
+
+    def __next__(self) -> Any:
+        k = self._cursor
+        if k >= len(self):
+            raise StopIteration
+        self._cursor = k + 1
+        return self[k]
 
 
 def _use(x: Any, param: Param) -> Any:
@@ -221,6 +235,8 @@ class Module:
 
     @staticmethod
     def _as_buffer(name: str, value: Any) -> np.ndarray:
+        if isinstance(value, Tensor) and not isinstance(value, Param):
+            value = value.detach().numpy()  # a tensor buffer (torch's tril mask): its values
         if isinstance(value, Param | Module | Ref):
             raise TorchLeanError(f"register_buffer: {name!r} must be an array, found "
                                  f"{type(value).__name__}")
@@ -277,7 +293,9 @@ class Module:
                     yield (f"{prefix}.{name}" if prefix else name), p
 
     def parameters(self) -> list[Param]:
-        return [p for _, p in self.named_parameters()]
+        """The parameters, as a list that is also an iterator (``next(model.parameters())``
+        works, as on torch's generator)."""
+        return _Parameters(p for _, p in self.named_parameters())
 
     def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
         for prefix, module in self.named_modules():
