@@ -81,9 +81,7 @@ SCRIPTS: dict[str, tuple[tuple, dict[str, tuple]]] = {
 # What stops each script on torchlean today (the first error it meets). strict: a script that
 # starts to run turns the xfail into a failure, so its entry must then be removed.
 XFAIL: dict[str, str] = {
-    "basics_tensors": "torch.mul(..., out=) (the out= keyword; tensor core, issue 24)",
-    "basics_data": "Tensor.scatter_ with a 0-d index (tensor core, issue 24)",
-    "char_rnn_classification": "torch.Generator(device=) (tensor core, issue 24)",
+    "char_rnn_classification": "Tensor.diag (tensor core, issue 24)",
     "examples_time_sequence": "torch.save to a file object (io.BytesIO)",
     "polynomial_optim": "results differ from torch's (under investigation)",
     "blitz_cifar10": "results differ from torch's (under investigation)",

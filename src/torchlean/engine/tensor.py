@@ -1049,6 +1049,8 @@ class Tensor(Ref):
             raise TorchLeanError("scatter_: give exactly one of src or value")
         axis = F._axis("scatter_", dim, builtins.max(self.ndim, 1))
         idx = index._host()
+        if idx.ndim == 0:
+            idx = idx.reshape(1)  # a 0-d index (one position), as torch accepts it
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.shape[axis]):
             raise IndexRangeError(f"scatter_: index out of range for dimension {axis} of size "
                                   f"{self.shape[axis]}")

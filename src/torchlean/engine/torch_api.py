@@ -143,16 +143,27 @@ def pow(x: Any, exponent: Any) -> Tensor:  # noqa: A001
     return _t("pow", exponent).__rpow__(x)
 
 
-def add(x: Any, other: Any, alpha: Any = 1) -> Tensor:
-    return _t("add", x).add(other, alpha=alpha)
+def add(x: Any, other: Any, alpha: Any = 1, out: Any = None) -> Tensor:
+    return _into("add", _t("add", x).add(other, alpha=alpha), out)
 
 
 def sub(x: Any, other: Any, alpha: Any = 1) -> Tensor:
     return _t("sub", x).sub(other, alpha=alpha)
 
 
-def mul(x: Any, other: Any) -> Tensor:
-    return _t("mul", x) * other
+def mul(x: Any, other: Any, out: Any = None) -> Tensor:
+    return _into("mul", _t("mul", x) * other, out)
+
+
+def _into(op: str, result: Tensor, out: Any) -> Tensor:
+    """``result``, copied into ``out`` when given (torch's ``out=``)."""
+    if out is None:
+        return result
+    if not isinstance(out, Tensor):
+        raise TorchLeanError(f"{op}: out must be a Tensor, found {type(out).__name__}")
+    with no_grad():
+        out.copy_(result)
+    return out
 
 
 def div(x: Any, other: Any, rounding_mode: str | None = None) -> Tensor:
