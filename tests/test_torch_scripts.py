@@ -82,7 +82,7 @@ SCRIPTS: dict[str, tuple[tuple, dict[str, tuple]]] = {
 # starts to run turns the xfail into a failure, so its entry must then be removed.
 XFAIL: dict[str, str] = {
     "char_rnn_classification": "Tensor.diag (tensor core, issue 24)",
-    "examples_time_sequence": "torch.save to a file object (io.BytesIO)",
+    "examples_time_sequence": "Tensor.split (tensor core, issue 24)",
     "polynomial_optim": "results differ from torch's (under investigation)",
     "blitz_cifar10": "results differ from torch's (under investigation)",
 }
