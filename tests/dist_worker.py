@@ -57,7 +57,7 @@ def make_optimizer(kind: str, model: nn.Module) -> optim.Optimizer:
 
 
 def arrays(model: nn.Module) -> list[np.ndarray]:
-    return [np.array(p.data, copy=True) for p in model.parameters()]
+    return [np.array(p.array, copy=True) for p in model.parameters()]
 
 
 def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
@@ -67,7 +67,7 @@ def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 def perturb_unless_rank0(model: nn.Module, rank: int) -> None:
     if rank:
         for p in model.parameters():
-            p.assign(p.data + rank)
+            p.assign(p.array + rank)
 
 
 def train(dtype: str, kind: str, backend: str, distributed: bool, rank: int, epochs: int = 2,
@@ -209,7 +209,7 @@ def diverge(outdir: str) -> None:
     def nudge(record) -> None:  # noqa: ANN001
         if comm.rank == 1:  # a bug that changes one rank's weights behind fit's back
             p = model.parameters()[0]
-            p.assign(p.data + 1e-9)
+            p.assign(p.array + 1e-9)
 
     model = make_model("float64")
     train_data, _ = make_data("float64")

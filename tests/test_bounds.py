@@ -192,7 +192,8 @@ def test_bounds_enclose_exact_range_of_small_relu_nets(seed):
     results = {m: B.compute_bounds(c, lo, hi, method=m, spec=np.eye(2)[None], kernel=False)
                for m in METHODS}
     ibp = results["ibp"]
-    weights = [(np.asarray(layer.weight.data, np.float64), np.asarray(layer.bias.data, np.float64))
+    weights = [(np.asarray(layer.weight.array, np.float64),
+                np.asarray(layer.bias.array, np.float64))
                for layer in model if isinstance(layer, nn.Linear)]
     linear_ids = [i for i, n in enumerate(c.graph.nodes) if n.op is not None
                   and n.op.name == "linear"]
@@ -218,9 +219,9 @@ def test_crown_is_exact_on_a_linear_network():
     rng = np.random.default_rng(5)
     lo, hi = B.box(rng.random((2, 5)), 0.2)
     r = B.compute_bounds(c, lo, hi, method="crown", kernel=False)
-    w1, b1 = (np.asarray(p.data, np.float64) for p in (model[0].weight,
+    w1, b1 = (np.asarray(p.array, np.float64) for p in (model[0].weight,
                                                        model[0].bias))
-    w2, b2 = (np.asarray(p.data, np.float64) for p in (model[1].weight,
+    w2, b2 = (np.asarray(p.array, np.float64) for p in (model[1].weight,
                                                        model[1].bias))
     a = w2 @ w1
     centre, radius = (lo + hi) / 2, (hi - lo) / 2
@@ -236,8 +237,8 @@ def test_crown_is_exact_on_a_linear_network():
 def test_outward_rounding_keeps_what_round_to_nearest_loses():
     # y = 1 * 1 + 2**-60 * 1: every weight and input is a float32, the true y is 1 + 2**-60.
     model = nn.Linear(2, 1)
-    model.weight.data[...] = np.array([[1.0, 2.0 ** -60]], dtype=np.float32)
-    model.bias.data[...] = 0.0
+    model.weight.array[...] = np.array([[1.0, 2.0 ** -60]], dtype=np.float32)
+    model.bias.array[...] = 0.0
     c = _compile(model, (1, 2))
     x = np.ones((1, 2))
     naive32 = np.float32(1.0) * np.float32(1.0) + np.float32(2.0 ** -60) * np.float32(1.0)
@@ -319,8 +320,8 @@ def test_fgsm_and_pgd_stay_in_the_ball_and_are_seeded():
 def test_pgd_breaks_what_it_must_and_never_what_is_certified():
     # logits (x0 - 0.5, 0.5 - x0): class 0 iff x0 > 0.5; at x0 = 0.6 the decision is 0.1 away.
     model = nn.Linear(3, 2)
-    model.weight.data[...] = np.array([[1, 0, 0], [-1, 0, 0]], dtype=np.float32)
-    model.bias.data[...] = np.array([-0.5, 0.5], dtype=np.float32)
+    model.weight.array[...] = np.array([[1, 0, 0], [-1, 0, 0]], dtype=np.float32)
+    model.bias.array[...] = np.array([-0.5, 0.5], dtype=np.float32)
     c = _compile(model, (1, 3))
     x = np.array([[0.6, 0.3, 0.3]], dtype=np.float32)
     y = np.array([0])

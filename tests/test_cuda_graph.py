@@ -152,7 +152,7 @@ def test_a_step_whose_result_structure_changes_is_refused() -> None:
 
 def _param_step(w: Param) -> Any:
     def fn(x: Any) -> Any:
-        return (x @ w.data).sum(), x @ w.data
+        return (x @ w.array).sum(), x @ w.array
     return fn
 
 
@@ -165,7 +165,7 @@ def test_parameters_updated_in_place_need_no_recapture_and_are_seen() -> None:
         step = GraphedStep(_param_step(w), params=[w])
         x = to_device(x_host, xp)
         step(x)
-        w.data[...] = w.data * 0.5  # what an optimiser does: the same array, new values
+        w.array[...] = w.array * 0.5  # what an optimiser does: the same array, new values
         w.mark_updated()
         loss, _ = step(x)
         assert step.captures == 1
@@ -239,13 +239,13 @@ def test_maybe_graphed_compiled_steps_on_the_stand_in_equal_plain_steps() -> Non
                 value, grads = maybe_graphed(c, xs, enabled=graphed)
                 losses.append(value)
                 for p, g in zip(params, grads[2:], strict=True):
-                    p.data[...] = p.data - np.float32(0.1) * g
+                    p.array[...] = p.array - np.float32(0.1) * g
                     p.mark_updated()
             assert (xp.transfers.uploads, xp.transfers.downloads) == (uploads, downloads)
             if graphed:
                 assert cuda_graph.graphed_step(c).captures == 1
                 assert len({id(v) for v in losses}) == len(losses)  # losses are copies
-            results.append(([to_host(v) for v in losses], [to_host(p.data) for p in params]))
+            results.append(([to_host(v) for v in losses], [to_host(p.array) for p in params]))
     (plain_losses, plain_params), (g_losses, g_params) = results
     for a, b in zip(g_losses + g_params, plain_losses + plain_params, strict=True):
         np.testing.assert_array_equal(a, b)

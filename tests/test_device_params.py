@@ -18,12 +18,12 @@ def test_a_parameter_is_uploaded_once_and_read_back_once_per_version() -> None:
     assert p.device == "cpu"
     with strict_cuda() as xp:
         first = p.on(xp)
-        assert isinstance(first, StrictArray) and p.on(xp) is first and p.data is first
+        assert isinstance(first, StrictArray) and p.on(xp) is first and p.array is first
         assert p.device == "cuda" and xp.transfers.uploads == 1
         np.testing.assert_array_equal(p.value, np.arange(6.0).reshape(2, 3))
         np.testing.assert_array_equal(p.value, np.arange(6.0).reshape(2, 3))
         assert xp.transfers.downloads == 1  # the second read reuses the readback
-        p.data[...] = p.data * 2.0
+        p.array[...] = p.array * 2.0
         p.mark_updated()
         np.testing.assert_array_equal(p.value, 2.0 * np.arange(6.0).reshape(2, 3))
         assert xp.transfers.downloads == 2 and xp.transfers.uploads == 1
@@ -34,13 +34,13 @@ def test_assigning_a_device_parameter_writes_into_its_buffer() -> None:
     with strict_cuda() as xp:
         buffer = p.on(xp)
         p.assign(np.full((2, 2), 3.0))  # host data: one explicit upload, converted to float32
-        assert p.data is buffer and p.dtype == np.float32 and p.version == 1
+        assert p.array is buffer and p.dtype == np.float32 and p.version == 1
         p.assign(to_device(np.ones((2, 2)), xp))
-        assert p.data is buffer
+        assert p.array is buffer
         np.testing.assert_array_equal(p.value, np.ones((2, 2), dtype=np.float32))
         with pytest.raises(ShapeError, match="cannot assign shape"):
             p.assign(np.ones(3))
-        assert p.version == 2 and p.data is buffer
+        assert p.version == 2 and p.array is buffer
 
 
 def test_moving_back_to_the_host_is_one_download() -> None:

@@ -91,13 +91,13 @@ def test_optimisers_on_the_device_match_the_cpu_in_place(kind: str) -> None:
         for p in dev:
             p.on(xp)
         device_grads = [[to_device(g, xp) for g in step] for step in grads]
-        buffers = [p.data for p in dev]
+        buffers = [p.array for p in dev]
         before = (log.uploads, log.downloads)
         for g in device_grads:
             opt.step(g)
         # No transfer at all during the steps: the fresh state is made on the device.
         assert (log.uploads, log.downloads) == before
-        assert all(p.data is b for p, b in zip(dev, buffers, strict=True))  # in place
+        assert all(p.array is b for p, b in zip(dev, buffers, strict=True))  # in place
         for state in opt.state:
             assert all(type(v) is StrictArray for k, v in state.items() if k != "step")
         for p, q in zip(dev, cpu, strict=True):

@@ -217,11 +217,11 @@ def _train(model_name: str, device: str, backend_name: str, epochs: int = 2
     opt = optim.Adam(params, lr=1e-3)
     if device == "cuda":
         model.to("cuda")
-    ids = [[id(p.data) for p in params]]
+    ids = [[id(p.array) for p in params]]
     history = fit(model, F.cross_entropy, opt, train, epochs, batch_size=32, shuffle=False,
                   backend=backend_name, progress=False, device=device,
-                  on_epoch=lambda _: ids.append([id(p.data) for p in params]))
-    return [h.train_loss for h in history], [to_host(p.data) for p in params], ids
+                  on_epoch=lambda _: ids.append([id(p.array) for p in params]))
+    return [h.train_loss for h in history], [to_host(p.array) for p in params], ids
 
 
 @pytest.mark.parametrize("backend_name", ["eager", "compiled"])
@@ -273,12 +273,12 @@ def _sgd_steps(xp: Any, graphed: bool, steps: int) -> tuple[list[np.ndarray], li
         value, grads = cuda_graph.maybe_graphed(c, xs, enabled=graphed)
         losses.append(value)
         for p, g in zip(params, grads[2:], strict=True):
-            p.data[...] = p.data - np.float32(0.05) * g  # in place: the graph reads this array
+            p.array[...] = p.array - np.float32(0.05) * g  # in place: the graph reads this array
             p.mark_updated()
     if graphed:
         step = cuda_graph.graphed_step(c)
         assert step.captures == 1 and step.graphed == is_cupy(xp)
-    return [to_host(v) for v in losses], [to_host(p.data) for p in params]
+    return [to_host(v) for v in losses], [to_host(p.array) for p in params]
 
 
 def test_graph_replay_equals_the_plain_compiled_step(xp: Any) -> None:

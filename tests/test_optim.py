@@ -215,11 +215,11 @@ def test_load_state_dict_reports_every_mismatch_and_changes_nothing():
 
 def test_updates_in_place_and_keep_dtype():
     w = Param(np.linspace(-1, 1, 6).reshape(2, 3), "w", dtype="float32")
-    data = w.data
+    data = w.array
     for opt in (SGD([w], lr=0.1, momentum=0.9, weight_decay=0.1), Adam([w]), AdamW([w])):
         w.grad = np.full((2, 3), 0.5, dtype=np.float64)  # cast to the parameter's dtype
         opt.step()
-        assert w.data is data and w.data.dtype == np.float32
+        assert w.array is data and w.array.dtype == np.float32
         assert all(v.dtype == np.float32 for k, v in opt.state[0].items() if k != "step")
     assert not np.array_equal(w.value, np.linspace(-1, 1, 6).reshape(2, 3))
 

@@ -15,7 +15,7 @@ checks it): ``core`` < ``ops`` < ``engine`` < ``nn``, ``optim``, ``checkpoint``,
 import importlib as _importlib
 from typing import Any as _Any
 
-from . import accelerator, cuda, nn, optim, train, utils
+from . import accelerator, autograd, cuda, nn, optim, train, utils
 from .checkpoint import load, read_metadata, save
 from .core.errors import (
     CheckpointError,
@@ -34,14 +34,14 @@ from .core.errors import (
 from .core.rng import Generator, default_generator
 from .data import Dataset
 from .engine.graph import Graph, GraphError
-from .engine.params import Param
+from .engine.params import Param, Parameter
 from .engine.session import NatRef, Options, StaleSessionError, TensorRef
 from .engine.tape import Node, Tape
 from .engine.tensor import (
+    Size,
     Tensor,
     arange,
     as_tensor,
-    autograd,
     bool_,
     cat,
     enable_grad,
@@ -62,6 +62,8 @@ from .engine.tensor import (
     zeros,
     zeros_like,
 )
+from .engine.torch_api import *  # noqa: F403  (torch's top-level names: dtypes, sin, ...)
+from .engine.torch_api import missing_torch_name as _missing_torch_name
 from .engine.transforms import Compiled, compile, grad, hessian, hvp, jvp, value_and_grad, vjp
 from .optim import OptimizerError
 from .training.trainers import ParamList, ScalarTrainer, Session
@@ -78,7 +80,7 @@ __all__ = [
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
     "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "no_grad",
     "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32", "float64", "int64",
-    "bool_", "StaleSessionError",
+    "bool_", "StaleSessionError", "Parameter", "Size",
 ]
 __version__ = "0.1.0"
 
@@ -91,7 +93,7 @@ _LAZY = {"onnx": "onnx", "bounds": "bounds", "verify": "verify", "spec": "spec",
 def __getattr__(name: str) -> _Any:
     target = _LAZY.get(name)
     if target is None:
-        raise AttributeError(f"module 'torchlean' has no attribute {name!r}")
+        return _missing_torch_name(name)  # a TorchLeanError that is also an AttributeError
     module = _importlib.import_module(f"{__name__}.{target}")
     globals()[name] = module
     return module

@@ -62,6 +62,7 @@ import numpy as np
 from .core import safe_files
 from .core.backend import check_device, namespace_for, namespace_of, to_device, to_host
 from .core.errors import CheckpointError
+from .engine.tensor import Tensor, tensor
 
 __all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
 
@@ -514,7 +515,9 @@ def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
                 if isinstance(old, bool | int | float):
                     value = value.item()
                 elif _is_tensor(old):  # a new tensor with the loaded value (no history)
-                    value = type(old)(value, requires_grad=bool(old.requires_grad))
+                    value = (tensor(value, requires_grad=bool(old.requires_grad))
+                             if type(old) is Tensor else
+                             type(old)(value, requires_grad=bool(old.requires_grad)))
                 elif not isinstance(old, np.ndarray | np.generic):
                     value = to_device(value, namespace_of(old))  # back onto old's device
                 container[slot] = value

@@ -133,7 +133,7 @@ def _graph_and_consts(compiled: Any) -> tuple[Any, dict[int, Array], int]:
     n_params = len(graph.params)
     n_data = len(graph.inputs) - n_params
     for k, p in enumerate(graph.params):
-        consts[graph.inputs[n_data + k]] = np.asarray(p.data)
+        consts[graph.inputs[n_data + k]] = np.asarray(p.array)
     if n_data != 1:
         raise BoundsError(f"bounds: the compiled function must take exactly one data input (the "
                           f"perturbed one), found {n_data}")

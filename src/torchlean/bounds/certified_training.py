@@ -152,7 +152,8 @@ class Schedule:
 def clip_grad_norm(params: list[Any], max_norm: float) -> float:
     """Scale every ``.grad`` so their global L2 norm is at most ``max_norm``; return the norm
     before clipping (PyTorch's ``clip_grad_norm_``)."""
-    grads = [p.grad for p in params if p.grad is not None]
+    # a parameter's .grad is a tensor: its array is read and replaced
+    grads = [getattr(p.grad, "array", p.grad) for p in params if p.grad is not None]
     if not grads:
         return 0.0
     total = math.sqrt(sum(float(to_host((g.astype(np.float64) ** 2).sum())) for g in grads))
@@ -160,7 +161,8 @@ def clip_grad_norm(params: list[Any], max_norm: float) -> float:
         scale = max_norm / (total + 1e-6)
         for p in params:
             if p.grad is not None:
-                p.grad = p.grad * namespace_of(p.grad).asarray(scale, dtype=p.grad.dtype)
+                g = getattr(p.grad, "array", p.grad)
+                p.grad = g * namespace_of(g).asarray(scale, dtype=g.dtype)
     return total
 
 

@@ -24,7 +24,12 @@ class Generator:
     """A counter-based random source (SplitMix64, as ``rand_uniform``): draw k uses key
     (seed, k), so a seed gives the same numbers on every backend. ``torch.Generator``'s role."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, device: Any = None) -> None:
+        # torch.Generator(device=...): the draws are the same bits on every device, so the
+        # device only has to be one torchlean knows
+        name = str(getattr(device, "type", device)).split(":")[0]
+        if device is not None and name not in ("cpu", "cuda"):
+            raise TorchLeanError(f"Generator: device must be 'cpu' or 'cuda', found {device!r}")
         self.manual_seed(seed)
 
     def manual_seed(self, seed: int) -> Generator:

@@ -159,8 +159,8 @@ def check_gradients(pairs: Iterable[tuple[Any, Any]], where: str = "check_finite
 def check_parameters(params: Iterable[Any], where: str) -> None:
     """Raise ``NonFiniteError`` naming the first parameter whose value is not finite."""
     for param in params:
-        if not all_finite(param.data):
-            raise NonFiniteError(f"{where}: parameter {param.name!r} has {_count(param.data)}")
+        if not all_finite(param.array):
+            raise NonFiniteError(f"{where}: parameter {param.name!r} has {_count(param.array)}")
 
 
 def snapshot(params: Iterable[Any]) -> list[np.ndarray]:

@@ -14,7 +14,7 @@ uses key ``seed + k``, so the same seed gives the same bits in both backends.
 
 Devices: with ``Options(device="cuda")`` every value of a pass lives on the device. A parameter
 is moved there the first time a device session uses it (``Param.on``: one upload ever; later
-passes read ``param.data`` where it lives), host inputs and constants are uploaded explicitly
+passes read ``param.array`` where it lives), host inputs and constants are uploaded explicitly
 once per use, and ``value``/``backward``/``grad``/``jvp`` return device arrays. Data on another
 device than the session's is a ``DeviceError``, never a silent copy.
 """
@@ -149,7 +149,7 @@ class _Backend:
         # read or backward of this pass checks (check_fresh), so a stale value is never used.
         # A device session moves the parameter there once; later passes find it there.
         xp = self.xp
-        data = param.data
+        data = param.array
         if type(data) is not np.ndarray or xp is not np:
             src = namespace_of(data)
             if src is not xp:

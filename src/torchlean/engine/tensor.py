@@ -13,11 +13,25 @@ creation order (which is a topological order) and run the one reverse driver of
 compiled graph. With ``create_graph=True`` the rules run on an interpreter that records tensors
 (``TENSOR_OPS``), so gradients are tensors with a history and can be differentiated again.
 
-Conventions follow PyTorch: leaves accumulate ``.grad`` (a tensor; a leaf made from a ``Param``
-by a layer also accumulates into ``param.grad``, which optimisers read); a graph is freed by
-``backward`` unless ``retain_graph=True``, and a second backward through it is an error;
-``no_grad()`` stops recording. Data of integer or bool dtype is carried (labels, masks, indices)
-but never requires gradient.
+Conventions follow PyTorch: leaves accumulate ``.grad`` (a tensor; a parameter, ``Param`` /
+``nn.Parameter``, is itself a leaf tensor, so layers record it directly and optimisers read its
+``.grad``); a graph is freed by ``backward`` unless ``retain_graph=True``, and a second backward
+through it is an error; ``no_grad()`` stops recording. Data of integer or bool dtype is carried
+(labels, masks, indices) but never requires gradient.
+
+torch's type system: dtypes are NumPy dtypes under torch's names (``engine/dtypes.py``), and
+every operator computes its result dtype with ``torch.result_type`` (an int tensor plus 1 stays
+int64; plus 0.5, or divided, it is the default float); integer and bool arithmetic runs without a
+history, float ops on the registry's primitives. Indexing follows torch (``torch_index``).
+
+In-place ops (``add_``, ``+=``, ``x[i] = v``, ``zero_``, ...) write into the tensor's own storage
+(``detach()``/``.data`` aliases see the change) and bump its version counter, shared with those
+aliases. With a history, the tensor becomes the node of the in-place op, whose input is a
+snapshot of its old node (a copy of the old value, the old history), so gradients through it are
+exact; a backward that needs a value changed since it was recorded raises torch's "modified by
+an inplace operation" error (checked by creation order: no per-op cost). torch names the
+registry lacks (sin, cos, a general power, where, indexed assignment) are tensor-only primitives
+(``torch_prims``): recorded and differentiated like the others, but not traceable.
 
 Devices, as in PyTorch: a tensor lives on one device (``.device``: "cpu" or "cuda"); factories
 take ``device=``; ``.to(device)``, ``.cuda()`` and ``.cpu()`` are the explicit transfers (with a
@@ -28,7 +42,11 @@ history, the gradient flows back across the copy); an op on tensors of two devic
 
 from __future__ import annotations
 
+import builtins
+import functools
+import inspect
 import itertools
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,15 +64,26 @@ from ..core.backend import (
     to_device,
     to_host,
 )
-from ..core.errors import DeviceError, ShapeError, TapeError, TorchLeanError, device_mismatch
+from ..core.errors import (
+    DeviceError,
+    IndexRangeError,
+    ShapeError,
+    SignatureError,
+    TapeError,
+    TorchLeanError,
+    TraceError,
+    device_mismatch,
+)
 from ..core.kernels import array_on, run_checked
 from ..core.node import Node
-from ..core.registry import ARRAY_OPS, Primitive
+from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
 from . import ops_interface as F
+from . import torch_prims as TP
+from .dtypes import as_dtype, get_default_dtype, result_type
 from .ops_interface import MaxResult, Ref
-from .params import Param
+from .torch_index import torch_steps
 from .transforms import Compiled
 
 float32 = np.dtype(np.float32)
@@ -106,27 +135,29 @@ def enable_grad() -> _GradMode:
 
 
 class Tensor(Ref):
-    """A value with an optional autograd history. Make one with ``tl.tensor`` or a factory."""
+    """A value with an optional autograd history. Make one with ``tl.tensor`` or a factory;
+    ``tl.Tensor(data)`` and ``tl.Tensor(*sizes)`` are torch's legacy constructors (the default
+    float dtype; sizes give zeros, where torch leaves memory uninitialised)."""
 
-    __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_param",
-                 "_param_version", "_freed")
+    __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
+                 "_freed")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
+    _value: Any
+    _op: Primitive | None
+    _parents: tuple[Tensor, ...]
+    _attrs: dict[str, Any]
+    requires_grad: bool
+    grad: Tensor | None
+    _vc: list[int] | None
+    _freed: bool
 
-    def __init__(self, value: Any, requires_grad: bool = False) -> None:
-        arr = value if isinstance(value, np.ndarray) else _as_value(value)
-        if requires_grad and arr.dtype.kind != "f":
-            raise TorchLeanError(f"tensor: only float tensors can require gradients, found "
-                                 f"dtype {arr.dtype}")
-        super().__init__(RECORDER, next(_sequence), tuple(arr.shape), arr.dtype)
-        self._value = arr
-        self._op: Primitive | None = None
-        self._parents: tuple[Tensor, ...] = ()
-        self._attrs: dict[str, Any] = {}
-        self.requires_grad = bool(requires_grad)
-        self.grad: Tensor | None = None
-        self._param: Param | None = None
-        self._param_version = 0
-        self._freed = False
+    def __init__(self, *data: Any, device: Any = None) -> None:
+        if len(data) == 1 and not isinstance(data[0], int | np.integer):
+            arr = tensor(data[0], dtype=get_default_dtype() if not isinstance(
+                data[0], Tensor) or data[0].dtype.kind != "f" else None, device=device)._value
+        else:
+            arr = zeros(*data, device=device)._value
+        _init_slots(self, arr, None, (), {})
 
     @classmethod
     def _result(cls, value: Any, prim: Primitive | None, parents: tuple[Tensor, ...],
@@ -146,8 +177,7 @@ class Tensor(Ref):
         t._attrs = attrs
         t.requires_grad = prim is not None
         t.grad = None
-        t._param = None
-        t._param_version = 0
+        t._vc = None
         t._freed = False
         return t
 
@@ -157,14 +187,24 @@ class Tensor(Ref):
         return self._op is None
 
     @property
-    def grad_fn(self) -> str | None:
-        """The name of the primitive that made this tensor (``None`` for a leaf)."""
-        return None if self._op is None else self._op.name
+    def grad_fn(self) -> GradFn | None:
+        """The node that made this tensor (``None`` for a leaf): its ``name()`` is the
+        primitive's, and ``next_functions`` lead to its inputs' nodes, as in torch."""
+        return None if self._op is None else GradFn(self)
 
     @property
     def data(self) -> Tensor:
-        """The same values, detached from the graph."""
+        """The same values (the same storage) without history: changing it changes this
+        tensor, and is not recorded (torch's ``.data``)."""
         return self.detach()
+
+    @data.setter
+    def data(self, new: Any) -> None:
+        value = new._value if isinstance(new, Tensor) else _as_value(new)
+        self._value = value
+        self.shape = tuple(value.shape)
+        self.dtype = value.dtype
+        self._bump()
 
     @property
     def device(self) -> str:
@@ -201,15 +241,31 @@ class Tensor(Ref):
     def numel(self) -> int:
         return int(self._value.size)
 
+    nelement = numel
+
     def size(self, dim: int | None = None) -> Any:
-        return self.shape if dim is None else self.shape[dim]
+        if dim is None:
+            return Size(self.shape)
+        return self.shape[F._axis("size", dim, self.ndim)]
 
     def dim(self) -> int:
         return self.ndim
 
+    ndimension = dim
+
     def detach(self) -> Tensor:
-        """A new leaf sharing this value, with no history."""
-        return Tensor(self._value)
+        """A new leaf sharing this value (and its version counter), with no history."""
+        t = _leaf(self._value)
+        vc = self._vc
+        if vc is None:
+            vc = self._vc = [0, 0]
+        t._vc = vc
+        return t
+
+    def detach_(self) -> Tensor:
+        self._op, self._parents, self._attrs = None, (), {}
+        self.requires_grad = False
+        return self
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         if not self.is_leaf:
@@ -221,20 +277,14 @@ class Tensor(Ref):
         self.requires_grad = bool(requires_grad)
         return self
 
-    def zero_(self) -> Tensor:
-        """Zero the values in place (for ``x.grad.zero_()``); leaves only."""
-        if not self.is_leaf:
-            raise TorchLeanError("zero_: in-place updates of a recorded tensor would change its "
-                                 "gradient; only leaves can be zeroed")
-        self._value[...] = 0
-        return self
-
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
+        body = _format(self._host())
         extra = "" if self.device == "cpu" else f", device='{self.device}'"
-        extra += f", dtype={self.dtype.name}" if self.dtype != float32 else ""
+        default = get_default_dtype()
+        if self.dtype != default and self.dtype not in (int64, bool_):
+            extra += f", dtype=torch.{self.dtype.name}"
         if self._op is not None:
-            extra += f", grad_fn=<{self._op.name}>"
+            extra += f", grad_fn=<{self._op.name.capitalize()}Backward>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
@@ -272,13 +322,20 @@ class Tensor(Ref):
             rhs = other._value
             if namespace_of(rhs) is not xp:
                 raise device_mismatch(name, other.device, self.device, "a tensor")
+        elif isinstance(other, Ref):
+            raise TraceError(f"{name}: a tensor and a session or graph ref were mixed in one op")
         else:
-            rhs = other
+            rhs = _operand(name, other)
+            if isinstance(rhs, Tensor):
+                rhs = rhs._value
             if xp is not np and isinstance(rhs, np.ndarray):
                 raise device_mismatch(name, "cpu", self.device, "a NumPy array")
-        if xp is np:
-            return Tensor(np.asarray(getattr(np, name)(value, rhs)))
-        return Tensor(getattr(xp, name)(value, rhs))
+        try:
+            out = getattr(xp, name)(value, rhs)
+        except ValueError:
+            raise ShapeError(f"{name}: the shapes {self.shape} and {tuple(np.shape(rhs))} do "
+                             "not broadcast") from None
+        return _leaf(np.asarray(out) if xp is np else out)
 
     def __lt__(self, other: Any) -> Tensor:  # type: ignore[override]
         return self._compare(other, "less")
@@ -292,10 +349,14 @@ class Tensor(Ref):
     def __ge__(self, other: Any) -> Tensor:  # type: ignore[override]
         return self._compare(other, "greater_equal")
 
-    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        if other is None or isinstance(other, str):
+            return False  # as torch: a tensor never equals None or a string
         return self._compare(other, "equal")
 
-    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        if other is None or isinstance(other, str):
+            return True
         return self._compare(other, "not_equal")
 
     def float(self) -> Tensor:
@@ -320,21 +381,23 @@ class Tensor(Ref):
                 device = a
             else:
                 dtype = a
-        target = self.dtype if dtype is None else _dtype(dtype)
+        target = self.dtype if dtype is None else as_dtype("to", dtype)
         value = self._value
         src = np if type(value) is np.ndarray else namespace_of(value)
         xp = src if device is None else _namespace(device)
-        if target != self.dtype and self.requires_grad:
-            raise TorchLeanError(f"to: cannot cast a tensor that requires grad from "
-                                 f"{self.dtype} to {target}; cast the leaves instead")
+        if target != self.dtype and self.requires_grad and is_grad_enabled():
+            if target.kind != "f":
+                return _leaf(value.astype(target))  # as torch: an integer copy has no history
+            cast = _cast(self, target)
+            return cast if xp is src else cast.to(device=device)
         if xp is src:
-            return self if target == self.dtype else Tensor(value.astype(target))
+            return self if target == self.dtype else _leaf(value.astype(target))
         moved = to_device(value, xp)  # the explicit transfer
         if target != self.dtype:
             moved = moved.astype(target)
         if self.requires_grad and is_grad_enabled():
             return Tensor._result(moved, _copy_between(src), (self,), {})
-        return Tensor(moved)
+        return _leaf(moved)
 
     def cuda(self) -> Tensor:
         """This tensor on the CUDA device (``.to("cuda")``)."""
@@ -350,7 +413,7 @@ class Tensor(Ref):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (and its ``Param``'s)."""
         seed = _seed("backward", self, gradient)
         if create_graph:
-            seed = Tensor(seed)
+            seed = _leaf(seed)
         leaves_and_grads = _reverse([self], [seed], create_graph, retain_graph or create_graph)
         for t, g in leaves_and_grads:
             if t.is_leaf and t.requires_grad:
@@ -363,17 +426,1189 @@ class Tensor(Ref):
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return _arg("argmin", self, dim, keepdim)
 
-    def __getitem__(self, index: Any) -> Tensor:
-        if self.dtype.kind != "f":  # integer / bool data: array indexing, no history
-            value = self._value
-            if isinstance(value, np.ndarray):
-                return Tensor(np.array(value[F._index_values(index)]))
-            return Tensor(value[_device_index(index, namespace_of(value))].copy())
-        return super().__getitem__(index)  # type: ignore[return-value]
+    def __getitem__(self, index: Any) -> Tensor:  # type: ignore[override]
+        """torch's indexing (``torch_index``): integers select first, masks must match, every
+        index is range-checked. One int or slice on a float tensor records the registry's
+        Fin-checked gathers."""
+        if not (self.requires_grad and is_grad_enabled()):
+            return _getitem(self, index)  # a view (torch's basic indexing) or a copy
+        if type(index) is int and self.dtype.kind == "f" and self.shape:
+            n = self.shape[0]
+            if not -n <= index < n:
+                raise IndexRangeError(f"indexing: index {index} is out of bounds for dimension "
+                                      f"0 with size {n}")
+            return Ref.__getitem__(self, index)  # type: ignore[return-value]
+        if type(index) is slice and self.dtype.kind == "f" and self.shape:
+            return Ref.__getitem__(self, index)  # type: ignore[return-value]
+        return _getitem(self, index)
+
+    # --- torch's type promotion on the operators ------------------------------------------------
+    # The hot path (float tensors of one dtype, Python numbers) goes straight to Ref's operators;
+    # anything else (integer or bool data, mixed dtypes, 0-d tensors) through ``_promoted``.
+    # The per-op hot path records the primitive directly (both operands are this recorder's:
+    # no ownership check to make, no attribute binding).
+    def __add__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_ADD, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
+        return _promoted("add", self, other)
+
+    def __radd__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
+        return _promoted("add", other, self)
+
+    def __sub__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_SUB, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_ADD_SCALAR, (self,), {"c": -float(other)})
+        return _promoted("sub", self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                negated = RECORDER.record(_SCALE, (self,), {"c": -1.0})
+                return RECORDER.record(_ADD_SCALAR, (negated,), {"c": float(other)})
+        return _promoted("sub", other, self)
+
+    def __mul__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return RECORDER.record(_MUL, (self, other), {})
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
+        return _promoted("mul", self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):  # finite
+                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
+        return _promoted("mul", other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
+                return Ref.__truediv__(self, other)  # type: ignore[return-value]
+            if (kind is int or kind is float) and other != 0 and math.isfinite(1.0 / other):
+                return RECORDER.record(_SCALE, (self,), {"c": 1.0 / other})
+        return _promoted("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "f":
+            kind = type(other)
+            if kind is int or (kind is float and other - other == 0.0):
+                return Ref.__rtruediv__(self, other)  # type: ignore[return-value]
+        return _promoted("div", other, self)
+
+    def __floordiv__(self, other: Any) -> Tensor:
+        return _promoted("floordiv", self, other)
+
+    def __rfloordiv__(self, other: Any) -> Tensor:
+        return _promoted("floordiv", other, self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return _promoted("mod", self, other)
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return _promoted("mod", other, self)
+
+    def __pow__(self, exponent: Any) -> Tensor:  # type: ignore[override]
+        return _promoted("pow", self, exponent)
+
+    def __rpow__(self, base: Any) -> Tensor:
+        return _promoted("pow", base, self)
+
+    def __neg__(self) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "b":
+            raise TorchLeanError("neg: negation, the `-` operator, on a bool tensor is not "
+                                 "supported (as in PyTorch); use ~ or logical_not() instead")
+        if self.dtype.kind != "f":
+            return _leaf(-self._value)
+        return Ref.__neg__(self)  # type: ignore[return-value]
+
+    def __invert__(self) -> Tensor:
+        if self.dtype.kind == "f":
+            raise TorchLeanError("bitwise_not (~): only integer and bool tensors, found "
+                                 f"{self.dtype.name}")
+        return _leaf(~self._value)
+
+    def __and__(self, other: Any) -> Tensor:
+        return _bitwise("and", self, other)
+
+    def __or__(self, other: Any) -> Tensor:
+        return _bitwise("or", self, other)
+
+    def __xor__(self, other: Any) -> Tensor:
+        return _bitwise("xor", self, other)
+
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
+
+    def __matmul__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _matmul(other, self)
+
+    def add(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        return self + (other if alpha == 1 else other * alpha)
+
+    def sub(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        return self - (other if alpha == 1 else other * alpha)
+
+    def mul(self, other: Any) -> Tensor:
+        return self * other
+
+    def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode == "floor":
+            return self // other
+        if rounding_mode == "trunc":
+            q = self / other
+            return _leaf(np.trunc(q._value).astype(_promote_of("div", self, other, True)))
+        raise TorchLeanError(f"div: rounding_mode must be None, 'trunc' or 'floor', found "
+                             f"{rounding_mode!r}")
+
+    multiply = mul
+    subtract = sub
+    divide = div
+    true_divide = __truediv__
+
+    def pow(self, exponent: Any) -> Tensor:  # type: ignore[override]
+        return _promoted("pow", self, exponent)
+
+    def matmul(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _matmul(self, other)
+
+    mm = matmul
+
+    def dot(self, other: Any) -> Tensor:
+        if self.ndim != 1 or not isinstance(other, Tensor) or other.ndim != 1:
+            raise ShapeError(f"dot: expects two 1-D tensors, found shapes {self.shape} and "
+                             f"{getattr(other, 'shape', type(other).__name__)}")
+        return (self * other).sum()
+
+    # --- comparisons -----------------------------------------------------------------------------
+    def eq(self, other: Any) -> Tensor:
+        return self._compare(other, "equal")
+
+    def ne(self, other: Any) -> Tensor:
+        return self._compare(other, "not_equal")
+
+    def lt(self, other: Any) -> Tensor:
+        return self._compare(other, "less")
+
+    def le(self, other: Any) -> Tensor:
+        return self._compare(other, "less_equal")
+
+    def gt(self, other: Any) -> Tensor:
+        return self._compare(other, "greater")
+
+    def ge(self, other: Any) -> Tensor:
+        return self._compare(other, "greater_equal")
+
+    def equal(self, other: Any) -> bool:
+        """True when both have the same shape and values (torch.equal)."""
+        return (isinstance(other, Tensor) and other.shape == self.shape
+                and bool(np.all(self._host() == other._host())))
+
+    def allclose(self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
+                 equal_nan: bool = False) -> bool:
+        return bool(np.allclose(self._host(), _host_of(other), rtol, atol, equal_nan))
+
+    def isnan(self) -> Tensor:
+        return _leaf(namespace_of(self._value).isnan(self._value))
+
+    def isfinite(self) -> Tensor:
+        return _leaf(namespace_of(self._value).isfinite(self._value))
+
+    def logical_not(self) -> Tensor:
+        return _leaf(namespace_of(self._value).logical_not(self._value))
+
+    def any(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        axis = None if dim is None else F._axis("any", dim, self.ndim)
+        return _leaf(np.asarray(namespace_of(self._value).any(self._value, axis=axis,
+                                                              keepdims=keepdim)))
+
+    def all(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        axis = None if dim is None else F._axis("all", dim, self.ndim)
+        return _leaf(np.asarray(namespace_of(self._value).all(self._value, axis=axis,
+                                                              keepdims=keepdim)))
+
+    # --- unary functions (integer input promotes to the default float, as in torch) -------------
+    def _float_input(self, op: str) -> Tensor:
+        if self.dtype.kind == "f":
+            return self
+        return _leaf(self._value.astype(get_default_dtype()))
+
+    def exp(self) -> Tensor:  # type: ignore[override]
+        return RECORDER.record(_EXP, (self._float_input("exp"),), {})
+
+    def log(self) -> Tensor:  # type: ignore[override]
+        return _unary("log", self._float_input("log"))
+
+    def sqrt(self) -> Tensor:  # type: ignore[override]
+        return _unary("sqrt", self._float_input("sqrt"))
+
+    def tanh(self) -> Tensor:  # type: ignore[override]
+        return RECORDER.record(_TANH, (self._float_input("tanh"),), {})
+
+    def sigmoid(self) -> Tensor:  # type: ignore[override]
+        return RECORDER.record(_SIGMOID, (self._float_input("sigmoid"),), {})
+
+    def sin(self) -> Tensor:
+        return _unary("sin", self._float_input("sin"))
+
+    def cos(self) -> Tensor:
+        return _unary("cos", self._float_input("cos"))
+
+    def rsqrt(self) -> Tensor:
+        return 1.0 / self.sqrt()
+
+    def reciprocal(self) -> Tensor:
+        return 1.0 / self._float_input("reciprocal")
+
+    def neg(self) -> Tensor:
+        return -self
+
+    def t(self) -> Tensor:  # type: ignore[override]
+        if self.ndim < 2:
+            return self  # as torch: 0-d and 1-D tensors are their own transpose
+        return Ref.t(self)  # type: ignore[return-value]
+
+    def floor(self) -> Tensor:
+        return _rounded(self, "floor")
+
+    def ceil(self) -> Tensor:
+        return _rounded(self, "ceil")
+
+    def round(self) -> Tensor:  # type: ignore[override]
+        return _rounded(self, "round")
+
+    def trunc(self) -> Tensor:
+        return _rounded(self, "trunc")
+
+    def sign(self) -> Tensor:
+        return _rounded(self, "sign")
+
+    def cumsum(self, dim: builtins.int) -> Tensor:
+        """Running sums along ``dim`` (a product with a triangle of ones: differentiable)."""
+        axis = F._axis("cumsum", dim, builtins.max(self.ndim, 1))
+        if self.dtype.kind != "f" or not self.ndim:
+            value = self._host() if self.ndim else self._host().reshape(1)
+            out = np.cumsum(value, axis=axis)
+            out = out.astype(np.int64 if self.dtype.kind != "f" else self.dtype)
+            return _leaf(out.reshape(self.shape))
+        n = self.shape[axis]
+        upper = _leaf(np.triu(np.ones((n, n), self.dtype)))
+        moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+        summed = moved @ upper
+        return summed.transpose(axis, -1) if axis != self.ndim - 1 else summed  # type: ignore
+
+    def norm(self, p: Any = 2, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """The p-norm (2 or 1; "fro" is 2) over ``dim`` (every entry for None)."""
+        if p in (2, "fro"):
+            return (self * self).sum(dim, keepdim).sqrt()
+        if p == 1:
+            return self.abs().sum(dim, keepdim)
+        raise TorchLeanError(f"norm: p must be 1, 2 or 'fro', found {p!r}")
+
+    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Any:
+        return _sort(self, dim, descending, None)
+
+    def topk(self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True,
+             sorted: builtins.bool = True) -> Any:  # noqa: A002
+        return _sort(self, dim, largest, k)
+
+    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
+        return _sort(self, dim, descending, None).indices  # type: ignore[no-any-return]
+
+    def relu(self) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind != "f":
+            return _leaf(np.maximum(self._value, 0).astype(self.dtype))
+        return Ref.relu(self)  # type: ignore[return-value]
+
+    def abs(self) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind != "f":
+            return _leaf(abs(self._value))
+        return Ref.abs(self)  # type: ignore[return-value]
+
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # type: ignore[override]  # noqa: A002
+        if min is None and max is None:
+            raise TorchLeanError("clamp: at least one of 'min' or 'max' must not be None")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            out = self
+            if min is not None:
+                out = _where(out < min, min, out)
+            if max is not None:
+                out = _where(out > max, max, out)
+            return out
+        if self.dtype.kind != "f":
+            value = np.clip(self._value, min, max)
+            return _leaf(value.astype(_promote_of("clamp", self, min if min is not None else
+                                                  max, False)))
+        return Ref.clamp(self, min, max)  # type: ignore[return-value]
+
+    clip = clamp
+
+    def sum(self, dim: Any = None, keepdim: bool = False, dtype: Any = None, *,  # type: ignore[override]
+            keepdims: bool | None = None) -> Tensor:
+        if keepdims is not None:  # NumPy's spelling, which torch also accepts
+            keepdim = keepdims
+        if isinstance(dim, tuple | list) and len(dim) == 0:
+            dim = None  # torch: an empty dim list reduces everything
+        if dtype is not None:
+            return self.to(as_dtype("sum", dtype)).sum(dim, keepdim)
+        if self.dtype.kind != "f":
+            axes = None if dim is None else F._axes("sum", dim, self.ndim)
+            value = self._value.sum(axis=axes, keepdims=keepdim)
+            xp = namespace_of(self._value)
+            return _leaf(xp.asarray(value).astype(np.int64))
+        return Ref.sum(self, dim, keepdim)  # type: ignore[return-value]
+
+    def mean(self, dim: Any = None, keepdim: bool = False, dtype: Any = None, *,  # type: ignore[override]
+             keepdims: bool | None = None) -> Tensor:
+        if keepdims is not None:
+            keepdim = keepdims
+        if isinstance(dim, tuple | list) and len(dim) == 0:
+            dim = None
+        if dtype is not None:
+            return self.to(as_dtype("mean", dtype)).mean(dim, keepdim)
+        if self.dtype.kind != "f":
+            raise TorchLeanError(f"mean: could not infer output dtype; the input dtype must be a "
+                                 f"floating point dtype, found {self.dtype.name} (as in PyTorch; "
+                                 "use .float() first)")
+        return Ref.mean(self, dim, keepdim)  # type: ignore[return-value]
+
+    def var(self, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
+            correction: int | None = None) -> Tensor:
+        """Variance over ``dim`` (all entries for None) with Bessel's correction by default."""
+        if self.dtype.kind != "f":
+            raise TorchLeanError(f"var: std and var only support floating point dtypes, found "
+                                 f"{self.dtype.name} (as in PyTorch)")
+        x = self
+        axes = None if dim is None else F._axes("var", dim, builtins.max(x.ndim, 1))
+        n = x.numel() if axes is None or not x.ndim else int(np.prod([x.shape[a] for a in axes]))
+        ddof = (1 if unbiased else 0) if correction is None else int(correction)
+        if not x.ndim:
+            dim = None
+        centred = x - x.mean(dim, keepdim=True)
+        factor = 1.0 / (n - ddof) if n - ddof > 0 else float("nan")
+        return _scaled((centred * centred).sum(dim, keepdim), factor)
+
+    def std(self, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
+            correction: int | None = None) -> Tensor:
+        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+
+    def prod(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        if self.requires_grad and is_grad_enabled():
+            raise TorchLeanError("prod: not differentiable in torchlean; compute it under "
+                                 "no_grad or use exp(log(x).sum())")
+        axis = None if dim is None else F._axis("prod", dim, self.ndim)
+        return _leaf(np.asarray(np.prod(self._host(), axis=axis, keepdims=keepdim)))
+
+    # --- shapes -----------------------------------------------------------------------------
+    def view_as(self, other: Any) -> Tensor:
+        return self.reshape(tuple(other.shape))  # type: ignore[return-value]
+
+    def reshape_as(self, other: Any) -> Tensor:
+        return self.reshape(tuple(other.shape))  # type: ignore[return-value]
+
+    def expand(self, *sizes: Any) -> Tensor:
+        """This tensor broadcast to ``sizes`` (-1 keeps a dimension), as torch's ``expand``."""
+        shape = F._shape_arg(sizes)
+        shape = tuple(shape) if isinstance(shape, tuple | list) else (shape,)
+        lead = len(shape) - self.ndim
+        if lead < 0:
+            raise ShapeError(f"expand: the number of sizes provided ({len(shape)}) must be at "
+                             f"least the number of dimensions ({self.ndim})")
+        target = tuple(self.shape[k - lead] if s == -1 and k >= lead else int(s)
+                       for k, s in enumerate(shape))
+        for k, n in enumerate(self.shape):
+            if n != 1 and n != target[k + lead]:
+                raise ShapeError(f"expand: the expanded size of the tensor ({target[k + lead]}) "
+                                 f"must match the existing size ({n}) at non-singleton "
+                                 f"dimension {k + lead}; target sizes {list(shape)}")
+        if target == self.shape:
+            return self
+        if self.dtype.kind != "f":
+            return _leaf(namespace_of(self._value).broadcast_to(self._value, target).copy())
+        return F.broadcast_to(self, shape=target)  # type: ignore[no-any-return]
+
+    def expand_as(self, other: Any) -> Tensor:
+        return self.expand(tuple(other.shape))
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        reps = F._shape_arg(sizes)
+        reps = tuple(reps) if isinstance(reps, tuple | list) else (reps,)
+        if self.requires_grad and is_grad_enabled():
+            out = self
+            for _ in range(len(reps) - self.ndim):
+                out = out.unsqueeze(0)  # type: ignore[assignment]
+            for axis, r in enumerate(reps):
+                if r != 1:
+                    out = cat([out] * int(r), dim=axis)
+            return out
+        return _leaf(np.tile(self._value, reps))
+
+    def contiguous(self) -> Tensor:
+        return self
+
+    def clone(self) -> Tensor:
+        """A copy with the same history (gradients flow back through it)."""
+        if self.requires_grad and is_grad_enabled():
+            return self * 1.0 if self.dtype.kind == "f" else _leaf(self._value.copy())
+        return _leaf(self._value.copy())
+
+    def type(self, dtype: Any = None) -> Any:
+        """The type name (``"torch.FloatTensor"``) without an argument, else a cast (torch's
+        ``.type(dtype)``)."""
+        if dtype is None:
+            return _TYPE_NAMES.get(self.dtype.name, f"torch.{self.dtype.name}")
+        if isinstance(dtype, str) and dtype in _NAMED_TYPES:
+            dtype = _NAMED_TYPES[dtype]
+        return self.to(as_dtype("type", dtype))
+
+    def int(self) -> Tensor:
+        return self.to(np.dtype(np.int32))
+
+    def bool(self) -> Tensor:
+        return self.to(np.dtype(np.bool_))
+
+    def element_size(self) -> builtins.int:
+        return int(self.dtype.itemsize)
+
+    def is_floating_point(self) -> builtins.bool:
+        return self.dtype.kind == "f"
+
+    def masked_fill(self, mask: Any, value: Any) -> Tensor:
+        """``value`` where ``mask`` (a bool tensor broadcasting to this one) is True."""
+        return _masked_fill(self, mask, value)
+
+    def new_zeros(self, *size: Any, dtype: Any = None) -> Tensor:
+        return zeros(*size, dtype=dtype or self.dtype, device=self.device)
+
+    def new_ones(self, *size: Any, dtype: Any = None) -> Tensor:
+        return ones(*size, dtype=dtype or self.dtype, device=self.device)
+
+    def new_tensor(self, data: Any, dtype: Any = None) -> Tensor:
+        return tensor(data, dtype=dtype or self.dtype, device=self.device)
+
+    def new_full(self, size: Any, fill_value: Any, dtype: Any = None) -> Tensor:
+        return full(size, fill_value, dtype=dtype or self.dtype, device=self.device)
+
+    # --- versions and in-place operations ----------------------------------------------------
+    @property
+    def _version(self) -> builtins.int:
+        """How many times this value was changed in place (torch's ``_version``)."""
+        return 0 if self._vc is None else self._vc[0]
+
+    def _bump(self) -> None:
+        vc = self._vc
+        if vc is None:
+            vc = self._vc = [0, 0]
+        vc[0] += 1
+        vc[1] = next(_sequence)
+
+    def _stale_hint(self) -> str:
+        return ("Hint: use .clone() (or an out-of-place op) before changing a tensor that a "
+                "recorded op still needs.")
+
+    def mark_updated(self) -> None:
+        """Record an in-place change of ``array`` made outside the tensor API (optimisers)."""
+        self._bump()
+
+    @property
+    def array(self) -> Any:
+        """The value where it lives (NumPy or CuPy), shared, not copied: changes made to it are
+        changes of this tensor (call ``mark_updated`` after one)."""
+        return self._value
+
+    def add_(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        return _inplace("add_", self, lambda a, b: a + (b if alpha == 1 else b * alpha), other)
+
+    def sub_(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        return _inplace("sub_", self, lambda a, b: a - (b if alpha == 1 else b * alpha), other)
+
+    def mul_(self, other: Any) -> Tensor:
+        return _inplace("mul_", self, lambda a, b: a * b, other)
+
+    def div_(self, other: Any) -> Tensor:
+        return _inplace("div_", self, lambda a, b: a / b, other)
+
+    def pow_(self, exponent: Any) -> Tensor:
+        return _inplace("pow_", self, lambda a, b: a ** b, exponent)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        return _inplace("clamp_", self, lambda a: a.clamp(min, max))
+
+    clip_ = clamp_
+
+    def neg_(self) -> Tensor:
+        return _inplace("neg_", self, lambda a: -a)
+
+    def exp_(self) -> Tensor:
+        return _inplace("exp_", self, lambda a: a.exp())
+
+    def sqrt_(self) -> Tensor:
+        return _inplace("sqrt_", self, lambda a: a.sqrt())
+
+    def relu_(self) -> Tensor:
+        return _inplace("relu_", self, lambda a: a.relu())
+
+    def sigmoid_(self) -> Tensor:
+        return _inplace("sigmoid_", self, lambda a: a.sigmoid())
+
+    def tanh_(self) -> Tensor:
+        return _inplace("tanh_", self, lambda a: a.tanh())
+
+    def abs_(self) -> Tensor:
+        return _inplace("abs_", self, lambda a: a.abs())
+
+    def masked_fill_(self, mask: Any, value: Any) -> Tensor:
+        return _inplace("masked_fill_", self, lambda a, v: _masked_fill(a, mask, v), value)
+
+    def addcmul_(self, t1: Any, t2: Any, value: builtins.float = 1) -> Tensor:
+        return _inplace("addcmul_", self, lambda a, b: a + b * value, t1 * t2)
+
+    def addcdiv_(self, t1: Any, t2: Any, value: builtins.float = 1) -> Tensor:
+        return _inplace("addcdiv_", self, lambda a, b: a + b * value, t1 / t2)
+
+    def zero_(self) -> Tensor:
+        """Set every entry to 0 in place."""
+        return self.fill_(0)
+
+    def fill_(self, value: Any) -> Tensor:
+        """Set every entry to ``value`` (a number or a 0-d tensor) in place."""
+        if isinstance(value, Tensor):
+            if value.ndim:
+                raise ShapeError(f"fill_: only supports 0-dimension value tensor but got tensor "
+                                 f"with {value.ndim} dimensions")
+            return _inplace("fill_", self, lambda a, v: a * 0 + v, value)
+        _check_number("fill_", value)
+        return _inplace("fill_", self, lambda a: _filled(a, value))
+
+    def copy_(self, src: Any) -> Tensor:
+        """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""
+        src_t = src if isinstance(src, Tensor) else tensor(src)
+        return _inplace("copy_", self, lambda a, b: _copied(a, b), src_t, cast=True)
+
+    def uniform_(self, a: builtins.float = 0.0, b: builtins.float = 1.0,
+                 generator: Generator | None = None) -> Tensor:
+        gen = check_generator("uniform_", generator)
+        draw = _draw(gen, "uniform", self.shape, self.dtype, namespace_of(self._value))
+        return _inplace("uniform_", self, lambda t: _filled(t, draw * (b - a) + a))
+
+    def normal_(self, mean: builtins.float = 0.0, std: builtins.float = 1.0,
+                generator: Generator | None = None) -> Tensor:
+        gen = check_generator("normal_", generator)
+        draw = _draw(gen, "normal", self.shape, self.dtype, namespace_of(self._value))
+        return _inplace("normal_", self, lambda t: _filled(t, draw * std + mean))
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self.div_(other)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _setitem(self, index, value)
+
+    def __format__(self, spec: str) -> str:
+        if spec and self._value.size == 1:
+            return format(self.item(), spec)  # f"{loss:.4f}", as torch formats a one-element tensor
+        return repr(self) if not spec else format(repr(self), spec)
+
+    def scatter_(self, dim: builtins.int, index: Any, src: Any = None, value: Any = None,
+                 ) -> Tensor:
+        """Write ``src`` (or the number ``value``) at ``index`` along ``dim`` in place (no
+        gradient: torch's one_hot-style use on data)."""
+        if not isinstance(index, Tensor) or index.dtype.kind not in "iu":
+            raise TorchLeanError("scatter_: index must be an integer tensor")
+        if (src is None) == (value is None):
+            raise TorchLeanError("scatter_: give exactly one of src or value")
+        axis = F._axis("scatter_", dim, builtins.max(self.ndim, 1))
+        idx = index._host()
+        if idx.ndim == 0:
+            idx = idx.reshape(1)  # a 0-d index (one position), as torch accepts it
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.shape[axis]):
+            raise IndexRangeError(f"scatter_: index out of range for dimension {axis} of size "
+                                  f"{self.shape[axis]}")
+        fill = src._host() if isinstance(src, Tensor) else np.full(idx.shape, value)
+
+        def compute(t: Tensor) -> Tensor:
+            out = t._host().copy()
+            np.put_along_axis(out, idx.reshape(idx.shape if out.ndim else (1,)),
+                              np.broadcast_to(fill, idx.shape).astype(out.dtype), axis)
+            return _leaf(out)
+
+        return _inplace("scatter_", self, compute)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickling and ``copy.deepcopy`` keep the value and ``requires_grad`` (a copy is a
+        leaf, as torch's deepcopy of a leaf; a tensor with a history is refused, as in torch)."""
+        if self._op is not None:
+            raise TorchLeanError("deepcopy/pickle: only leaf tensors can be copied this way "
+                                 "(as in PyTorch); use .detach() or .clone() first")
+        return (_rebuild_leaf, (to_host(self._value), self.requires_grad))
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: a torch method torchlean does not have
+        if name.startswith("__") or name.startswith("_"):
+            raise AttributeError(name)
+        raise MissingTorchName(f"torchlean's Tensor has no method or attribute '{name}' (torch's "
+                               f"Tensor.{name} is not implemented)")
 
     def retain_grad(self) -> None:
         raise TorchLeanError("retain_grad: not supported; use tl.autograd.grad(out, [t]) for the "
                              "gradient of a non-leaf tensor")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch semantics of the operators: promotion, integer arithmetic, in-place ops, indexing
+
+
+_TYPE_NAMES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
+               "int64": "torch.LongTensor", "int32": "torch.IntTensor",
+               "int16": "torch.ShortTensor", "int8": "torch.CharTensor",
+               "uint8": "torch.ByteTensor", "bool": "torch.BoolTensor"}
+_NAMED_TYPES = {v: np.dtype(k) for k, v in _TYPE_NAMES.items()}
+
+
+def _check_number(op: str, value: Any) -> None:
+    if isinstance(value, bool | int | float | np.number | np.bool_):
+        return
+    raise TorchLeanError(f"{op}: expected a number, found {type(value).__name__} {value!r}")
+
+
+def _operand(op: str, x: Any) -> Any:
+    """A Tensor stays; numbers stay; NumPy arrays become tensors (dtype kept); anything else is
+    refused naming the op."""
+    if isinstance(x, Tensor) or isinstance(x, bool | int | float | np.number | np.bool_):
+        return x
+    if isinstance(x, np.ndarray):
+        return _leaf(x)
+    raise TorchLeanError(f"{op}: expected a tensor or a number, found {type(x).__name__}")
+
+
+def _promote_of(op: str, a: Any, b: Any, divide: bool) -> np.dtype:
+    dt = result_type(op, (a, b))
+    if divide and dt.kind != "f":
+        dt = get_default_dtype()
+    return dt
+
+
+def _as_float_operand(x: Any, dt: np.dtype) -> Any:
+    """``x`` ready for a float op of dtype ``dt``: numbers as Python floats, tensors cast (with
+    a differentiable cast for float tensors that require grad)."""
+    if not isinstance(x, Tensor):
+        return float(x)
+    if x.dtype == dt:
+        return x
+    if x.dtype.kind == "f" and x.requires_grad and is_grad_enabled():
+        return _cast(x, dt)
+    return _leaf(x._value.astype(dt))
+
+
+def _cast(x: Tensor, dt: np.dtype) -> Tensor:
+    return RECORDER.record(TP.cast(x.dtype, dt), (x,), {})
+
+
+_NUMPY_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
+                 "floordiv": "floor_divide", "mod": "remainder", "pow": "power"}
+
+
+def _promoted(op: str, a: Any, b: Any) -> Tensor:
+    """``a <op> b`` (one of them a Tensor) with torch's result dtype."""
+    if (isinstance(a, Ref) and not isinstance(a, Tensor)) or (
+            isinstance(b, Ref) and not isinstance(b, Tensor)):
+        raise TraceError(f"{op}: a tensor and a session or graph ref were mixed in one op")
+    a = _operand(op, a)
+    b = _operand(op, b)
+    dt = _promote_of(op, a, b, op == "div")
+    if op == "sub" and any(isinstance(v, bool | np.bool_) or (isinstance(v, Tensor) and
+                                                             v.dtype.kind == "b") for v in (a, b)):
+        raise TorchLeanError("sub: subtraction, the `-` operator, with two bool tensors is not "
+                             "supported (as in PyTorch); use the `^` or logical_xor() operator "
+                             "instead")
+    if dt.kind != "f":
+        return _integer_op(op, a, b, dt)
+    x = _as_float_operand(a, dt)
+    y = _as_float_operand(b, dt)
+    if op == "pow":
+        return _power(x, y, dt)
+    if op == "div":
+        if not isinstance(y, Tensor):
+            if y == 0:  # x / 0 is inf, -inf or nan, as in torch
+                return _scaled(x, float("inf") if y == 0 and not np.signbit(y) else -math.inf)
+            return x * (1.0 / y)  # type: ignore[no-any-return]
+        if not isinstance(x, Tensor):
+            return x * y.reciprocal()
+        return x * y.reciprocal()  # type: ignore[no-any-return]
+    if op in ("floordiv", "mod"):
+        if (isinstance(x, Tensor) and x.requires_grad) or (isinstance(y, Tensor) and
+                                                           y.requires_grad):
+            if op == "floordiv":
+                raise TorchLeanError("floor_divide: not differentiable (as in PyTorch)")
+            q = _leaf(np.floor(_host_of(x / y)).astype(dt))
+            return x - q * y  # type: ignore[no-any-return]
+        xv, yv = _values(x, dt), _values(y, dt)
+        with np.errstate(all="ignore"):
+            return _leaf(np.asarray(getattr(np, _NUMPY_BINARY[op])(xv, yv), dtype=dt))
+    if isinstance(x, float) and not math.isfinite(x):  # the registry's constants are finite
+        x = _leaf(np.full((), x, dtype=dt))
+    if isinstance(y, float) and not math.isfinite(y):
+        y = _leaf(np.full((), y, dtype=dt))
+    if isinstance(x, Tensor) and isinstance(y, Tensor):  # one dtype now: record directly
+        return RECORDER.record({"add": _ADD, "sub": _SUB, "mul": _MUL}[op], (x, y), {})
+    t, c = (x, y) if isinstance(x, Tensor) else (y, x)
+    if op == "add":
+        return RECORDER.record(_ADD_SCALAR, (t,), {"c": float(c)})
+    if op == "mul":
+        return RECORDER.record(_SCALE, (t,), {"c": float(c)})
+    if t is x:  # tensor - number
+        return RECORDER.record(_ADD_SCALAR, (x,), {"c": -float(c)})
+    negated = RECORDER.record(_SCALE, (t,), {"c": -1.0})
+    return RECORDER.record(_ADD_SCALAR, (negated,), {"c": float(c)})
+
+
+def _rounded(x: Tensor, op: str) -> Tensor:
+    """floor/ceil/round/trunc/sign: piecewise constant, so no gradient flows (torch's is
+    zero); integer input is returned as it is (sign: its sign)."""
+    xp = namespace_of(x._value)
+    if x.dtype.kind == "b" or (x.dtype.kind != "f" and op != "sign"):
+        return x
+    fn = {"round": xp.round, "floor": xp.floor, "ceil": xp.ceil, "trunc": xp.trunc,
+          "sign": xp.sign}[op]
+    out = _leaf(fn(x._value).astype(x.dtype))
+    if x.requires_grad and is_grad_enabled():
+        return RECORDER.record(TP.where(xp.ones(x.shape, np.bool_)), (out, x), {})
+    return out
+
+
+def _sort(t: Tensor, dim: int, descending: bool, k: int | None) -> Any:
+    """``(values, indices)`` along ``dim``, all of them or the first ``k``; the values are
+    gathered with ``take`` (they keep the gradient)."""
+    if t.dtype.kind == "b" and k is not None:
+        raise TorchLeanError("topk: not implemented for bool tensors (as in PyTorch)")
+    if not t.ndim:
+        return MaxResult(t, _leaf(np.zeros((), np.int64)))
+    axis = F._axis("sort", dim, t.ndim)
+    value = t._host()
+    order = np.argsort(-value if descending and t.dtype.kind != "b" else value, axis=axis,
+                       kind="stable")
+    if descending and t.dtype.kind == "b":
+        order = np.flip(np.argsort(value, axis=axis, kind="stable"), axis=axis)
+    if k is not None:
+        n = t.shape[axis]
+        if not 0 <= k <= n:
+            raise ShapeError(f"topk: k ({k}) out of range for dimension {dim} of size {n}")
+        order = np.take(order, np.arange(k), axis=axis)
+    grids: list[Any] = list(np.indices(order.shape, sparse=True))
+    grids[axis] = order
+    index = tuple(np.broadcast_to(g, order.shape) for g in grids)
+    values = Ref.__getitem__(t, index) if t.dtype.kind == "f" and t.requires_grad else \
+        _leaf(t._value[index])
+    return MaxResult(values, _leaf(order.astype(np.int64)))
+
+
+def _scaled(x: Tensor, c: float) -> Tensor:
+    """``x * c`` for a possibly infinite c (x / 0): 0 * inf is nan, as torch's 0 / 0."""
+    return RECORDER.record(TP.scale_any(c), (x,), {})
+
+
+def _values(x: Any, dt: np.dtype) -> Any:
+    if isinstance(x, Tensor):
+        return x._value
+    with np.errstate(all="ignore"):  # a Python int wraps into uint8 as in torch
+        return np.asarray(x).astype(dt)
+
+
+def _host_of(x: Any) -> Any:
+    return x._host() if isinstance(x, Tensor) else x
+
+
+def _integer_op(op: str, a: Any, b: Any, dt: np.dtype) -> Tensor:
+    """Integer or bool arithmetic (no gradient: such tensors never require one)."""
+    av, bv = _values(a, dt), _values(b, dt)
+    xp = namespace_of(av) if isinstance(a, Tensor) else namespace_of(bv)
+    try:
+        np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
+    except ValueError:
+        raise ShapeError(f"{op}: the shapes {tuple(av.shape)} and {tuple(bv.shape)} do not "
+                         "broadcast") from None
+    if op in ("floordiv", "mod") and bool(xp.any(bv == 0)):
+        raise TorchLeanError(f"{op}: integer division by zero (ZeroDivisionError in PyTorch)")
+    if op == "pow" and dt.kind != "b" and not isinstance(b, Tensor) and b < 0:
+        raise TorchLeanError("pow: integers to negative integer powers are not allowed (as in "
+                             "PyTorch); use a float base")
+    if dt.kind == "b":
+        fn = {"add": xp.logical_or, "mul": xp.logical_and}.get(op)
+        if op == "pow" and not isinstance(b, Tensor):  # torch: bool ** True is itself
+            return _leaf(xp.power(av.astype(np.int64), int(b)).astype(np.bool_))
+        if fn is None:
+            raise TorchLeanError(f"{op}: not implemented for bool tensors (as in PyTorch); "
+                                 "convert with .long() or .float() first")
+        return _leaf(fn(av, bv))
+    fn = getattr(xp, _NUMPY_BINARY[op])
+    if op == "pow" and bool(xp.any(bv < 0)):  # torch: 0 unless the base is 1 or -1
+        with np.errstate(all="ignore"):
+            value = xp.trunc(xp.power(av.astype(np.float64), bv.astype(np.float64)))
+        return _leaf(value.astype(dt))
+    with np.errstate(all="ignore"):
+        value = fn(av.astype(dt, copy=False), bv.astype(dt, copy=False))
+    return _leaf(xp.asarray(value).astype(dt, copy=False))
+
+
+def _power(x: Any, y: Any, dt: np.dtype) -> Tensor:
+    """``x ** y`` in float dtype ``dt``: integer and 0.5 exponents through the registry's
+    primitives (they trace and verify), anything else through the tensor-only ``pow``."""
+    if isinstance(x, Tensor) and not isinstance(y, Tensor):
+        if y == 2:
+            return x.square()  # type: ignore[return-value]
+        if y == int(y) if math.isfinite(y) else False:
+            return F.power(x, y)  # type: ignore[no-any-return]
+        if y == 0.5:
+            return x.sqrt()  # type: ignore[no-any-return]
+        y = _leaf(np.asarray(y, dtype=dt))
+    elif not isinstance(x, Tensor):
+        x = _leaf(np.asarray(x, dtype=dt))
+    return RECORDER.record(TP.POW, (x, y), {})
+
+
+def _bitwise(op: str, a: Any, b: Any) -> Tensor:
+    a = _operand(op, a)
+    b = _operand(op, b)
+    dt = result_type(op, (a, b))
+    if dt.kind == "f":
+        raise TorchLeanError(f"bitwise_{op}: only integer and bool tensors, found {dt.name}")
+    av, bv = _values(a, dt), _values(b, dt)
+    xp = namespace_of(av) if isinstance(a, Tensor) else namespace_of(bv)
+    return _leaf(getattr(xp, f"bitwise_{op}")(av.astype(dt), bv.astype(dt)))
+
+
+def _matmul(a: Any, b: Any) -> Tensor:
+    for x in (a, b):
+        if not isinstance(x, Tensor):
+            raise TorchLeanError(f"matmul: expected tensors, found {type(x).__name__}")
+    if a.dtype != b.dtype or a.dtype.kind != "f":
+        if a.dtype.kind != "f" and b.dtype.kind != "f":
+            if a.dtype != b.dtype:
+                raise TorchLeanError(f"matmul: expected both tensors of one dtype, found "
+                                     f"{a.dtype.name} and {b.dtype.name}")
+            return _leaf(np.asarray(a._value @ b._value))
+        raise TorchLeanError(f"matmul: expected both tensors of one dtype, found "
+                             f"{a.dtype.name} and {b.dtype.name} (as in PyTorch; cast one)")
+    return F.matmul_any(a, b)  # type: ignore[no-any-return]
+
+
+def _unary(op: str, x: Tensor) -> Tensor:
+    if op == "sin":
+        return RECORDER.record(TP.SIN, (x,), {})
+    if op == "cos":
+        return RECORDER.record(TP.COS, (x,), {})
+    if op == "log":
+        return RECORDER.record(TP.LOG, (x,), {})
+    if op == "sqrt":
+        value = x._value
+        if bool(namespace_of(value).any(value < 0)):  # torch's NaN, not the registry's total 0
+            return RECORDER.record(TP.SQRT, (x,), {})
+    return getattr(Ref, op)(x)  # type: ignore[no-any-return]
+
+
+def _where(cond: Any, a: Any, b: Any) -> Tensor:
+    """torch.where(cond, a, b) with torch's promotion and gradients for a and b."""
+    if not isinstance(cond, Tensor) or cond.dtype.kind != "b":
+        raise TorchLeanError(f"where: the condition must be a bool tensor, found "
+                             f"{getattr(cond, 'dtype', type(cond).__name__)}")
+    a = _operand("where", a)
+    b = _operand("where", b)
+    dt = result_type("where", (a, b))
+    try:
+        shape = np.broadcast_shapes(cond.shape, getattr(a, "shape", ()), getattr(b, "shape", ()))
+    except ValueError:
+        raise ShapeError(f"where: the shapes {cond.shape}, {getattr(a, 'shape', ())} and "
+                         f"{getattr(b, 'shape', ())} do not broadcast") from None
+    if dt.kind != "f" or not any(isinstance(t, Tensor) and t.requires_grad for t in (a, b)) \
+            or not is_grad_enabled():
+        xp = namespace_of(cond._value)
+        value = xp.where(cond._value, _values(a, dt), _values(b, dt)).astype(dt)
+        return _leaf(xp.asarray(value).reshape(shape))
+    ta = a if isinstance(a, Tensor) else _leaf(np.asarray(a, dt))
+    tb = b if isinstance(b, Tensor) else _leaf(np.asarray(b, dt))
+    ta, tb = (_as_float_operand(t, dt) for t in (ta, tb))
+    return RECORDER.record(TP.where(cond._value), (ta, tb), {})
+
+
+def _masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
+    if isinstance(mask, np.ndarray) and mask.dtype.kind == "b":
+        mask = _leaf(mask)  # a module buffer compared with a number
+    if not isinstance(mask, Tensor) or mask.dtype.kind != "b":
+        raise TorchLeanError(f"masked_fill: expected a bool mask tensor, found "
+                             f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    try:
+        if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"masked_fill: the mask of shape {mask.shape} does not broadcast to "
+                         f"the tensor's shape {x.shape}") from None
+    if isinstance(value, Tensor):
+        if value.ndim:
+            raise ShapeError(f"masked_fill: only supports a 0-dimensional value tensor, but got "
+                             f"one with {value.ndim} dimensions")
+    else:
+        _check_number("masked_fill", value)
+        value = _leaf(np.asarray(value, dtype=x.dtype))
+    if value.dtype != x.dtype:
+        value = _leaf(value._value.astype(x.dtype)) if not value.requires_grad else \
+            _as_float_operand(value, x.dtype)
+    return _where(mask, value, x).expand(x.shape) if x.shape != np.broadcast_shapes(
+        mask.shape, x.shape) else _where(mask, value, x)
+
+
+def _filled(t: Tensor, value: Any) -> Tensor:
+    """A tensor of t's shape and dtype holding ``value`` (a number or an array)."""
+    xp = namespace_of(t._value)
+    return _leaf(xp.broadcast_to(xp.asarray(value, dtype=t.dtype), t.shape).copy())
+
+
+def _copied(dst: Tensor, src: Tensor) -> Tensor:
+    """``src`` broadcast to dst's shape in dst's dtype (differentiable for float data)."""
+    if src.dtype != dst.dtype:
+        src = _as_float_operand(src, dst.dtype) if dst.dtype.kind == "f" and \
+            src.dtype.kind == "f" else _leaf(src._value.astype(dst.dtype))
+    if src.shape != dst.shape:
+        src = src.expand(dst.shape)
+    return src if src is not dst else src.clone()
+
+
+def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any,
+             cast: bool = False) -> Tensor:
+    """Run ``compute(self, *others)`` out of place and write the result into ``self``'s storage
+    (aliases see it), bumping its version. With a history, ``self`` becomes the result's node
+    and its old self lives on as a snapshot (a copy of the old value with the old history), so
+    gradients through the in-place op are exact; later backwards through ops that used the old
+    value are refused with torch's error."""
+    grad_on = is_grad_enabled()
+    if grad_on and self.requires_grad and self._op is None:
+        raise TorchLeanError(f"{op}: a leaf Variable that requires grad is being used in an "
+                             "in-place operation (as in PyTorch: wrap the update in "
+                             "tl.no_grad(), or change .data)")
+    record = grad_on and (self.requires_grad or any(
+        isinstance(o, Tensor) and o.requires_grad for o in others))
+    if record:
+        base = _snapshot(self)
+        out = compute(base, *[base if o is self else o for o in others])
+    else:
+        with _GradMode(False):
+            out = compute(self, *others)
+    if not isinstance(out, Tensor):
+        out = _leaf(np.asarray(out))
+    if record and out._op is None and out.dtype == self.dtype and out.shape == self.shape:
+        # a value that does not depend on the old one (fill_, zero_, normal_): recorded as a
+        # selection of the new value, so the gradient to the old history is zero, as in torch
+        keep = namespace_of(self._value).ones(self.shape, np.bool_)
+        out = RECORDER.record(TP.where(keep), (out, base), {})
+    if out.shape != self.shape:
+        raise ShapeError(f"{op}: output with shape {list(self.shape)} doesn't match the "
+                         f"broadcast shape {list(out.shape)}")
+    if out.dtype != self.dtype and not cast and not np.can_cast(out.dtype, self.dtype,
+                                                                "same_kind"):
+        raise TorchLeanError(f"{op}: result type {out.dtype.name} can't be cast to the desired "
+                             f"output type {self.dtype.name} (as in PyTorch)")
+    _write(op, self, out._value)
+    self._bump()
+    if record and out._op is not None:
+        self._op, self._parents, self._attrs = out._op, out._parents, out._attrs
+        self.requires_grad = True
+        self._id = next(_sequence)
+    return self
+
+
+def _write(op: str, t: Tensor, value: Any) -> None:
+    try:
+        t._value[...] = value
+    except ValueError as exc:  # read-only storage (a broadcast view, a frozen array)
+        raise TorchLeanError(f"{op}: cannot write into this tensor's storage ({exc})") from None
+
+
+def _snapshot(t: Tensor) -> Tensor:
+    """t's node as it is now (a copy of the value, the same history and creation number)."""
+    snap = Tensor._result(t._value.copy(), t._op, t._parents, t._attrs)
+    snap._id = t._id
+    snap.requires_grad = t.requires_grad
+    snap._freed = t._freed
+    return snap
+
+
+def _index_entries(index: Any) -> Any:
+    """Tensor entries of an index as host arrays (0-d integer tensors as ints, as torch reads
+    them); lists as arrays."""
+    entries = index if isinstance(index, tuple) else (index,)
+    out = []
+    for e in entries:
+        if isinstance(e, Tensor):
+            v = e._host()
+            out.append(int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v)
+        elif isinstance(e, Ref):
+            raise TraceError("indexing: a session or graph ref cannot index a tensor")
+        elif isinstance(e, list):
+            out.append(np.asarray([_host_of(v) for v in e]) if e else np.zeros(0, np.int64))
+        else:
+            out.append(e)
+    return tuple(out)
+
+
+def _getitem(t: Tensor, index: Any) -> Tensor:
+    if not t.shape and index is not None and index is not Ellipsis and not (
+            isinstance(index, tuple) and all(e is None or e is Ellipsis for e in index)):
+        raise IndexRangeError(f"indexing: a 0-d tensor has no dimension to index, found index "
+                              f"{index!r}")
+    steps = torch_steps(_index_entries(index), t.shape)
+    value = t._value
+    if t.dtype.kind != "f" or not (t.requires_grad and is_grad_enabled()):
+        xp = namespace_of(value)
+        for step in steps:
+            value = value[_device_index(step, xp) if xp is not np else step]
+        if len(steps) == 1:  # basic indexing is a view, as in torch: writes reach t
+            view = _leaf(value if hasattr(value, "shape") and value.shape != () or
+                         not isinstance(value, np.generic) else np.asarray(value))
+            if isinstance(view._value, np.ndarray) and np.shares_memory(view._value, t._value):
+                vc = t._vc
+                if vc is None:
+                    vc = t._vc = [0, 0]
+                view._vc = vc
+            return view
+        return _leaf(value.copy() if isinstance(value, np.ndarray) else xp.asarray(value))
+    out: Any = t
+    for step in steps:
+        if all(isinstance(e, slice) and e == slice(None) for e in step):
+            continue
+        out = Ref.__getitem__(out, step)
+    return out  # type: ignore[no-any-return]
+
+
+def _setitem(t: Tensor, index: Any, value: Any) -> None:
+    steps = torch_steps(_index_entries(index), t.shape)
+    # One NumPy index for the whole assignment: the first step's view, then the second's
+    # entries, is the same as indexing a view; a two-step index is applied through it.
+    if not isinstance(value, Tensor):
+        if isinstance(value, list | tuple | np.ndarray):
+            value = tensor(np.asarray(value), dtype=t.dtype)
+        else:
+            _check_number("setitem", value)
+    if isinstance(value, Tensor):
+        target_shape = np.broadcast_to(np.empty(()), t.shape)
+        for step in steps:
+            target_shape = target_shape[step]
+        try:
+            np.broadcast_to(np.empty(()), value.shape) + target_shape
+            np.broadcast_to(np.empty(value.shape), target_shape.shape)
+        except ValueError:
+            raise ShapeError(f"setitem: shape mismatch: value tensor of shape "
+                             f"{list(value.shape)} cannot be broadcast to indexing result of "
+                             f"shape {list(target_shape.shape)}") from None
+
+    def compute(base: Tensor, v: Any = None) -> Tensor:
+        if isinstance(v, Tensor) and v.requires_grad and base.dtype.kind == "f":
+            x = base
+            vv = _as_float_operand(v, base.dtype)
+            index_np = _single_index(steps, base.shape)
+            return RECORDER.record(TP.setitem(index_np, base.shape), (x, vv), {})
+        if base.requires_grad and is_grad_enabled():
+            index_np = _single_index(steps, base.shape)
+            vv = v if isinstance(v, Tensor) else _leaf(np.asarray(value, dtype=base.dtype))
+            vv = _leaf(vv._value.astype(base.dtype))
+            return RECORDER.record(TP.setitem(index_np, base.shape), (base, vv), {})
+        out = base._value.copy()
+        view = out
+        src = v._value if isinstance(v, Tensor) else value
+        if len(steps) == 1:
+            out[steps[0]] = src
+        else:
+            view = out[steps[0]]
+            view[steps[1]] = src
+        return _leaf(out)
+
+    if isinstance(value, Tensor):
+        _inplace("setitem", t, compute, value, cast=True)
+    else:
+        _inplace("setitem", t, compute, cast=True)
+
+
+def _single_index(steps: list[Any], shape: tuple[int, ...]) -> Any:
+    """One NumPy index equal to applying ``steps`` in turn (for a recorded assignment): the
+    basic first step made of positions the second can address, by building the flat positions
+    the two steps select."""
+    if len(steps) == 1:
+        return steps[0]
+    flat = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    chosen = flat[steps[0]][steps[1]]
+    return np.unravel_index(chosen, shape)
+
+
+class MissingTorchName(TorchLeanError, AttributeError):
+    """A torch name torchlean does not provide (also an ``AttributeError``, so ``hasattr``,
+    ``getattr(..., default)`` and submodule imports behave as Python expects)."""
+
+    __str__ = Exception.__str__
+
+
+def checked_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose wrong arguments (unknown keywords, too many) raise ``SignatureError`` naming
+    it, as a torch user expects an error naming the function, not a bare TypeError. No cost
+    when the call binds: the signature is checked only after a TypeError."""
+    signature = inspect.signature(fn)
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as exc:
+            if isinstance(exc, TorchLeanError):
+                raise
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as bad:
+                raise SignatureError(f"{name}: {bad}; expected {name}{signature}") from None
+            raise
+
+    return wrapped
+
+
+# Methods on the per-op path keep their plain signatures (a wrapper is a call per op); their
+# wrong arguments are rare and still a TypeError.
+_HOT_METHODS = frozenset({"exp", "tanh", "sigmoid", "relu", "log", "sqrt", "sum", "mean",
+                          "reshape", "view", "add", "mul", "sub", "div", "matmul", "pow",
+                          "item", "numel", "size", "dim", "detach", "numpy", "tolist"})
+
+
+def _check_method_signatures(cls: type) -> None:
+    """Every public method of ``cls`` defined in its own body gets ``checked_signature``."""
+    for key, value in list(vars(cls).items()):
+        if not key.startswith("_") and key not in _HOT_METHODS and inspect.isfunction(value):
+            setattr(cls, key, checked_signature(value))
 
 
 def _as_value(value: Any) -> Any:
@@ -381,6 +1616,51 @@ def _as_value(value: Any) -> Any:
     if hasattr(value, "__array_namespace__") and namespace_of(value) is not np:
         return value
     return np.asarray(value)
+
+
+def _format(value: np.ndarray) -> str:
+    """The values as torch prints them: 4 decimals for floats (scientific notation when they
+    span more than 1000x or exceed 1e8), integer-valued floats as ``1.``, ints and bools plain."""
+    options: dict[str, Any] = {"separator": ", ", "prefix": "tensor("}
+    if value.dtype.kind == "f" and value.size:
+        finite = value[np.isfinite(value)]
+        nonzero = np.abs(finite[finite != 0])
+        if finite.size and not np.all(finite == np.round(finite)):
+            wide = nonzero.size and (nonzero.max() / nonzero.min() > 1000 or nonzero.max() > 1e8)
+            options["formatter"] = {"float_kind": (lambda v: f"{v:.4e}") if wide else (
+                lambda v: f"{v:.4f}")}
+        elif nonzero.size and nonzero.max() > 1e8:
+            options["formatter"] = {"float_kind": lambda v: f"{v:.4e}"}
+    return np.array2string(value, **options)
+
+
+def _rebuild_leaf(value: Any, requires_grad: bool) -> Tensor:
+    return _leaf(np.array(value, copy=True), requires_grad)
+
+
+def _init_slots(t: Tensor, value: Any, prim: Primitive | None, parents: tuple[Tensor, ...],
+                attrs: dict[str, Any]) -> None:
+    Ref.__init__(t, RECORDER, next(_sequence), tuple(value.shape), value.dtype)
+    t._value = value
+    t._op = prim
+    t._parents = parents
+    t._attrs = attrs
+    t.requires_grad = prim is not None
+    t.grad = None
+    t._vc = None
+    t._freed = False
+
+
+def _leaf(value: Any, requires_grad: bool = False) -> Tensor:
+    """A leaf tensor holding ``value`` as it is (no copy, dtype kept): the internal constructor
+    (``Tensor(...)`` is torch's legacy one)."""
+    t = Tensor._result(value, None, (), {})
+    if requires_grad:
+        if t.dtype.kind != "f":
+            raise TorchLeanError(f"tensor: only float tensors can require gradients, found "
+                                 f"dtype {t.dtype}")
+        t.requires_grad = True
+    return t
 
 
 def _device_index(index: Any, xp: Any) -> Any:
@@ -402,15 +1682,18 @@ def _device_index(index: Any, xp: Any) -> Any:
 
 def _arg(op: str, t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
     value = t._value
+    if value.size == 0:
+        raise ShapeError(f"{op}: expected a non-empty tensor, found shape {t.shape} (as in "
+                         "PyTorch, the reduction has no identity)")
     xp = np if isinstance(value, np.ndarray) else namespace_of(value)
     fn = getattr(xp, op)
     if dim is None:
         if xp is np:
-            return Tensor(np.asarray(fn(value), dtype=np.int64))
-        return Tensor(fn(value).astype(np.int64))
+            return _leaf(np.asarray(fn(value), dtype=np.int64))
+        return _leaf(fn(value).astype(np.int64))
     axis = F._axis(op, dim, t.ndim)
     out = fn(value, axis=axis)
-    return Tensor((xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
+    return _leaf((xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 
 def _copy_between(src: Any) -> Primitive:
@@ -429,6 +1712,49 @@ def _copy_between(src: Any) -> Primitive:
                      "the cotangent copied back).", samples=lambda rng: [])
 
 
+class Size(tuple):  # type: ignore[type-arg]
+    """``tensor.size()``: a tuple of ints (torch.Size) with ``numel``."""
+
+    def numel(self) -> int:
+        return int(np.prod(self, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
+class GradFn:
+    """``tensor.grad_fn``: the recorded op behind a tensor, shaped like torch's node objects
+    (``name()``, ``next_functions``: ``(node, 0)`` pairs, an ``AccumulateGrad`` stand-in for a
+    leaf that requires grad, ``None`` for one that does not)."""
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, t: Tensor) -> None:
+        self._tensor = t
+
+    def name(self) -> str:
+        op = self._tensor._op
+        return "AccumulateGrad" if op is None else f"{op.name}Backward"
+
+    @property
+    def next_functions(self) -> tuple[tuple[Any, int], ...]:
+        return tuple((GradFn(p) if p.requires_grad else None, 0)
+                     for p in self._tensor._parents)
+
+    @property
+    def variable(self) -> Tensor:
+        return self._tensor
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GradFn) and other._tensor is self._tensor
+
+    def __hash__(self) -> int:
+        return id(self._tensor)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
 def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
     """The tensors behind ``outputs`` in creation order (a topological order): every tensor
     with a history, and the inputs of their ops (tensors without one are leaves here; the
@@ -444,11 +1770,15 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
                             "after its values were freed); pass retain_graph=True to the first "
                             "backward if you need to")
         seen[id(t)] = t
+        vc = t._vc
+        if vc is not None and vc[1] > t._id and t._op is not None and \
+                t._op.name not in OUTPUT_FREE:
+            raise _modified(t, t, vc)
         for p in t._parents:
-            if p._param is not None and p._param.version != p._param_version:
-                raise TapeError(f"backward: parameter {p._param.name or '(unnamed)'} was "
-                                "updated in place (an optimiser step) after this graph used it; "
-                                "call backward before opt.step(), then run a new forward pass")
+            vc = p._vc
+            if vc is not None and vc[1] > t._id and (p._op is not None or t._op is None or
+                                                     t._op.name not in INPUT_FREE):
+                raise _modified(p, t, vc)
             if id(p) not in seen:
                 stack.append(p)
     return sorted(seen.values(), key=lambda t: t._id)
@@ -508,13 +1838,32 @@ def _seed(op: str, out: Tensor, gradient: Any) -> Any:
 
 
 def _accumulate(leaf: Tensor, g: Any) -> None:
-    value = g._value if isinstance(g, Tensor) else g
-    if leaf._param is not None:
-        leaf._param.accumulate_grad(value)
     if isinstance(g, Tensor):
-        leaf.grad = g if leaf.grad is None else leaf.grad + g  # type: ignore[assignment]
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
     else:
-        leaf.grad = Tensor(g.copy()) if leaf.grad is None else Tensor(leaf.grad._value + g)
+        leaf.grad = _leaf(g.copy()) if leaf.grad is None else _leaf(leaf.grad._value + g)
+
+
+def _modified(p: Tensor, user: Tensor, vc: list[int]) -> TapeError:
+    """torch's error for a value a recorded backward needs that was changed in place since."""
+    op = user._op.name if user._op is not None else "an op"
+    return TapeError(
+        f"backward: one of the variables needed for gradient computation has been modified by "
+        f"an inplace operation: [{p.dtype.name} tensor of shape {list(p.shape)}] is at version "
+        f"{vc[0]}, changed after {op} used it. " + p._stale_hint())
+
+
+# Ops whose backward reads no input value (only shapes and the cotangent), and ops whose
+# backward does not read their own output: an in-place change of those values after the op
+# is harmless, as torch only checks the values it saved.
+INPUT_FREE = frozenset({
+    "add", "sub", "add_scalar", "scale", "reshape", "flatten", "transpose2d", "permute",
+    "broadcast_to", "sum", "reduce_sum", "reduce_mean", "sum_to", "take", "slice_range0",
+    "gather_row", "gather_scalar", "concat_dim0", "concat_vectors", "detach", "to_device",
+    "transpose3d_first_to_last", "transpose3d_last_to_first", "transpose3d_last_two"})
+OUTPUT_FREE = INPUT_FREE | frozenset({
+    "mul", "matmul", "bmm", "matmul_nd", "linear", "square", "abs", "clamp", "conv", "conv2d",
+    "log", "sin", "cos", "pow", "max_pool2d", "avg_pool2d", "setitem", "masked_fill"})
 
 
 class _AutogradNamespace:
@@ -547,7 +1896,7 @@ class _AutogradNamespace:
                                  f"{len(outs)} outputs")
         seeds = [_seed("autograd.grad", o, g) for o, g in zip(outs, seed_list, strict=True)]
         if create_graph:
-            seeds = [Tensor(s) for s in seeds]
+            seeds = [_leaf(s) for s in seeds]
         retain = create_graph if retain_graph is None else retain_graph
         found = {id(t): g for t, g in _reverse(outs, seeds, create_graph, retain)}
         result = []
@@ -556,7 +1905,7 @@ class _AutogradNamespace:
             if g is None and not allow_unused:
                 raise TorchLeanError(f"autograd.grad: input {k} was not used to compute the "
                                      "outputs (pass allow_unused=True to get None)")
-            result.append(g if g is None or isinstance(g, Tensor) else Tensor(g))
+            result.append(g if g is None or isinstance(g, Tensor) else _leaf(g))
         return tuple(result)
 
 
@@ -597,24 +1946,24 @@ class _Recorder:
         """An op with integer or bool inputs (labels, masks, indices)."""
         floats = [t for t in tensors if t.dtype.kind == "f"]
         if not floats:  # data only: computed, no history
-            return Tensor(run_checked(prim, [t._value for t in tensors], attrs))
+            if prim.name not in INTEGER_OPS:  # sigmoid, exp, mean, ... of integers are floats
+                dt = get_default_dtype()
+                return _leaf(run_checked(prim, [t._value.astype(dt) for t in tensors], attrs))
+            return _leaf(run_checked(prim, [t._value for t in tensors], attrs))
         # Mixed with float tensors, data takes their dtype (as PyTorch promotes).
         dtype = floats[0].dtype
-        return self.record(prim, [t if t.dtype.kind == "f" else Tensor(t._value.astype(dtype))
+        return self.record(prim, [t if t.dtype.kind == "f" else _leaf(t._value.astype(dtype))
                                   for t in tensors], attrs)
 
     def const(self, array: Any) -> Tensor:
         return tensor(array)
 
-    def use(self, param: Param) -> Tensor:
-        """A parameter as a leaf of the current computation; its gradient also accumulates into
-        ``param.grad``. The value is the parameter's own array (no copy)."""
-        if not isinstance(param, Param):
+    def use(self, param: Any) -> Tensor:
+        """A parameter as a leaf of the current computation: the parameter itself (a tensor),
+        so its gradient accumulates into ``param.grad``."""
+        if not isinstance(param, Tensor):
             raise TorchLeanError(f"use: expected a Param, found {type(param).__name__}")
-        t = Tensor(param.data, requires_grad=param.requires_grad and is_grad_enabled())
-        t._param = param
-        t._param_version = param.version
-        return t
+        return param
 
     def value(self, ref: Ref) -> Any:
         return ref._value  # type: ignore[attr-defined]
@@ -623,7 +1972,7 @@ class _Recorder:
         def mask_of(keep: float) -> Tensor:
             xp = namespace_of(x._value)  # type: ignore[attr-defined]
             draw = _draw(default_generator, "uniform", x.shape, x.dtype, xp)
-            return Tensor((draw < keep).astype(x.dtype))
+            return _leaf((draw < keep).astype(x.dtype))
 
         return F.inverted_dropout(x, p, training, mask_of)  # type: ignore[no-any-return]
 
@@ -640,6 +1989,24 @@ def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
 
 
 RECORDER = _Recorder()
+_EXP = REGISTRY["exp"]
+_ADD = REGISTRY["add"]
+_SUB = REGISTRY["sub"]
+_MUL = REGISTRY["mul"]
+_SCALE = REGISTRY["scale"]
+_ADD_SCALAR = REGISTRY["add_scalar"]
+_TANH = REGISTRY["tanh"]
+_SIGMOID = REGISTRY["sigmoid"]
+_check_method_signatures(Tensor)
+
+# Primitives whose result on integer (or bool) data stays integer, as torch's do; every other
+# primitive computes integer inputs in the default float dtype (sigmoid of an int is a float).
+INTEGER_OPS = frozenset({
+    "add", "sub", "mul", "abs", "relu", "max", "min", "sum", "reduce_sum", "reshape", "flatten",
+    "permute", "transpose2d", "take", "gather_row", "gather_scalar", "slice_range0",
+    "concat_dim0", "concat_vectors", "broadcast_to", "sign", "clamp", "square", "sum_to",
+    "one_hot", "transpose3d_first_to_last", "transpose3d_last_to_first",
+    "transpose3d_last_two", "pad_range0", "zeros_like", "detach"})
 
 
 # The interpreter ``create_graph=True`` runs the VJP rules on: gradients get a history.
@@ -676,14 +2043,14 @@ class CompiledModule:
                                                  wrt=None if x.requires_grad else ())
         xp = namespace_of(x._value)
         for p in c.params:  # a compiled run would move them; eager ops refuse to mix devices
-            if namespace_of(p.data) is not xp:
+            if namespace_of(p.array) is not xp:
                 raise device_mismatch(f"compiled module: parameter {p.name or '(unnamed)'}",
                                       p.device, x.device, "a parameter")
         values = c._values("compiled module", [x._value])
         out = values[c.graph.output]
         params = c.params
         if not is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in params)):
-            return Tensor(out)
+            return _leaf(out)
         parents = (x,) + tuple(RECORDER.use(p) for p in params)
         return Tensor._result(out, _compiled_call(c, values), parents, {})
 
@@ -712,14 +2079,8 @@ def _compiled_call(c: Any, values: list[Any]) -> Primitive:
 
 
 
-def _dtype(dtype: Any, default: np.dtype = float32) -> np.dtype:
-    if dtype is None:
-        return default
-    try:
-        return np.dtype(dtype)
-    except TypeError:
-        raise TorchLeanError(f"dtype: expected a NumPy dtype or its name, found {dtype!r}") \
-            from None
+def _dtype(dtype: Any, default: np.dtype | None = None) -> np.dtype:
+    return as_dtype("dtype", dtype, default)
 
 
 def _device_name(device: Any) -> str:
@@ -748,6 +2109,7 @@ def _draw(gen: Generator, method: str, shape: tuple[int, ...], dtype: Any, xp: A
     return fn(shape, dtype) if xp is np else fn(shape, dtype, xp=xp)
 
 
+@checked_signature
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
            device: str | None = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``. Python floats become float32 (PyTorch's
@@ -763,14 +2125,15 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
     if dtype is not None:
         arr = arr.astype(_dtype(dtype))
     elif src is np and not isinstance(data, np.ndarray | np.generic) and arr.dtype == float64:
-        arr = arr.astype(float32)
+        arr = arr.astype(get_default_dtype())
     xp = src if device is None else _namespace(device)
     if xp is not src:
-        return Tensor(to_device(arr, xp), requires_grad=requires_grad)  # a fresh copy there
+        return _leaf(to_device(arr, xp), requires_grad=requires_grad)  # a fresh copy there
     copied = np.array(arr, copy=True) if src is np else arr.copy()
-    return Tensor(copied, requires_grad=requires_grad)
+    return _leaf(copied, requires_grad=requires_grad)
 
 
+@checked_signature
 def as_tensor(data: Any, dtype: Any = None, device: str | None = None) -> Tensor:
     """``data`` as a tensor, without a copy when it already is one of that dtype and device."""
     if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype) and (
@@ -783,33 +2146,67 @@ def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor sharing ``array``'s memory."""
     if not isinstance(array, np.ndarray):
         raise TorchLeanError(f"from_numpy: expected a NumPy array, found {type(array).__name__}")
-    return Tensor(array)
+    return _leaf(array)
+
+
+# The most elements one factory call may allocate (2**34: 64 GiB of float32); beyond it the
+# request is refused by name instead of failing inside NumPy.
+MAX_ELEMENTS = 2 ** 34
 
 
 def _shape_args(op: str, size: Any) -> tuple[int, ...]:
     shape = size[0] if len(size) == 1 and not isinstance(size[0], int | np.integer) else size
-    return as_shape(op, shape)
+    if isinstance(shape, Tensor):
+        shape = shape.tolist()
+    dims = as_shape(op, shape)
+    total = 1
+    for n in dims:
+        total *= n
+    if total > MAX_ELEMENTS:
+        raise ShapeError(f"{op}: size {list(dims)} has {total} elements, more than the "
+                         f"{MAX_ELEMENTS} one tensor may hold")
+    return dims
 
 
+@checked_signature
 def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False,
           device: str | None = None) -> Tensor:
     xp = _namespace(device)
-    return Tensor(xp.zeros(_shape_args("zeros", size), _dtype(dtype)), requires_grad)
+    return _leaf(xp.zeros(_shape_args("zeros", size), _dtype(dtype)), requires_grad)
 
 
+@checked_signature
 def ones(*size: Any, dtype: Any = None, requires_grad: bool = False,
          device: str | None = None) -> Tensor:
     xp = _namespace(device)
-    return Tensor(xp.ones(_shape_args("ones", size), _dtype(dtype)), requires_grad)
+    return _leaf(xp.ones(_shape_args("ones", size), _dtype(dtype)), requires_grad)
 
 
-def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False,
+@checked_signature
+def empty(*size: Any, dtype: Any = None, requires_grad: bool = False,
+          device: str | None = None) -> Tensor:
+    """torch.empty: zeros here (torchlean never hands out uninitialised memory)."""
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+@checked_signature
+def full(size: Any, fill_value: Any, dtype: Any = None, requires_grad: bool = False,
          device: str | None = None) -> Tensor:
+    """``size`` filled with ``fill_value``; the dtype follows the value (bool, int64 or the
+    default float) unless given, as in torch."""
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if not isinstance(fill_value, bool | int | float | np.number | np.bool_):
+        raise TorchLeanError(f"full: fill_value must be a number, found "
+                             f"{type(fill_value).__name__} {fill_value!r}")
+    default = bool_ if isinstance(fill_value, bool | np.bool_) else (
+        int64 if isinstance(fill_value, int | np.integer) else None)
     xp = _namespace(device)
-    return Tensor(xp.full(_shape_args("full", (size,)), fill_value, _dtype(dtype)),
-                  requires_grad)
+    shape = _shape_args("full", (size,) if not isinstance(size, int | np.integer) else (size,))
+    return _leaf(xp.full(shape, fill_value, _dtype(dtype, default)), requires_grad)
 
 
+@checked_signature
 def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False,
                device: str | None = None) -> Tensor:
     """Zeros of ``t``'s shape, dtype and device (unless given)."""
@@ -817,37 +2214,56 @@ def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False,
                  device=device or t.device)
 
 
+@checked_signature
 def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False,
               device: str | None = None) -> Tensor:
     return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad,
                 device=device or t.device)
 
 
+@checked_signature
 def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
            requires_grad: bool = False, device: str | None = None) -> Tensor:
     """Values from ``start`` (0 if only one bound is given) up to ``end`` by ``step``; int64 when
     all three are ints, float32 otherwise (as PyTorch)."""
     lo, hi = (0, start) if end is None else (start, end)
+    for v in (lo, hi, step):
+        if isinstance(v, Tensor):
+            v = v.item()
+        if not isinstance(v, int | float | np.integer | np.floating) or isinstance(v, bool) \
+                or not math.isfinite(v):
+            raise TorchLeanError(f"arange: start, end and step must be finite numbers, found "
+                                 f"{v!r}")
+    if step == 0:
+        raise TorchLeanError("arange: step must be nonzero")
+    if (hi - lo) * step < 0:
+        raise TorchLeanError(f"arange: upper bound and larger bound inconsistent with step sign "
+                             f"(start {lo}, end {hi}, step {step})")
+    if abs((hi - lo) / step) > MAX_ELEMENTS:
+        raise ShapeError(f"arange: {abs((hi - lo) / step):.0f} elements, more than the "
+                         f"{MAX_ELEMENTS} one tensor may hold")
     ints = all(isinstance(v, int | np.integer) for v in (lo, hi, step))
-    default = int64 if ints else float32
+    default = int64 if ints else None
     xp = _namespace(device)
-    return Tensor(xp.arange(lo, hi, step).astype(_dtype(dtype, default)), requires_grad)
+    return _leaf(xp.arange(lo, hi, step).astype(_dtype(dtype, default)), requires_grad)
 
 
+@checked_signature
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None,
          requires_grad: bool = False, device: str | None = None) -> Tensor:
     """U[0, 1) draws from ``generator`` (default: the one ``tl.manual_seed`` seeds); the same
     numbers on every device."""
     gen = check_generator("rand", generator)
-    return Tensor(_draw(gen, "uniform", _shape_args("rand", size), _dtype(dtype),
+    return _leaf(_draw(gen, "uniform", _shape_args("rand", size), _dtype(dtype),
                         _namespace(device)), requires_grad)
 
 
+@checked_signature
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None,
           requires_grad: bool = False, device: str | None = None) -> Tensor:
     """Standard normal draws from ``generator`` (default: the one ``tl.manual_seed`` seeds)."""
     gen = check_generator("randn", generator)
-    return Tensor(_draw(gen, "normal", _shape_args("randn", size), _dtype(dtype),
+    return _leaf(_draw(gen, "normal", _shape_args("randn", size), _dtype(dtype),
                         _namespace(device)), requires_grad)
 
 
@@ -862,11 +2278,13 @@ def manual_seed(seed: int) -> None:
 # Functions on several tensors
 
 
+@checked_signature
 def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Concatenate along ``dim`` (works on any refs: tensors, session refs, graph variables)."""
     return F.cat(tensors, dim)
 
 
+@checked_signature
 def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Stack along a new axis ``dim``."""
     return F.stack(tensors, dim)

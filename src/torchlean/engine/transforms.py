@@ -61,7 +61,7 @@ class Compiled:
     Devices: a run happens where its data is. With ``device`` given ("cpu" or "cuda") the
     namespace is fixed; otherwise it is the device of the first input on one, else of the first
     parameter on one, else the host. Host inputs of a device run are uploaded explicitly,
-    parameters are moved there once (``Param.on``) and read through ``param.data`` on every
+    parameters are moved there once (``Param.on``) and read through ``param.array`` on every
     run (so in-place optimiser updates are seen without an upload), constants are uploaded once
     per graph (``Graph.consts_on``); data on another device is a ``DeviceError``.
     """
@@ -96,7 +96,7 @@ class Compiled:
                 if src is not np:
                     return src
         for p in self.graph.params:
-            arr = p.data
+            arr = p.array
             if type(arr) is not np.ndarray:
                 return namespace_of(arr)
         return np
@@ -109,14 +109,14 @@ class Compiled:
             raise ShapeError(f"compiled function takes {n} inputs, found {len(xs)}")
         params = self.graph.params
         if xp is np:
-            arrays = [p.data for p in params]
+            arrays = [p.array for p in params]
             for p, a in zip(params, arrays, strict=True):
                 if type(a) is not np.ndarray:
                     raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
                                           p.device, "cpu", "a parameter")
             return list(xs) + arrays
         for p in params:
-            src = namespace_of(p.data)
+            src = namespace_of(p.array)
             if src is not np and src is not xp:
                 raise device_mismatch(f"compiled run: parameter {p.name or '(unnamed)'}",
                                       p.device, device_of(xp), "a parameter")

@@ -9,6 +9,7 @@ re-exports, so ``torchlean.nn.Linear`` and ``from torchlean.nn import ...`` keep
 working.
 """
 
+from ..engine.params import Parameter
 from . import functional, init, utils
 from .containers import ModuleDict, ModuleList
 from .loss import (
@@ -59,6 +60,7 @@ from .modules import (
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
+    "Parameter",
     "AdaptiveAvgPool2d", "AvgPool2d", "BCEWithLogitsLoss", "BatchNorm2d", "Conv2d",
     "ConvTranspose2d", "CrossEntropyLoss", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
     "Hardtanh", "HuberLoss", "Identity", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",

@@ -47,7 +47,7 @@ from ..core.rng import Generator, check_generator, init_generator
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
-from ..engine.tensor import CompiledModule
+from ..engine.tensor import CompiledModule, Tensor
 from . import functional
 from .functional import gelu
 
@@ -115,12 +115,26 @@ class LoadResult(NamedTuple):
     unexpected_keys: list[str]
 
 
+class _Parameters(list):  # type: ignore[type-arg]
+    """``Module.parameters()``: a list (len, indexing, as the seed's) that ``next()`` also
+    walks, as torch's generator."""
+
+    _cursor = 0
+
+    def __next__(self) -> Any:
+        k = self._cursor
+        if k >= len(self):
+            raise StopIteration
+        self._cursor = k + 1
+        return self[k]
+
+
 def _use(x: Any, param: Param) -> Any:
     """The parameter where ``x`` lives: a ref from x's owner, or the value for plain arrays
     (which must live where the parameter does: nothing is moved implicitly)."""
     if isinstance(x, Ref):
         return x.owner.use(param)
-    data = param.data
+    data = param.array
     if namespace_of(x) is not namespace_of(data):
         raise DeviceError(f"parameter {param.name or '(unnamed)'} lives on {param.device} but "
                           "the input is on another device; move the module with .to(device) "
@@ -221,6 +235,8 @@ class Module:
 
     @staticmethod
     def _as_buffer(name: str, value: Any) -> np.ndarray:
+        if isinstance(value, Tensor) and not isinstance(value, Param):
+            value = value.detach().numpy()  # a tensor buffer (torch's tril mask): its values
         if isinstance(value, Param | Module | Ref):
             raise TorchLeanError(f"register_buffer: {name!r} must be an array, found "
                                  f"{type(value).__name__}")
@@ -277,7 +293,9 @@ class Module:
                     yield (f"{prefix}.{name}" if prefix else name), p
 
     def parameters(self) -> list[Param]:
-        return [p for _, p in self.named_parameters()]
+        """The parameters, as a list that is also an iterator (``next(model.parameters())``
+        works, as on torch's generator)."""
+        return _Parameters(p for _, p in self.named_parameters())
 
     def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
         for prefix, module in self.named_modules():
@@ -358,12 +376,19 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def to(self, device: Any) -> Module:
+    def to(self, device: Any = None, dtype: Any = None) -> Module:
         """Move every parameter to ``device`` ("cpu" or "cuda"), as ``torch.nn.Module.to``:
         one explicit transfer per parameter that lives elsewhere, none for those already there.
         Returns the module. Buffers (e.g. running statistics) stay host arrays; they enter a
         pass as constants. Optimisers built before the move take their state along at their
         next step."""
+        if dtype is not None:
+            self._cast(dtype)
+        if device is None:
+            return self
+        if isinstance(device, np.dtype) or (isinstance(device, str) and device in (
+                "float32", "float64")):
+            return self._cast(device)  # .to(torch.float64)
         name = getattr(device, "type", device)  # a torch.device-like object has .type
         if not isinstance(name, str):
             raise DeviceError(f"{type(self).__name__}.to: expected a device name ('cpu' or "
@@ -395,7 +420,7 @@ class Module:
                 new = converted.get(id(p))
                 if new is None:
                     new = Param(np.asarray(p.value).astype(target), p.name, p.requires_grad)
-                    new.on(namespace_of(p.data))
+                    new.on(namespace_of(p.array))
                     converted[id(p)] = new
                 module._parameters[name] = new
             for name, b in module._buffers.items():
@@ -428,9 +453,10 @@ class Module:
 
         return CompiledModule(self)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (torch's default), or zero it in place."""
         for p in self.parameters():
-            p.zero_grad()
+            p.zero_grad(set_to_none)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Freeze (False) or unfreeze every parameter."""

@@ -1336,7 +1336,7 @@ class OnnxModule(Module):
                 values[i] = xs[k]
             else:
                 param = self._parameters[plan["params"][k - n]]
-                values[i] = param.data if owner is None else owner.use(param)
+                values[i] = param.array if owner is None else owner.use(param)
         for i, (kind, name, parents, attrs) in enumerate(plan["steps"]):
             if kind == "const":
                 const = plan["consts"][i]

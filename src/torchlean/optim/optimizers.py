@@ -9,12 +9,12 @@ MLX's optimisers. The formulas, and the order of their floating-point operations
 ``torch/optim/sgd.py`` and ``adam.py`` (single-tensor path), so float64 trajectories agree with
 PyTorch's to rounding.
 
-State lives next to the parameter (NumPy or CuPy, whatever ``param.data`` is) and is created
+State lives next to the parameter (NumPy or CuPy, whatever ``param.array`` is) and is created
 when the optimiser is built, so a fresh optimiser already has the full ``state_dict`` key set and
 a checkpoint can be loaded into it. A parameter moved to a device after the optimiser was built
 (``model.to("cuda")``, or ``fit`` on a device) takes its state along at the next ``step`` (one
 explicit upload per state array, once). On a device every update runs there, in place on
-``param.data`` (the same buffer every step, which a captured CUDA graph relies on) and on the
+``param.array`` (the same buffer every step, which a captured CUDA graph relies on) and on the
 moment buffers: on CuPy as one fused ``ElementwiseKernel`` per parameter and step, elsewhere (NumPy,
 the tests' stand-in device) through the array namespace, with the same formula and order of
 float operations either way. Step counts and bias corrections stay on the host (plain numbers),
@@ -50,7 +50,7 @@ from ..checkpoint import describe_mismatches
 from ..core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from ..core.errors import ShapeError, TorchLeanError
 from ..engine.params import Param
-from ..engine.tensor import enable_grad
+from ..engine.tensor import Tensor, enable_grad
 
 __all__ = [
     "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Optimizer", "OptimizerError",
@@ -225,7 +225,7 @@ class Optimizer:
             state = {"step": np.zeros((), dtype=np.int64)}
             state.update(self.init_single(p))
             self.state.append(state)
-            self._state_xp.append(namespace_of(p.data))
+            self._state_xp.append(namespace_of(p.array))
             self._fresh.append(True)
         self._active = None
 
@@ -235,7 +235,7 @@ class Optimizer:
         raise NotImplementedError
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
-        """Update ``param.data`` in place from ``grad``; ``state["step"]`` is already counted."""
+        """Update ``param.array`` in place from ``grad``; ``state["step"]`` is already counted."""
         raise NotImplementedError
 
     # -- hyper-parameters -----------------------------------------------------------------------
@@ -292,7 +292,9 @@ class Optimizer:
         for i, (p, g) in enumerate(zip(self.params, grad_list, strict=True)):
             if g is None or not getattr(p, "requires_grad", True):
                 continue
-            data = p.data
+            if isinstance(g, Tensor):
+                g = g.array
+            data = p.array
             xp = namespace_of(data)
             label = f"{name}.step: gradient of parameter {_label(p, i)}"
             gxp = namespace_of(g)
@@ -390,7 +392,7 @@ class Optimizer:
             dict.update(group, values)
         self.step_count = int(found["step"])
         for i, (p, state) in enumerate(zip(self.params, self.state, strict=True)):
-            xp = namespace_of(p.data)
+            xp = namespace_of(p.array)
             for key, old in state.items():
                 arr = found[f"state.{i}.{key}"]
                 if key == "step":
@@ -441,11 +443,11 @@ class SGD(Optimizer):
     def init_single(self, param: Any) -> dict[str, Any]:
         if self.hyper["momentum"] == 0.0:
             return {}
-        return {"momentum_buffer": namespace_of(param.data).zeros_like(param.data)}
+        return {"momentum_buffer": namespace_of(param.array).zeros_like(param.array)}
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
-        p = param.data
+        p = param.array
         if is_cupy(namespace_of(p)):
             _sgd_fused(p, grad, state, h)
             return
@@ -504,13 +506,13 @@ class Adam(Optimizer):
         return out
 
     def init_single(self, param: Any) -> dict[str, Any]:
-        xp = namespace_of(param.data)
-        return {"exp_avg": xp.zeros_like(param.data), "exp_avg_sq": xp.zeros_like(param.data)}
+        xp = namespace_of(param.array)
+        return {"exp_avg": xp.zeros_like(param.array), "exp_avg_sq": xp.zeros_like(param.array)}
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
         lr, beta1, beta2, eps, wd = h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]
-        p = param.data
+        p = param.array
         xp = namespace_of(p)
         if is_cupy(xp):
             _adam_fused(p, grad, state, h, self.decoupled)
@@ -585,17 +587,17 @@ class RMSprop(Optimizer):
                         unit=("alpha",))
 
     def init_single(self, param: Any) -> dict[str, Any]:
-        xp = namespace_of(param.data)
-        state = {"square_avg": xp.zeros_like(param.data)}
+        xp = namespace_of(param.array)
+        state = {"square_avg": xp.zeros_like(param.array)}
         if self.hyper["momentum"] > 0:
-            state["momentum_buffer"] = xp.zeros_like(param.data)
+            state["momentum_buffer"] = xp.zeros_like(param.array)
         if self.hyper["centered"]:
-            state["grad_avg"] = xp.zeros_like(param.data)
+            state["grad_avg"] = xp.zeros_like(param.array)
         return state
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
-        p = param.data
+        p = param.array
         xp = namespace_of(p)
         if h["weight_decay"] != 0.0:
             grad = grad + h["weight_decay"] * p
@@ -634,14 +636,14 @@ class Adagrad(Optimizer):
                                                   "initial_accumulator_value", "eps"))
 
     def init_single(self, param: Any) -> dict[str, Any]:
-        xp = namespace_of(param.data)
-        total = xp.zeros_like(param.data)
+        xp = namespace_of(param.array)
+        total = xp.zeros_like(param.array)
         total += self.hyper["initial_accumulator_value"]
         return {"sum": total}
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
-        p = param.data
+        p = param.array
         xp = namespace_of(p)
         if h["weight_decay"] != 0.0:
             grad = grad + h["weight_decay"] * p
@@ -667,12 +669,12 @@ class Adadelta(Optimizer):
         return _checked("Adadelta", hyper, nonneg=("lr", "eps", "weight_decay"), unit=("rho",))
 
     def init_single(self, param: Any) -> dict[str, Any]:
-        xp = namespace_of(param.data)
-        return {"square_avg": xp.zeros_like(param.data), "acc_delta": xp.zeros_like(param.data)}
+        xp = namespace_of(param.array)
+        return {"square_avg": xp.zeros_like(param.array), "acc_delta": xp.zeros_like(param.array)}
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
-        p = param.data
+        p = param.array
         xp = namespace_of(p)
         rho, eps = h["rho"], h["eps"]
         if h["weight_decay"] != 0.0:
@@ -740,11 +742,10 @@ class LBFGS(Optimizer):
         offset = 0
         for p in self.params:
             n = int(np.prod(p.shape))
-            data = p.data
+            data = p.array
             step = (t * d[offset:offset + n]).reshape(p.shape).astype(data.dtype)
             data += to_device(step, namespace_of(data))
-            if isinstance(p, Param):
-                p.mark_updated()
+            p.mark_updated()
             offset += n
 
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]

@@ -15,7 +15,7 @@ The discipline a captured graph needs, and what ``GraphedStep`` does on every na
   captured; a call returns those same arrays, so **the next call overwrites them**. Copy an
   output that must outlive the next step.
 - Parameters. The step reads each parameter through the array it had at capture
-  (``param.data``); optimisers update that array in place, so no re-capture is needed across
+  (``param.array``); optimisers update that array in place, so no re-capture is needed across
   steps. If a parameter's array is replaced (moved to the host and back, or by code that
   does not copy into it), the next call captures again (counted in ``captures``).
 - Private memory. On CuPy, every allocation of the warm-up and the capture comes from a
@@ -88,7 +88,7 @@ class _Capture:
         self.pool = pool  # kept alive with the graph: its blocks are the graph's buffers
 
     def params_current(self, params: Sequence[Any]) -> bool:
-        return all(p.data is a for p, a in zip(params, self.param_arrays, strict=True))
+        return all(p.array is a for p, a in zip(params, self.param_arrays, strict=True))
 
 
 class GraphedStep:
@@ -96,7 +96,7 @@ class GraphedStep:
 
     ``fn`` takes device arrays and returns an array or a (nested) tuple/list of arrays (``None``
     and Python numbers are passed through). ``params`` are the ``Param``s ``fn`` reads through
-    ``param.data``: a capture is redone when one of their arrays was replaced.
+    ``param.array``: a capture is redone when one of their arrays was replaced.
 
     ``captures`` counts captures (one per shape key, plus one per parameter replacement);
     ``calls`` counts calls. ``graphed`` is true when the step runs as a real CUDA graph.
@@ -155,7 +155,7 @@ class GraphedStep:
 
     def _capture(self, xp: Any, xs: Sequence[Any]) -> _Capture:
         self.captures += 1
-        params = [p.data for p in self.params]
+        params = [p.array for p in self.params]
         if not is_cupy(xp):
             static_in = [xp.empty_like(x) for x in xs]
             for static, x in zip(static_in, xs, strict=True):

@@ -424,7 +424,7 @@ class DataParallel:
         for k, v in sorted(state.items()):
             description[f"optimizer state {k}"] = f"shape {tuple(v.shape)} {v.dtype}"
         compare_settings(self.comm, description, "distributed fit")
-        values = [np.array(p.data, copy=True, order="C") for p in self.params]
+        values = [np.array(p.array, copy=True, order="C") for p in self.params]
         self.comm.broadcast(values)
         for p, v in zip(self.params, values, strict=True):
             p.assign(v)
@@ -484,7 +484,7 @@ class DataParallel:
             if k in started:
                 continue
             for i in idx:
-                self.pack_into(k, i, self.params[i].grad, weight)
+                self.pack_into(k, i, self.params[i].grad.array, weight)
             if k == last:
                 buf[tail] = local_loss * weight
                 # Has-gradient flags: their sum over ranks is positive exactly when some rank
@@ -523,7 +523,7 @@ class DataParallel:
     def params_hash(self) -> str:
         h = hashlib.sha256()
         for p in self.params:
-            h.update(np.ascontiguousarray(p.data).reshape(-1).view(np.uint8).data)
+            h.update(np.ascontiguousarray(p.array).reshape(-1).view(np.uint8).data)
         return h.hexdigest()[:16]
 
     def check_in_sync(self) -> None:

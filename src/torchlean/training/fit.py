@@ -369,11 +369,11 @@ def _check_parameters(params: list[Any], where: str) -> None:
     """``anomaly.check_parameters`` where the parameters live: on a device the finiteness
     flags are computed there and read back together (one transfer); only when one is false are
     the values read back, to name the parameter."""
-    if all(on_host(p.data) for p in params):
+    if all(on_host(p.array) for p in params):
         anomaly.check_parameters(params, where)
         return
-    xp = namespace_of(params[0].data)
-    flags = to_host(xp.stack([xp.isfinite(p.data).all() for p in params]))
+    xp = namespace_of(params[0].array)
+    flags = to_host(xp.stack([xp.isfinite(p.array).all() for p in params]))
     if not flags.all():
         anomaly.check_parameters([SimpleNamespace(name=p.name, data=p.value) for p in params],
                                  where)

@@ -173,7 +173,7 @@ class ScalarTrainer:
         """One gradient per parameter (zeros for unreached, None for frozen)."""
         _, grads = self.value_and_grads(*inputs)
         return [None if g is None and not p.requires_grad else
-                (namespace_of(p.data).zeros(p.shape, p.dtype) if g is None else g)
+                (namespace_of(p.array).zeros(p.shape, p.dtype) if g is None else g)
                 for p, g in zip(self.param_list, grads, strict=True)]
 
     def _step(self, kind: str, inputs: Sequence[Any], **hyper: Any) -> float:
