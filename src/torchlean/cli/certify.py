@@ -203,8 +203,4 @@ def plot(path: str, report: Report, methods: list[str]) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    try:
-        with common.atomic_output(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=100)
-    finally:
-        plt.close(fig)
+    common.save_png(fig, path)

@@ -171,6 +171,17 @@ def atomic_output(path: str) -> Iterator[str]:
             os.unlink(tmp)
 
 
+def save_png(fig: Any, path: str) -> None:
+    """Write a matplotlib figure as a PNG, atomically and with the user's umask; close it."""
+    import matplotlib.pyplot as plt  # an optional library, checked before the command's work
+
+    try:
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+
+
 def write_text(path: str, text: str) -> None:
     """Write ``text`` atomically, with the user's umask."""
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:

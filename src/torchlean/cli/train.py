@@ -191,11 +191,7 @@ def plot(path: str, history: list[EpochMetrics], title: str) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        with common.atomic_output(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=100)
-    finally:
-        plt.close(fig)
+    common.save_png(fig, path)
 
 
 def _run_on_this_rank(args: argparse.Namespace) -> int:
