@@ -482,7 +482,8 @@ def _axis(op: str, dim: Any, ndim: int) -> int:
     """``dim`` (negative counts from the end) as an axis of an ``ndim``-axis value."""
     if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
         raise ShapeError(f"{op}: dim must be an int, found {dim!r}")
-    if not -ndim <= dim < builtins.max(ndim, 1):
+    # a 0-d value accepts dims 0 and -1, as in torch
+    if not -builtins.max(ndim, 1) <= dim < builtins.max(ndim, 1):
         raise ShapeError(f"{op}: dim {dim} is out of range for {ndim} axes")
     return int(dim) % builtins.max(ndim, 1)
 
@@ -552,6 +553,9 @@ def mean_dims(x: Any, dim: Any = None, keepdim: bool = False) -> Any:
 
 def _reduce(op: str, prim: str, x: Any, dim: Any, keepdim: bool) -> Any:
     shape = _shape_of(x)
+    if not shape and dim is not None:
+        _axes(op, dim, 0)  # a 0-d value: dim 0 or -1 names the value itself (torch)
+        dim, keepdim = None, False
     if dim is None and not keepdim:
         return apply("sum", x) if op == "sum" else mean(x)
     axes = tuple(range(len(shape))) if dim is None else _axes(op, dim, len(shape))
@@ -567,6 +571,8 @@ def transpose(x: Any, dim0: int, dim1: int) -> Any:
     """Swap two axes (torch.transpose)."""
     n = len(_shape_of(x))
     a, b = _axis("transpose", dim0, n), _axis("transpose", dim1, n)
+    if n == 0:
+        return x
     perm = list(range(n))
     perm[a], perm[b] = perm[b], perm[a]
     return x if a == b else apply("permute", x, perm=tuple(perm))
@@ -610,6 +616,8 @@ def squeeze(x: Any, dim: int | None = None) -> Any:
     if dim is None:
         return reshape(x, tuple(d for d in shape if d != 1))
     axis = _axis("squeeze", dim, len(shape))
+    if not shape:
+        return x
     return x if shape[axis] != 1 else reshape(x, shape[:axis] + shape[axis + 1:])
 
 
@@ -713,9 +721,20 @@ def _extremum(x: Ref, dim: Any, keepdim: bool, largest: bool) -> Any:
 
 def cat(xs: Any, dim: int = 0) -> Any:
     """Concatenate refs along ``dim`` (torch.cat); other axes must agree."""
+    if not isinstance(xs, list | tuple):
+        raise SignatureError(f"cat: expected a list or tuple of tensors, found "
+                             f"{type(xs).__name__}")
     items = list(xs)
     if not items:
         raise ShapeError("cat: needs at least one tensor")
+    for k, item in enumerate(items):
+        if not _shape_of(item):
+            raise ShapeError(f"cat: zero-dimensional tensor (at position {k}) cannot be "
+                             "concatenated (as in PyTorch; use stack)")
+    # torch's legacy rule: a 1-d empty tensor joins anything (it is skipped)
+    kept = [item for item in items if _shape_of(item) != (0,)]
+    if kept and len(kept) < len(items):
+        items = kept
     shape = _shape_of(items[0])
     axis = _axis("cat", dim, len(shape))
     for k, item in enumerate(items[1:], 1):

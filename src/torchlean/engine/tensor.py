@@ -365,6 +365,11 @@ class Tensor(Ref):
     def double(self) -> Tensor:
         return self.to(float64)
 
+    def square(self) -> Tensor:  # type: ignore[override]
+        if self.dtype.kind == "b":
+            return self.long().square()  # torch: a bool tensor squares to int64
+        return Ref.square(self)  # type: ignore[return-value]
+
     def long(self) -> Tensor:
         return self.to(int64)
 
@@ -775,6 +780,8 @@ class Tensor(Ref):
             return self.to(as_dtype("sum", dtype)).sum(dim, keepdim)
         if self.dtype.kind != "f":
             axes = None if dim is None else F._axes("sum", dim, self.ndim)
+            if self.ndim == 0:
+                axes, keepdim = None, False  # dim 0 or -1 of a 0-d tensor: the value itself
             value = self._value.sum(axis=axes, keepdims=keepdim)
             xp = namespace_of(self._value)
             return _leaf(xp.asarray(value).astype(np.int64))
@@ -1145,6 +1152,7 @@ def _promoted(op: str, a: Any, b: Any) -> Tensor:
         raise TraceError(f"{op}: a tensor and a session or graph ref were mixed in one op")
     a = _operand(op, a)
     b = _operand(op, b)
+    _check_broadcast(op, a, b)
     dt = _promote_of(op, a, b, op == "div")
     if op == "sub" and any(isinstance(v, bool | np.bool_) or (isinstance(v, Tensor) and
                                                              v.dtype.kind == "b") for v in (a, b)):
@@ -1274,6 +1282,7 @@ def _integer_op(op: str, a: Any, b: Any, dt: np.dtype) -> Tensor:
     if op == "pow" and bool(xp.any(bv < 0)):  # torch: 0 unless the base is 1 or -1
         with np.errstate(all="ignore"):
             value = xp.trunc(xp.power(av.astype(np.float64), bv.astype(np.float64)))
+            value = xp.where(xp.isfinite(value), value, 0.0)  # 0 ** -k: torch gives 0
         return _leaf(value.astype(dt))
     with np.errstate(all="ignore"):
         value = fn(av.astype(dt, copy=False), bv.astype(dt, copy=False))
@@ -1296,9 +1305,19 @@ def _power(x: Any, y: Any, dt: np.dtype) -> Tensor:
     return RECORDER.record(TP.POW, (x, y), {})
 
 
+def _check_broadcast(op: str, a: Any, b: Any) -> None:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ShapeError(f"{op}: shapes {list(a.shape)} and {list(b.shape)} do not "
+                             f"broadcast") from None
+
+
 def _bitwise(op: str, a: Any, b: Any) -> Tensor:
     a = _operand(op, a)
     b = _operand(op, b)
+    _check_broadcast(f"bitwise_{op}", a, b)
     dt = result_type(op, (a, b))
     if dt.kind == "f":
         raise TorchLeanError(f"bitwise_{op}: only integer and bool tensors, found {dt.name}")
@@ -1311,12 +1330,19 @@ def _matmul(a: Any, b: Any) -> Tensor:
     for x in (a, b):
         if not isinstance(x, Tensor):
             raise TorchLeanError(f"matmul: expected tensors, found {type(x).__name__}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: both arguments need at least 1 dimension, found shapes "
+                         f"{list(a.shape)} and {list(b.shape)}")
     if a.dtype != b.dtype or a.dtype.kind != "f":
         if a.dtype.kind != "f" and b.dtype.kind != "f":
             if a.dtype != b.dtype:
                 raise TorchLeanError(f"matmul: expected both tensors of one dtype, found "
                                      f"{a.dtype.name} and {b.dtype.name}")
-            return _leaf(np.asarray(a._value @ b._value))
+            try:
+                return _leaf(np.asarray(a._value @ b._value))
+            except ValueError:
+                raise ShapeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot "
+                                 f"be multiplied") from None
         raise TorchLeanError(f"matmul: expected both tensors of one dtype, found "
                              f"{a.dtype.name} and {b.dtype.name} (as in PyTorch; cast one)")
     return F.matmul_any(a, b)  # type: ignore[no-any-return]
@@ -1517,6 +1543,10 @@ def _setitem(t: Tensor, index: Any, value: Any) -> None:
             value = tensor(np.asarray(value), dtype=t.dtype)
         else:
             _check_number("setitem", value)
+            if (t.dtype.kind in "iu" and isinstance(value, float | np.floating)
+                    and not math.isfinite(value)):
+                raise TorchLeanError(f"setitem: value {value} cannot be converted to the "
+                                     f"tensor's dtype {t.dtype} (as in PyTorch)")
     if isinstance(value, Tensor):
         target_shape = np.broadcast_to(np.empty(()), t.shape)
         for step in steps:
@@ -1597,18 +1627,20 @@ def checked_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-# Methods on the per-op path keep their plain signatures (a wrapper is a call per op); their
-# wrong arguments are rare and still a TypeError.
-_HOT_METHODS = frozenset({"exp", "tanh", "sigmoid", "relu", "log", "sqrt", "sum", "mean",
-                          "reshape", "view", "add", "mul", "sub", "div", "matmul", "pow",
-                          "item", "numel", "size", "dim", "detach", "numpy", "tolist"})
+# Accessors called many times per step keep their plain signatures (the wrapper is one more
+# Python call, about 0.2 us); they take no arguments a torch user gets wrong in practice.
+# Every op method is checked (issue 25: an unknown keyword is a named error, not a TypeError).
+_HOT_METHODS = frozenset({"item", "numel", "size", "dim", "detach", "numpy", "tolist"})
 
 
 def _check_method_signatures(cls: type) -> None:
-    """Every public method of ``cls`` defined in its own body gets ``checked_signature``."""
-    for key, value in list(vars(cls).items()):
-        if not key.startswith("_") and key not in _HOT_METHODS and inspect.isfunction(value):
-            setattr(cls, key, checked_signature(value))
+    """Every public method of ``cls``, its own or inherited (from ``Ref``), gets
+    ``checked_signature``."""
+    chosen = {key: value for klass in cls.__mro__[:-1] for key, value in vars(klass).items()
+              if not key.startswith("_") and key not in _HOT_METHODS
+              and inspect.isfunction(value) and inspect.getattr_static(cls, key) is value}
+    for key, value in chosen.items():
+        setattr(cls, key, checked_signature(value))
 
 
 def _as_value(value: Any) -> Any:
@@ -1692,6 +1724,8 @@ def _arg(op: str, t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
             return _leaf(np.asarray(fn(value), dtype=np.int64))
         return _leaf(fn(value).astype(np.int64))
     axis = F._axis(op, dim, t.ndim)
+    if t.ndim == 0:
+        return _leaf(np.zeros((), np.int64))  # dim 0 or -1 of a 0-d tensor: the value itself
     out = fn(value, axis=axis)
     return _leaf((xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
@@ -2281,13 +2315,26 @@ def manual_seed(seed: int) -> None:
 @checked_signature
 def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Concatenate along ``dim`` (works on any refs: tensors, session refs, graph variables)."""
+    _check_sequence("cat", tensors)
     return F.cat(tensors, dim)
 
 
 @checked_signature
 def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Stack along a new axis ``dim``."""
+    _check_sequence("stack", tensors)
     return F.stack(tensors, dim)
+
+
+def _check_sequence(op: str, tensors: Any) -> None:
+    """torch takes a list or tuple of tensors here: a number or a string among them is refused."""
+    if not isinstance(tensors, list | tuple):
+        raise SignatureError(f"{op}: expected a list or tuple of tensors, found "
+                             f"{type(tensors).__name__}")
+    for k, item in enumerate(tensors):
+        if item is None or isinstance(item, int | float | complex | str | bytes):
+            raise SignatureError(f"{op}: expected a tensor as element {k}, found "
+                                 f"{type(item).__name__}")
 
 
 __all__ = [

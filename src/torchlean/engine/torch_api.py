@@ -130,7 +130,7 @@ def abs(x: Any) -> Tensor:  # noqa: A001
 
 
 def square(x: Any) -> Tensor:
-    return _t("square", x) * _t("square", x)
+    return _t("square", x).square()
 
 
 def neg(x: Any) -> Tensor:

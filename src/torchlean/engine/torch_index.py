@@ -122,6 +122,15 @@ def torch_steps(index: Any, shape: tuple[int, ...]) -> list[Step]:
         axis += 1
     steps: list[Step] = [tuple(first)]
     if advanced:
+        # the index tensors (a mask counts as its True positions) must broadcast together
+        shapes = [(int(e.sum()),) if e.dtype == bool else e.shape for e in second
+                  if isinstance(e, np.ndarray)]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise IndexRangeError(f"indexing: shape mismatch: indexing tensors of shapes "
+                                  f"{[list(s) for s in shapes]} cannot be broadcast together"
+                                  ) from None
         steps.append(tuple(second))
     return steps
 
