@@ -1261,11 +1261,12 @@ def _integer_op(op: str, a: Any, b: Any, dt: np.dtype) -> Tensor:
     av, bv = _values(a, dt), _values(b, dt)
     xp = namespace_of(av) if isinstance(a, Tensor) else namespace_of(bv)
     try:
-        np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
+        out_shape = np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
     except ValueError:
         raise ShapeError(f"{op}: the shapes {tuple(av.shape)} and {tuple(bv.shape)} do not "
                          "broadcast") from None
-    if op in ("floordiv", "mod") and bool(xp.any(bv == 0)):
+    # an empty result divides nothing (torch answers it)
+    if op in ("floordiv", "mod") and math.prod(out_shape) and bool(xp.any(bv == 0)):
         raise TorchLeanError(f"{op}: integer division by zero (ZeroDivisionError in PyTorch)")
     if op == "pow" and dt.kind != "b" and not isinstance(b, Tensor) and b < 0:
         raise TorchLeanError("pow: integers to negative integer powers are not allowed (as in "
@@ -1714,7 +1715,8 @@ def _device_index(index: Any, xp: Any) -> Any:
 
 def _arg(op: str, t: Tensor, dim: int | None, keepdim: bool) -> Tensor:
     value = t._value
-    if value.size == 0:
+    # only reducing an empty axis (or an empty tensor as a whole) has no answer
+    if value.size == 0 and (dim is None or t.ndim == 0 or t.shape[F._axis(op, dim, t.ndim)] == 0):
         raise ShapeError(f"{op}: expected a non-empty tensor, found shape {t.shape} (as in "
                          "PyTorch, the reduction has no identity)")
     xp = np if isinstance(value, np.ndarray) else namespace_of(value)
