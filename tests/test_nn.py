@@ -822,3 +822,12 @@ def test_layers_on_tensors_match_torch() -> None:
     (want_out * torch.tensor(cot)).sum().backward()
     np.testing.assert_array_equal(out.detach().numpy(), want_out.detach().numpy())
     np.testing.assert_array_equal(emb.weight.grad, temb.weight.grad.numpy())
+
+
+@pytest.mark.parametrize("state", [None, [("weight", 1.0)], "weight"])
+def test_load_state_dict_of_a_non_mapping_is_a_named_error(state: object) -> None:
+    layer = nn.Linear(2, 2)
+    before = layer.weight.detach().numpy().copy()
+    with pytest.raises(tl.CheckpointError, match="expected a mapping"):
+        layer.load_state_dict(state)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(layer.weight.detach().numpy(), before)

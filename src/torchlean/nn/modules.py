@@ -332,6 +332,9 @@ class Module:
         unless all fit. With ``strict=False`` missing and unexpected keys are allowed (and
         returned); shapes must still match.
         """
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"load_state_dict: expected a mapping of names to arrays (a "
+                                  f"state dict), found {type(state).__name__}")
         slots = self._state_slots()
         missing = [k for k in slots if k not in state]
         unexpected = [k for k in state if k not in slots]
