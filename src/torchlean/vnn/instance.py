@@ -19,7 +19,6 @@ the bound engine's ``kernel=True``) or about the real-valued network (``rounding
 
 from __future__ import annotations
 
-import gzip
 import os
 import time
 from dataclasses import dataclass, field
@@ -102,18 +101,6 @@ class Result:
         return "sat\n(" + "\n ".join(pairs) + ")\n"
 
 
-def _read_model_bytes(path: str) -> bytes:
-    try:
-        with gzip.open(path, "rb") as unzipped:
-            data = unzipped.read(MAX_MODEL_BYTES + 1)
-    except (OSError, EOFError) as exc:
-        raise VnnError(f"vnn: cannot read {path}: {exc}") from None
-    if len(data) > MAX_MODEL_BYTES:
-        raise VnnError(f"vnn: {path} is larger than {MAX_MODEL_BYTES} bytes after "
-                       "decompression")
-    return data
-
-
 class Network:
     """An ONNX network (``.onnx`` or ``.onnx.gz``) loaded once: the model itself (the batch of
     one that properties are stated for) and, lazily, a batched copy for attacks."""
@@ -123,7 +110,9 @@ class Network:
         if not os.path.isfile(label):
             raise VnnError(f"vnn: network {label}: no such file")
         self.label = label
-        source: Any = _read_model_bytes(label) if label.endswith(".gz") else label
+        source: Any = label
+        if label.endswith(".gz"):
+            source = vnnlib.read_bytes(label, MAX_MODEL_BYTES, VnnError, "vnn")
         try:
             self.model = onnx.load(source)
         except onnx.OnnxError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..bounds.properties import Conjunction, Constraint, Property, Region
 from ..core.errors import TorchLeanError
+from ..core.safe_files import non_regular_kind
 
 __all__ = ["MAX_BYTES", "MAX_DISJUNCTS", "VnnlibError", "parse", "read", "read_text"]
 
@@ -311,10 +312,14 @@ def parse(text: str, label: str = "<vnnlib>") -> Property:
     return _Reader(text, label).read()
 
 
-def read_text(path: Any, max_bytes: int = MAX_BYTES) -> str:
-    """The text of a file, gunzipped when it is gzip (``.gz`` or the gzip magic), at most
-    ``max_bytes`` bytes after decompression."""
+def read_bytes(path: Any, max_bytes: int, error: type[TorchLeanError], what: str) -> bytes:
+    """The bytes of a regular file, gunzipped when it is gzip (the gzip magic), at most
+    ``max_bytes`` after decompression; anything else raises ``error`` naming ``what``. A FIFO or
+    device is refused before it is opened (reading one could block or never end)."""
     label = os.fspath(path)
+    kind = non_regular_kind(label)
+    if kind is not None:
+        raise error(f"{what}: {label} is {kind}; only regular files are read")
     try:
         with open(label, "rb") as raw:
             magic = raw.read(2)
@@ -325,10 +330,18 @@ def read_text(path: Any, max_bytes: int = MAX_BYTES) -> str:
             else:
                 data = raw.read(max_bytes + 1)
     except (OSError, EOFError) as exc:
-        raise VnnlibError(f"vnnlib: cannot read {label}: {exc}") from None
+        raise error(f"{what}: cannot read {label}: {exc}") from None
     if len(data) > max_bytes:
-        raise VnnlibError(f"vnnlib: {label} is larger than the limit of {max_bytes} bytes "
-                          "(after decompression)")
+        raise error(f"{what}: {label} is larger than the limit of {max_bytes} bytes "
+                    "(after decompression)")
+    return data
+
+
+def read_text(path: Any, max_bytes: int = MAX_BYTES) -> str:
+    """The text of a file, gunzipped when it is gzip (``.gz`` or the gzip magic), at most
+    ``max_bytes`` bytes after decompression."""
+    label = os.fspath(path)
+    data = read_bytes(label, max_bytes, VnnlibError, "vnnlib")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
