@@ -97,6 +97,8 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
         return grads
     grads[out_id] = seed
     add = ops.add
+    # The per-node hot loop of every reverse pass: no comprehension (a call each in 3.11) for
+    # the usual one or two parents, and no keyword expansion for rules without attributes.
     for i in range(out_id, -1, -1):
         g = grads[i]
         if g is None:
@@ -107,8 +109,18 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
                 on_leaf(i, g)
             continue
         _, rule, kwargs, parents, targets = step
-        contributions = rule(ops, g, [values[p] for p in parents], values[i], **kwargs)
-        if len(contributions) != len(parents):
+        arity = len(parents)
+        if arity == 1:
+            ins = [values[parents[0]]]
+        elif arity == 2:
+            ins = [values[parents[0]], values[parents[1]]]
+        else:
+            ins = [values[p] for p in parents]
+        if kwargs:
+            contributions = rule(ops, g, ins, values[i], **kwargs)
+        else:
+            contributions = rule(ops, g, ins, values[i])
+        if len(contributions) != arity:
             raise TypeError(f"node {i}: vjp rule returned {len(contributions)} cotangents for "
                             f"{len(parents)} inputs")
         for k, p in targets:

@@ -781,11 +781,22 @@ def _make_function(prim: Primitive) -> Callable[..., Any]:
     def function(*args: Any, **kwargs: Any) -> Any:
         if plain and not kwargs and len(args) == arity:
             # The common call (refs of one owner, no attributes): the one ownership check, then
-            # straight to the owner; this is the per-op hot path of eager sessions.
-            owner = owner_of(args)
-            if owner is not None and all(type(a) is not np.ndarray and isinstance(a, Ref)
-                                         for a in args):
-                return owner.record(prim, args, {})
+            # straight to the owner; this is the per-op hot path of eager sessions. One and two
+            # inputs are spelled out (no generator per call).
+            if arity == 1:
+                a = args[0]
+                if isinstance(a, Ref):
+                    return a._owner.record(prim, args, {})
+            elif arity == 2:
+                a, b = args
+                if isinstance(a, Ref) and isinstance(b, Ref):
+                    owner = a._owner
+                    if b._owner is owner:
+                        return owner.record(prim, args, {})
+            else:
+                owner = owner_of(args)
+                if owner is not None and all(isinstance(a, Ref) for a in args):
+                    return owner.record(prim, args, {})
         inputs, attrs = prim.split_call(args, kwargs, "tensor inputs")
         return _apply_bound(prim, inputs, attrs)
 

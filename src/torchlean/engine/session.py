@@ -44,9 +44,11 @@ from . import ops_interface as F
 from .graph import Graph, GraphBuilder
 from .ops_interface import NatRef, Ref
 from .params import Param
+from .replay import PlanCache
 from .tape import Tape
 
 BACKENDS = ("eager", "compiled")
+_new_ref = object.__new__
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,10 @@ class _Backend:
 class EagerBackend(_Backend):
     """Records on a ``Tape``: each op runs as it is recorded."""
 
-    def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np) -> None:
+    def __init__(self, opts: Options, dtype: np.dtype, xp: Any = np,
+                 cache: PlanCache | None = None) -> None:
         super().__init__(opts, dtype, xp)
-        self.tape = Tape(dtype, opts.device, opts.check_finite, xp=xp)
+        self.tape = Tape(dtype, opts.device, opts.check_finite, xp=xp, cache=cache)
 
     def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
              copy: bool = True) -> TensorRef:
@@ -209,14 +212,21 @@ class EagerBackend(_Backend):
                                        copy=copy and arr is array))
 
     def ref(self, node_id: int) -> TensorRef:
-        value = self.tape.nodes[node_id].value
+        value = self.tape.value(node_id)
         return TensorRef(self, node_id, tuple(value.shape), value.dtype)
 
     def record(self, prim: Primitive, refs: Sequence[Ref], attrs: dict[str, Any]) -> TensorRef:
+        # The per-op hot path of eager sessions: the tape checks the ids (or finds the op in
+        # its cached plan), and the ref is built slot by slot.
         tape = self.tape
-        node_id = tape.record(prim, [r.id for r in refs], attrs)
-        value = tape.nodes[node_id].value
-        return TensorRef(self, node_id, value.shape, value.dtype)
+        n = tape.record(prim, tuple([r._id for r in refs]), attrs)
+        value = tape._values[n]
+        ref = _new_ref(TensorRef)
+        ref._owner = self
+        ref._id = n
+        ref.shape = value.shape
+        ref.dtype = value.dtype
+        return ref
 
     def linked_tape(self) -> Tape:
         return self.tape
@@ -279,9 +289,17 @@ class Session:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget the recorded pass (parameters and optimiser state are kept)."""
-        backend = EagerBackend if self.opts.backend == "eager" else CompiledBackend
-        self._backend: _Backend = backend(self.opts, self.dtype, self.xp)
+        """Forget the recorded pass (parameters and optimiser state are kept). An eager session
+        keeps what its passes' checks concluded (``engine.replay``): a next pass repeating the
+        same ops on the same shapes skips them."""
+        if self.opts.backend == "eager":
+            if getattr(self, "_cache_opts", None) is not self.opts:
+                self._cache_opts = self.opts
+                self._plan_cache = PlanCache()
+            self._backend: _Backend = EagerBackend(self.opts, self.dtype, self.xp,
+                                                   self._plan_cache)
+        else:
+            self._backend = CompiledBackend(self.opts, self.dtype, self.xp)
 
     @property
     def tape(self) -> Tape | None:

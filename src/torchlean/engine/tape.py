@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import ops as _ops  # noqa: F401  (registers every primitive)
-from ..core.autodiff import Step, forward_tangents, reverse_plan, run_reverse
+from ..core.autodiff import Step, forward_tangents, reverse_step, run_reverse
 from ..core.backend import (
     as_dtype,
     check_device,
@@ -34,6 +34,10 @@ from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
 from ..core.registry import get as get_primitive
 from ..core.shape import as_shape
 from .anomaly import NonFiniteError
+from .replay import UNSET, Entry, PlanCache, same_attrs, snapshot
+
+_FLOAT32 = np.dtype(np.float32)
+_FLOAT64 = np.dtype(np.float64)
 
 
 class Tape:
@@ -42,11 +46,18 @@ class Tape:
     On a device ("cuda") every value lives there: host data given as a leaf, seed or tangent is
     uploaded explicitly (``backend.to_device``), and data already on another device is a
     ``DeviceError`` naming the op and both devices, never a silent copy. Each recorded op is
-    checked to have a device kernel (``registry.check_device_kernel``)."""
+    checked to have a device kernel (``registry.check_device_kernel``).
+
+    ``cache``: a session's ``replay.PlanCache``. Recording the sequence of ops the cache holds
+    (the same ops on the same shapes as the session's last pass) skips every check that cannot
+    fail on a repeat and reuses each node's reverse step; the first difference falls back to
+    full recording for the rest of the tape (see ``engine.replay``)."""
 
     def __init__(self, dtype: Any = "float32", device: str = "cpu",
-                 check_finite: bool = False, *, xp: Any = None) -> None:
-        self.dtype = as_dtype(dtype)
+                 check_finite: bool = False, *, xp: Any = None,
+                 cache: PlanCache | None = None) -> None:
+        # (A session hands over its checked dtype; ``as_dtype`` costs microseconds per tape.)
+        self.dtype = dtype if dtype is _FLOAT32 or dtype is _FLOAT64 else as_dtype(dtype)
         # ``xp``: the namespace itself, from an owner that already resolved it (a session, a
         # graph replay), so a tape per step does not look the device up again.
         self.device = check_device(device) if xp is None else device_of(xp)
@@ -55,7 +66,15 @@ class Tape:
         # so the per-op hot path pays one attribute test).
         self._kernel_check = device_kernel_check(self.xp)
         self.check_finite = check_finite
-        self._nodes: list[Node] = []
+        # Node ``k`` is ``(_entries[k], _values[k])``: its static facts (an ``Entry``, possibly
+        # shared with the passes before and after this one through ``cache``) and its value.
+        # ``_entries`` may be longer than the tape: the rest is the cached sequence still ahead.
+        self._cache = cache
+        self._entries: list[Entry] = cache.current() if cache is not None else []
+        self._cached_len = len(self._entries)
+        self._first_miss: int | None = None
+        self._values: list[Any] = []
+        self._view: list[Node] = []  # ``nodes``, materialised on demand
         self._plan: list[Step | None] = []  # reverse steps of nodes[: len(self._plan)]
 
     # --- reading -------------------------------------------------------------------------------
@@ -63,17 +82,32 @@ class Tape:
     @property
     def size(self) -> int:
         """Number of nodes on the tape."""
-        return len(self._nodes)
+        return len(self._values)
+
+    @property
+    def replayed(self) -> int:
+        """How many of the first nodes were recorded from the cache (``engine.replay``)."""
+        if self._first_miss is not None:
+            return self._first_miss
+        return min(len(self._values), self._cached_len)
 
     @property
     def nodes(self) -> Sequence[Node]:
-        return self._nodes
+        """The nodes (each with its ``value``), made from the entries when first asked for."""
+        view = self._view
+        values = self._values
+        entries = self._entries
+        for k in range(len(view), len(values)):
+            e = entries[k]
+            view.append(Node(e.op, e.parents, e.attrs, e.requires_grad, e.shape, dtype=e.dtype,
+                             value=values[k], name=e.name))
+        return view
 
     def node(self, i: int) -> Node:
-        return self._nodes[self._check_id("node", i)]
+        return self.nodes[self._check_id("node", i)]
 
     def value(self, i: int) -> Any:
-        return self._nodes[self._check_id("value", i)].value
+        return self._values[self._check_id("value", i)]
 
     def require_value(self, i: int, shape: Sequence[int]) -> Any:
         """The value of node ``i``, checked to have ``shape`` (TorchLean's ``requireValue``)."""
@@ -87,8 +121,9 @@ class Tape:
     def _check_id(self, op: str, i: Any) -> int:
         if isinstance(i, bool) or not isinstance(i, int | np.integer):
             raise TapeError(f"{op}: node ids are ints, found {type(i).__name__} {i!r}")
-        if not 0 <= i < len(self._nodes):
-            raise TapeError(f"{op}: node id {i} out of range (tape has {len(self._nodes)} nodes)")
+        if not 0 <= i < len(self._values):
+            raise TapeError(f"{op}: node id {i} out of range (tape has {len(self._values)} "
+                            "nodes)")
         return int(i)
 
     # --- building ------------------------------------------------------------------------------
@@ -114,9 +149,31 @@ class Tape:
             value = value.copy()
         if self.check_finite:
             _check_finite("leaf", value)
-        self._nodes.append(Node(None, (), {}, bool(requires_grad), tuple(value.shape),
-                               dtype=value.dtype, value=value, name=name))
-        return len(self._nodes) - 1
+        values = self._values
+        n = len(values)
+        rg = bool(requires_grad)
+        entries = self._entries
+        if n < len(entries):
+            e = entries[n]
+            if (e.op is None and e.requires_grad is rg and e.shape == value.shape
+                    and e.dtype == value.dtype and e.name == name):
+                values.append(value)
+                return n
+            entries = self._miss(n)
+        entries.append(Entry(None, (), {}, rg, tuple(value.shape), value.dtype, name, {}))
+        values.append(value)
+        return n
+
+    def _miss(self, n: int) -> list[Entry]:
+        """Leave the cached sequence at node ``n``: keep the entries of nodes ``0..n-1`` (a
+        copy: the cache's list may be another tape's) and cache this tape's sequence instead."""
+        entries = self._entries[:n]
+        self._entries = entries
+        if self._first_miss is None:
+            self._first_miss = n
+        if self._cache is not None:
+            self._cache.entries = entries
+        return entries
 
     def apply(self, op: str | Primitive, *args: Any, **kwargs: Any) -> int:
         """Record primitive ``op`` on node ids ``args[:arity]`` with the remaining attributes."""
@@ -126,35 +183,64 @@ class Tape:
 
     def record(self, prim: Primitive, ids: Sequence[int], attrs: dict[str, Any],
                name: str | None = None) -> int:
-        """Check, compute and append one node. Nothing changes when a check fails."""
-        nodes = self._nodes
-        n = len(nodes)
-        values = []
+        """Check, compute and append one node. Nothing changes when a check fails.
+
+        When the node repeats the cached one at its position (``engine.replay``: the same op
+        on the same parents with the same attributes, every earlier node repeated too), only
+        the kernel runs: its checks passed on these very shapes and dtypes before."""
+        values = self._values
+        n = len(values)
+        entries = self._entries
+        if n < len(entries):
+            e = entries[n]
+            if (e.op is prim and e.parents == ids and e.name == name
+                    and ((not attrs and not e.raw) or same_attrs(e.raw, attrs))):
+                checked = e.attrs
+                if ids:
+                    if len(ids) == 1:
+                        out = prim.forward(values[ids[0]], **checked)
+                    else:
+                        out = prim.forward(*[values[i] for i in ids], **checked)
+                elif self.xp is not np:  # a nullary op makes its value in the tape's namespace
+                    out = prim.forward(**checked, xp=self.xp)
+                else:
+                    out = prim.forward(**checked)
+                if self.check_finite:
+                    _check_finite(prim.name, out, n)
+                values.append(out)
+                return n
+        args = []
         requires_grad = False
         for i in ids:
-            # Plain ints skip the isinstance checks (this loop is the per-op hot path).
+            # Plain ints skip the isinstance checks.
             if (type(i) is not int and (isinstance(i, bool) or not isinstance(i, int))
                     or not 0 <= i < n):
                 raise TapeError(f"{prim.name}: node id {i!r} is not on the tape "
                                 f"(ids run 0..{n - 1})")
-            node = nodes[i]
-            values.append(node.value)
-            if node.requires_grad:
+            args.append(values[i])
+            if entries[i].requires_grad:
                 requires_grad = True
         if self._kernel_check is not None:
             self._kernel_check(prim, self.xp)
+        raw = attrs
         xp = None
-        if not values:
+        if not args:
             if "dtype" in prim.attrs:
                 attrs = {**attrs, "dtype": self.dtype}
             xp = self.xp  # a nullary op makes its value in the tape's namespace
         attrs = prim.check_attrs(attrs)  # kinds checked and normalised before any compute
-        out = run_checked(prim, values, attrs, xp)
+        out = run_checked(prim, args, attrs, xp)
         if self.check_finite:
             _check_finite(prim.name, out, n)
         requires_grad = requires_grad and not prim.nondiff
-        nodes.append(Node(prim, tuple(ids), attrs, requires_grad, tuple(out.shape),
-                          dtype=out.dtype, value=out, name=name))
+        if n < len(entries):
+            entries = self._miss(n)
+        # Copies of the caller's dicts: the entry outlives the call, and is compared (``raw``)
+        # and reused (``attrs``) by later passes.
+        entries.append(Entry(prim, tuple(ids),
+                             dict(attrs) if attrs is raw else attrs, requires_grad,
+                             tuple(out.shape), out.dtype, name, snapshot(raw)))
+        values.append(out)
         return n
 
     # --- reverse mode --------------------------------------------------------------------------
@@ -171,21 +257,30 @@ class Tape:
                        on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
         """Cotangent of every node (``None`` where the reverse pass did not reach it);
         ``on_leaf(i, g)`` as each leaf's cotangent becomes final (``autodiff.run_reverse``)."""
-        seed_arr = self._seed("backward_dense", self._check_id("backward_dense", out), seed)
-        nodes = self._nodes
+        out = self._check_id("backward_dense", out)
+        return self._reverse(out, self._seed("backward_dense", out, seed), on_leaf)
+
+    def _reverse(self, out: int, seed: Any,
+                 on_leaf: Callable[[int, Any], None] | None) -> list[Any]:
+        """The reverse pass from checked node ``out`` with checked cotangent ``seed``."""
+        entries = self._entries
         plan = self._plan
-        if len(plan) < out + 1:
-            reverse_plan(nodes[: out + 1], len(plan), plan)
-        values = [node.value for node in nodes[: out + 1]]
-        return run_reverse(plan, values, out, seed_arr, nodes[out].requires_grad, ARRAY_OPS,
-                           on_leaf) + [None] * (len(nodes) - out - 1)
+        for k in range(len(plan), out + 1):
+            # A repeated node's step was computed on an earlier pass (the entry is shared).
+            e = entries[k]
+            step = e.step
+            if step is UNSET:
+                step = e.step = reverse_step(entries, k)
+            plan.append(step)
+        return run_reverse(plan, self._values, out, seed, entries[out].requires_grad,
+                           ARRAY_OPS, on_leaf)
 
     def backward_dense_all(self, out: int, seed: Any) -> list[Any]:
         """Cotangent of every node, zeros where the reverse pass did not reach it."""
         dense = self.backward_dense(out, seed)
         xp = self.xp
-        return [xp.zeros_like(node.value) if g is None else g
-                for g, node in zip(dense, self._nodes, strict=True)]
+        return [xp.zeros_like(value) if g is None else g
+                for g, value in zip(dense, self._values, strict=True)]
 
     def backward(self, out: int, seed: Any,
                  on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
@@ -196,18 +291,20 @@ class Tape:
     def backward_scalar(self, out: int,
                         on_leaf: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
         """``backward`` with seed 1 for a scalar output (like ``loss.backward()``)."""
-        value = self.value(self._check_id("backward_scalar", out))
+        out = self._check_id("backward_scalar", out)
+        value = self._values[out]
         if value.shape != ():
             raise ShapeError(f"backward_scalar: output node {out} has shape {tuple(value.shape)}, "
                              "expected a scalar (); use backward(out, seed) for tensors")
-        return self.backward(out, self.xp.ones((), dtype=value.dtype), on_leaf)
+        dense = self._reverse(out, self.xp.ones((), dtype=value.dtype), on_leaf)
+        return {i: g for i, g in enumerate(dense) if g is not None}
 
     # --- forward mode --------------------------------------------------------------------------
 
     def jvp(self, out: int, tangents: dict[int, Any]) -> Any:
         """Tangent of node ``out`` given tangents of some nodes (usually leaves); zeros if none."""
         out = self._check_id("jvp", out)
-        nodes = self._nodes
+        nodes = self.nodes
         if not isinstance(tangents, dict):
             raise TapeError(f"jvp: tangents must be a dict {{node id: tangent}}, found "
                             f"{type(tangents).__name__}")
@@ -220,7 +317,7 @@ class Tape:
                                  f"node has shape {tuple(value.shape)}")
             seeds[i] = t_arr
         # Treat seeded interior nodes as leaves of the forward pass: their tangent is given.
-        values = [node.value for node in nodes]
+        values = self._values
         view: list[Any] = [Node.leaf_view(n) if i in seeds and n.op is not None else n
                            for i, n in enumerate(nodes[: out + 1])]
         result = forward_tangents(view, values, seeds, ARRAY_OPS, upto=out)[out]
