@@ -56,19 +56,36 @@ def reverse_step(nodes: Sequence[NodeLike], i: int) -> Step | None:
     if op is None or op.nondiff or not node.requires_grad:
         return None
     parents = node.parents
-    # One plain loop instead of generator expressions: this runs once per node of every eager
-    # step (a fresh tape has no cached plan), so it is on the per-op hot path.
-    ins = [nodes[p] for p in parents]
-    needed = tuple([n.requires_grad for n in ins])
-    targets = tuple([(k, p) for k, p in enumerate(parents) if needed[k]])
-    reduce = False
-    if op.broadcasting:
-        shape = node.shape
-        for n in ins:
-            if n.shape != shape:
-                reduce = True
-                break
-    rule, kwargs = op.vjp_rule(node.attrs, needed, reduce)
+    # Spelled out for one and two parents: this runs once per node of every reverse pass that
+    # has no cached plan (a tensor graph, an eager pass's first step), on the per-op hot path.
+    arity = len(parents)
+    if arity == 1:
+        p0 = parents[0]
+        a = nodes[p0]
+        needed: tuple[bool, ...] = (a.requires_grad,)
+        targets: tuple[tuple[int, int], ...] = ((0, p0),) if a.requires_grad else ()
+        reduce = op.broadcasting and a.shape != node.shape
+    elif arity == 2:
+        p0, p1 = parents
+        a, b = nodes[p0], nodes[p1]
+        needed = (a.requires_grad, b.requires_grad)
+        if a.requires_grad:
+            targets = ((0, p0), (1, p1)) if b.requires_grad else ((0, p0),)
+        else:
+            targets = ((1, p1),) if b.requires_grad else ()
+        reduce = op.broadcasting and (a.shape != node.shape or b.shape != node.shape)
+    else:
+        ins = [nodes[p] for p in parents]
+        needed = tuple([n.requires_grad for n in ins])
+        targets = tuple([(k, p) for k, p in enumerate(parents) if needed[k]])
+        reduce = False
+        if op.broadcasting:
+            shape = node.shape
+            for n in ins:
+                if n.shape != shape:
+                    reduce = True
+                    break
+    rule, kwargs = op.vjp_rule(node.attrs, needed, bool(reduce))
     return (i, rule, kwargs, parents, targets)
 
 

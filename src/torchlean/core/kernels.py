@@ -26,6 +26,18 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
     and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs. ``xp`` is the
     namespace a nullary op (``rand_uniform``) makes its value in; ``None`` or NumPy: the
     kernel's default (the host)."""
+    if not attrs:  # the per-op hot path of tensors and tapes, spelled out for one or two inputs
+        arity = len(values)
+        if arity == 1:
+            x = values[0]
+            prim.infer(x.shape)
+            return prim.forward(x)
+        if arity == 2:
+            a, b = values
+            prim.infer(a.shape, b.shape)
+            if a.dtype != b.dtype:
+                raise dtypes_differ(prim.name, [a.dtype, b.dtype])
+            return prim.forward(a, b)
     if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
         prim.infer(*[v.shape for v in values],
                    **{k: v for k, v in attrs.items() if k != "dtype"})

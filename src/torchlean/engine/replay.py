@@ -98,17 +98,19 @@ class PlanCache:
     """The entries of the last pass a session recorded (see the module docstring). A tape
     given a cache reads ``entries`` and writes back the list it records into."""
 
-    __slots__ = ("entries", "limit")
+    __slots__ = ("entries", "key")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
-        self.limit = max_elements()
+        self.key: tuple[Any, ...] = ()
 
-    def current(self) -> list[Entry]:
-        """The cached entries, or none when the allocation limit changed since they were
-        checked (the shape rule's size check is one of the checks a hit skips)."""
-        limit = max_elements()
-        if limit != self.limit:
+    def current(self, xp: Any, dtype: Any) -> list[Entry]:
+        """The cached entries for a tape of namespace ``xp`` and dtype ``dtype``; none when
+        those or the allocation limit changed since they were checked (a hit skips the device
+        kernel check, fills a nullary op's dtype as before, and skips the shape rule's size
+        check)."""
+        key = (xp, dtype, max_elements())
+        if key != self.key:
             self.entries = []
-            self.limit = limit
+            self.key = key
         return self.entries

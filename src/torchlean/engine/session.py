@@ -219,7 +219,14 @@ class EagerBackend(_Backend):
         # The per-op hot path of eager sessions: the tape checks the ids (or finds the op in
         # its cached plan), and the ref is built slot by slot.
         tape = self.tape
-        n = tape.record(prim, tuple([r._id for r in refs]), attrs)
+        arity = len(refs)
+        if arity == 1:
+            ids: tuple[int, ...] = (refs[0]._id,)
+        elif arity == 2:
+            ids = (refs[0]._id, refs[1]._id)
+        else:
+            ids = tuple([r._id for r in refs])
+        n = tape.record(prim, ids, attrs)
         value = tape._values[n]
         ref = _new_ref(TensorRef)
         ref._owner = self

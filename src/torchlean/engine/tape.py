@@ -70,7 +70,8 @@ class Tape:
         # shared with the passes before and after this one through ``cache``) and its value.
         # ``_entries`` may be longer than the tape: the rest is the cached sequence still ahead.
         self._cache = cache
-        self._entries: list[Entry] = cache.current() if cache is not None else []
+        self._entries: list[Entry] = (cache.current(self.xp, self.dtype) if cache is not None
+                                      else [])
         self._cached_len = len(self._entries)
         self._first_miss: int | None = None
         self._values: list[Any] = []
@@ -196,11 +197,13 @@ class Tape:
             if (e.op is prim and e.parents == ids and e.name == name
                     and ((not attrs and not e.raw) or same_attrs(e.raw, attrs))):
                 checked = e.attrs
-                if ids:
-                    if len(ids) == 1:
-                        out = prim.forward(values[ids[0]], **checked)
-                    else:
-                        out = prim.forward(*[values[i] for i in ids], **checked)
+                arity = len(ids)
+                if arity == 1 and not checked:  # the common calls, without keyword expansion
+                    out = prim.forward(values[ids[0]])
+                elif arity == 2 and not checked:
+                    out = prim.forward(values[ids[0]], values[ids[1]])
+                elif arity:
+                    out = prim.forward(*[values[i] for i in ids], **checked)
                 elif self.xp is not np:  # a nullary op makes its value in the tape's namespace
                     out = prim.forward(**checked, xp=self.xp)
                 else:

@@ -745,7 +745,7 @@ class Tensor(Ref):
     def relu(self) -> Tensor:  # type: ignore[override]
         if self.dtype.kind != "f":
             return _leaf(np.maximum(self._value, 0).astype(self.dtype))
-        return Ref.relu(self)  # type: ignore[return-value]
+        return RECORDER.record(_RELU, (self,), {})
 
     def abs(self) -> Tensor:  # type: ignore[override]
         if self.dtype.kind != "f":
@@ -1828,8 +1828,18 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
     position = {id(t): k for k, t in enumerate(nodes)}
-    views = [Node(t._op, tuple(position[id(p)] for p in t._parents), t._attrs, t.requires_grad,
-                  t.shape) for t in nodes]
+    views = []
+    for t in nodes:  # once per tensor of every backward: one and two parents spelled out
+        ps = t._parents
+        if not ps:
+            parents: tuple[int, ...] = ()
+        elif len(ps) == 1:
+            parents = (position[id(ps[0])],)
+        elif len(ps) == 2:
+            parents = (position[id(ps[0])], position[id(ps[1])])
+        else:
+            parents = tuple([position[id(p)] for p in ps])
+        views.append(Node(t._op, parents, t._attrs, t.requires_grad, t.shape))
     # The driver starts from one output; with several (autograd.grad), run it once per output
     # over the same plan and add the cotangents (outputs are few, usually one).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
@@ -2032,6 +2042,7 @@ _MUL = REGISTRY["mul"]
 _SCALE = REGISTRY["scale"]
 _ADD_SCALAR = REGISTRY["add_scalar"]
 _TANH = REGISTRY["tanh"]
+_RELU = REGISTRY["relu"]
 _SIGMOID = REGISTRY["sigmoid"]
 _check_method_signatures(Tensor)
 
