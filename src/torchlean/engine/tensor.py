@@ -92,12 +92,21 @@ int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
 
 _sequence = itertools.count()  # creation order: parents always get smaller numbers
-_state = threading.local()
+
+
+class _GradState(threading.local):
+    """The grad mode, per thread. The class attribute is every thread's default, so reading it
+    (once per recorded op) never takes ``getattr``'s missing-attribute path (0.35 us)."""
+
+    grad_enabled = True
+
+
+_state = _GradState()
 
 
 def is_grad_enabled() -> bool:
     """Whether ops record a history for gradients (``no_grad`` turns it off, per thread)."""
-    return getattr(_state, "grad_enabled", True)
+    return _state.grad_enabled
 
 
 class _GradMode:
@@ -1851,6 +1860,9 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
             continue
         k = position[id(out)]
         grads = run_reverse(plan, values, k, seed, True, ops)
+        if len(outputs) == 1:  # one output (loss.backward()): its cotangents are the total
+            total = grads
+            break
         for i, g in enumerate(grads):
             if g is not None:
                 total[i] = g if total[i] is None else ops.add(total[i], g)
@@ -1983,7 +1995,7 @@ class _Recorder:
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
         out = run_checked(prim, values, attrs)
-        if history and not prim.nondiff and getattr(_state, "grad_enabled", True):
+        if history and not prim.nondiff and _state.grad_enabled:
             return Tensor._result(out, prim, tuple(tensors), attrs)
         return Tensor._result(out, None, (), {})
 
