@@ -8,6 +8,10 @@ the tape grows (a node's step never changes once recorded); forward mode walks i
 There is one method per registered primitive (``tape.relu(x)``, ``tape.linear(w, b, x)``,
 ``tape.reduce_sum(x, axis)``): node ids first, then the op's static attributes. The methods are
 generated from the registry, so the tape can never fall out of step with it.
+
+A session's tape is given the session's ``replay.PlanCache``: an op repeating the node the last
+pass recorded at its position skips the checks that cannot fail on a repeat and reuses that
+node's reverse step (the eager hot path; ``engine.replay`` says what is and is not cached).
 """
 
 from __future__ import annotations
