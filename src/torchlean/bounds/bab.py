@@ -246,7 +246,8 @@ class Models:
         return np.concatenate(parts)
 
 
-    def consts(self, model: Any) -> dict[int, Array]:
+    @staticmethod
+    def consts(model: Any) -> dict[int, Array]:
         """The graph's constants and parameters by node (what a ``Propagation`` starts from)."""
         graph = model.graph
         consts = dict(graph.consts)

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
+from .bab import Models
 from .engine import Propagation, relu_slopes
 
 Array = Any
@@ -61,22 +62,12 @@ class Chain:
         return [w.shape[0] for w, _ in self.layers[:-1]]
 
 
-def graph_consts(model: Any) -> dict[int, Array]:
-    """The graph's constants and parameters by node."""
-    graph = model.graph
-    consts = dict(graph.consts)
-    n_data = len(graph.inputs) - len(graph.params)
-    for k, p in enumerate(graph.params):
-        consts[graph.inputs[n_data + k]] = np.asarray(p.data)
-    return consts
-
-
 def relu_chain(model: Any) -> Chain | None:
     """The ``Chain`` of a compiled model with a batch axis whose ops are, in order, optional
     reshapes of the input to ``(B, n)``, then ``linear`` and ``relu`` alternating and a final
     ``linear`` (the output); None for any other graph."""
     graph = model.graph
-    consts = graph_consts(model)
+    consts = Models.consts(model)
     nodes = graph.nodes
     if len(graph.inputs) - len(graph.params) < 1:
         return None
@@ -133,7 +124,7 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
     given bounds (inherited and split); also which examples are empty (crossed bounds)."""
     graph = model.graph
     feat = graph.nodes[graph.inputs[0]].shape
-    prop = Propagation(graph, graph_consts(model), x_lo.reshape(feat), x_hi.reshape(feat),
+    prop = Propagation(graph, Models.consts(model), x_lo.reshape(feat), x_hi.reshape(feat),
                        kernel=kernel, n_data=1)
     empty = np.zeros(feat[0], dtype=bool)
     where = {p: k for k, p in enumerate(chain.pre)}

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from scipy.optimize import linprog
 
 from . import compute_bounds
 from .bab import (
@@ -172,9 +173,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
 
     def finish(status: str, reason: str = "", cex: Any = None) -> BabResult:
         timer.stage("other")
-        result.status, result.reason, result.counterexample = status, reason, cex
-        result.seconds = timer.now() - timer.start
-        result.stages = dict(timer.stages)
+        vars(result).update(status=status, reason=reason, counterexample=cex,
+                            seconds=timer.now() - timer.start, stages=dict(timer.stages))
         return result
 
     def check(points: Array) -> Any:
@@ -215,12 +215,18 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                                   strict=True)]
     passes = _Passes(models, spec, {1: chain}, steps=steps, kernel=kernel,
                      root_alpha=root_alpha)
+
+    def bound(lo: Array, hi: Array, sign: Array, open_: Array) -> tuple[Any, ...]:
+        """One batched pass; a confirmed counterexample among its proposals (or None)."""
+        lower, new_lo, new_hi, branch, _, primal, n_pass = passes.run(lo, hi, sign, open_)
+        result.passes += n_pass
+        timer.stage("bounds")
+        cex = check(primal)
+        timer.stage("attack")
+        return cex, lower, new_lo, new_hi, branch
+
     sign = np.zeros_like(lo, dtype=np.int8)
-    lower, lo, hi, branch, _, primal, n_pass = passes.run(lo, hi, sign, still)
-    result.passes += n_pass
-    timer.stage("bounds")
-    cex = check(primal)
-    timer.stage("attack")
+    cex, lower, lo, hi, branch = bound(lo, hi, sign, still)
     if cex is not None:
         return finish("sat", "counterexample proposed by the bound", cex)
     still, margin = _margins(spec, lower, still)
@@ -251,12 +257,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_sign[n + idx, j] = -1
         c_open = np.concatenate([got["open"], got["open"]])
         timer.stage("split")
-        lower, c_lo, c_hi, c_branch, _, primal, n_pass = passes.run(c_lo, c_hi, c_sign, c_open)
+        cex, lower, c_lo, c_hi, c_branch = bound(c_lo, c_hi, c_sign, c_open)
         result.domains += 2 * n
-        result.passes += n_pass
-        timer.stage("bounds")
-        cex = check(primal)
-        timer.stage("attack")
         if cex is not None:
             return finish("sat", "counterexample proposed by the bound of a domain", cex)
         still, c_margin = _margins(spec, lower, c_open)
@@ -297,8 +299,6 @@ def _linear_programs(passes: _Passes, chain: Chain, spec: Spec, lo: Array, hi: A
     float64). Returns the minimisers (candidates), one multiplier vector per pair (the
     constraints' duals: beta-CROWN's optimal beta) and which conjunctions are still open (those
     stay: the rigorous pass decides)."""
-    from scipy.optimize import linprog  # only when a domain is fully split
-
     points, rows_beta = [], []
     for d in range(len(lo)):
         active = lo[d] >= 0
@@ -335,8 +335,6 @@ def _least_violation(a_ub: Array, b_ub: Array, spec: Spec) -> Any:
     """The LP ``min sum(t)`` over the box with ``a_ub x - t <= b_ub``, ``t >= 0`` (positive
     when the constraints have no solution), its duals scaled so that their Lagrangian term
     outweighs the output row (a Farkas certificate of emptiness, as a beta)."""
-    from scipy.optimize import linprog
-
     n, m = a_ub.shape[1], a_ub.shape[0]
     res = linprog(np.concatenate([np.zeros(n), np.ones(m)]),
                   A_ub=np.concatenate([a_ub, -np.eye(m)], axis=1), b_ub=b_ub,
