@@ -54,7 +54,7 @@ Array = Any
 
 __all__ = ["search", "supports", "verify_network"]
 
-ROOT_STEPS = 50  # alpha-CROWN steps on the whole box
+ROOT_STEPS = 20  # alpha-CROWN steps on the whole box (as `vnn --method alpha-crown`)
 PAIRS_PER_PASS = 256  # (domain, row) pairs in one batched beta-CROWN pass
 FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
 
@@ -90,11 +90,13 @@ class _Passes:
         return [flat[:, self.offsets[k]:self.offsets[k + 1]] for k in range(len(self.sizes))]
 
     def run(self, lo: Array, hi: Array, sign: Array, open_: Array, beta0: Array | None = None,
-            steps: int | None = None) -> tuple[Array, Array, Array, Array, Array, Array, int]:
+            steps: int | None = None, over: Callable[[], bool] = lambda: False
+            ) -> tuple[Array, Array, Array, Array, Array, Array, int]:
         """Bound every open row of each domain (flat bounds ``(N, S)``, signs, open
         conjunctions ``(N, J)``): row lower bounds ``(N, K)`` (``-inf`` for rows not
         evaluated), the domains' bounds after the pass, the flat neuron to split next per domain
-        (-1: none left), its score, the proposed inputs of the pairs ``(P, n)`` and the passes."""
+        (-1: none left), its score, the proposed inputs of the pairs ``(P, n)`` and the passes.
+        Once ``over()`` the remaining pairs are left unevaluated (their rows stay open)."""
         spec = self.spec
         n_dom = len(lo)
         row_open = open_[:, spec.group]  # (N, K)
@@ -107,6 +109,8 @@ class _Passes:
         primal = np.zeros((len(dom), spec.lower.shape[0]))
         passes = 0
         for start, stop, size in self.models.chunks(len(dom), PAIRS_PER_PASS):
+            if passes and over():
+                break
             take = np.arange(start, stop)
             pad = np.concatenate([take, np.full(size - len(take), take[-1])])
             d, r = dom[pad], row[pad]
@@ -143,13 +147,15 @@ class _Passes:
 def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, Array] | None],
            *, timeout: float | None = None, kernel: bool = True, batch: int = 64,
            steps: int = 20, root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
-           clock: Callable[[], float] = time.monotonic,
+           clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set by splitting
     ReLUs (see the module docstring). ``models``: batched copies of a ReLU chain (``supports``);
     ``confirm``: as for ``bab.search``; ``batch``: domains split per round; ``steps``: Adam
-    steps of each beta-CROWN pass; ``root_steps``: alpha-CROWN steps on the whole box. Options
+    steps of each beta-CROWN pass; ``root_steps``: alpha-CROWN steps on the whole box;
+    ``clock``: what ``timeout`` is measured by (default ``time.monotonic``, looked up at the
+    call). Options
     of ``bab.search`` that do not apply here (the input-split rule, attack sizes) are ignored.
     """
     for name, value, least in (("batch", batch, 1), ("steps", steps, 1),
@@ -168,7 +174,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         raise BabError(f"bab: the property has {spec.lower.shape[0]} inputs and "
                        f"{spec.a.shape[1]} outputs, the network {n_in} and "
                        f"{chain.layers[-1][0].shape[0]}")
-    timer = _Clock(timeout, clock)
+    timer = _Clock(timeout, clock or time.monotonic)
     result = BabResult("unknown")
 
     def finish(status: str, reason: str = "", cex: Any = None) -> BabResult:
@@ -218,7 +224,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
 
     def bound(lo: Array, hi: Array, sign: Array, open_: Array) -> tuple[Any, ...]:
         """One batched pass; a confirmed counterexample among its proposals (or None)."""
-        lower, new_lo, new_hi, branch, _, primal, n_pass = passes.run(lo, hi, sign, open_)
+        lower, new_lo, new_hi, branch, _, primal, n_pass = passes.run(lo, hi, sign, open_,
+                                                                      over=timer.over)
         result.passes += n_pass
         timer.stage("bounds")
         cex = check(primal)
@@ -229,6 +236,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     cex, lower, lo, hi, branch = bound(lo, hi, sign, still)
     if cex is not None:
         return finish("sat", "counterexample proposed by the bound", cex)
+    if timer.over():
+        return finish("timeout", "the time ran out in the first pass")
     still, margin = _margins(spec, lower, still)
     if not still.any():
         return finish("unsat", "proved by beta-CROWN on the whole box")
@@ -261,6 +270,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         result.domains += 2 * n
         if cex is not None:
             return finish("sat", "counterexample proposed by the bound of a domain", cex)
+        if timer.over():  # the pass may have stopped part-way
+            return finish("timeout", f"{queue.size + 2 * n} domains open when the time ran out")
         still, c_margin = _margins(spec, lower, c_open)
         keep = still.any(axis=1)
         fixed = np.flatnonzero(keep & (c_branch < 0))
