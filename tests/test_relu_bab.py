@@ -160,11 +160,11 @@ def test_planted_beta_sign_flip_is_caught(monkeypatch):
 def test_planted_unsound_split_is_caught(monkeypatch):
     real = beta._propagate
 
-    def both_active(model, chain, x_lo, x_hi, lo, hi, kernel):
+    def both_active(model, chain, x_lo, x_hi, lo, hi, kernel, refresh=frozenset()):
         # the inactive child also gets l := max(l, 0): part of its domain is lost
         lo = [np.where(np.isfinite(h) & (h <= 0) & (l < 0), np.minimum(h, 0.0), l)
               for l, h in zip(lo, hi, strict=True)]
-        return real(model, chain, x_lo, x_hi, lo, hi, kernel)
+        return real(model, chain, x_lo, x_hi, lo, hi, kernel, refresh)
 
     monkeypatch.setattr(beta, "_propagate", both_active)
     wrong, _ = _wrong()

@@ -122,9 +122,12 @@ class PairBounds:
 
 
 def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
-               hi: list[Array], kernel: bool) -> tuple[Propagation, Array]:
+               hi: list[Array], kernel: bool, refresh: frozenset[int] = frozenset()
+               ) -> tuple[Propagation, Array]:
     """The engine's interval sweep over a batch with every pre-activation intersected with the
-    given bounds (inherited and split); also which examples are empty (crossed bounds)."""
+    given bounds (inherited and split), and the relu layers in ``refresh`` (indices) also
+    tightened by CROWN on them (the engine's ``crown_node``, with the earlier layers' split
+    bounds: valid on the domain); also which examples are empty (crossed bounds)."""
     graph = model.graph
     feat = graph.nodes[graph.inputs[0]].shape
     prop = Propagation(graph, Models.consts(model), x_lo.reshape(feat), x_hi.reshape(feat),
@@ -138,6 +141,10 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
         k = where.get(i)
         if k is not None:
             new_lo, new_hi = np.maximum(iv.lo, lo[k]), np.minimum(iv.hi, hi[k])
+            if k in refresh and k > 0:  # the first layer's intervals are exact already
+                iv.lo, iv.hi = new_lo, np.maximum(new_hi, new_lo)
+                c_lo, c_hi = prop.crown_node(i)
+                new_lo, new_hi = np.maximum(new_lo, c_lo), np.minimum(new_hi, c_hi)
             crossed = new_lo > new_hi
             empty |= crossed.any(axis=1)
             # an empty example is discarded; keep its arithmetic finite and ordered
@@ -277,6 +284,16 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     lower = np.where(empty, np.inf, lower)
     primal = np.where(primal_mu > 0, x_lo, x_hi)
     return PairBounds(lower, lo, hi, mus, primal, done)
+
+
+def refresh_bounds(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
+                   hi: list[Array], layers: frozenset[int], kernel: bool = True
+                   ) -> tuple[list[Array], list[Array]]:
+    """Domains' pre-activation bounds (``(B, n_k)`` per layer, split already applied) with the
+    relu layers ``layers`` re-bounded by CROWN over each domain (``model``: B examples)."""
+    prop, _ = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel, layers)
+    return ([np.asarray(prop.ivals[p].lo, np.float64) for p in chain.pre],  # type: ignore
+            [np.asarray(prop.ivals[p].hi, np.float64) for p in chain.pre])  # type: ignore
 
 
 def babsr_scores(lo: list[Array], hi: list[Array], mu: list[Array]) -> list[Array]:

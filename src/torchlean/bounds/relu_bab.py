@@ -11,7 +11,8 @@ The problem is ``bab.Spec``'s: an input box and a disjunction of conjunctions of
 2. repeatedly: the ``batch`` open domains with the worst margin are taken off the queue
    (``bab._Queue``) and each is split on its best-scored neuron into an active and an inactive
    child; the children inherit their parent's pre-activation bounds (valid on the parent, so
-   on them) intersected with the split, and all (child, open row) pairs are bounded by one
+   on them) intersected with the split, the layers after the split re-bounded by CROWN on the
+   child (``refresh``), and all (child, open row) pairs are bounded by one
    batched beta-CROWN pass (alpha and beta optimised together, then evaluated rigorously); the
    network is run on each pair's proposed input (a counterexample there ends the search);
    children with every conjunction refuted are dropped, the rest queued with their own best
@@ -48,7 +49,7 @@ from .bab import (
     _values,
     verify_property,
 )
-from .beta import Chain, babsr_scores, bound_pairs, relu_chain
+from .beta import Chain, babsr_scores, bound_pairs, refresh_bounds, relu_chain
 
 Array = Any
 
@@ -56,6 +57,7 @@ __all__ = ["search", "supports", "verify_network"]
 
 ROOT_STEPS = 20  # alpha-CROWN steps on the whole box (as `vnn --method alpha-crown`)
 PAIRS_PER_PASS = 256  # (domain, row) pairs in one batched beta-CROWN pass
+REFRESH_BATCH = 64  # domains per CROWN refresh of their intermediate bounds
 FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
 
 
@@ -85,6 +87,29 @@ class _Passes:
                                "chain like the network itself")
             self.chains[size] = found
         return self.chains[size]
+
+    def refresh(self, lo: Array, hi: Array, first: Array) -> tuple[Array, Array]:
+        """The domains' bounds with every relu layer after ``first`` (per domain: the layer
+        of the last split) re-bounded by CROWN (``beta.refresh_bounds``), in batches."""
+        spec, new_lo, new_hi = self.spec, lo.copy(), hi.copy()
+        n_in = spec.lower.shape[0]
+        for start, stop, size in self.models.chunks(len(lo), REFRESH_BATCH):
+            pad = np.concatenate([np.arange(start, stop), np.full(size - (stop - start),
+                                                                   stop - 1)])
+            layers = frozenset(range(int(first[start:stop].min()) + 1, len(self.sizes)))
+            if not layers:
+                continue
+            r_lo, r_hi = refresh_bounds(
+                self.models.get(size), self.chain(size), np.broadcast_to(spec.lower, (size, n_in)),
+                np.broadcast_to(spec.upper, (size, n_in)), self.split(lo[pad]),
+                self.split(hi[pad]), layers, self.kernel)
+            new_lo[start:stop] = np.concatenate(r_lo, axis=1)[:stop - start]
+            new_hi[start:stop] = np.concatenate(r_hi, axis=1)[:stop - start]
+        return new_lo, new_hi
+
+    def layer_of(self, flat: Array) -> Array:
+        """The relu layer of flat neuron indices."""
+        return np.searchsorted(self.offsets, flat, side="right") - 1
 
     def split(self, flat: Array) -> list[Array]:
         return [flat[:, self.offsets[k]:self.offsets[k + 1]] for k in range(len(self.sizes))]
@@ -147,6 +172,7 @@ class _Passes:
 def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, Array] | None],
            *, timeout: float | None = None, kernel: bool = True, batch: int = 64,
            steps: int = 20, root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
+           refresh: bool = True,
            clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
@@ -154,6 +180,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     ReLUs (see the module docstring). ``models``: batched copies of a ReLU chain (``supports``);
     ``confirm``: as for ``bab.search``; ``batch``: domains split per round; ``steps``: Adam
     steps of each beta-CROWN pass; ``root_steps``: alpha-CROWN steps on the whole box;
+    ``refresh``: re-bound the layers after a split by CROWN in the children (tighter, dearer);
     ``clock``: what ``timeout`` is measured by (default ``time.monotonic``, looked up at the
     call). Options
     of ``bab.search`` that do not apply here (the input-split rule, attack sizes) are ignored.
@@ -266,6 +293,10 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_sign[n + idx, j] = -1
         c_open = np.concatenate([got["open"], got["open"]])
         timer.stage("split")
+        if refresh:
+            first = passes.layer_of(np.concatenate([j, j]))
+            c_lo, c_hi = passes.refresh(c_lo, c_hi, first)
+            timer.stage("refresh")
         cex, lower, c_lo, c_hi, c_branch = bound(c_lo, c_hi, c_sign, c_open)
         result.domains += 2 * n
         if cex is not None:
