@@ -246,7 +246,8 @@ class Models:
         return np.concatenate(parts)
 
 
-    def consts(self, model: Any) -> dict[int, Array]:
+    @staticmethod
+    def consts(model: Any) -> dict[int, Array]:
         """The graph's constants and parameters by node (what a ``Propagation`` starts from)."""
         graph = model.graph
         consts = dict(graph.consts)
@@ -640,6 +641,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
     counterexample only when ``prop.violated_by(x, run(x))`` (exact arithmetic) says so.
     """
     clock = options.get("clock", time.monotonic)
+    search_fn = options.pop("search_fn", search)  # bounds.relu_bab passes its own
     start = clock()
 
     def confirm(x: Array) -> tuple[Array, Array] | None:
@@ -666,7 +668,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
             total.status, total.reason = "unknown", "an unconstrained output set"
             continue
         spec = spec_of_region(region, prop.n_outputs, models.dtype)
-        found = search(models, spec, confirm, timeout=left, **options)
+        found = search_fn(models, spec, confirm, timeout=left, **options)
         total.domains += found.domains
         total.passes += found.passes
         total.max_queue = max(total.max_queue, found.max_queue)

@@ -107,6 +107,9 @@ class Propagation:
         self.linear_only = False  # IBP with the specification folded: no relaxations
         self.fallbacks: set[tuple[int, str]] = set()  # (node, op) CROWN bounded by intervals
         self.last_spec: tuple[Array, Any] | None = None  # specification rows and their bounds
+        # Extra multipliers added at nodes before ``lower`` back-substitutes (node -> (B, K,
+        # *rest)): beta-CROWN's split constraints (bounds.beta); set only for one call.
+        self.extra: dict[int, Array] = {}
         # Batched mode: axis 0 of every varying node is the example. Otherwise ("whole" mode)
         # the graph is one example and multipliers carry the full node shape.
         self.whole = not all(self._batch_safe(i) for i, nd in enumerate(graph.nodes)
@@ -191,14 +194,14 @@ class Propagation:
         new = copy.copy(self)
         new.ivals = [None if iv is None else Interval(iv.lo, iv.hi, iv.eps) for iv in self.ivals]
         new._cache = dict(self._cache)
-        new.alpha, new.fallbacks = {}, set(self.fallbacks)
+        new.alpha, new.fallbacks, new.extra = {}, set(self.fallbacks), {}
         return new
 
     def subset(self, rows: Array) -> Propagation:
         """The same bounds restricted to the examples ``rows`` (for alpha-CROWN's optimiser)."""
         sub = copy.copy(self)
         sub.batch = len(rows)
-        sub._cache, sub.alpha, sub.fallbacks = {}, {}, self.fallbacks
+        sub._cache, sub.alpha, sub.fallbacks, sub.extra = {}, {}, self.fallbacks, {}
         sub.ivals = list(self.ivals)
         for i, iv in enumerate(self.ivals):
             if iv is not None and self.batched(i):
@@ -275,6 +278,10 @@ class Propagation:
         terms: list[Array] = []   # (B or 1, K) values whose exact sum is the dual bound...
         slack: list[Array] = []   # ...minus these nonnegative error bounds
         nu: dict[int, Array] = {target: nu0}
+        for p, extra in self.extra.items():
+            # the bound is then of sum(nu0 * v_target) + sum(extra * v_p): sound as any dual
+            if p < target:
+                self.accumulate(nu, p, np.asarray(extra, np.float64), slack)
         for i in range(target, -1, -1):
             v = nu.pop(i, None)
             if v is None:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import attack, onnx
-from ..bounds import METHODS, bab, properties
+from ..bounds import METHODS, bab, properties, relu_bab
 from ..bounds.properties import Property, PropertyError
 from ..core.errors import TorchLeanError
 from . import vnnlib
@@ -334,9 +334,12 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
 
     # 2. bound passes: IBP, then the method on the regions IBP leaves open
     kernel = rounding == "float32"
+    relu_split = False  # branch and bound over relu splits after the attacks (bounds.relu_bab)
     if method == "bab" and int(np.prod(net.input_shape)) > BAB_MAX_INPUTS:
         method = "crown"  # see BAB_MAX_INPUTS; the result's method says what ran
-        result.method = "bab (crown pass: too many inputs to split)"
+        relu_split = relu_bab.supports(net.model)
+        result.method = ("bab (crown pass, attacks, then relu splitting)" if relu_split
+                         else "bab (crown pass: too many inputs to split)")
     if method == "bab":  # branch and bound (bounds.bab) decides it all
         if clock.over():
             return finish("timeout", None, "the time limit ran out before branch and bound")
@@ -387,5 +390,13 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
             return finish("sat", cex, f"counterexample from {how}")
     if clock.over():
         return finish("timeout", message="time ran out during the attack")
+    if relu_split:
+        left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
+        found = relu_bab.verify_network(net, prop, timeout=left, kernel=kernel)
+        clock.stage("bab")
+        if found.status == "unsat":
+            result.refuted = result.conjunctions
+        return finish(found.status, found.counterexample,
+                      f"relu branch and bound: {found.domains} domains; {found.reason}")
     return finish("unknown", message=f"{result.refuted} of {result.conjunctions} unsafe "
                   "conjunctions refuted; no counterexample found")

@@ -1,0 +1,312 @@
+"""beta-CROWN: bounds of a ReLU network on a *domain*, a set of ReLU neurons fixed active or
+inactive, with the split constraints' Lagrange multipliers (beta) optimised with the slopes.
+
+A domain fixes some pre-activations ``z_j`` to a sign: active (``z_j >= 0``) or inactive
+(``z_j <= 0``). Its bound pass
+
+1. intersects the domain's pre-activation bounds (inherited from its parent, valid on the
+   larger domain, so on this one) with the split: ``l_j := max(l_j, 0)`` when active,
+   ``u_j := min(u_j, 0)`` when inactive, so split neurons are stable (their relu exact), and
+   re-runs the interval sweep, which tightens later layers;
+2. bounds each open output row ``a . y`` from below by the Lagrangian
+   ``a . y - sum_j beta_j s_j z_j`` (``s_j = +1`` active, ``-1`` inactive, ``beta_j >= 0``):
+   on the domain ``s_j z_j >= 0``, so any lower bound of it bounds ``a . y``. With the relu
+   lower slopes ``alpha`` in [0, 1] of the unstable neurons, the CROWN backward pass of that
+   Lagrangian is traced into one torchlean graph, and ``alpha`` and ``beta`` climb its value by
+   projected gradient ascent (Adam) on torchlean's own reverse mode, for every (domain, row)
+   pair of the batch at once (the pair is the batch axis);
+3. evaluates the bound rigorously with the best ``alpha`` and ``beta`` found: the engine's
+   ``Propagation.lower`` with ``alpha`` set and the beta terms as extra multipliers at the
+   pre-activation nodes (``Propagation.extra``), with ``kernel=True`` enclosing the float32
+   network's rounding. The traced arithmetic only ranks candidates; any ``alpha`` in [0, 1] and
+   ``beta >= 0`` give a valid bound, so only this last step needs care (and the engine gives it).
+
+A domain whose intersected bounds cross (``l > u`` somewhere) contains no execution of the
+network at all and is proved empty. The splits are on the values the float32 network computes
+(the engine's node values), so the two children of a split cover every execution of the parent.
+
+Only feed-forward chains ``[reshape] linear (relu linear)*`` are handled (``relu_chain``);
+``bounds.relu_bab`` drives the search over domains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine import ops_interface as F
+from ..engine.transforms import compile as compile_fn
+from .bab import Models
+from .engine import Propagation, relu_slopes
+
+Array = Any
+
+ALPHA_LR = 0.1
+BETA_LR = 0.05
+# The traced bound only ranks candidate slopes and multipliers (the verdict is the engine's
+# rigorous float64 evaluation), so it runs in float32: half the time of float64 here.
+OPT_DTYPE = "float32"
+
+
+@dataclass
+class Chain:
+    """A ReLU chain inside a compiled graph: affine maps ``(W_k, b_k)`` (the last one gives the
+    output), the graph nodes of each relu's pre-activation and of each relu, and the output."""
+
+    layers: list[tuple[Array, Array]]
+    pre: list[int]
+    relus: list[int]
+    out: int
+
+    @property
+    def sizes(self) -> list[int]:
+        return [w.shape[0] for w, _ in self.layers[:-1]]
+
+
+def relu_chain(model: Any) -> Chain | None:
+    """The ``Chain`` of a compiled model with a batch axis whose ops are, in order, optional
+    reshapes of the input to ``(B, n)``, then ``linear`` and ``relu`` alternating and a final
+    ``linear`` (the output); None for any other graph."""
+    graph = model.graph
+    consts = Models.consts(model)
+    nodes = graph.nodes
+    if len(graph.inputs) - len(graph.params) < 1:
+        return None
+    cur = graph.inputs[0]
+    batch = nodes[cur].shape[0] if nodes[cur].shape else None
+    layers: list[tuple[Array, Array]] = []
+    pre: list[int] = []
+    relus: list[int] = []
+    expect_linear = True
+    for i, node in enumerate(nodes):
+        if node.kind != "op":
+            continue
+        op = node.op
+        if op is None or cur not in node.parents or len(node.shape) != 2 or node.shape[0] != batch:
+            return None
+        if op.name in ("reshape", "flatten") and not layers:
+            cur = i
+        elif op.name == "linear" and expect_linear:
+            pw, pb, px = node.parents
+            if px != cur or pw not in consts or pb not in consts:
+                return None
+            layers.append((np.asarray(consts[pw], np.float64), np.asarray(consts[pb], np.float64)))
+            cur, expect_linear = i, False
+        elif op.name == "relu" and not expect_linear:
+            pre.append(cur)
+            relus.append(i)
+            cur, expect_linear = i, True
+        else:
+            return None
+    if not layers or expect_linear or cur != graph.output:
+        return None
+    return Chain(layers, pre, relus, cur)
+
+
+@dataclass
+class PairBounds:
+    """The result of one batched pass over (domain, row) pairs: rigorous lower bounds
+    ``lower`` ``(P,)`` (``+inf`` for an empty domain); the pre-activation bounds the pass used
+    per layer (``(P, n_k)`` each, the children's inheritance); the multipliers of each relu's
+    output for the best slopes (``mu``, ``(P, n_k)``, for branching); and the input point
+    minimising the last linear bound (``primal``, ``(P, n_in)``, a candidate counterexample)."""
+
+    lower: Array
+    lo: list[Array]
+    hi: list[Array]
+    mu: list[Array]
+    primal: Array
+    steps: int
+
+
+def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
+               hi: list[Array], kernel: bool, refresh: frozenset[int] = frozenset()
+               ) -> tuple[Propagation, Array]:
+    """The engine's interval sweep over a batch with every pre-activation intersected with the
+    given bounds (inherited and split), and the relu layers in ``refresh`` (indices) also
+    tightened by CROWN on them (the engine's ``crown_node``, with the earlier layers' split
+    bounds: valid on the domain); also which examples are empty (crossed bounds)."""
+    graph = model.graph
+    feat = graph.nodes[graph.inputs[0]].shape
+    prop = Propagation(graph, Models.consts(model), x_lo.reshape(feat), x_hi.reshape(feat),
+                       kernel=kernel, n_data=1)
+    empty = np.zeros(feat[0], dtype=bool)
+    where = {p: k for k, p in enumerate(chain.pre)}
+    for i, node in enumerate(graph.nodes):
+        if node.kind != "op":
+            continue
+        iv = prop.interval(i)
+        k = where.get(i)
+        if k is not None:
+            new_lo, new_hi = np.maximum(iv.lo, lo[k]), np.minimum(iv.hi, hi[k])
+            if k in refresh and k > 0:  # the first layer's intervals are exact already
+                iv.lo, iv.hi = new_lo, np.maximum(new_hi, new_lo)
+                c_lo, c_hi = prop.crown_node(i)
+                new_lo, new_hi = np.maximum(new_lo, c_lo), np.minimum(new_hi, c_hi)
+            crossed = new_lo > new_hi
+            empty |= crossed.any(axis=1)
+            # an empty example is discarded; keep its arithmetic finite and ordered
+            iv.lo, iv.hi = new_lo, np.where(crossed, new_lo, new_hi)
+    return prop, empty
+
+
+def _objective_parts(chain: Chain, lo: list[Array], hi: list[Array], sign: list[Array]
+                     ) -> list[tuple[Array, Array, Array, Array, Array]]:
+    """Per relu layer: unstable mask, stable-active mask, upper slope, upper intercept, sign."""
+    parts = []
+    for k in range(len(chain.pre)):
+        l, u = lo[k], hi[k]
+        unstable = ((l < 0) & (u > 0)).astype(np.float64)
+        _, upper = relu_slopes(l, u)
+        intercept = np.where(unstable > 0, -upper * l, 0.0)
+        active = (l >= 0).astype(np.float64)
+        parts.append((unstable, active, upper, intercept, sign[k].astype(np.float64)))
+    return parts
+
+
+def _trace(chain: Chain, rows: Array, parts: list[Any], x_lo: Array, x_hi: Array
+           ) -> tuple[Any, list[int]]:
+    """Compile the traced Lagrangian bound per pair: inputs alphas then betas (``(P, n_k)``
+    each); also returns the nodes of each relu output's multiplier and of the input's. Every
+    pair shares the input box (``x_lo[0]``, ``x_hi[0]``)."""
+    n_layers = len(chain.pre)
+    marks: list[int] = []
+    dt = np.dtype(OPT_DTYPE)
+    layers = [(w.astype(dt), b.astype(dt)) for w, b in chain.layers]
+    parts = [tuple(x.astype(dt) for x in part) for part in parts]
+
+    def objective(*args: Any) -> Any:
+        owner = args[0].owner
+        alphas, betas = args[:n_layers], args[n_layers:]
+        w, b = layers[-1]
+        lam = owner.const(rows.astype(dt))
+        total = F.reduce_sum(lam * b, axis=1)
+        mu = lam @ w
+        mus: list[Any] = [None] * n_layers
+        for k in range(n_layers - 1, -1, -1):
+            mus[k] = mu
+            unstable, active, upper, intercept, sign = parts[k]
+            pos = F.relu(mu)
+            neg = mu - pos
+            slope = alphas[k] * unstable + active
+            nu = pos * slope + neg * upper - betas[k] * sign
+            w, b = layers[k]
+            total = total + F.reduce_sum(neg * intercept + nu * b, axis=1)
+            mu = nu @ w
+        # the box's least value of mu . x, as mu . c - |mu| . r (two products, not four
+        # elementwise passes over the widest layer)
+        total = total + F.reshape(mu @ centre - F.abs(mu) @ radius, shape=(rows.shape[0],))
+        marks.extend(m.id for m in mus)
+        marks.append(mu.id)
+        return total
+
+    centre = ((x_lo[0] + x_hi[0]) / 2).reshape(-1, 1).astype(dt)
+    radius = ((x_hi[0] - x_lo[0]) / 2).reshape(-1, 1).astype(dt)
+
+    shapes = [(rows.shape[0], n) for n in chain.sizes] * 2
+    compiled = compile_fn(objective, *shapes, dtype=OPT_DTYPE)
+    return compiled.graph, marks
+
+
+def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
+                lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
+                alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
+                steps: int = 20, kernel: bool = True) -> PairBounds:
+    """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
+
+    ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
+    ``x_lo``/``x_hi`` ``(P, n_in)``: the input box per pair; ``lo``/``hi``/``sign`` per relu
+    layer ``(P, n_k)``: inherited pre-activation bounds (already intersected with the splits)
+    and the split signs (+1 active, -1 inactive, 0 free); ``thresholds`` ``(P,)``: a pair stops
+    pulling the optimiser once its traced bound is above it; ``alpha0``, ``beta0``: starting
+    slopes and multipliers.
+    """
+    n_pairs = rows.shape[0]
+    prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
+    lo = [np.asarray(prop.ivals[p].lo, np.float64) for p in chain.pre]  # type: ignore[union-attr]
+    hi = [np.asarray(prop.ivals[p].hi, np.float64) for p in chain.pre]  # type: ignore[union-attr]
+    parts = _objective_parts(chain, lo, hi, sign)
+    graph, marks = _trace(chain, rows, parts, x_lo, x_hi)
+    n_layers = len(chain.pre)
+    if alpha0 is None:
+        alpha0 = [relu_slopes(lo[k], hi[k])[0] for k in range(n_layers)]
+    params = [np.clip(np.array(a, np.float64), 0.0, 1.0) for a in alpha0]
+    params += [np.zeros_like(lo[k]) if beta0 is None else
+               np.where(sign[k] != 0, np.maximum(beta0[k], 0.0), 0.0) for k in range(n_layers)]
+    active_beta = [np.abs(s) > 0 for s in sign]
+    best_val = np.full(n_pairs, -np.inf)
+    best = [p.copy() for p in params]
+    mus = [np.zeros_like(x) for x in lo]
+    primal_mu = np.zeros_like(x_lo)
+    m1 = [np.zeros_like(p) for p in params]
+    m2 = [np.zeros_like(p) for p in params]
+    lrs = [ALPHA_LR] * n_layers + [BETA_LR] * n_layers
+    done = 0
+    for step in range(1, max(1, steps) + 1):
+        values = graph.evaluate(graph.check_inputs("beta-crown", [p.astype(OPT_DTYPE)
+                                                                  for p in params]))
+        val = np.asarray(values[graph.output], np.float64)
+        better = val > best_val
+        if better.any():
+            best_val = np.where(better, val, best_val)
+            for j, p in enumerate(params):
+                best[j][better] = p[better]
+            for k in range(n_layers):
+                mus[k][better] = np.asarray(values[marks[k]])[better]
+            primal_mu[better] = np.asarray(values[marks[-1]])[better]
+        done = step
+        if step >= steps or np.all(best_val > thresholds):
+            break
+        seed = (best_val <= thresholds).astype(OPT_DTYPE)
+        grads = graph.backprop(values, graph.output, seed)
+        for j, p in enumerate(params):
+            g = grads[graph.inputs[j]]
+            if g is None:
+                continue
+            m1[j] = 0.9 * m1[j] + 0.1 * g
+            m2[j] = 0.999 * m2[j] + 0.001 * g * g
+            move = lrs[j] * (m1[j] / (1 - 0.9 ** step)) / (
+                np.sqrt(m2[j] / (1 - 0.999 ** step)) + 1e-8)
+            if j < n_layers:
+                params[j] = np.clip(p + move, 0.0, 1.0)
+            else:
+                params[j] = np.where(active_beta[j - n_layers], np.maximum(p + move, 0.0), 0.0)
+    # the rigorous bound with the best slopes and multipliers found
+    prop.alpha = {r: best[k].reshape(n_pairs, 1, -1) for k, r in enumerate(chain.relus)}
+    prop.extra = {p: (-best[n_layers + k] * sign[k]).reshape(n_pairs, 1, -1)
+                  for k, p in enumerate(chain.pre)}
+    try:
+        lower = prop.lower(chain.out, rows.reshape(n_pairs, 1, -1))[:, 0]
+    finally:
+        prop.alpha, prop.extra = {}, {}
+    lower = np.where(empty, np.inf, lower)
+    primal = np.where(primal_mu > 0, x_lo, x_hi)
+    return PairBounds(lower, lo, hi, mus, primal, done)
+
+
+def refresh_bounds(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
+                   hi: list[Array], layers: frozenset[int], kernel: bool = True
+                   ) -> tuple[list[Array], list[Array]]:
+    """Domains' pre-activation bounds (``(B, n_k)`` per layer, split already applied) with the
+    relu layers ``layers`` re-bounded by CROWN over each domain (``model``: B examples)."""
+    prop, _ = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel, layers)
+    return ([np.asarray(prop.ivals[p].lo, np.float64) for p in chain.pre],  # type: ignore
+            [np.asarray(prop.ivals[p].hi, np.float64) for p in chain.pre])  # type: ignore
+
+
+def babsr_scores(lo: list[Array], hi: list[Array], mu: list[Array]) -> list[Array]:
+    """BaBSR-style scores per unstable neuron (0 elsewhere): how much the relaxation of the
+    neuron costs the bound, the upper line's intercept ``-u l / (u - l)`` times the weight
+    ``max(-mu, 0)`` the bound puts on it, plus a little of ``|mu| (u - l)`` to rank neurons the
+    intercept term leaves at 0."""
+    out = []
+    for l, u, m in zip(lo, hi, mu, strict=True):
+        unstable = (l < 0) & (u > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            intercept = np.where(unstable, -u * l / np.where(unstable, u - l, 1.0), 0.0)
+        score = np.maximum(-m, 0.0) * intercept + 1e-4 * np.abs(m) * np.where(unstable, u - l,
+                                                                              0.0)
+        out.append(np.where(unstable, score + 1e-12, 0.0))
+    return out

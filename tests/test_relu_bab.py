@@ -1,0 +1,205 @@
+"""ReLU-splitting branch and bound with beta-CROWN (bounds.beta, bounds.relu_bab) against the
+exact truth.
+
+On small random ReLU nets the truth is found by enumerating activation patterns: neurons whose
+interval sign is fixed keep it, every pattern of the others gives a linear program (scipy's
+``linprog``: the pattern's affine network, its sign constraints and the input box), and the least
+value of each output row is the least over feasible patterns. Thresholds are put a margin below
+(safe) or above (unsafe) it. ``relu_bab.search`` must answer ``unsat`` exactly on the safe
+cases, ``sat`` (with a point the float32 network really maps into the unsafe set) on the others;
+planted wrong rules (a beta sign flip, an unsound split intersection) must make this fail. The
+alpha-CROWN start is kept weak (no steps) so that most cases need splits. Budgets are counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+from torchlean import nn
+from torchlean.bounds import bab, beta, relu_bab
+from torchlean.vnn import instance, vnnlib
+
+MARGIN = 0.02  # of the output rows' sampled spread
+MAX_FREE = 8  # unstable neurons enumerated at most (2^8 LPs per row)
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "vnncomp2021"
+
+
+def _net(seed):
+    rng = np.random.default_rng(seed)
+    n_in = int(rng.integers(2, 7))
+    hidden = [int(rng.integers(4, 9)) for _ in range(int(rng.integers(2, 4)))]
+    tl.manual_seed(seed)
+    mods = []
+    for a, b in zip([n_in] + hidden[:-1], hidden, strict=True):
+        mods += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*mods, nn.Linear(hidden[-1], 3))
+    return rng, n_in, model
+
+
+def _affine(model):
+    return [(np.asarray(m.weight.data, np.float64), np.asarray(m.bias.data, np.float64))
+            for m in model if isinstance(m, nn.Linear)]
+
+
+def _exact_least(layers, lo, hi, rows):
+    """Least value of each row ``rows[r] . y`` over the box, by one LP per activation pattern
+    of the neurons whose interval sign is not fixed (real arithmetic)."""
+    from scipy.optimize import linprog
+
+    # interval bounds fix the sign of some neurons
+    fixed, l, u = [], lo, hi
+    for w, b in layers[:-1]:
+        c, r = (l + u) / 2, (u - l) / 2
+        zl, zu = w @ c + b - np.abs(w) @ r - 1e-9, w @ c + b + np.abs(w) @ r + 1e-9
+        fixed.append(np.where(zl >= 0, 1, np.where(zu <= 0, 0, -1)))
+        l, u = np.maximum(zl, 0), np.maximum(zu, 0)
+    free = [(k, j) for k, f in enumerate(fixed) for j in np.flatnonzero(f < 0)]
+    if len(free) > MAX_FREE:
+        return None
+    best = np.full(len(rows), np.inf)
+    for bits in itertools.product((0, 1), repeat=len(free)):
+        pattern = [f.copy() for f in fixed]
+        for (k, j), s in zip(free, bits, strict=True):
+            pattern[k][j] = s
+        # z_k = M_k x + v_k along the pattern; constraints (2 s - 1) z_kj >= 0
+        m, v = np.eye(len(lo)), np.zeros(len(lo))
+        a_ub, b_ub = [], []
+        for (w, b), p in zip(layers[:-1], pattern, strict=True):
+            m, v = w @ m, w @ v + b
+            sgn = (1 - 2 * p)[:, None]  # active: -z <= 0, inactive: z <= 0
+            a_ub.append(sgn * m)
+            b_ub.append(-(sgn[:, 0] * v))
+            m, v = p[:, None] * m, p * v
+        w, b = layers[-1]
+        m, v = w @ m, w @ v + b
+        for r, row in enumerate(rows):
+            res = linprog(row @ m, A_ub=np.concatenate(a_ub), b_ub=np.concatenate(b_ub),
+                          bounds=list(zip(lo, hi, strict=True)), method="highs")
+            if res.status == 0:
+                best[r] = min(best[r], res.fun + row @ v)
+            elif res.status != 2:  # 2: infeasible pattern
+                raise AssertionError(f"linprog failed: {res.message}")
+    return best
+
+
+def _case(seed):
+    """(model, spec, truth): a net, a box and two one-row conjunctions ``a_j . y <= b_j``."""
+    rng, n_in, model = _net(seed)
+    layers = _affine(model)
+    centre = rng.uniform(-1, 1, n_in)
+    radius = rng.uniform(0.1, 0.6, n_in)
+    a = rng.normal(size=(2, 3))
+    least = None
+    while least is None:  # a smaller box until few enough neurons are unstable
+        lo = (centre - radius).astype(np.float32).astype(np.float64)
+        hi = (centre + radius).astype(np.float32).astype(np.float64)
+        least = _exact_least(layers, lo, hi, a)
+        radius = radius * 0.7
+    x = rng.uniform(lo, hi, size=(2000, n_in)).astype(np.float32)
+    y = np.asarray(tl.compile(lambda v: model(v), (2000, n_in)).forward(x), np.float64)
+    spread = np.ptp(y @ a.T, axis=0) + 1e-3
+    safe = bool(rng.integers(0, 2))
+    b = least + (-1 if safe else 1) * MARGIN * spread * np.array([1.0, 1.0 if safe else -5.0])
+    spec = bab.Spec(lo, hi, lo.astype(np.float32), hi.astype(np.float32), a, b, np.arange(2), 2)
+    return model, spec, "unsat" if safe else "sat"
+
+
+def _run(model, spec, **options):
+    n_in = spec.lower.size
+    models = bab.Models(lambda n: tl.compile(lambda v: model(v), (n, n_in)), max_batch=64)
+
+    def confirm(x):
+        y = models.forward(np.asarray(x, np.float32)[None])[0]
+        inside = np.all(x >= spec.inner_lower) and np.all(x <= spec.inner_upper)
+        return (np.asarray(x, np.float64), y) if inside and np.any(y @ spec.a.T <= spec.b) else None
+
+    options = {"batch": 16, "max_domains": 5000, "root_steps": 0, **options}
+    result = relu_bab.search(models, spec, confirm, **options)
+    if result.status == "sat":
+        assert confirm(result.counterexample[0]) is not None
+    return result
+
+
+CASES = [(seed, *_case(seed)) for seed in range(12)]
+
+
+def _wrong(**options):
+    out, split = [], 0
+    for seed, model, spec, truth in CASES:
+        result = _run(model, spec, **options)
+        split += result.domains > 1
+        if result.status != truth:
+            out.append((seed, truth, result.status, result.reason))
+    return out, split
+
+
+def test_verdicts_match_enumerated_truth():
+    wrong, split = _wrong()
+    assert wrong == []
+    assert split >= 3  # the cases exercise splitting, not only the first pass
+
+
+def test_planted_beta_sign_flip_is_caught(monkeypatch):
+    real = beta.Propagation.lower
+
+    def flipped(self, target, nu0):
+        self.extra = {p: -e for p, e in self.extra.items()}
+        return real(self, target, nu0)
+
+    monkeypatch.setattr(beta.Propagation, "lower", flipped)
+    wrong, _ = _wrong(steps=30)
+    assert wrong  # a wrong beta term must show up as a wrong verdict
+
+
+def test_planted_unsound_split_is_caught(monkeypatch):
+    real = beta._propagate
+
+    def both_active(model, chain, x_lo, x_hi, lo, hi, kernel, refresh=frozenset()):
+        # the inactive child also gets l := max(l, 0): part of its domain is lost
+        lo = [np.where(np.isfinite(h) & (h <= 0) & (l < 0), np.minimum(h, 0.0), l)
+              for l, h in zip(lo, hi, strict=True)]
+        return real(model, chain, x_lo, x_hi, lo, hi, kernel, refresh)
+
+    monkeypatch.setattr(beta, "_propagate", both_active)
+    wrong, _ = _wrong()
+    assert wrong
+
+
+def test_relu_chain_and_bad_input():
+    _, n_in, model = _net(0)
+    compiled = tl.compile(lambda v: model(v), (2, n_in))
+    chain = beta.relu_chain(compiled)
+    assert chain is not None and len(chain.pre) == len(chain.relus) >= 2
+    assert relu_bab.supports(compiled)
+    other = tl.compile(lambda v: nn.functional.tanh(model(v)), (2, n_in))
+    assert beta.relu_chain(other) is None
+    seed, model, spec, _ = CASES[0]
+    with pytest.raises(bab.BabError, match="batch must be"):
+        _run(model, spec, batch=0)
+
+
+def _published():
+    rows = {}
+    with open(SHARED / "PUBLISHED.csv") as f:
+        for r in csv.DictReader(f):
+            if r["benchmark"] == "mnistfc":
+                rows[(r["onnx"], r["vnnlib"])] = r["abcrown_result"]
+    return rows
+
+
+@pytest.mark.skipif(not (SHARED / "mnistfc").is_dir(), reason="VNN-COMP 2021 files not here")
+@pytest.mark.parametrize("prop", ["prop_0_0.03.vnnlib", "prop_1_0.05.vnnlib"])
+def test_mnistfc_never_contradicts_published(prop):
+    published = _published()
+    net = instance.Network(SHARED / "mnistfc" / "mnist-net_256x2.onnx")
+    found = relu_bab.verify_network(net, vnnlib.read(SHARED / "mnistfc" / prop),
+                                    max_domains=200, max_batch=64, root_steps=20)
+    truth = published.get(("mnist-net_256x2.onnx", prop), "?")
+    assert found.status in (truth, "unknown", "timeout")
+    assert found.status == "unsat" or prop != "prop_0_0.03.vnnlib"
