@@ -22,7 +22,7 @@ import pytest
 
 import torchlean as tl
 from torchlean import nn, onnx
-from torchlean.bounds import bab, compute_bounds, ibp
+from torchlean.bounds import bab, compute_bounds, forward, ibp
 from torchlean.bounds.ibp import Interval
 
 MARGIN = 0.01  # fraction of the objective's range separating the truth from the threshold
@@ -41,8 +41,9 @@ def _weights(model):
             for m in model if isinstance(m, nn.Linear)]
 
 
-def _models(model, n_in, max_batch=64):
-    return bab.Models(lambda b: tl.compile(lambda x: model(x), (b, n_in)), max_batch=max_batch)
+def _models(model, n_in, max_batch=64, intermediate="crown"):
+    return bab.Models(lambda b: tl.compile(lambda x: model(x), (b, n_in)), max_batch=max_batch,
+                      intermediate=intermediate)
 
 
 def _interval_layers(weights, lo, hi):
@@ -181,13 +182,13 @@ def _confirm(model, spec):
     return confirm
 
 
-def _verdicts(cases, **options):
+def _verdicts(cases, intermediate="crown", **options):
     """``(seed, truth, answer)`` for every case where the answer is not the truth."""
     wrong = []
     for seed, model, spec, truth in cases:
         confirm = _confirm(model, spec)
-        result = bab.search(_models(model, spec.lower.size), spec, confirm, batch=32,
-                            max_domains=20_000, **options)
+        result = bab.search(_models(model, spec.lower.size, intermediate=intermediate), spec,
+                            confirm, batch=32, max_domains=20_000, **options)
         if result.status == "sat":
             x, y = result.counterexample
             assert confirm(x) is not None  # the reported point is a real counterexample
@@ -212,6 +213,25 @@ def test_inherited_bounds_and_other_split_rules_keep_the_verdicts():
     # children reuse their parent's pre-activation bounds, refreshed by CROWN every third split
     assert _verdicts(CASES[6:], attack_steps=0, refresh_every=3) == []
     assert _verdicts(CASES[6:12], split="widest") == []
+    assert _verdicts(CASES[:8], attack_steps=0, split="bound") == []
+
+
+def test_forward_intermediate_bounds_keep_the_verdicts():
+    # forward-mode pre-activation bounds, then CROWN per (box, unstable neuron) where open
+    assert _verdicts(CASES, intermediate="forward", attack_steps=0) == []
+
+
+def test_a_planted_wrong_forward_relaxation_is_caught(monkeypatch):
+    real = forward._relu
+
+    def too_tight(f, lo, hi, vmag, lower_slope):
+        out = real(f, lo, hi, vmag, lower_slope)
+        out.cu = out.cu - 0.5 * (hi - lo)  # the relu's upper line moved below relu
+        return out
+
+    monkeypatch.setattr(forward, "_relu", too_tight)
+    wrong = _verdicts(CASES, intermediate="forward", attack_steps=0)
+    assert any(truth == "sat" and answer == "unsat" for _, truth, answer, _ in wrong)
 
 
 def test_a_planted_wrong_interval_rule_is_caught(monkeypatch):

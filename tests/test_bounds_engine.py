@@ -311,6 +311,30 @@ def test_thresholds_early_stop_and_reuse():
         B.compute_bounds(c, lo, hi, method="crown", spec=spec, thresholds=np.zeros((5, 5)))
 
 
+def test_groups_stop_once_every_conjunction_has_one_proved_row():
+    """Rows in one group are a conjunction: one proved row refutes it, so alpha-CROWN stops
+    there even though the other rows of the group can never be proved."""
+    rng = np.random.default_rng(11)
+    c = _matmul_mlp(rng, 2)
+    lo, hi = _box(rng, (2, 4), 0.3)
+    spec = _spec(rng, c)
+    k = spec.shape[1]
+    crown = B.compute_bounds(c, lo, hi, method="crown", spec=spec)
+    t = crown.spec[0] + 1e6
+    t[:, 0] = crown.spec[0][:, 0] - 1.0  # row 0 already above its threshold
+    groups = np.zeros(k, dtype=np.int64)  # one conjunction of every row
+    done = B.compute_bounds(c, lo, hi, method="alpha-crown", spec=spec, thresholds=t,
+                            groups=groups, alpha_steps=5)
+    assert done.info["alpha_steps"] == 0 and done.proved[:, 0].all()
+    apart = B.compute_bounds(c, lo, hi, method="alpha-crown", spec=spec, thresholds=t,
+                             alpha_steps=5)  # every row its own conjunction: all steps run
+    assert apart.info["alpha_steps"] == 5 and not apart.proved[:, 1:].any()
+    assert np.all(apart.spec[0] >= crown.spec[0] - 1e-9)
+    for bad in (np.zeros(k + 1, np.int64), -np.ones(k, np.int64), np.zeros(k)):
+        with pytest.raises(B.BoundsError, match="groups"):
+            B.compute_bounds(c, lo, hi, method="alpha-crown", spec=spec, groups=bad)
+
+
 def test_graph_without_batch_axis_accepts_both_spec_forms():
     """VNN test_small: input (1,), a (2, 1) hidden column; CROWN must not crash, and a spec
     given per output (1, K, *out) or batched (B, K, *out[1:]) means the same rows."""

@@ -147,7 +147,7 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
                    spec: Array | None = None, kernel: bool = True, alpha_steps: int = 20,
                    alpha_lr: float = 0.2, output_crown: bool = True,
                    thresholds: Array | None = None, reuse: Bounds | None = None,
-                   alpha_intermediate: bool = True) -> Bounds:
+                   alpha_intermediate: bool = True, groups: Array | None = None) -> Bounds:
     """Bounds of every node of ``compiled`` for data inputs in ``[lower, upper]``.
 
     ``spec`` (``(B, K, *out_shape[1:])``; for a graph without a batch axis, or traced for one
@@ -162,6 +162,9 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
     (pre-activation) bounds, tightening them (auto_LiRPA's default); ``False`` keeps CROWN's.
     ``alpha_steps`` and ``alpha_lr``: Adam steps and step size (0.2 verified more of VNN-COMP
     2021's ACAS Xu instances than auto_LiRPA's 0.5 with this objective, and as many MNIST ones).
+    ``groups`` (``(K,)`` integers): rows with the same id form one conjunction of an unsafe set,
+    refuted when any one of its rows is proved; alpha-CROWN then aims at each conjunction's best
+    row and stops once every conjunction is refuted (default: every row must be proved).
     """
     if method not in METHODS:
         raise BoundsError(f"bounds: unknown method {method!r}; expected one of {METHODS}")
@@ -177,6 +180,14 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
         raise BoundsError(f"bounds: alpha_steps must be an integer >= 0, found {alpha_steps!r}")
     if not isinstance(alpha_lr, int | float) or not np.isfinite(alpha_lr) or alpha_lr <= 0:
         raise BoundsError(f"bounds: alpha_lr must be a finite number > 0, found {alpha_lr!r}")
+    if groups is not None:
+        groups = np.asarray(groups)
+        if (spec is None or groups.shape != (np.shape(spec)[1],)
+                or not np.issubdtype(groups.dtype, np.integer) or np.any(groups < 0)):
+            want = np.shape(spec)[1] if spec is not None else "?"
+            raise BoundsError(f"bounds: groups must be K = {want} nonnegative integers (one "
+                              f"per spec row, with a spec), found shape "
+                              f"{groups.shape}, dtype {groups.dtype}")
     if reuse is not None and (not isinstance(reuse, Bounds) or reuse._prop is None
                               or reuse._prop.graph is not graph
                               or reuse._prop.kernel != kernel
@@ -218,9 +229,13 @@ def compute_bounds(compiled: Any, lower: Array, upper: Array, *, method: str = "
         if method == "alpha-crown":
             b, k = np.shape(spec)[:2]  # type: ignore[arg-type]
             tk = unpack_t(t, prop, k, b) if t is not None else None
+            gk = None
+            if groups is not None:  # whole mode: rows of example e are e * K + k
+                gk = (groups if not prop.whole or b == 1 else
+                      (groups[None, :] + (int(groups.max()) + 1) * np.arange(b)[:, None]).ravel())
             folded, info = optimise(prop, out_id, spec_rows, folded, thresholds=tk,
                                     steps=alpha_steps, lr=alpha_lr,
-                                    intermediate=alpha_intermediate)
+                                    intermediate=alpha_intermediate, groups=gk)
         spec_bounds = unpack(folded)
     if method == "alpha-crown" and output_crown and prop.batched(out_id) and info.get(
             "alpha_targets"):

@@ -311,17 +311,21 @@ def _k(x: Any) -> Any:
 
 
 def optimise(prop: Propagation, out_id: int, spec: Array, start: tuple[Array, Array], *,
-             thresholds: Array | None, steps: int, lr: float, intermediate: bool = True
-             ) -> tuple[tuple[Array, Array], dict[str, Any]]:
+             thresholds: Array | None, steps: int, lr: float, intermediate: bool = True,
+             groups: Array | None = None) -> tuple[tuple[Array, Array], dict[str, Any]]:
     """Optimised bounds of the specification rows (rigorous, never looser than ``start``) and a
     summary; with ``intermediate``, ``prop``'s intermediate bounds are tightened in place.
 
-    Examples whose rows are all above their thresholds already are left alone (their slopes
-    cannot change the verdict); the rest are optimised as one batch.
+    ``groups`` (``(K,)`` integers, default one group per row): rows of one group form a
+    conjunction, proved when ANY of its rows is above its threshold (a VNN-LIB unsafe ``and``:
+    one violated constraint refutes it); the optimiser then climbs each open group's best row
+    only, and stops once every group is proved. Examples whose groups are all proved already
+    are left alone (their slopes cannot change the verdict); the rest are optimised as one batch.
     """
     lo, hi = start
     t = np.zeros_like(lo) if thresholds is None else thresholds
-    rows = np.flatnonzero(np.any(lo <= t, axis=1))
+    g = np.arange(lo.shape[1]) if groups is None else np.asarray(groups, np.int64)
+    rows = np.flatnonzero(np.any(_group_gaps(lo - t, g) <= 0, axis=1))
     if rows.size == 0 or steps == 0:
         return start, {"alpha_steps": 0, "alpha_examples": 0}
     whole_batch = rows.size == prop.batch
@@ -330,7 +334,7 @@ def optimise(prop: Propagation, out_id: int, spec: Array, start: tuple[Array, Ar
     sub = prop if whole_batch else prop.subset(rows)
     sub_spec = spec if spec.shape[0] == 1 else spec[rows]
     bound, info = _optimise(sub, out_id, sub_spec, t[rows], steps=steps, lr=lr,
-                            intermediate=intermediate)
+                            intermediate=intermediate, groups=g)
     out = np.array(lo, copy=True)
     out[rows] = np.maximum(out[rows], bound)
     if not whole_batch:
@@ -354,7 +358,7 @@ def _needs_traced_batch(prop: Propagation) -> bool:
 
 
 def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: int, lr: float,
-              intermediate: bool) -> tuple[Array, dict[str, Any]]:
+              intermediate: bool, groups: Array) -> tuple[Array, dict[str, Any]]:
     nodes = prop.nodes
     acts = [i for i, n in enumerate(nodes)
             if i < out_id and n.kind == "op" and n.op is not None and prop.batched(i)
@@ -455,7 +459,7 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
             # the traced bound (plain float64) only ranks the slopes: the best per example is
             # evaluated rigorously at the end
             value = np.asarray(values[spec_node[0]])
-            better = _score(value, t) > _score(best, t)
+            better = _score(value, t, groups) > _score(best, t, groups)
             best = np.where(better[:, None], value, best)
             for j, a in enumerate(alphas):
                 if a.shape[0] == len(better):
@@ -464,11 +468,13 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
                 elif better.any():
                     best_alphas[j] = a
             done_steps = step
-            if np.all(best > t) or step == steps:
+            if np.all(_group_gaps(best - t, groups) > 0) or step == steps:
                 break
             out = values[graph.output]
-            # d sum(min(bound - t, 0)) / d bound, on the rows not proved yet
-            seed = np.broadcast_to(best <= t, out.shape).astype(np.float64)
+            # d sum over groups of min(max over the group's rows of (bound - t), 0) / d bound:
+            # the best row of each group not proved yet
+            seed = np.broadcast_to(_seed_rows(value - t, groups, best - t),
+                                   out.shape).astype(np.float64)
             dense = graph.backprop(values, graph.output, seed)
             for j, a in enumerate(alphas):
                 g = dense[graph.inputs[j]]
@@ -580,10 +586,45 @@ def _slopes_for(prop: Propagation, layout: list[tuple[int, int]], alphas: list[A
     return out
 
 
-def _score(bound: Array, t: Array) -> Array:
-    """Per example: the summed shortfall below the thresholds, ties broken by the sum."""
+def _group_gaps(gaps: Array, groups: Array) -> Array:
+    """Per example and group: the best (greatest) gap of the group's rows, ``(B, G)``."""
+    out = np.full((gaps.shape[0], int(groups.max()) + 1 if groups.size else 0), -np.inf)
+    np.maximum.at(out.T, groups, gaps.T)
+    return out
+
+
+def _leading_rows(gaps: Array, groups: Array, best_gaps: Array) -> Array:
+    """Per example, a 0/1 mask of the rows to climb: in each group not yet proved (by the best
+    bounds so far), the row with the greatest current gap."""
+    open_ = _group_gaps(best_gaps, groups) <= 0  # (B, G)
+    lead = _group_gaps(gaps, groups)
     with np.errstate(invalid="ignore"):
-        s = np.minimum(bound - t, 0.0).sum(axis=1) + 1e-9 * bound.sum(axis=1)
+        top = gaps >= lead[:, groups]
+    # one row per group (the first of ties)
+    mask = np.zeros(gaps.shape, dtype=bool)
+    for grp in np.unique(groups):
+        cols = np.flatnonzero(groups == grp)
+        first = cols[np.argmax(top[:, cols], axis=1)]
+        mask[np.arange(gaps.shape[0]), first] = open_[:, grp]
+    return mask
+
+
+SEED = "all"
+
+
+def _seed_rows(gaps: Array, groups: Array, best_gaps: Array) -> Array:
+    if SEED == "lead":
+        return _leading_rows(gaps, groups, best_gaps)
+    open_ = _group_gaps(best_gaps, groups) <= 0
+    return open_[:, groups] & (best_gaps <= 0)
+
+
+def _score(bound: Array, t: Array, groups: Array) -> Array:
+    """Per example: the summed shortfall of the groups below their thresholds (each group's best
+    row), ties broken by the sum of the bounds."""
+    with np.errstate(invalid="ignore"):
+        s = (np.minimum(_group_gaps(bound - t, groups), 0.0).sum(axis=1)
+             + 1e-9 * bound.sum(axis=1))
     return np.where(np.isfinite(s), s, -np.inf)
 
 

@@ -51,6 +51,7 @@ import numpy as np
 
 from . import METHODS, compute_bounds
 from .engine import BoundsError, Propagation
+from .forward import Chain, chain_of, forward_bounds
 
 Array = Any
 
@@ -58,7 +59,10 @@ __all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region"
            "verify_property"]
 
 STATUSES = ("unsat", "sat", "unknown", "timeout")
-SPLITS = ("smear", "widest")  # input to split: largest |gradient| x width, or relative width
+# input to split: largest |coefficient of the input in the deciding row's bound| x width,
+# largest |gradient at the centre| x width, or relative width
+SPLITS = ("bound", "smear", "widest")
+INTERMEDIATE = ("crown", "forward")
 MAX_DOMAINS = 200_000  # open domains kept at most (each holds two boxes of n float64s)
 MAX_QUEUE_BYTES = 512 * 2**20  # and at most this much memory for their boxes
 GRADIENT_BATCH = 64  # reverse mode slows down sharply on bigger batches (measured)
@@ -156,9 +160,16 @@ class BabResult:
 class Models:
     """Batched copies of one network, made on demand by ``factory(batch)`` (a compiled graph
     taking ``(batch, *features)``, or None when the network cannot be batched), in power-of-two
-    batch sizes up to ``max_batch``; bigger requests are chunked, smaller ones padded."""
+    batch sizes up to ``max_batch``; bigger requests are chunked, smaller ones padded.
 
-    def __init__(self, factory: Callable[[int], Any], max_batch: int = 256) -> None:
+    ``intermediate``: how ``bound_inherited`` bounds the pre-activations: ``"crown"`` (CROWN's
+    backward pass over the batch's unstable neurons, the default) or ``"forward"`` (for chain
+    networks: forward-mode functions first, and CROWN, per box and unstable neuron, only for
+    the boxes they leave open; on ACAS Xu it needed about as many domains and 15-40% more CPU
+    time than ``"crown"``, so it is not the default)."""
+
+    def __init__(self, factory: Callable[[int], Any], max_batch: int = 256,
+                 intermediate: str = "crown") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise BabError(f"bab: max_batch must be an integer >= 1, found {max_batch!r}")
         self.factory = factory
@@ -170,6 +181,13 @@ class Models:
         self.out_rest = tuple(one.out_shape)[1:]
         self.dtype = np.dtype(one.dtype)
         self.max_batch = max_batch if self.get(2) is not None else 1
+        if intermediate not in INTERMEDIATE:
+            raise BabError(f"bab: unknown intermediate bounds {intermediate!r}; expected one of "
+                           f"{INTERMEDIATE}")
+        # "forward": chain networks take forward-mode intermediate bounds first (bounds.forward)
+        self.fast = intermediate == "forward"
+        self.lower_slope = "adaptive"
+        self._chains: dict[int, Chain | None] = {}
 
     def get(self, n: int) -> Any:
         if n not in self._cache:
@@ -257,19 +275,28 @@ class Models:
         return consts
 
     def bound_inherited(self, lo: Array, hi: Array, a: Array, inherited: Array | None,
-                        refresh: bool, *, kernel: bool) -> tuple[Array, Array]:
+                        refresh: bool, *, kernel: bool,
+                        settled: Callable[[Array, Array], Array] | None = None
+                        ) -> tuple[Array, Array, Array]:
         """Row lower bounds ``(N, K)`` by CROWN's back-substitution from the rows, with the
         pre-activation bounds of every relaxed neuron taken from the box's intervals
         intersected with ``inherited`` (bounds valid on a box containing this one: the parent
         domain's), and with ``refresh`` tightened by CROWN as well (the full pass); also the
         bounds used, flat per box ``(N, P)`` (lower then upper of every target node), for the
-        children to inherit.
+        children to inherit, and the rows' linear coefficients of the input in the bound
+        ``(N, K, n)`` (which inputs the bound depends on most: the split rule ``"bound"``).
 
         Sound as CROWN is: bounds over a larger box hold on a sub-box, for the real values and
         (``kernel``) for every float32 execution the engine encloses.
+
+        For a chain network (``bounds.forward.chain_of``) the intermediate bounds come from the
+        forward-mode functions first; ``settled(lower, rows)`` (row bounds of the boxes ``rows``)
+        says which boxes those already decide, and only the others get CROWN's backward bounds
+        of their unstable neurons (``refresh``).
         """
-        parts, kept = [], []
+        parts, kept, coefs = [], [], []
         k = a.shape[0]
+        n_in = int(np.prod(self.features))
         for start, stop, size in self.chunks(len(lo)):
             model = self.get(size)
             graph = model.graph
@@ -282,9 +309,25 @@ class Models:
                 parts.append(self.bound(lo[start:stop], hi[start:stop], a, method="crown",
                                         kernel=kernel, options={}))
                 kept.append(np.zeros((stop - start, 0)))
+                coefs.append(np.zeros((stop - start, k, n_in)))
+                continue
+            inh = None if inherited is None else self.pad(inherited[start:stop], size)
+            chain = self.chain(size, prop) if self.fast else None
+            if chain is not None:
+                idx = np.minimum(np.arange(start, start + size), stop - 1)
+                decided: Callable[[Array], Array] | None = None
+                if refresh and settled is not None:
+                    def decided(low: Array, idx: Array = idx) -> Array:
+                        return settled(low, idx)
+                elif refresh:
+                    def decided(low: Array) -> Array:
+                        return np.ones(len(low), dtype=bool)
+                lower, flat, coef = self._bound_chain(prop, chain, a, inh, size, decided)
+                parts.append(lower[:stop - start])
+                kept.append(flat[:stop - start])
+                coefs.append(coef[:stop - start])
                 continue
             targets = sorted(prop.targets())
-            inh = None if inherited is None else self.pad(inherited[start:stop], size)
             offset, flat = 0, []
             for i, node in enumerate(graph.nodes):
                 if node.kind != "op":
@@ -304,11 +347,111 @@ class Models:
                 offset += 2 * n
             spec = np.broadcast_to(a.reshape((1, k, *self.out_rest)),
                                    (size, k, *self.out_rest)).copy()
+            prop.trace = {}
             lower = prop.lower(graph.output, spec)
             parts.append(np.asarray(lower).reshape(size, k)[:stop - start])
+            coefs.append(self._input_coef(prop, size, k)[:stop - start])
             kept.append(np.concatenate(flat, axis=1)[:stop - start] if flat
                         else np.zeros((stop - start, 0)))
-        return np.concatenate(parts), np.concatenate(kept)
+        return np.concatenate(parts), np.concatenate(kept), np.concatenate(coefs)
+
+
+    def chain(self, size: int, prop: Propagation) -> Chain | None:
+        """The network's chain structure (``bounds.forward``) for this batch size, or None."""
+        if size not in self._chains:
+            self._chains[size] = chain_of(prop)
+        return self._chains[size]
+
+    def _bound_chain(self, prop: Propagation, chain: Chain, a: Array,
+                     inh: Array | None, size: int,
+                     settled: Callable[[Array], Array] | None
+                     ) -> tuple[Array, Array, Array]:
+        """``bound_inherited`` for a chain network: every pre-activation bounded by forward-mode
+        functions (``bounds.forward``), IBP and the inherited bounds; the rows by CROWN's
+        backward pass from them; then, for the boxes ``settled`` leaves open, CROWN's backward
+        bounds of each box's own unstable neurons, layer by layer, and the rows again."""
+        inherited: dict[int, tuple[Array, Array]] = {}
+        if inh is not None:
+            offset = 0
+            for layer in chain.layers:
+                n = layer.w.shape[0]
+                inherited[layer.pre] = (inh[:, offset:offset + n],
+                                        inh[:, offset + n:offset + 2 * n])
+                offset += 2 * n
+        forward_bounds(prop, chain, inherited, lower_slope=self.lower_slope)
+        k = a.shape[0]
+        spec = np.broadcast_to(a.reshape((1, k, *self.out_rest)),
+                               (size, k, *self.out_rest)).copy()
+        prop.trace = {}
+        lower = np.asarray(prop.lower(prop.graph.output, spec)).reshape(size, k)
+        coef = self._input_coef(prop, size, k)
+        if settled is not None:
+            left = np.flatnonzero(~np.asarray(settled(lower), dtype=bool))
+            if left.size:
+                sub = prop.subset(left)
+                for layer in chain.layers[1:]:
+                    if layer.relu is not None:
+                        _refine(sub, layer.pre)
+                for layer in chain.layers:  # the refined bounds back into prop, for inheritance
+                    iv, niv = prop.ivals[layer.pre], sub.ivals[layer.pre]
+                    assert iv is not None and niv is not None
+                    iv.lo, iv.hi = np.array(iv.lo), np.array(iv.hi)
+                    iv.lo[left], iv.hi[left] = niv.lo, niv.hi
+                sub._cache = {}
+                sub.trace = {}
+                again = np.asarray(sub.lower(prop.graph.output, spec[left])).reshape(len(left), k)
+                coef[left] = self._input_coef(sub, len(left), k)
+                lower[left] = np.maximum(lower[left], again)
+        flat = []
+        for layer in chain.layers:
+            iv = prop.ivals[layer.pre]
+            assert iv is not None
+            flat += [iv.lo.reshape(size, -1), iv.hi.reshape(size, -1)]
+        return lower, np.concatenate(flat, axis=1), coef
+
+    def _input_coef(self, prop: Propagation, size: int, k: int) -> Array:
+        """The rows' linear coefficients of the input in the last bound pass (``prop.trace``,
+        then cleared): ``(size, K, n)``, zeros where the pass did not reach the input."""
+        trace, prop.trace = prop.trace or {}, None
+        n = int(np.prod(self.features))
+        v = trace.get(prop.graph.inputs[0])
+        if v is None or isinstance(v, float):
+            return np.zeros((size, k, n))
+        v = np.asarray(v, np.float64).reshape(v.shape[0], k, n)
+        return np.broadcast_to(v, (size, k, n)).copy()
+
+
+REFINE_PAIRS = 2048  # (box, neuron) pairs per backward pass when refining unstable neurons
+PAIR_GAIN = 2  # pairs are used when there are this many times fewer than boxes x union
+
+
+def _refine(prop: Propagation, node: int) -> None:
+    """Tighten node ``node``'s bounds (``(B, n)``) by CROWN, each box's unstable neurons only:
+    every (box, neuron) pair is one example of its own (``Propagation.subset`` repeats the
+    box), with the rows +e_n and -e_n; the bounds are intersected with the old ones."""
+    iv = prop.ivals[node]
+    assert iv is not None
+    lo, hi = np.array(iv.lo, dtype=np.float64), np.array(iv.hi, dtype=np.float64)
+    unstable = (lo < 0) & (hi > 0)
+    box_of, neuron = np.nonzero(unstable)
+    n = lo.shape[1]
+    if PAIR_GAIN * len(box_of) > len(lo) * int(unstable.any(axis=0).sum()):
+        # most boxes share their unstable neurons: one pass over their union is cheaper
+        c_lo, c_hi = prop.crown_node(node)
+        iv.lo, iv.hi = np.maximum(lo, c_lo), np.minimum(hi, c_hi)
+        prop._cache = {}
+        return
+    for s in range(0, len(box_of), REFINE_PAIRS):
+        b, j = box_of[s:s + REFINE_PAIRS], neuron[s:s + REFINE_PAIRS]
+        pairs = prop.subset(b)
+        rows = np.zeros((len(b), 2, n))
+        rows[np.arange(len(b)), 0, j] = 1.0
+        rows[np.arange(len(b)), 1, j] = -1.0
+        got = np.asarray(pairs.lower(node, rows))
+        lo[b, j] = np.maximum(lo[b, j], got[:, 0])
+        hi[b, j] = np.minimum(hi[b, j], -got[:, 1])
+    iv.lo, iv.hi = lo, hi
+    prop._cache = {}
 
 
 class _Clock:
@@ -387,12 +530,16 @@ class _Queue:
         """The ``count`` domains with the lowest margins (removed)."""
         take = self._worst(min(count, self.size))
         out = {k: v[take].copy() for k, v in self.fields.items()}
-        keep = np.ones(self.size, dtype=bool)
-        keep[take] = False
-        rest = np.flatnonzero(keep)
+        # fill the holes below the new size with the rows kept from the tail: O(count) copies,
+        # not O(size) (the inherited bounds make a row kilobytes)
+        new = self.size - len(take)
+        holes = np.sort(take[take < new])
+        tail = np.ones(self.size - new, dtype=bool)
+        tail[take[take >= new] - new] = False
+        movers = new + np.flatnonzero(tail)
         for v in self.fields.values():
-            v[:len(rest)] = v[rest]
-        self.size = len(rest)
+            v[holes] = v[movers]
+        self.size = new
         return out
 
     def peek(self, count: int) -> dict[str, Array]:
@@ -408,6 +555,11 @@ def _inside(spec: Spec, x: Array) -> Array:
 
 
 def _deciding_rows(spec: Spec, values_rows: Array, open_: Array) -> Array:
+    """The rows (``(N, m)``) of ``_deciding_index``."""
+    return spec.a[_deciding_index(spec, values_rows, open_)]
+
+
+def _deciding_index(spec: Spec, values_rows: Array, open_: Array) -> Array:
     """Per domain, the output row whose gradient guides splitting and attacks: in the open
     conjunction with the worst value, the row attaining its maximum. ``values_rows``: per
     domain and row, the gap (a bound or a value) ``(N, K)``."""
@@ -415,8 +567,7 @@ def _deciding_rows(spec: Spec, values_rows: Array, open_: Array) -> Array:
     np.maximum.at(best.T, spec.group, values_rows.T)
     conj = np.argmin(np.where(open_, best, np.inf), axis=1)
     in_conj = spec.group[None, :] == conj[:, None]
-    row = np.argmax(np.where(in_conj, values_rows, -np.inf), axis=1)
-    return spec.a[row]
+    return np.argmax(np.where(in_conj, values_rows, -np.inf), axis=1)
 
 
 def _attack(models: Models, spec: Spec, lo: Array, hi: Array, open_: Array, steps: int,
@@ -523,34 +674,45 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     # 2. the whole box
     incremental = method == "crown"
 
-    def bound(lo: Array, hi: Array, inherited: Array | None, age: Array | None
-              ) -> tuple[Array, Array]:
-        """Row lower bounds of the boxes, and the bounds their children may inherit."""
+    def settled(low: Array, open_rows: Array) -> Array:
+        """Which boxes the row bounds ``low`` prove (every open conjunction refuted)."""
+        return ~_margins(spec, low, open_rows)[0].any(axis=1)
+
+    def bound(lo: Array, hi: Array, inherited: Array | None, age: Array | None, open_: Array
+              ) -> tuple[Array, Array, Array]:
+        """Row lower bounds of the boxes, the bounds their children may inherit and the rows'
+        input coefficients in the bound (zeros where unknown)."""
         if not incremental:
             return (models.bound(lo, hi, spec.a, method=method, kernel=kernel,
-                                 options=options), np.zeros((len(lo), 0)))
+                                 options=options), np.zeros((len(lo), 0)),
+                    np.zeros((len(lo), len(spec.b), n)))
         if inherited is None or age is None:
-            return models.bound_inherited(lo, hi, spec.a, None, True, kernel=kernel)
+            return models.bound_inherited(
+                lo, hi, spec.a, None, True, kernel=kernel,
+                settled=lambda low, idx: settled(low, open_[idx]))  # type: ignore[misc]
         lower = np.zeros((len(lo), len(spec.b)))
         kept = np.zeros_like(inherited)
+        coef = np.zeros((len(lo), len(spec.b), n))
         for fresh in (False, True):  # a full CROWN pass for the domains due a refresh
             which = np.flatnonzero((age >= refresh_every) == fresh)
             if len(which):
-                lower[which], kept[which] = models.bound_inherited(
-                    lo[which], hi[which], spec.a, inherited[which], fresh, kernel=kernel)
-        return lower, kept
+                lower[which], kept[which], coef[which] = models.bound_inherited(
+                    lo[which], hi[which], spec.a, inherited[which], fresh, kernel=kernel,
+                    settled=lambda low, idx, w=which: settled(  # type: ignore[misc]
+                        low, open_[w][idx]))
+        return lower, kept, coef
 
-    lower, kept = bound(spec.lower[None], spec.upper[None], None, None)
+    lower, kept, coef = bound(spec.lower[None], spec.upper[None], None, None, all_open)
     result.domains, result.passes = 1, 1
     still, margin = _margins(spec, lower, all_open)
     timer.stage("bounds")
     if not still.any():
         return finish("unsat", "proved by one bound pass")
-    per_domain = 16 * n + j + 8 * kept.shape[1] + 16
+    per_domain = 16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (n + 1) + 16
     cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
     queue = _Queue(cap)
     queue.push(lo=spec.lower[None], hi=spec.upper[None], open=still, margin=margin, inh=kept,
-               age=np.zeros(1, np.int64))
+               age=np.zeros(1, np.int64), low=lower, coef=coef)
     result.max_queue = 1
 
     # 3. split until done
@@ -572,9 +734,16 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             if cex is not None:
                 timer.stage("split")
                 return finish("sat", "counterexample at a domain centre", cex)
-        rows = _deciding_rows(spec, vals_rows, open_)
-        _, grad = models.gradient(centres, rows)
         width = hi - lo
+        if split == "bound" and np.any(got["coef"]):
+            # the deciding row's own linear bound: split where its input coefficient times the
+            # width (what the box's radius costs the bound) is largest
+            # the rows of open conjunctions that are not proved: their coefficients' greatest
+            live = open_[:, spec.group] & (got["low"] <= spec.b)
+            grad = np.where(live[..., None], np.abs(got["coef"]), 0.0).max(axis=1)
+        else:
+            rows = spec.a[_deciding_index(spec, vals_rows, open_)]
+            _, grad = models.gradient(centres, rows)
         # smear, with a little of the relative width so flat directions still get split
         smear = np.abs(grad) * width + 1e-3 * width / span * (np.abs(grad) * width).max(
             axis=1, keepdims=True) + 1e-12 * width / span
@@ -593,7 +762,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_inh = np.concatenate([got["inh"], got["inh"]])
         c_age = np.concatenate([got["age"], got["age"]]) + 1
         timer.stage("split")
-        lower, kept = bound(c_lo, c_hi, c_inh, c_age)
+        lower, kept, coef = bound(c_lo, c_hi, c_inh, c_age, c_open)
         c_age[c_age >= refresh_every] = 0
         result.domains += len(c_lo)
         result.passes += 1
@@ -601,7 +770,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         keep = still.any(axis=1)
         timer.stage("bounds")
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], open=still[keep], margin=c_margin[keep],
-                          inh=kept[keep], age=c_age[keep]):
+                          inh=kept[keep], age=c_age[keep], low=lower[keep], coef=coef[keep]):
             return finish("unknown", f"domain cap: more than {cap} open domains")
         result.max_queue = max(result.max_queue, queue.size)
         rounds += 1

@@ -110,6 +110,10 @@ class Propagation:
         # Extra multipliers added at nodes before ``lower`` back-substitutes (node -> (B, K,
         # *rest)): beta-CROWN's split constraints (bounds.beta); set only for one call.
         self.extra: dict[int, Array] = {}
+        # When a dict, ``lower`` records there the multiplier reaching each node (node -> (B or
+        # 1, K, *rest)); at the data input it is the bound's linear coefficient of each input
+        # (branch and bound splits the input that weighs most).
+        self.trace: dict[int, Array] | None = None
         # Batched mode: axis 0 of every varying node is the example. Otherwise ("whole" mode)
         # the graph is one example and multipliers carry the full node shape.
         self.whole = not all(self._batch_safe(i) for i, nd in enumerate(graph.nodes)
@@ -249,7 +253,7 @@ class Propagation:
         example keep it: the relu relaxation of a stable neuron is exact whatever its bounds.
         """
         box = self.bx(i)
-        shape = self.nodes[i].shape
+        shape = self.nodes[i].shape if self.whole else self.bshape(self.nodes[i])
         rest = self.rest(i)
         n = int(np.prod(rest))
         lo = np.array(box.lo, dtype=np.float64).reshape(self.batch, n)
@@ -299,6 +303,8 @@ class Propagation:
             if self.linear_only and node.op is not None and node.op.name in RELAXED:
                 handler = None
             done = False
+            if self.trace is not None:
+                self.trace[i] = v.dense() if isinstance(v, Scaled) else v
             if handler is not None and i not in self.data_ids and self.batched(i):
                 done = handler(self, i, v, nu, terms, slack)
             if not done:

@@ -204,9 +204,12 @@ def refute(compiled: Any, prop: Property, region: Region, *, method: str = "crow
         return Refutation([False] * len(mats), [-np.inf] * len(mats))
     spec = np.concatenate(rows, axis=0).reshape((1, k, *rest))
     thresholds = np.concatenate([b for _, b in mats])[None, :]
-    # The thresholds let alpha-CROWN aim at (and stop on) the rows that matter.
+    groups = np.concatenate([np.full(len(b), c, dtype=np.int64) for c, (_, b) in enumerate(mats)])
+    # The thresholds and groups let alpha-CROWN aim at (and stop on) the rows that matter: one
+    # row per conjunction suffices.
     result = compute_bounds(compiled, lo.reshape(in_shape), hi.reshape(in_shape), method=method,
-                            spec=spec, thresholds=thresholds, kernel=kernel, **options)
+                            spec=spec, thresholds=thresholds, kernel=kernel, groups=groups,
+                            **options)
     assert result.spec is not None
     lower = np.asarray(result.spec[0]).reshape(k)
     proved, margins, start = [], [], 0
