@@ -355,7 +355,6 @@ class Models:
                         else np.zeros((stop - start, 0)))
         return np.concatenate(parts), np.concatenate(kept), np.concatenate(coefs)
 
-
     def chain(self, size: int, prop: Propagation) -> Chain | None:
         """The network's chain structure (``bounds.forward``) for this batch size, or None."""
         if size not in self._chains:
