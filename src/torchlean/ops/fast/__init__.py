@@ -1,0 +1,20 @@
+"""Fast kernels (TorchLean's ``Options.fastKernels``): runtime-only variants of hot kernels.
+
+Importing this package attaches them to their primitives (``registry.attach_fast``); the
+reference kernels in the op families stay the definition. Each fast kernel computes the same
+function in another way and agrees with its reference within ``registry.FAST_RTOL`` (checked by
+``torchlean verify`` on the samples and by the tests); they run only inside
+``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
+
+- ``conv``: the forward keeps its im2col matrix for the backward (``residuals``), so the kernel
+  gradient does not build it again, and the input gradient adds each kernel offset's contiguous
+  GEMM block into a channel-major buffer (the reference adds moved-axis views: slower);
+- ``pool``: max pooling keeps its window maxima, so its backward does not recompute them;
+- ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
+  fused NumPy pass over them instead of recomputing the forward through primitives.
+
+Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one process) and
+described in each module, with the variants that lost.
+"""
+
+from . import attention, conv, pool  # noqa: F401  (attach the fast kernels)
