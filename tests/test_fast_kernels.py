@@ -69,8 +69,8 @@ def _agree(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], seed: int
 def test_the_fast_set_is_the_expected_one() -> None:
     # What ops.fast attaches (a kernel removed or added must be a decision, seen here).
     assert FAST == ["conv", "conv2d", "conv_core", "conv_transpose_core", "conv_weight_grad",
-                    "max_pool", "max_pool2d", "max_pool2d_pad", "max_pool_backward",
-                    "multi_head_attention"]
+                    "layer_norm", "max_pool", "max_pool2d", "max_pool2d_pad",
+                    "max_pool_backward", "multi_head_attention"]
     for name in FAST:
         prim = REGISTRY[name]
         assert prim.forward is not prim.reference_forward or prim.fast_forward is None
@@ -128,6 +128,14 @@ def test_attention_fast_equals_reference(batched: bool, masked: bool) -> None:
     if masked:
         mask[2] = False  # a fully masked row: output and gradient 0 on both sides
     _agree("multi_head_attention", [*ws, x], {"num_heads": heads, "mask": mask})
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 7), (2, 3, 5)])
+def test_layer_norm_fast_equals_reference(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape))
+    d = shape[-1]
+    _agree("layer_norm", [rng.standard_normal(shape) * 3 + 1, rng.standard_normal(d),
+                          rng.standard_normal(d)], {"eps": 1e-5})
 
 
 def test_dispatch_is_reference_by_default_and_restored() -> None:

@@ -10,6 +10,8 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
   gradient does not build it again, and the input gradient adds each kernel offset's contiguous
   GEMM block into a channel-major buffer (the reference adds moved-axis views: slower);
 - ``pool``: max pooling keeps its window maxima, so its backward does not recompute them;
+- ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
+  instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
   fused NumPy pass over them instead of recomputing the forward through primitives.
 
@@ -17,4 +19,4 @@ Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one 
 described in each module, with the variants that lost.
 """
 
-from . import attention, conv, pool  # noqa: F401  (attach the fast kernels)
+from . import attention, conv, norm, pool  # noqa: F401  (attach the fast kernels)

@@ -2,8 +2,11 @@
 
 The reference (``ops.conv``) runs three GEMMs per training step and two im2col copies; here:
 
-- ``conv`` / ``conv2d`` / ``conv_core`` forward: the reference's whole-batch im2col and GEMM
-  (the same bits), and the im2col matrix is kept against the input (``residuals``);
+- ``conv`` / ``conv2d`` / ``conv_core`` forward: the reference's whole-batch im2col, kept against
+  the input (``residuals``), then one GEMM per image against a view of it, which writes the
+  (N, outC, ...) result directly, the bias added in place (the reference: one whole-batch GEMM
+  into (outC, N, ...), then a transposing copy with the bias; measured 0.41 -> 0.21 ms and
+  1.19 -> 0.98 ms on W3's two layers, one thread);
 - ``conv_weight_grad(a, b)``: one GEMM per image against the forward's im2col matrix when ``b``
   is that forward's input (read as a per-image view), then the sum over the batch: the reference
   builds that matrix again. (One whole-batch GEMM instead was measured: no faster for 16 -> 32
@@ -23,7 +26,7 @@ import numpy as np
 
 from ...core.registry import attach_fast
 from ...core.shape import size
-from ..conv import _add_bias, _batched, _im2col_rows
+from ..conv import _batched, _im2col_rows
 from ..windows import axes_tuple, kernel_offsets
 from . import residuals
 
@@ -42,7 +45,7 @@ def _cols(xb: Any, kernel: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ..
     return np.ascontiguousarray(cols), out
 
 
-def _core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
+def _core(w: Any, x: Any, stride: Any, padding: Any, bias: Any = None) -> Any:
     d = w.ndim - 2
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     xb, batched = _batched(x, d)
@@ -51,19 +54,26 @@ def _core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
     # Keyed by ``x`` itself: the kernel gradient receives the very array the forward did.
     if batched:
         residuals.save(x, _COLS, (xb.shape, xb.dtype.str, kernel, s, p), (cols, out))
-    y = (w.reshape(w.shape[0], size(w.shape[1:])) @ cols).reshape((w.shape[0], xb.shape[0]) + out)
-    y = y.swapaxes(0, 1)
+    n, co = xb.shape[0], w.shape[0]
+    # One GEMM per image against a per-image view of the matrix: the result is already
+    # (N, outC, P), so no transposed copy of the output (the reference's one big GEMM gives
+    # (outC, N, P) and copies it), and the bias is added in place.
+    per_image = cols.reshape(cols.shape[0], n, -1).swapaxes(0, 1)
+    y = np.matmul(w.reshape(co, size(w.shape[1:])), per_image)
+    if bias is not None:
+        y += bias.reshape(co, 1)
+    y = y.reshape((n, co) + out)
     return y if batched else y[0]
 
 
 def conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
-    """Fast ``conv_core``: the reference's GEMM, keeping the im2col matrix."""
+    """Fast ``conv_core``: per-image GEMMs into (N, outC, ...), keeping the im2col matrix."""
     return _core(w, x, stride, padding)
 
 
 def conv(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
-    """Fast ``conv`` / ``conv2d``: the reference's GEMM plus bias, keeping the im2col matrix."""
-    return _add_bias(_core(w, x, stride, padding), b, w.ndim - 2)
+    """Fast ``conv`` / ``conv2d``: ``conv_core``'s kernel with the bias added in place."""
+    return _core(w, x, stride, padding, b)
 
 
 def conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any = 0) -> Any:
