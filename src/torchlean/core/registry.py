@@ -354,6 +354,11 @@ class _KernelSet:
 
 KERNELS = _KernelSet()
 
+# Called when the outermost ``fast_kernels(True)`` block opens and when it closes: the fast
+# kernels' residual store registers its ``clear`` here, so a residual never outlives the block
+# (one training step) that made it.
+FAST_BLOCK_HOOKS: list[Callable[[], None]] = []
+
 
 @contextlib.contextmanager
 def fast_kernels(on: bool = True) -> Iterator[None]:
@@ -361,11 +366,18 @@ def fast_kernels(on: bool = True) -> Iterator[None]:
     previous choice. Training enters it with ``Options.fast_kernels``; code that must run the
     definition whatever its caller chose (bounds, checks) enters ``fast_kernels(False)``."""
     before = KERNELS.fast
+    edge = bool(on) and not before
+    if edge:
+        for hook in FAST_BLOCK_HOOKS:
+            hook()
     KERNELS.fast = bool(on)
     try:
         yield
     finally:
         KERNELS.fast = before
+        if edge:
+            for hook in FAST_BLOCK_HOOKS:
+                hook()
 
 
 def _dispatch_forward(reference: Rule, fast: Rule) -> Rule:

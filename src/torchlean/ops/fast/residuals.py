@@ -7,16 +7,20 @@ array and key; a miss (no saved value, another array, another key) means "recomp
 wrong value: every fast backward computes the residual the same way when it is missing, so a
 hit and a miss give the same bits.
 
-Entries live exactly as long as the array they are keyed by (a weak reference drops them), so
-a tape or a compiled step holds its residuals while it holds its values, and nothing leaks when
-only the forward runs. Arrays are never mutated between a forward and its backward in a
-recorded pass (every op makes a new array), which is what makes identity a sound key.
+Entries live at most as long as the array they are keyed by (a weak reference drops them) and
+never beyond the outermost ``fast_kernels(True)`` block that made them (the store is cleared
+when such a block opens and when it closes: ``registry.FAST_BLOCK_HOOKS``). Within one block
+(one training step) arrays are never mutated between a forward and its backward (every recorded
+op makes a new array; optimisers update parameters after the block), which is what makes
+identity a sound key; a backward outside the block that recorded its forward simply misses.
 """
 
 from __future__ import annotations
 
 import weakref
 from typing import Any
+
+from ...core.registry import FAST_BLOCK_HOOKS
 
 _STORE: dict[tuple[int, str], tuple[Any, Any, Any]] = {}
 
@@ -45,6 +49,14 @@ def _dropper(slot: tuple[int, str]) -> Any:
             del store[slot]
 
     return drop
+
+
+def clear() -> None:
+    """Drop every residual (at the edges of the outermost fast block)."""
+    _STORE.clear()
+
+
+FAST_BLOCK_HOOKS.append(clear)
 
 
 def size() -> int:
