@@ -7,9 +7,10 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
 ``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
 
 - ``conv``: the forward keeps its im2col matrix for the backward (``residuals``), so the kernel
-  gradient does not build it again, and the input gradient adds each kernel offset's contiguous
-  GEMM block into a channel-major buffer (the reference adds moved-axis views: slower);
-- ``pool``: max pooling keeps its window maxima, so its backward does not recompute them;
+  gradient does not build it again; the forward writes (N, outC, ...) directly; the input
+  gradient adds long contiguous runs of a batch-last GEMM result;
+- ``pool``: the max-pool VJP hands its output (the window maxima) to the backward kernel, which
+  then does not recompute them, and skips the second geometry check;
 - ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one

@@ -12,10 +12,12 @@ The reference (``ops.conv``) runs three GEMMs per training step and two im2col c
   builds that matrix again. (One whole-batch GEMM instead was measured: no faster for 16 -> 32
   channels, 3x slower for the 1-channel first layer, whose long inner dimension OpenBLAS runs
   poorly);
-- ``conv_transpose_core`` (conv's input gradient): the reference's GEMM, then each kernel
-  offset's block of it, contiguous in a channel-major layout, added into a ``(C, N, ...)``
-  buffer with one strided add, and one transpose at the end (the reference adds moved-axis views
-  whose inner stride is the batch; the same sums in the same order, so the same bits).
+- ``conv_transpose_core`` (conv's input gradient): the GEMM writes a batch-last layout
+  ``(K, outC, *spatial, N)``, so each kernel offset's block is added into a ``(outC, *full, N)``
+  buffer in runs of ``width * N`` contiguous entries, and one transpose comes at the end (the
+  reference adds views whose contiguous runs are one image row, or scatter a moved batch axis:
+  the same sums in the same order; measured 2.18 -> 1.38 ms on W3's second layer and
+  0.41 -> 0.18 ms on the digits CNN's, one thread).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any 
 
 def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
                         output_padding: Any = 0) -> Any:
-    """Fast ``conv_transpose_core``: the reference's GEMM, col2im over contiguous blocks."""
+    """Fast ``conv_transpose_core``: one GEMM into a batch-last layout, col2im over long runs."""
     d = w.ndim - 2
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     out_pad = axes_tuple(output_padding, d)
@@ -100,19 +102,22 @@ def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
     n, ci = xb.shape[0], xb.shape[1]
     co, kernel = w.shape[1], tuple(w.shape[2:])
     spatial = tuple(xb.shape[2:])
-    rows = xb.reshape(n, ci, size(spatial)).swapaxes(0, 1).reshape(ci, n * size(spatial))
-    cols = (w.reshape(ci, co * size(kernel)).T @ rows).reshape((co,) + kernel + (n,) + spatial)
-    full = tuple((i - 1) * st + k + o
-                 for i, st, k, o in zip(spatial, s, kernel, out_pad, strict=True))
-    buf = np.zeros((co, n) + full, dtype=cols.dtype)
-    head = (slice(None), slice(None))
-    for off in kernel_offsets(kernel):
-        target = head + tuple(slice(o, o + st * (i - 1) + 1, st)
-                              for o, st, i in zip(off, s, spatial, strict=True))
-        buf[target] += cols[(slice(None),) + off]
+    k = size(kernel)
+    rows = np.moveaxis(xb, 0, -1).reshape(ci, size(spatial) * n)  # (inC, *spatial, N)
+    # The weights as (K, outC, inC): the GEMM writes each kernel offset's block contiguously.
+    wt = np.moveaxis(w.reshape(ci, co, k), 0, -1).swapaxes(0, 1).reshape(k * co, ci)
+    cols = (wt @ rows).reshape((k, co) + spatial + (n,))
+    full = tuple((i - 1) * st + kk + o
+                 for i, st, kk, o in zip(spatial, s, kernel, out_pad, strict=True))
+    buf = np.zeros((co,) + full + (n,), dtype=cols.dtype)
+    whole = (slice(None),)
+    for j, off in enumerate(kernel_offsets(kernel)):
+        target = whole + tuple(slice(o, o + st * (i - 1) + 1, st)
+                               for o, st, i in zip(off, s, spatial, strict=True)) + whole
+        buf[target] += cols[j]
     out = tuple(f - 2 * q for f, q in zip(full, p, strict=True))
-    inner = head + tuple(slice(q, q + o) for q, o in zip(p, out, strict=True))
-    y = np.ascontiguousarray(buf[inner].swapaxes(0, 1))
+    inner = whole + tuple(slice(q, q + o) for q, o in zip(p, out, strict=True)) + whole
+    y = np.ascontiguousarray(np.moveaxis(buf[inner], -1, 0))
     return y if batched else y[0]
 
 

@@ -1,9 +1,10 @@
-"""Fast max pooling (NumPy only; see ``ops.fast``): the forward keeps its window maxima.
+"""Fast max pooling VJP (NumPy only; see ``ops.fast``).
 
-The reference backward (``max_pool_backward``) recomputes every window's maximum to find the
-first one; here the forward (the reference kernel, the same bits) keeps its output against its
-input (``residuals``), and the backward reads it instead: ``prod(kernel) - 1`` fewer passes
-over the windows per step. A miss recomputes it, so the bits are the reference's either way.
+The reference VJP validates the pooling geometry again and calls ``max_pool_backward``, which
+recomputes every window's maximum to find the first one. The forward's output *is* those
+maxima, and the VJP receives it: here the VJP reads the attributes as the recording already
+checked them and hands the output to the same backward kernel (the reference's arithmetic, the
+same bits), ``prod(kernel) - 1`` fewer passes over the windows and no geometry check per step.
 
 Measured and not taken: a reshape-and-reduce forward for tiled windows (NumPy reduces over two
 inner axes of a 6-D view far slower than the offset views' ``maximum``), and an argmax index kept
@@ -15,39 +16,26 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.registry import attach_fast
-from ..pool import _max_pool, _max_pool_backward, geometry
+from ..pool import _infer_d, _max_pool_backward
 from ..windows import axes_tuple
-from . import residuals
-
-_BEST = "pool.max"
 
 
-def _key(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]) -> Any:
-    return (x.shape, x.dtype.str, k, s, p)
+def max_vjp(fixed_d: int | None) -> Any:
+    """Fast VJP of ``max_pool`` / ``max_pool2d`` / ``max_pool2d_pad``."""
+
+    def vjp(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[Any]:
+        x = xs[0]
+        kernel_size = attrs["kernel_size"]
+        d = _infer_d("max_pool", tuple(x.shape), kernel_size, fixed_d)
+        k = axes_tuple(kernel_size, d)
+        stride = attrs.get("stride")
+        s = k if stride is None else axes_tuple(stride, d)
+        p = axes_tuple(attrs.get("padding", 0), d)
+        return (_max_pool_backward(x, g, k, s, p, best=out),)
+
+    return vjp
 
 
-def max_forward(fixed_d: int | None) -> Any:
-    """Fast ``max_pool`` / ``max_pool2d`` / ``max_pool2d_pad`` forward (keeps the maxima)."""
-
-    def forward(x: Any, **a: Any) -> Any:
-        (_, k, s, p), _ = geometry("max_pool", x.shape, a["kernel_size"], a.get("stride"),
-                                   a.get("padding", 0), fixed_d)
-        best = _max_pool(x, a["kernel_size"], a.get("stride"), a.get("padding", 0), fixed_d)
-        residuals.save(x, _BEST, _key(x, k, s, p), best)
-        return best
-
-    return forward
-
-
-def max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
-    """Fast ``max_pool_backward``: the reference with the forward's maxima."""
-    k = tuple(kernel_size)
-    s, p = axes_tuple(stride, len(k)), axes_tuple(padding, len(k))
-    best = residuals.load(x, _BEST, _key(x, k, s, p))
-    return _max_pool_backward(x, g, k, s, p, best)
-
-
-attach_fast("max_pool", forward=max_forward(None))
-attach_fast("max_pool2d", forward=max_forward(2))
-attach_fast("max_pool2d_pad", forward=max_forward(2))
-attach_fast("max_pool_backward", forward=max_pool_backward)
+attach_fast("max_pool", vjp=max_vjp(None))
+attach_fast("max_pool2d", vjp=max_vjp(2))
+attach_fast("max_pool2d_pad", vjp=max_vjp(2))
