@@ -6,7 +6,7 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
 ``torchlean verify`` on the samples and by the tests); they run only inside
 ``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
 
-- ``conv``: the forward keeps its im2col matrix for the backward (``residuals``), so the kernel
+- ``conv``: the forward keeps its im2col matrix for its VJP (``residuals``), so the kernel
   gradient does not build it again; the forward writes (N, outC, ...) directly; the input
   gradient adds long contiguous runs of a batch-last GEMM result;
 - ``pool``: the max-pool VJP hands its output (the window maxima) to the backward kernel, which

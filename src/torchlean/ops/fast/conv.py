@@ -3,15 +3,16 @@
 The reference (``ops.conv``) runs three GEMMs per training step and two im2col copies; here:
 
 - ``conv`` / ``conv2d`` / ``conv_core`` forward: the reference's whole-batch im2col, kept against
-  the input (``residuals``), then one GEMM per image against a view of it, which writes the
+  the output (``residuals``), then one GEMM per image against a view of it, which writes the
   (N, outC, ...) result directly, the bias added in place (the reference: one whole-batch GEMM
   into (outC, N, ...), then a transposing copy with the bias; measured 0.41 -> 0.21 ms and
   1.19 -> 0.98 ms on W3's two layers, one thread);
-- ``conv_weight_grad(a, b)``: one GEMM per image against the forward's im2col matrix when ``b``
-  is that forward's input (read as a per-image view), then the sum over the batch: the reference
-  builds that matrix again. (One whole-batch GEMM instead was measured: no faster for 16 -> 32
-  channels, 3x slower for the 1-channel first layer, whose long inner dimension OpenBLAS runs
-  poorly);
+- their VJP: the kernel gradient from the kept matrix (one GEMM per image against a per-image
+  view of it, summed over the batch: the reference's order), where the reference builds the
+  matrix again; the input gradient through ``conv_transpose_core``. (One whole-batch GEMM for
+  the kernel gradient was measured: no faster for 16 -> 32 channels, 3x slower for the
+  1-channel first layer, whose long inner dimension OpenBLAS runs poorly.) ``conv_weight_grad``
+  as a node of its own (hvp graphs, ``conv_transpose``'s VJP) builds the matrix itself;
 - ``conv_transpose_core`` (conv's input gradient): the GEMM writes a batch-last layout
   ``(K, outC, *spatial, N)``, so each kernel offset's block is added into a ``(outC, *full, N)``
   buffer in runs of ``width * N`` contiguous entries, and one transpose comes at the end (the
@@ -28,23 +29,21 @@ import numpy as np
 
 from ...core.registry import attach_fast
 from ...core.shape import size
-from ..conv import _batched, _im2col_rows
+from ..conv import _batched, _bias_grad, _im2col_rows, _output_padding_for
 from ..windows import axes_tuple, kernel_offsets
 from . import residuals
 
 _COLS = "conv.cols"
 
 
-def _cols(xb: Any, kernel: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
-          ) -> tuple[Any, tuple[int, ...]]:
-    """The im2col matrix ``(C * prod(k), N * prod(out))`` of a batched input: the saved one when
-    this input went through a fast conv forward with this geometry, else computed (same bits)."""
-    key = (xb.shape, xb.dtype.str, kernel, s, p)
-    hit = residuals.load(xb, _COLS, key)
-    if hit is not None:
-        return hit  # type: ignore[no-any-return]
-    cols, out = _im2col_rows(xb, kernel, s, p)
-    return np.ascontiguousarray(cols), out
+def _key(xb: Any, kernel: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]) -> Any:
+    return (xb.shape, xb.dtype.str, kernel, s, p)
+
+
+def _cols(xb: Any, kernel: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]) -> Any:
+    """The im2col matrix ``(C * prod(k), N * prod(out))`` of a batched input (contiguous)."""
+    cols, _ = _im2col_rows(xb, kernel, s, p)
+    return np.ascontiguousarray(cols)
 
 
 def _core(w: Any, x: Any, stride: Any, padding: Any, bias: Any = None) -> Any:
@@ -52,10 +51,7 @@ def _core(w: Any, x: Any, stride: Any, padding: Any, bias: Any = None) -> Any:
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     xb, batched = _batched(x, d)
     kernel = tuple(w.shape[2:])
-    cols, out = _cols(xb, kernel, s, p)
-    # Keyed by ``x`` itself: the kernel gradient receives the very array the forward did.
-    if batched:
-        residuals.save(x, _COLS, (xb.shape, xb.dtype.str, kernel, s, p), (cols, out))
+    cols = _cols(xb, kernel, s, p)
     n, co = xb.shape[0], w.shape[0]
     # One GEMM per image against a per-image view of the matrix: the result is already
     # (N, outC, P), so no transposed copy of the output (the reference's one big GEMM gives
@@ -64,8 +60,20 @@ def _core(w: Any, x: Any, stride: Any, padding: Any, bias: Any = None) -> Any:
     y = np.matmul(w.reshape(co, size(w.shape[1:])), per_image)
     if bias is not None:
         y += bias.reshape(co, 1)
-    y = y.reshape((n, co) + out)
-    return y if batched else y[0]
+    y = y.reshape((n, co) + tuple(int(o) for o in _out_sizes(xb, kernel, s, p)))
+    result = y if batched else y[0]
+    # Kept against the result, the array this op's VJP receives as ``out`` (a fresh array of
+    # this kernel's, which nothing writes into), never against an input that a generated plan
+    # might later reuse as a buffer for another value.
+    residuals.save(result, _COLS, _key(xb, kernel, s, p), cols)
+    return result
+
+
+def _out_sizes(xb: Any, kernel: tuple[int, ...], s: tuple[int, ...],
+               p: tuple[int, ...]) -> tuple[int, ...]:
+    spatial = xb.shape[2:]
+    return tuple((n + 2 * q - k) // st + 1
+                 for n, k, st, q in zip(spatial, kernel, s, p, strict=True))
 
 
 def conv_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
@@ -78,18 +86,57 @@ def conv(w: Any, b: Any, x: Any, stride: Any = 1, padding: Any = 0) -> Any:
     return _core(w, x, stride, padding, b)
 
 
+def _weight_grad(a: Any, cols: Any, ca: int, cb: int, kernel: tuple[int, ...]) -> Any:
+    """dW from the cotangent ``a`` (N, outC, ...) and ``b``'s im2col matrix: one GEMM per image
+    against a per-image view of it, summed over the batch (the reference's order)."""
+    n = a.shape[0]
+    per_image = cols.reshape(cols.shape[0], n, -1).transpose(1, 2, 0)  # (N, P, C * K), a view
+    dw = np.matmul(a.reshape(n, ca, per_image.shape[1]), per_image).sum(axis=0)
+    return dw.reshape((ca, cb) + kernel)
+
+
 def conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any = 0) -> Any:
-    """Fast ``conv_weight_grad``: one whole-batch GEMM against ``b``'s (saved) im2col matrix."""
+    """Fast ``conv_weight_grad`` (as a node of its own): ``_weight_grad`` on b's im2col."""
     kernel = tuple(kernel)
     d = len(kernel)
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     ab, _ = _batched(a, d)
     bb, _ = _batched(b, d)
-    cols, _ = _cols(bb, kernel, s, p)
-    n, ca = ab.shape[0], ab.shape[1]
-    per_image = cols.reshape(cols.shape[0], n, -1).transpose(1, 2, 0)  # (N, P, C * K), a view
-    dw = np.matmul(ab.reshape(n, ca, per_image.shape[1]), per_image).sum(axis=0)
-    return dw.reshape((ca, bb.shape[1]) + kernel)
+    return _weight_grad(ab, _cols(bb, kernel, s, p), ab.shape[1], bb.shape[1], kernel)
+
+
+def _core_vjp(ops: Any, g: Any, w: Any, x: Any, out: Any, stride: Any, padding: Any,
+              need_w: bool, need_x: bool) -> tuple[Any, Any]:
+    d = len(w.shape) - 2
+    s, p = axes_tuple(stride, d), axes_tuple(padding, d)
+    kernel = tuple(w.shape[2:])
+    gw = gx = None
+    if need_w:
+        xb, _ = _batched(x, d)
+        gb, _ = _batched(g, d)
+        cols = residuals.load(out, _COLS, _key(xb, kernel, s, p))
+        if cols is None:  # recomputed with the forward's code: the same bits
+            cols = _cols(xb, kernel, s, p)
+        gw = _weight_grad(gb, cols, gb.shape[1], xb.shape[1], kernel)
+    if need_x:
+        out_pad = _output_padding_for(tuple(x.shape[-d:]), tuple(g.shape[-d:]), kernel, s, p)
+        gx = ops.conv_transpose_core(w, g, stride=s, padding=p, output_padding=out_pad)
+    return gw, gx
+
+
+def conv_core_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+                  needed: tuple[bool, ...] = (True, True)) -> tuple[Any, Any]:
+    """Fast VJP of ``conv_core``: the kernel gradient from the forward's im2col matrix."""
+    w, x = xs
+    return _core_vjp(ops, g, w, x, out, stride, padding, needed[0], needed[-1])
+
+
+def conv_vjp(ops: Any, g: Any, xs: Any, out: Any, stride: Any, padding: Any,
+             needed: tuple[bool, ...] = (True, True, True)) -> tuple[Any, Any, Any]:
+    """Fast VJP of ``conv`` / ``conv2d``: as ``conv_core_vjp``, plus the reference bias sum."""
+    w, _, x = xs
+    gw, gx = _core_vjp(ops, g, w, x, out, stride, padding, needed[0], needed[2])
+    return gw, _bias_grad(ops, g, len(w.shape) - 2) if needed[1] else None, gx
 
 
 def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
@@ -122,7 +169,7 @@ def conv_transpose_core(w: Any, x: Any, stride: Any = 1, padding: Any = 0,
 
 
 for _name in ("conv", "conv2d"):
-    attach_fast(_name, forward=conv)
-attach_fast("conv_core", forward=conv_core)
+    attach_fast(_name, forward=conv, vjp=conv_vjp)
+attach_fast("conv_core", forward=conv_core, vjp=conv_core_vjp)
 attach_fast("conv_weight_grad", forward=conv_weight_grad)
 attach_fast("conv_transpose_core", forward=conv_transpose_core)

@@ -1,18 +1,19 @@
 """What a fast forward keeps for its backward (a residual), keyed by an array's identity.
 
 A fast forward computes something its VJP needs anyway (an im2col matrix, softmax
-probabilities) and saves it here against one of its arrays (its input or its output) with a key
-of the static facts it depends on (shapes, attributes). The backward asks for it with the same
-array and key; a miss (no saved value, another array, another key) means "recompute", never a
-wrong value: every fast backward computes the residual the same way when it is missing, so a
-hit and a miss give the same bits.
+probabilities) and saves it here against its *output* array (the ``out`` its VJP receives) with
+a key of the static facts it depends on (shapes, attributes). Only fast VJP rules ask for it,
+with the same array and key; a miss (no saved value, another array, another key) means
+"recompute", never a wrong value: every fast VJP computes the residual the same way when it is
+missing, so a hit and a miss give the same bits. Never keyed by an input: a generated plan may
+reuse an input's buffer for a later value, while an output is a fresh array of the kernel's.
 
 Entries live at most as long as the array they are keyed by (a weak reference drops them) and
 never beyond the outermost ``fast_kernels(True)`` block that made them (the store is cleared
 when such a block opens and when it closes: ``registry.FAST_BLOCK_HOOKS``). Within one block
-(one training step) arrays are never mutated between a forward and its backward (every recorded
-op makes a new array; optimisers update parameters after the block), which is what makes
-identity a sound key; a backward outside the block that recorded its forward simply misses.
+(one training step) an op's output is never mutated between its forward and its VJP (every
+recorded op makes a new array; optimisers update parameters after the block), which is what
+makes identity a sound key; a VJP outside the block that recorded its forward simply misses.
 """
 
 from __future__ import annotations
