@@ -62,7 +62,7 @@ def _agree(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], seed: int
         rtol = FAST_RTOL[dtype]
         for a, e in zip(got, want, strict=True):
             assert a.dtype == e.dtype == np.dtype(dtype)
-            scale = max(1.0, float(np.max(np.abs(e))))
+            scale = max(1.0, float(np.max(np.abs(e), initial=0.0)))
             np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale)
 
 
@@ -97,6 +97,12 @@ def test_conv_fast_equals_reference_on_random_geometry(case: int) -> None:
     y = rng.standard_normal(((2,) if batched else ()) + (cin,) + spatial)
     _agree("conv_transpose_core", [wt, y], {"stride": s, "padding": p, "output_padding": op},
            case)
+
+
+def test_conv_fast_on_an_empty_batch() -> None:
+    rng = np.random.default_rng(9)
+    w, b = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    _agree("conv2d", [w, b, np.zeros((0, 2, 5, 5))], {"stride": 1, "padding": 1})
 
 
 @pytest.mark.parametrize("attrs", [

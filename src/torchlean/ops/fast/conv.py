@@ -53,14 +53,16 @@ def _core(w: Any, x: Any, stride: Any, padding: Any, bias: Any = None) -> Any:
     kernel = tuple(w.shape[2:])
     cols = _cols(xb, kernel, s, p)
     n, co = xb.shape[0], w.shape[0]
+    out = _out_sizes(xb, kernel, s, p)
     # One GEMM per image against a per-image view of the matrix: the result is already
     # (N, outC, P), so no transposed copy of the output (the reference's one big GEMM gives
-    # (outC, N, P) and copies it), and the bias is added in place.
-    per_image = cols.reshape(cols.shape[0], n, -1).swapaxes(0, 1)
+    # (outC, N, P) and copies it), and the bias is added in place. Explicit sizes, not -1: a
+    # zero-size batch leaves -1 undetermined.
+    per_image = cols.reshape(cols.shape[0], n, size(out)).swapaxes(0, 1)
     y = np.matmul(w.reshape(co, size(w.shape[1:])), per_image)
     if bias is not None:
         y += bias.reshape(co, 1)
-    y = y.reshape((n, co) + tuple(int(o) for o in _out_sizes(xb, kernel, s, p)))
+    y = y.reshape((n, co) + out)
     result = y if batched else y[0]
     # Kept against the result, the array this op's VJP receives as ``out`` (a fresh array of
     # this kernel's, which nothing writes into), never against an input that a generated plan
@@ -90,8 +92,9 @@ def _weight_grad(a: Any, cols: Any, ca: int, cb: int, kernel: tuple[int, ...]) -
     """dW from the cotangent ``a`` (N, outC, ...) and ``b``'s im2col matrix: one GEMM per image
     against a per-image view of it, summed over the batch (the reference's order)."""
     n = a.shape[0]
-    per_image = cols.reshape(cols.shape[0], n, -1).transpose(1, 2, 0)  # (N, P, C * K), a view
-    dw = np.matmul(a.reshape(n, ca, per_image.shape[1]), per_image).sum(axis=0)
+    positions = size(a.shape[2:])
+    per_image = cols.reshape(cols.shape[0], n, positions).transpose(1, 2, 0)  # (N, P, C*K) view
+    dw = np.matmul(a.reshape(n, ca, positions), per_image).sum(axis=0)
     return dw.reshape((ca, cb) + kernel)
 
 
