@@ -211,7 +211,7 @@ def test_cli_failure_exit_status_and_table(monkeypatch: pytest.MonkeyPatch,
     assert "FAIL" not in add_row
     assert "mul [forward]" in text
     # mul's VJP is made of mul nodes, so 2nd fails with its kernel (see the module docstring).
-    assert "2 primitives x 8 checks: 12 passed, 4 failed" in text
+    assert "2 primitives x 9 checks: 12 passed, 4 failed" in text
 
 
 def test_cli_input_errors(monkeypatch: pytest.MonkeyPatch,

@@ -34,7 +34,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Evidence, not proof: each primitive's forward kernel against its reference "
                     "spec (exact over Fraction where rational), its VJP and JVP rules against "
                     "sympy's exact derivative of the spec, finite differences, the dot-product "
-                    "test, second order, the compiled/eager link and PyTorch. With --checkpoint "
+                    "test, second order, the compiled/eager link, PyTorch, and the fast "
+                    "kernels (Options.fast_kernels) against the reference ones. With --checkpoint "
                     "(or --model), a report on that model's compiled loss graph instead. Exit "
                     "status 1 if any check fails. Needs the verify extra (sympy).")
     p.add_argument("--ops", metavar="NAME,...", help="only these primitives (comma-separated)")

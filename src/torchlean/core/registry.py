@@ -24,13 +24,24 @@ Conventions for rules (``ops`` is the interpreter, values are arrays or graph va
 
 Each primitive also lists ``error_inputs``: calls it must refuse and the error each raises
 (``ErrorInput``), so every check an op makes is exercised on every entry point.
+
+Fast kernels (TorchLean's ``Options.fastKernels``). A primitive may also carry a ``fast_forward``
+and/or a ``fast_vjp``: runtime-only kernels for hot ops that compute the same function in another
+way (another GEMM layout, a saved residual instead of a recomputation), equal to the reference
+within a stated tolerance (``FAST_RTOL``), never bitwise. The reference kernels stay the
+definition: ``forward`` and ``vjp`` dispatch to the fast ones only inside ``fast_kernels(True)``
+(what training does when ``Options(fast_kernels=True)``, the default) and only on NumPy arrays;
+everywhere else (the spec checks, the bound engine, ``to_tape``, verification) the reference
+runs. ``reference_forward`` / ``reference_vjp`` are always the reference; ``torchlean verify``
+compares each fast kernel with them on the samples.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +121,8 @@ class Primitive:
         "name", "inputs", "attrs", "infer", "forward", "vjp", "jvp", "semantics", "samples",
         "broadcasting", "linear", "nondiff", "reverse_only", "float_inputs", "torch_ref",
         "fd_smooth", "selective", "error_inputs", "attr_kinds", "_attr_checks",
-        "device_kernel", "index_inputs",
+        "device_kernel", "index_inputs", "reference_forward", "reference_vjp", "fast_forward",
+        "fast_vjp",
     )
 
     def __init__(
@@ -136,6 +148,8 @@ class Primitive:
         attr_kinds: dict[str, Callable[[str, str, Any], Any]] | None = None,
         device_kernel: bool = True,
         index_inputs: Sequence[str] = (),
+        fast_forward: Rule | None = None,
+        fast_vjp: Rule | None = None,
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -143,8 +157,15 @@ class Primitive:
             dict(attrs) if isinstance(attrs, dict) else {a: _REQUIRED for a in attrs}
         )
         self.infer = _size_limited(name, infer)
-        self.forward = forward
-        self.vjp = vjp
+        # The reference kernels (the definition) and the optional fast ones; ``forward`` and
+        # ``vjp`` are what every executor calls: the reference itself, or a dispatcher choosing
+        # the fast kernel inside ``fast_kernels(True)`` (see the module docstring).
+        self.reference_forward = forward
+        self.reference_vjp = vjp
+        self.fast_forward = fast_forward
+        self.fast_vjp = fast_vjp
+        self.forward = forward if fast_forward is None else _dispatch_forward(forward, fast_forward)
+        self.vjp = vjp if fast_vjp is None or vjp is None else _dispatch_vjp(vjp, fast_vjp)
         self.jvp = jvp
         self.semantics = semantics.strip()
         self.samples = samples
@@ -314,6 +335,81 @@ class Primitive:
         return rule(ops, g, inputs, out, **kwargs)
 
 
+# --- The kernel set: reference (the default) or fast ----------------------------------------
+
+# Relative tolerance of a fast kernel against its reference (the ``torchlean verify`` column and
+# the tests): the fast kernels sum the same products in another order (one GEMM instead of a
+# batched one, a saved softmax instead of a recomputed one), so they differ by rounding only.
+FAST_RTOL = {"float32": 1e-4, "float64": 1e-10}
+
+
+class _KernelSet:
+    """Which kernels the dispatchers run: ``fast`` is set only inside ``fast_kernels(True)``."""
+
+    __slots__ = ("fast",)
+
+    def __init__(self) -> None:
+        self.fast = False
+
+
+KERNELS = _KernelSet()
+
+# Called when the outermost ``fast_kernels(True)`` block opens and when it closes: the fast
+# kernels' residual store registers its ``clear`` here, so a residual never outlives the block
+# (one training step) that made it.
+FAST_BLOCK_HOOKS: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def fast_kernels(on: bool = True) -> Iterator[None]:
+    """Run the fast kernels (``on``) or the reference ones inside the block, then restore the
+    previous choice. Training enters it with ``Options.fast_kernels``; code that must run the
+    definition whatever its caller chose (bounds, checks) enters ``fast_kernels(False)``."""
+    before = KERNELS.fast
+    edge = bool(on) and not before
+    if edge:
+        for hook in FAST_BLOCK_HOOKS:
+            hook()
+    KERNELS.fast = bool(on)
+    try:
+        yield
+    finally:
+        KERNELS.fast = before
+        if edge:
+            for hook in FAST_BLOCK_HOOKS:
+                hook()
+
+
+def _dispatch_forward(reference: Rule, fast: Rule) -> Rule:
+    state = KERNELS
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        # Fast kernels are NumPy-only: a device array (or the nullary form with ``xp=``) runs
+        # the reference, which serves every namespace.
+        if state.fast and "xp" not in kwargs and (not args or type(args[-1]) is np.ndarray):
+            return fast(*args, **kwargs)
+        return reference(*args, **kwargs)
+
+    forward.__name__ = getattr(reference, "__name__", "forward")
+    forward.__wrapped__ = reference  # type: ignore[attr-defined]
+    return forward
+
+
+def _dispatch_vjp(reference: Rule, fast: Rule) -> Rule:
+    state = KERNELS
+
+    def vjp(ops: Any, g: Any, inputs: Sequence[Any], out: Any, **kwargs: Any) -> Any:
+        # A fast VJP computes numbers: it runs on the array interpreter only (a graph builder
+        # records the reference rule, so the recorded backward stays differentiable).
+        if state.fast and ops is ARRAY_OPS and type(g) is np.ndarray:
+            return fast(ops, g, inputs, out, **kwargs)
+        return reference(ops, g, inputs, out, **kwargs)
+
+    vjp.__name__ = getattr(reference, "__name__", "vjp")
+    vjp.__wrapped__ = reference  # type: ignore[attr-defined]
+    return vjp
+
+
 def check_device_kernel(prim: Primitive, xp: Any) -> None:
     """Refuse to run ``prim`` on a device namespace ``xp`` when it has no device kernel.
 
@@ -427,6 +523,28 @@ def register(prim: Primitive) -> Primitive:
         raise TypeError(f"primitive {prim.name} registered twice")
     REGISTRY[prim.name] = prim
     setattr(ARRAY_OPS, prim.name, prim.forward)
+    return prim
+
+
+def attach_fast(name: str, forward: Rule | None = None, vjp: Rule | None = None) -> Primitive:
+    """Give the registered primitive ``name`` a fast forward and/or VJP (the ``ops.fast``
+    modules call this once at import). Its ``forward`` / ``vjp`` become dispatchers that run
+    the fast kernel inside ``fast_kernels(True)`` and the reference otherwise; the array
+    interpreter's method follows. Attaching twice is refused (one fast kernel per rule)."""
+    prim = get(name)
+    if (forward is not None and prim.fast_forward is not None) or (
+            vjp is not None and prim.fast_vjp is not None):
+        raise TypeError(f"primitive {name}: a fast kernel is already attached")
+    reference_vjp = prim.reference_vjp
+    if vjp is not None and reference_vjp is None:
+        raise TypeError(f"primitive {name}: has no vjp rule to make fast")
+    if forward is not None:
+        prim.fast_forward = forward
+        prim.forward = _dispatch_forward(prim.reference_forward, forward)
+        setattr(ARRAY_OPS, name, prim.forward)
+    if vjp is not None and reference_vjp is not None:
+        prim.fast_vjp = vjp
+        prim.vjp = _dispatch_vjp(reference_vjp, vjp)
     return prim
 
 

@@ -53,9 +53,11 @@ _new_ref = object.__new__
 
 @dataclass(frozen=True)
 class Options:
-    """How a session runs. ``fast_kernels`` is accepted for TorchLean parity: the NumPy kernels
-    are always the fast ones; ``torchlean.spec`` holds the reference definitions that
-    ``torchlean verify`` compares them with."""
+    """How a session runs. ``fast_kernels`` (TorchLean's ``fastKernels``, default on): training
+    steps (``Stepper``: ``ScalarTrainer``, ``fit``) run the primitives' fast kernels
+    (``ops.fast``: runtime-only, equal to the reference within ``registry.FAST_RTOL``) in eager
+    and compiled passes; off, they run the reference kernels. Never used by ``to_tape``, the
+    spec checks or the bound engine, which run the reference."""
 
     backend: str = "eager"
     device: str = "cpu"

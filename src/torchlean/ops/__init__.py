@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     elementwise,
     embedding,
     encoding,
+    fast,  # noqa: F401,E402  (attaches the fast kernels to the primitives above)
     general,
     indexing,
     layout,

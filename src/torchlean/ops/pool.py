@@ -125,11 +125,13 @@ def _window_max(views: list[Any]) -> Any:
 
 
 def _first_max_masks(x: Any, k: tuple[int, ...], s: tuple[int, ...],
-                     p: tuple[int, ...]) -> list[Any]:
+                     p: tuple[int, ...], best: Any = None) -> list[Any]:
     """One boolean mask (lead + out) per kernel offset, true where that offset holds its window's
-    first maximum in row-major order. -inf padding: padded cells never win."""
+    first maximum in row-major order. -inf padding: padded cells never win. ``best``: the
+    windows' maxima when the caller has them (the fast kernels keep the forward's)."""
     views = _offset_views(pad_spatial(x, p, -np.inf), k, s)
-    best = _window_max(views)
+    if best is None:
+        best = _window_max(views)
     xp = namespace_of(best)
     masks = []
     taken = None
@@ -159,7 +161,8 @@ def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, fixed_d: int 
     return _window_max(_offset_views(pad_spatial(x, p, -np.inf), k, s))
 
 
-def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: Any,
+                       best: Any = None) -> Any:
     k = tuple(kernel_size)
     s, p = axes_tuple(stride, len(k)), axes_tuple(padding, len(k))  # an int means every axis
     d = len(k)
@@ -171,7 +174,7 @@ def _max_pool_backward(x: Any, g: Any, kernel_size: Any, stride: Any, padding: A
     tiled = s == k and not any(p) and all(
         o * kk == n for o, kk, n in zip(out, k, spatial, strict=True))
     buf = (xp.empty if tiled else xp.zeros)(x.shape[: x.ndim - d] + full, dtype=g.dtype)
-    for off, mask in zip(kernel_offsets(k), _first_max_masks(x, k, s, p), strict=True):
+    for off, mask in zip(kernel_offsets(k), _first_max_masks(x, k, s, p, best), strict=True):
         target = (Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
                                      for o, ss, n in zip(off, s, out, strict=True))
         view = buf[target]

@@ -15,6 +15,7 @@ import numpy as np
 from ..core.backend import as_dtype
 from ..core.errors import DeviceError, ShapeError
 from ..core.kernels import array_on
+from ..core.registry import fast_kernels
 from ..engine import anomaly
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
@@ -82,6 +83,11 @@ class Stepper:
         return c
 
     def forward(self, inputs: Sequence[Any], extra_key: Any = ()) -> Any:
+        # The kernel set of ``Options.fast_kernels`` (registry.fast_kernels), for this pass only.
+        with fast_kernels(self.opts.fast_kernels):
+            return self._forward(inputs, extra_key)
+
+    def _forward(self, inputs: Sequence[Any], extra_key: Any) -> Any:
         xs = self._arrays(inputs)
         if self.opts.backend == "compiled":
             return self.compiled_for(xs, extra_key).forward(*xs)
@@ -98,7 +104,14 @@ class Stepper:
         """The scalar output and ``(param, gradient or None)`` for every parameter used.
 
         ``on_param_grad(param, g)`` is called during the reverse pass as soon as a trainable
-        parameter's gradient is final (data-parallel training starts its allreduce there)."""
+        parameter's gradient is final (data-parallel training starts its allreduce there).
+        Runs the fast kernels when ``Options.fast_kernels`` (the default)."""
+        with fast_kernels(self.opts.fast_kernels):
+            return self._value_and_grads(inputs, extra_key, on_param_grad)
+
+    def _value_and_grads(self, inputs: Sequence[Any], extra_key: Any,
+                         on_param_grad: Callable[[Param, Any], None] | None
+                         ) -> tuple[Any, list[tuple[Param, Any]]]:
         xs = self._arrays(inputs)
         if self.opts.backend == "compiled":
             c = self.compiled_for(xs, extra_key)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import TorchLeanError, UnknownOpError, UnsupportedJvpError
-from ..core.registry import REGISTRY, Primitive, Sample
+from ..core.registry import FAST_RTOL, REGISTRY, Primitive, Sample, fast_kernels
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
 from ..spec import get_spec
@@ -216,6 +216,41 @@ def check_link(prim: Primitive, sample: Sample, rng: np.random.Generator) -> flo
     return 0.0
 
 
+def _values_and_vjp(prim: Primitive, inputs: Sequence[np.ndarray], attrs: dict[str, Any],
+                    v: np.ndarray | None, dtype: str) -> list[np.ndarray]:
+    """The output, then (``v`` given) the cotangent of every input, recorded in ``dtype`` with
+    whatever kernel set is active."""
+    tape, ids, out = N.record(prim, inputs, attrs, dtype)
+    values = [np.asarray(tape.value(out))]
+    if v is None:
+        return values
+    grads = tape.backward_dense_all(out, v)
+    return values + [np.asarray(grads[i]) for i in ids]
+
+
+def check_fast(prim: Primitive, sample: Sample, rng: np.random.Generator) -> float:
+    """The fast kernel set (``registry.fast_kernels``) against the reference: forward and VJP in
+    float64 and float32 within ``FAST_RTOL``, same dtypes; then the link (compiled == eager,
+    ``to_tape`` == graph) bitwise with the fast kernels on both sides."""
+    worst = 0.0
+    for dtype in ("float64", "float32"):
+        inputs = [np.asarray(x, dtype=dtype) for x in sample.inputs]
+        out = _values_and_vjp(prim, inputs, sample.attrs, None, dtype)[0]
+        v = None if prim.nondiff else rng.standard_normal(out.shape).astype(dtype)
+        want = _values_and_vjp(prim, inputs, sample.attrs, v, dtype)
+        with fast_kernels(True):
+            got = _values_and_vjp(prim, inputs, sample.attrs, v, dtype)
+        rtol = FAST_RTOL[dtype]
+        for k, (a, e) in enumerate(zip(got, want, strict=True)):
+            what = f"{dtype} fast " + ("forward" if k == 0 else f"VJP, input {k - 1}")
+            if a.dtype != e.dtype:
+                raise Mismatch(f"{what}: dtype {a.dtype} != reference {e.dtype}")
+            worst = max(worst, N.compare(a, e, rtol, rtol, f"{what} vs reference"))
+    with fast_kernels(True):
+        check_link(prim, sample, rng)
+    return worst
+
+
 def hvp(prim: Primitive, sample: Sample, us: Sequence[np.ndarray],
         v: np.ndarray) -> list[np.ndarray]:
     """``H_v u`` per input, H_v the Hessian of ``<v, f(x)>``: the VJP rule differentiated again
@@ -388,6 +423,19 @@ def column_torch(prim: Primitive, samples: Sequence[Sample], settings: Settings)
         col.run(s, check_torch, prim, s, rng)
     note = f"; {skipped} sample(s) covered by an intended difference" if skipped else ""
     return col.result(f"forward to 1e-10, VJP to 1e-9{note}")
+
+
+def column_fast(prim: Primitive, samples: Sequence[Sample], settings: Settings) -> CheckResult:
+    if prim.fast_forward is None and prim.fast_vjp is None:
+        return CheckResult(NA, "no fast kernel: training runs the reference")
+    col = _Column(prim)
+    rng = _rng(settings, prim.name, 5)
+    for s in samples:
+        col.run(s, check_fast, prim, s, rng)
+    kinds = " and ".join(k for k, f in (("forward", prim.fast_forward), ("VJP", prim.fast_vjp))
+                         if f is not None)
+    return col.result(f"fast {kinds} within rtol {FAST_RTOL['float32']:g} (float32), "
+                      f"{FAST_RTOL['float64']:g} (float64); link bitwise")
 
 
 def _matching(conventions: Iterable[str], rule: np.ndarray, d: S.SpecDerivatives,
@@ -588,6 +636,7 @@ def check_op(prim: Primitive, settings: Settings | None = None) -> OpResult:
         "dot": lambda: column_dot(prim, list(samples) + list(kinks), settings),
         "link": lambda: column_link(prim, samples, settings),
         "torch": lambda: column_torch(prim, samples, settings),
+        "fast": lambda: column_fast(prim, samples, settings),
     }
     symbolic: dict[str, CheckResult] = {}
     if any(c in wanted for c in ("vjp", "jvp", "2nd")):

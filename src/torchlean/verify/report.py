@@ -22,6 +22,8 @@ COLUMNS: dict[str, str] = {
     "2nd": "VJP rule differentiated again == sympy second derivative and finite differences",
     "link": "compiled == eager bitwise; to_tape + backward_dense_all == backprop_all bitwise",
     "torch": "forward and VJP == PyTorch float64 (torch_ref), minus the intended differences",
+    "fast": "fast kernels (Options.fast_kernels) == the reference kernels within rtol 1e-4 "
+            "(float32) / 1e-10 (float64), forward and VJP; compiled/eager link bitwise with them",
 }
 
 

@@ -1,0 +1,23 @@
+"""Fast kernels (TorchLean's ``Options.fastKernels``): runtime-only variants of hot kernels.
+
+Importing this package attaches them to their primitives (``registry.attach_fast``); the
+reference kernels in the op families stay the definition. Each fast kernel computes the same
+function in another way and agrees with its reference within ``registry.FAST_RTOL`` (checked by
+``torchlean verify`` on the samples and by the tests); they run only inside
+``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
+
+- ``conv``: the forward keeps its im2col matrix for its VJP (``residuals``), so the kernel
+  gradient does not build it again; the forward writes (N, outC, ...) directly; the input
+  gradient adds long contiguous runs of a batch-last GEMM result;
+- ``pool``: the max-pool VJP hands its output (the window maxima) to the backward kernel, which
+  then does not recompute them, and skips the second geometry check;
+- ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
+  instead of recomputing the row statistics twice;
+- ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
+  fused NumPy pass over them instead of recomputing the forward through primitives.
+
+Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one process) and
+described in each module, with the variants that lost.
+"""
+
+from . import attention, conv, norm, pool  # noqa: F401  (attach the fast kernels)

@@ -1,0 +1,82 @@
+"""Fast multi-head attention (NumPy only; see ``ops.fast``).
+
+The reference VJP recomputes the whole forward through primitives (three projections, the
+scores, the softmax: about 30 kernel calls) so that it differentiates again. Here the forward
+projects q, k, v with one GEMM against the three weights side by side, and keeps q, k, v, the
+softmax probabilities and the merged head outputs against its output (``residuals``); the VJP
+reads them and runs fused NumPy: batched matmuls over ``(B, H)``, one GEMM for the three
+projection-weight gradients and one for the input gradient. A VJP that finds no residual (a
+second backward after the output was replaced, say) recomputes them with the same code, so the
+bits are the same either way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...core.registry import attach_fast
+from ..attention import _masked_softmax
+from . import residuals
+
+_SAVED = "attention.saved"
+
+
+def _parts(wq: Any, wk: Any, wv: Any, x: Any, mask: Any, num_heads: int) -> tuple[Any, ...]:
+    """q, k, v as (B, H, n, D), the probabilities p (B, H, n, n) and the merged head outputs."""
+    n, dm = x.shape[-2], x.shape[-1]
+    b = x.size // (n * dm)
+    hd = wq.shape[1]
+    h, d = num_heads, hd // num_heads
+    x2 = x.reshape(b * n, dm)
+    qkv = x2 @ np.concatenate((wq, wk, wv), axis=1)  # (B*n, 3*H*D): one GEMM
+    heads = qkv.reshape(b, n, 3, h, d).transpose(2, 0, 3, 1, 4)  # (3, B, H, n, D), a view
+    q, k, v = heads[0], heads[1], heads[2]
+    scores = q @ k.swapaxes(-1, -2)
+    scores *= 1.0 / math.sqrt(d)
+    p = _masked_softmax(scores, mask)
+    merged = (p @ v).transpose(0, 2, 1, 3).reshape(b * n, hd)
+    return x2, q, k, v, p, merged
+
+
+def forward(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
+            num_heads: int = 1) -> Any:
+    """Fast ``multi_head_attention`` forward, keeping what the VJP needs."""
+    parts = _parts(wq, wk, wv, x, mask, num_heads)
+    out = (parts[-1] @ wo).reshape(x.shape)
+    residuals.save(out, _SAVED, (x.shape, wq.shape, num_heads), parts)
+    return out
+
+
+def vjp(ops: Any, g: Any, xs: Any, out: Any, mask: Any = None,
+        num_heads: int = 1) -> tuple[Any, ...]:
+    """Fast ``multi_head_attention`` VJP from the saved (or recomputed) forward."""
+    wq, wk, wv, wo, x = xs
+    parts = residuals.load(out, _SAVED, (x.shape, wq.shape, num_heads))
+    if parts is None:
+        parts = _parts(wq, wk, wv, x, mask, num_heads)
+    x2, q, k, v, p, merged = parts
+    b, h, n, d = q.shape
+    hd = h * d
+    g2 = g.reshape(b * n, x.shape[-1])
+    gwo = merged.T @ g2
+    go = (g2 @ wo.T).reshape(b, n, h, d).transpose(0, 2, 1, 3)  # (B, H, n, D)
+    gp = go @ v.swapaxes(-1, -2)
+    gv = p.swapaxes(-1, -2) @ go
+    # Softmax VJP, then the score scale: p * (gp - sum(gp * p)) / sqrt(D).
+    gs = gp * p
+    gs -= p * gs.sum(axis=-1, keepdims=True)
+    gs *= 1.0 / math.sqrt(d)
+    gqkv = np.empty((b, n, 3, h, d), dtype=g.dtype)
+    gqkv[:, :, 0] = (gs @ k).transpose(0, 2, 1, 3)
+    gqkv[:, :, 1] = (gs.swapaxes(-1, -2) @ q).transpose(0, 2, 1, 3)
+    gqkv[:, :, 2] = gv.transpose(0, 2, 1, 3)
+    gqkv2 = gqkv.reshape(b * n, 3 * hd)
+    gw = x2.T @ gqkv2  # (dm, 3*H*D): the three projection gradients in one GEMM
+    gx = gqkv2 @ np.concatenate((wq, wk, wv), axis=1).T
+    return (gw[:, :hd], gw[:, hd:2 * hd], gw[:, 2 * hd:], gwo, gx.reshape(x.shape))
+
+
+attach_fast("multi_head_attention", forward=forward, vjp=vjp)

@@ -1,0 +1,57 @@
+"""Fast layer normalisation (NumPy only; see ``ops.fast``).
+
+The reference VJP computes the row statistics twice more (``standardize_backward`` and
+``norm_param_grad`` each centre the rows again). Here the forward (the reference's statistics
+and affine, the same bits) keeps ``xhat`` and ``rstd`` against its output, and the VJP is one
+fused pass over them: ``gx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))`` with
+``gxhat = g * gamma``, ``ggamma = sum(g * xhat)``, ``gbeta = sum(g)`` over the rows. A VJP that
+finds no residual recomputes them with the forward's code (the same bits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...core.registry import attach_fast
+from ..norm import _stats
+from . import residuals
+
+_SAVED = "layer_norm.stats"
+
+
+def _key(x: Any, eps: float) -> Any:
+    return (x.shape, x.dtype.str, eps)
+
+
+def forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
+    """Fast ``layer_norm`` forward: the reference's arithmetic, keeping ``xhat`` and ``rstd``."""
+    xhat, rstd = _stats(x, (x.ndim - 1,), eps)
+    y = xhat * gamma
+    y += beta
+    residuals.save(y, _SAVED, _key(x, eps), (xhat, rstd))
+    return y
+
+
+def vjp(ops: Any, g: Any, xs: Any, out: Any, eps: float = 1e-6) -> tuple[Any, Any, Any]:
+    """Fast ``layer_norm`` VJP from the saved (or recomputed) statistics."""
+    x, gamma, _ = xs
+    saved = residuals.load(out, _SAVED, _key(x, eps))
+    xhat, rstd = _stats(x, (x.ndim - 1,), eps) if saved is None else saved
+    d = x.shape[-1]
+    g2 = g.reshape(-1, d)
+    xh2 = xhat.reshape(-1, d)
+    ggamma = np.einsum("ij,ij->j", g2, xh2)
+    gbeta = g2.sum(axis=0)
+    gxhat = g2 * gamma
+    mean_g = gxhat.mean(axis=1, keepdims=True)
+    mean_gx = np.einsum("ij,ij->i", gxhat, xh2)[:, None]
+    mean_gx *= 1.0 / d
+    gxhat -= mean_g
+    gxhat -= xh2 * mean_gx
+    gxhat *= rstd.reshape(-1, 1)
+    return gxhat.reshape(x.shape), ggamma, gbeta
+
+
+attach_fast("layer_norm", forward=forward, vjp=vjp)

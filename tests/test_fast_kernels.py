@@ -1,0 +1,285 @@
+"""Fast kernels (issue 26 item 1, the seed's ``Options.fastKernels``).
+
+Each fast kernel against its reference on random shapes (strides, per-axis padding, output
+padding, overlapping pool windows, 1-D/2-D/3-D, batch and no batch, masks) in float32 and
+float64, forward and gradients through the tape; the dispatch (off by default, on only inside
+``fast_kernels(True)``, NumPy only, restored after); the residual store (a miss gives the same
+bits as a hit, entries go with their arrays); the tape/graph link bitwise with the fast kernels
+on; ``Options(fast_kernels=...)`` choosing the set in eager and compiled training, and training
+converging the same either way. Timings are in ``torchlean bench``, never here.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+import torchlean.engine.ops_interface as F
+from torchlean.core.registry import (
+    ARRAY_OPS,
+    FAST_RTOL,
+    KERNELS,
+    REGISTRY,
+    Sample,
+    attach_fast,
+    fast_kernels,
+)
+from torchlean.engine.tape import Tape
+from torchlean.ops.fast import residuals
+from torchlean.verify.checks import Settings as VerifySettings
+from torchlean.verify.checks import check_fast, column_fast
+
+FAST = sorted(n for n, p in REGISTRY.items() if p.fast_forward is not None
+              or p.fast_vjp is not None)
+
+
+def _record(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], v: np.ndarray | None,
+            dtype: str) -> list[np.ndarray]:
+    tape = Tape(dtype=dtype)
+    prim = REGISTRY[name]
+    ids = [tape.leaf(np.asarray(x, dtype=dtype)) for x in inputs]
+    out = tape.record(prim, ids, prim.bind_attrs((), attrs))
+    result = [np.asarray(tape.value(out))]
+    if v is not None:
+        grads = tape.backward_dense_all(out, v.astype(dtype))
+        result += [np.asarray(grads[i]) for i in ids]
+    return result
+
+
+def _agree(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], seed: int = 0) -> None:
+    """Forward and every input gradient: fast set == reference set within FAST_RTOL."""
+    rng = np.random.default_rng(seed)
+    for dtype in ("float32", "float64"):
+        out = _record(name, inputs, attrs, None, dtype)[0]
+        v = rng.standard_normal(out.shape)
+        want = _record(name, inputs, attrs, v, dtype)
+        with fast_kernels(True):
+            got = _record(name, inputs, attrs, v, dtype)
+        rtol = FAST_RTOL[dtype]
+        for a, e in zip(got, want, strict=True):
+            assert a.dtype == e.dtype == np.dtype(dtype)
+            scale = max(1.0, float(np.max(np.abs(e), initial=0.0)))
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale)
+
+
+def test_the_fast_set_is_the_expected_one() -> None:
+    # What ops.fast attaches (a kernel removed or added must be a decision, seen here).
+    assert FAST == ["conv", "conv2d", "conv_core", "conv_transpose_core", "conv_weight_grad",
+                    "layer_norm", "max_pool", "max_pool2d", "max_pool2d_pad",
+                    "multi_head_attention"]
+    for name in FAST:
+        prim = REGISTRY[name]
+        assert prim.forward is not prim.reference_forward or prim.fast_forward is None
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_conv_fast_equals_reference_on_random_geometry(case: int) -> None:
+    rng = np.random.default_rng(100 + case)
+    d = (1, 2, 3, 2, 2, 2, 1, 2)[case]
+    batched = case % 3 != 2
+    cin, cout = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    k = tuple(int(v) for v in rng.integers(1, 4, size=d))
+    s = tuple(int(v) for v in rng.integers(1, 3, size=d))
+    p = tuple(int(rng.integers(0, kk)) for kk in k)
+    spatial = tuple(int(kk + rng.integers(1, 5)) for kk in k)
+    x = rng.standard_normal(((2,) if batched else ()) + (cin,) + spatial)
+    w = rng.standard_normal((cout, cin) + k)
+    b = rng.standard_normal(cout)
+    _agree("conv", [w, b, x], {"stride": s, "padding": p}, case)
+    _agree("conv_core", [w, x], {"stride": s, "padding": p}, case)
+    # The transposed convolution's core (conv's input gradient), with output padding.
+    wt = rng.standard_normal((cin, cout) + k)
+    op = tuple(int(rng.integers(0, ss)) for ss in s)
+    y = rng.standard_normal(((2,) if batched else ()) + (cin,) + spatial)
+    _agree("conv_transpose_core", [wt, y], {"stride": s, "padding": p, "output_padding": op},
+           case)
+
+
+def test_conv_fast_on_an_empty_batch() -> None:
+    rng = np.random.default_rng(9)
+    w, b = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    _agree("conv2d", [w, b, np.zeros((0, 2, 5, 5))], {"stride": 1, "padding": 1})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_size": 2},
+    {"kernel_size": (3, 2), "stride": (1, 2)},
+    {"kernel_size": 3, "stride": 2, "padding": 1},
+])
+def test_max_pool_fast_equals_reference_with_ties(attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(7)
+    x = np.maximum(rng.standard_normal((2, 3, 7, 8)), 0.0)  # relu'd: many tied zeros
+    name = "max_pool" if "padding" in attrs else "max_pool2d"
+    _agree(name, [x], attrs)
+    # Ties go to the first maximum on both sides: bitwise, not just close.
+    v = rng.standard_normal(_record(name, [x], attrs, None, "float64")[0].shape)
+    want = _record(name, [x], attrs, v, "float64")
+    with fast_kernels(True):
+        got = _record(name, [x], attrs, v, "float64")
+    for a, e in zip(got, want, strict=True):
+        assert np.array_equal(a, e)
+
+
+@pytest.mark.parametrize("batched,masked", [(True, False), (False, True), (True, True)])
+def test_attention_fast_equals_reference(batched: bool, masked: bool) -> None:
+    rng = np.random.default_rng(3)
+    n, dm, heads = 5, 8, 2
+    ws = [rng.standard_normal((dm, dm)) * 0.4 for _ in range(4)]
+    x = rng.standard_normal(((3,) if batched else ()) + (n, dm))
+    mask = np.tril(np.ones((n, n), dtype=bool)) if masked else None
+    if masked:
+        mask[2] = False  # a fully masked row: output and gradient 0 on both sides
+    _agree("multi_head_attention", [*ws, x], {"num_heads": heads, "mask": mask})
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 7), (2, 3, 5)])
+def test_layer_norm_fast_equals_reference(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape))
+    d = shape[-1]
+    _agree("layer_norm", [rng.standard_normal(shape) * 3 + 1, rng.standard_normal(d),
+                          rng.standard_normal(d)], {"eps": 1e-5})
+
+
+def test_dispatch_is_reference_by_default_and_restored() -> None:
+    assert KERNELS.fast is False
+    with fast_kernels(True):
+        assert KERNELS.fast is True
+        with fast_kernels(False):
+            assert KERNELS.fast is False
+        assert KERNELS.fast is True
+    assert KERNELS.fast is False
+    with pytest.raises(RuntimeError), fast_kernels(True):
+        raise RuntimeError("restored on the way out")
+    assert KERNELS.fast is False
+
+
+def test_attach_twice_is_refused() -> None:
+    with pytest.raises(TypeError, match="already attached"):
+        attach_fast("conv2d", forward=lambda *a, **k: None)
+    assert REGISTRY["relu"].fast_forward is None
+
+
+def test_residual_miss_gives_the_same_bits_and_entries_go_with_arrays() -> None:
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    x = rng.standard_normal((2, 3, 6, 6))
+    g = rng.standard_normal((2, 4, 6, 6))
+    prim = REGISTRY["conv2d"]
+    attrs = {"stride": 1, "padding": 1}
+    with fast_kernels(True):
+        out = prim.forward(w, b, x, **attrs)  # keeps x's im2col matrix against ``out``
+        assert residuals.size() == 1
+        hit = prim.vjp(ARRAY_OPS, g, [w, b, x], out, **attrs)
+        miss = prim.vjp(ARRAY_OPS, g, [w, b, x], out.copy(), **attrs)  # another array: misses
+        for a, e in zip(hit, miss, strict=True):
+            assert np.array_equal(a, e)
+        del out
+        gc.collect()
+        assert residuals.size() == 0  # gone with its array
+        kept = prim.forward(w, b, x, **attrs)
+        assert residuals.size() == 1
+    assert residuals.size() == 0  # nothing outlives the outermost block
+    del kept
+
+
+def test_a_refilled_input_buffer_never_meets_a_stale_matrix() -> None:
+    # An input array refilled in place after a conv (as a generated plan may reuse a buffer):
+    # the kernel gradient as a node of its own builds the matrix from what the array holds now.
+    rng = np.random.default_rng(4)
+    w, b = rng.standard_normal((2, 1, 3, 3)), np.zeros(2)
+    x = rng.standard_normal((2, 1, 5, 5))
+    g = rng.standard_normal((2, 2, 5, 5))
+    attrs = {"kernel": (3, 3), "stride": (1, 1), "padding": (1, 1)}
+    with fast_kernels(True):
+        out = REGISTRY["conv2d"].forward(w, b, x, stride=1, padding=1)
+        x[...] = rng.standard_normal(x.shape)
+        got = REGISTRY["conv_weight_grad"].forward(g, x, **attrs)
+    want = REGISTRY["conv_weight_grad"].reference_forward(g, x, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    del out
+
+
+def test_device_arrays_run_the_reference() -> None:
+    # The dispatcher hands anything that is not a NumPy array to the reference kernel.
+    prim = REGISTRY["conv2d"]
+
+    class NotNumpy(np.ndarray):
+        pass
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 1, 4, 4)).view(NotNumpy)
+    w, b = rng.standard_normal((1, 1, 2, 2)), np.zeros(1)
+    before = residuals.size()
+    with fast_kernels(True):
+        prim.forward(w, b, x)
+    assert residuals.size() == before  # the fast kernel (which keeps a residual) did not run
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_verify_fast_column_passes_with_the_link_bitwise(name: str) -> None:
+    prim = REGISTRY[name]
+    rng = np.random.default_rng(5)
+    samples = prim.samples(np.random.default_rng(0))
+    for s in samples[:2]:
+        check_fast(prim, s, rng)  # raises Mismatch on a difference or a broken link
+    result = column_fast(prim, samples, VerifySettings.make(quick=True))
+    assert result.status == "pass", result.detail
+
+
+def test_verify_fast_column_is_na_without_a_fast_kernel() -> None:
+    result = column_fast(REGISTRY["relu"], [Sample((np.ones(3),))],
+                         VerifySettings.make(quick=True))
+    assert result.status == "n/a"
+
+
+def _cnn(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, y: Any) -> Any:
+    h = F.max_pool2d(F.relu(F.conv2d(w1, b1, x, padding=1)), kernel_size=2)
+    h = F.reshape(h, (h.shape[0], 4 * 4 * 4))
+    return F.cross_entropy(F.linear(w2, b2, h), y)
+
+
+def _train(backend: str, fast: bool, steps: int = 25) -> tuple[list[float], list[np.ndarray]]:
+    rng = np.random.default_rng(11)
+    params = [rng.standard_normal((4, 1, 3, 3)).astype(np.float32) * 0.5,
+              np.zeros(4, np.float32),
+              rng.standard_normal((3, 64)).astype(np.float32) * 0.2, np.zeros(3, np.float32)]
+    x = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+    labels = (x[:, 0, :4].sum(axis=(1, 2)) > 0).astype(np.float32) + (x[:, 0, 0, 0] > 1)
+    trainer = tl.ScalarTrainer(params, _cnn, tl.Options(backend=backend, fast_kernels=fast))
+    losses = [trainer.step(0.2, x, labels) for _ in range(steps)]
+    return losses, trainer.params()
+
+
+def test_training_converges_the_same_with_fast_kernels_on_and_off() -> None:
+    ref_losses, ref_params = _train("eager", False)
+    assert ref_losses[-1] < 0.6 * ref_losses[0]  # it learns
+    for backend in ("eager", "compiled"):
+        losses, params = _train(backend, True)
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-5)
+        for a, e in zip(params, ref_params, strict=True):
+            np.testing.assert_allclose(a, e, rtol=1e-3, atol=1e-5)
+    assert KERNELS.fast is False  # the trainer's block is closed after each step
+
+
+def test_options_choose_the_kernel_set_in_training() -> None:
+    prim = REGISTRY["conv2d"]
+    seen: list[bool] = []
+    original = prim.forward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(KERNELS.fast)
+        return original(*args, **kwargs)
+
+    prim.forward = spy  # what the tape and a graph's plan call
+    try:
+        for backend in ("eager", "compiled"):
+            for fast in (False, True):
+                seen.clear()
+                _train(backend, fast, steps=1)
+                assert seen and set(seen) == {fast}, (backend, fast)
+    finally:
+        prim.forward = original
