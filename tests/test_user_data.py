@@ -1,4 +1,5 @@
-"""``eval``, ``certify`` and ``verify`` with ``--onnx`` and the user's own ``--data file.npz``.
+"""``eval``, ``certify`` and ``verify`` with ``--onnx`` (or a ``tl.save``d zoo module given as
+``--checkpoint``) and the user's own ``--data file.npz``.
 
 A classifier's accuracy on user labels matches a direct count; a regression model gets its mean
 squared error from ``eval`` and certified output intervals from ``certify`` (which must hold the
@@ -15,6 +16,7 @@ import pytest
 import torchlean as tl
 from torchlean import nn, onnx
 from torchlean.cli import main
+from torchlean.zoo import models
 
 pytest.importorskip("onnx")
 
@@ -88,10 +90,64 @@ def test_bad_data_files_are_named_errors(files, capsys, name, message):
     assert message in err and "Traceback" not in err
 
 
-def test_data_goes_with_onnx_only(files, capsys):
+def test_data_needs_a_model_and_no_dataset(files, capsys):
     root = files[0]
-    assert main(["eval", "--checkpoint", "x.safetensors", "--data", str(root / "cls.npz")]) == 2
-    assert "--data goes with --onnx" in capsys.readouterr().err
+    assert main(["eval", "--data", str(root / "cls.npz")]) == 2
+    assert "give --checkpoint" in capsys.readouterr().err
     assert main(["certify", "--onnx", str(root / "cls.onnx"), "--data", str(root / "cls.npz"),
                  "--dataset", "digits"]) == 2
     assert "either --dataset or --data" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def saved(files):
+    """A zoo MLP written by ``tl.save(model, path)`` (its config in the metadata), and a plain
+    module saved the same way (state only: nothing says how to rebuild it)."""
+    root = files[0]
+    model = models.build({"model": "mlp", "in_features": 4, "hidden": [16], "num_classes": 3,
+                          "seed": 0})
+    tl.save(model, str(root / "zoo.safetensors"))
+    tl.save(nn.Sequential(nn.Linear(4, 3)), str(root / "plain.safetensors"))
+    return root, model
+
+
+def test_a_tl_saved_module_is_evaluated_certified_and_verified_on_user_data(files, saved,
+                                                                            capsys):
+    root, model = saved
+    x = files[3]
+    labels = np.load(root / "cls.npz")["y"]
+    out = root / "saved.json"
+    assert main(["eval", "--checkpoint", str(root / "zoo.safetensors"), "--data",
+                 str(root / "cls.npz"), "--json", str(out)]) == 0
+    model.eval()
+    logits = np.asarray(tl.compile(lambda v: model(v), (20, 4)).forward(x))
+    assert json.loads(out.read_text())["accuracy"] == pytest.approx(
+        float(np.mean(np.argmax(logits, 1) == labels)))
+    assert main(["certify", "--checkpoint", str(root / "zoo.safetensors"), "--data",
+                 str(root / "cls.npz"), "--eps", "0.01", "--method", "ibp,crown",
+                 "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["results"][0]
+    assert "cls.npz" in capsys.readouterr().out
+    clean = float(np.mean(np.argmax(logits, 1) == labels))
+    assert row["examples"] == 20 and row["clean_accuracy"] == pytest.approx(clean)
+    assert row["contradictions"] == 0
+    assert row["certified_accuracy"]["ibp"] <= row["certified_accuracy"]["crown"] <= clean
+    assert main(["verify", "--checkpoint", str(root / "zoo.safetensors"), "--data",
+                 str(root / "cls.npz"), "--quick", "--batch-size", "4"]) == 0
+    assert "cls.npz" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("checkpoint,data,message", [
+    ("plain.safetensors", "cls.npz", "no model config in its metadata"),
+    ("zoo.safetensors", "wide.npz", "takes examples of shape (4,)"),
+    ("zoo.safetensors", "reg.npz", "must hold one class index"),
+    ("zoo.safetensors", "nolabels.npz", "has no targets 'y'"),
+])
+def test_a_saved_module_with_data_that_does_not_fit_is_a_named_error(saved, capsys, checkpoint,
+                                                                     data, message):
+    root = saved[0]
+    for command in ("eval", "certify"):
+        assert main([command, "--checkpoint", str(root / checkpoint), "--data",
+                     str(root / data)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (command, err)

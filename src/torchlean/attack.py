@@ -273,28 +273,55 @@ def sample_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, ro
     return BoxAttackResult(best, best_obj, best_target, rounds * n)
 
 
+STEP_RULES = ("adam", "sign")
+
+
+def _diversified(compiled: Any, rng: Any, x: Array, lo: Array, hi: Array, steps: int
+                 ) -> Array:
+    """Output-diversified starts (Tashiro et al., ODI): ``steps`` signed-gradient steps of a
+    quarter of the box's width per chain, each ascending a random direction of the output space,
+    so that the chains begin in parts of the box that map to different outputs."""
+    n = len(x)
+    width = hi - lo
+    direction = rng.uniform(-1.0, 1.0, size=(n, *compiled.out_shape[1:]))
+    for _ in range(steps):
+        point = np.minimum(np.maximum(x.astype(lo.dtype), lo), hi)
+        grad = np.asarray(compiled.vjp([point], direction.astype(lo.dtype))[0])
+        x = np.minimum(np.maximum(x + 0.25 * width * np.sign(grad), lo), hi)
+    return x
+
+
 def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps: int = 50,
             restarts: int = 1, seed: int = 0, step_size: float = 0.02, starts: Any = None,
-            untargeted: bool = False, deadline: float | None = None) -> BoxAttackResult:
+            untargeted: bool = False, deadline: float | None = None, rule: str = "adam",
+            decay: float | None = None, diversify: int = 0) -> BoxAttackResult:
     """Projected gradient descent on the objectives over the box ``[lower, upper]``.
 
-    The network's batch holds ``N`` chains; chain ``k`` targets objective ``k mod J`` (or the
-    ``(inputs, target)`` of ``starts``, e.g. the best ``sample_box`` points, for the first
-    restart). Each restart starts from uniform random points (seeded) and takes ``steps`` Adam
-    steps (per-coordinate normalised gradients: a sign step early on, finer near an optimum) of
-    ``step_size * (upper - lower)``, annealed by a cosine schedule, projected onto the box; the
-    gradient is that of the row attaining the maximum. ``untargeted``: every chain attacks
-    whichever objective is lowest at its point (the minimum over a disjunction, as an untargeted
-    attack on a classifier's margins does). Stops early once a chain's objective is <= 0, or at
-    ``deadline`` (a ``time.monotonic`` value).
+    The network's batch holds ``N`` chains; chain ``k`` targets objective ``k mod J`` (restart
+    ``r``: ``(k + r) mod J``; or the ``(inputs, target)`` of ``starts``, e.g. the best
+    ``sample_box`` points, for the first restart): a multi-targeted attack, every unsafe
+    conjunction attacked by its own chains in one batch. Each restart starts from uniform random
+    points (seeded), moved by ``diversify`` output-diversified steps (``_diversified``), and
+    takes ``steps`` steps of ``step_size * (upper - lower)``, projected onto the box, along the
+    gradient of the row attaining the maximum: ``rule="adam"`` (per-coordinate normalised
+    gradients: a sign step early on, finer near an optimum) or ``"sign"`` (signed gradient, as
+    PGD on an L-inf ball). The step size is annealed by a cosine schedule, or multiplied by
+    ``decay`` after each step when given. ``untargeted``: every chain attacks whichever objective
+    is lowest at its point (the minimum over a disjunction). Stops early once a chain's objective
+    is <= 0, or at ``deadline`` (a ``time.monotonic`` value).
     """
     lo, hi, shape, n_out = _box_check("pgd_box", compiled, lower, upper)
     a, b = _objectives("pgd_box", objectives, n_out)
-    for name, value, least in (("steps", steps, 1), ("restarts", restarts, 1), ("seed", seed, 0)):
+    for name, value, least in (("steps", steps, 1), ("restarts", restarts, 1), ("seed", seed, 0),
+                               ("diversify", diversify, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise AttackError(f"pgd_box: {name} must be an integer >= {least}, found {value!r}")
     if not isinstance(step_size, int | float) or not np.isfinite(step_size) or step_size <= 0:
         raise AttackError(f"pgd_box: step_size must be a finite number > 0, found {step_size!r}")
+    if rule not in STEP_RULES:
+        raise AttackError(f"pgd_box: unknown rule {rule!r}; expected one of {STEP_RULES}")
+    if decay is not None and (not isinstance(decay, int | float) or not 0 < decay <= 1):
+        raise AttackError(f"pgd_box: decay must be a number in (0, 1], found {decay!r}")
     n, j = shape[0], len(a)
     rng = np.random.default_rng(seed)
     lo64, hi64 = lo.astype(np.float64), hi.astype(np.float64)
@@ -314,6 +341,9 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
         else:
             x = _uniform(rng, lo, hi, n).astype(np.float64)
             target = (chains + restart) % j
+            if diversify:
+                x = _diversified(compiled, rng, x, lo64, hi64, diversify)
+                evaluations += n * diversify
         x = np.minimum(np.maximum(x, lo64), hi64)
         moment, second = np.zeros_like(x), np.zeros_like(x)
         for step in range(steps + 1):
@@ -332,11 +362,17 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
             seed_rows = a[target, rows].reshape((n, *compiled.out_shape[1:]))
             grad = np.asarray(compiled.vjp([point], seed_rows.astype(lo.dtype))[0],
                               dtype=np.float64) * width
-            moment = beta1 * moment + (1 - beta1) * grad
-            second = beta2 * second + (1 - beta2) * grad**2
-            direction = (moment / (1 - beta1 ** (step + 1))) / (
-                np.sqrt(second / (1 - beta2 ** (step + 1))) + 1e-12)
-            size = step_size * 0.5 * (1.0 + np.cos(np.pi * step / steps))
+            if rule == "sign":
+                direction = np.sign(grad)
+            else:
+                moment = beta1 * moment + (1 - beta1) * grad
+                second = beta2 * second + (1 - beta2) * grad**2
+                direction = (moment / (1 - beta1 ** (step + 1))) / (
+                    np.sqrt(second / (1 - beta2 ** (step + 1))) + 1e-12)
+            if decay is None:
+                size = step_size * 0.5 * (1.0 + np.cos(np.pi * step / steps))
+            else:
+                size = step_size * decay**step
             x = np.minimum(np.maximum(x - size * width * direction, lo64), hi64)
         if np.any(best_obj <= 0):
             break

@@ -1,7 +1,8 @@
 """``torchlean certify``: certified (IBP, CROWN, alpha-CROWN) and PGD accuracy of a classifier.
 
 The work is ``torchlean.bounds.certify.certify``; this module loads the model (a zoo checkpoint,
-or an ONNX classifier with a bundled ``--dataset`` or the user's ``--data FILE.npz``), prints the
+or an ONNX classifier with a bundled ``--dataset`` or the user's ``--data FILE.npz``; a zoo
+checkpoint takes ``--data`` too), prints the
 table, and writes ``--json`` and ``--plot``; a model given data without class labels gets each
 output's certified interval instead (``bounds.regression``).
 """
@@ -21,9 +22,9 @@ from ..bounds.certify import Report, certify, format_table, parse_eps, parse_met
 from ..bounds.regression import output_intervals
 from ..core.errors import CheckpointError
 from ..zoo import datasets
-from ..zoo.trained import check_fits, load_data, load_trained
+from ..zoo.trained import check_fits, check_user_data, load_data, load_trained
 from . import common
-from .onnx_inputs import OnnxCliError, load_for_data
+from .onnx_inputs import OnnxCliError, load_data_file, load_for_data
 
 DEFAULT_EPS = "0.01,0.02,0.05"
 
@@ -42,9 +43,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="the dataset of an --onnx model")
     p.add_argument("--data", metavar="FILE.npz", default=None,
-                   help="the user's examples for an --onnx model instead: 'x' (examples first) "
-                        "and 'y' (class labels); without integer labels, each output's "
-                        "certified interval is reported instead (a regression model)")
+                   help="the user's examples instead of a dataset: 'x' (examples first) and 'y' "
+                        "(class labels); for an --onnx model without integer labels, each "
+                        "output's certified interval is reported instead (a regression model)")
     p.add_argument("--eps", default=None,
                    help="comma-separated L-infinity radii (default: the eps a certified-"
                         "trained checkpoint was trained for, else 0.01,0.02,0.05)")
@@ -91,13 +92,20 @@ def run(args: argparse.Namespace) -> int:
                               f"ONNX model {args.onnx} on {args.data}")
         return _report(args, loaded.as_module(), data, eps_list, methods, f"ONNX {args.onnx}",
                        args.dataset or args.data, f"ONNX model {args.onnx}")
-    if args.data:
-        raise OnnxCliError("certify: --data goes with --onnx (a checkpoint has its dataset)")
     if not args.checkpoint:
         raise BoundsError("certify: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
+    if args.data and args.dataset:
+        raise OnnxCliError("certify: give either --dataset or --data, not both")
+    common.check_outputs([(args.data, "<--data"), (args.checkpoint, "<--checkpoint")])
     path = args.checkpoint
     model = load_trained(path)
     config, settings = model.model_config, model.train_settings
+    if args.data:  # a saved zoo classifier on the user's labelled examples
+        user = load_data_file(args.data, "certify", labels=True)
+        check_user_data(config, user.test.inputs, user.test.targets, path, "certify")
+        model.eval()
+        return _report(args, model, user, eps_list, methods, config["model"], args.data,
+                       f"{config['model']} from {path}")
     trained = settings.get("certified")
     if args.eps is None and isinstance(trained, dict) and "eps" in trained:
         eps_list = parse_eps(str(trained["eps"]))  # certify at the radius it was trained for

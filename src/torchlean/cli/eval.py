@@ -4,7 +4,8 @@
 read once) and evaluates it on the test split it was trained with; ``--onnx PATH --dataset NAME``
 evaluates any ONNX classifier (from PyTorch or from ``torchlean export``) the same way, and
 ``--onnx PATH --data FILE.npz`` on the user's examples (accuracy for class labels, the mean
-squared error for real targets).
+squared error for real targets); ``--checkpoint PATH --data FILE.npz`` (a ``train --save`` or
+``tl.save``d zoo classifier) on the user's labelled examples.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 
 from ..core import safe_files
 from ..core.errors import CheckpointError
+from ..data import Dataset
 from ..engine import ops_interface as F
 from ..engine.session import Options, Session
 from ..training.fit import evaluate
 from ..zoo import datasets
-from ..zoo.trained import check_fits, load_data, load_trained
+from ..zoo.trained import check_fits, check_user_data, load_data, load_trained
 from . import common
-from .onnx_inputs import OnnxCliError, load_for_data, predict
+from .onnx_inputs import OnnxCliError, load_data_file, load_for_data, predict
 
 ONNX_MAGIC = b"\x08"  # an ONNX ModelProto starts with field 1 (ir_version, a varint)
 
@@ -40,8 +42,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset to evaluate on (default: the one it was trained on)")
     p.add_argument("--data", metavar="FILE.npz", default=None,
-                   help="evaluate an --onnx model on the user's examples instead: 'x' (examples "
-                        "first) and 'y' (integer class labels, or real regression targets)")
+                   help="evaluate on the user's examples instead: 'x' (examples first) and 'y' "
+                        "(integer class labels; for an --onnx model also real regression "
+                        "targets)")
     p.add_argument("--seed", type=common.seed_int, default=None,
                    help="seed of the data split (default: the training seed, so the test set "
                         "is the one held out in training)")
@@ -53,29 +56,35 @@ def add_parser(sub: Any) -> None:
 
 
 def looks_like_onnx(path: str) -> bool:
-    """An ``.onnx`` name, or a file whose first byte is an ONNX model's (safetensors files start
-    with an 8-byte little-endian header length, never 0x08 followed by a small varint here)."""
+    """An ``.onnx`` name, or a file whose first byte is an ONNX model's and that is not a
+    safetensors file (those start with an 8-byte little-endian header length, whose first byte
+    may be 0x08, and then the JSON header's ``{``)."""
     if path.lower().endswith((".onnx", ".onnx.gz")):
         return True
-    head = safe_files.read_head(path, 2)  # never blocks on a FIFO, never reads a device
-    return head[:1] == ONNX_MAGIC and len(head) == 2 and head[1] < 0x20
+    head = safe_files.read_head(path, 9)  # never blocks on a FIFO, never reads a device
+    if len(head) == 9 and head[8:9] == b"{":
+        return False
+    return head[:1] == ONNX_MAGIC and len(head) >= 2 and head[1] < 0x20
 
 
 def run(args: argparse.Namespace) -> int:
     common.check_device(args.device)
     if args.onnx:
         return _run_onnx(args)
-    if args.data:
-        raise common.CliError("eval: --data goes with --onnx (a checkpoint has its dataset)")
     if not args.checkpoint:
         raise common.CliError("eval: give --checkpoint PATH (or --onnx PATH --dataset NAME)")
-    common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.json, "--json")])
+    common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.data, "<--data"),
+                          (args.json, "--json")])
     path = args.checkpoint
     if looks_like_onnx(path):
         raise CheckpointError(f"checkpoint {path}: this is an ONNX model, not a checkpoint; "
                               f"use --onnx {path} --dataset NAME")
+    if args.data and args.dataset:
+        raise common.CliError("eval: give either --dataset or --data, not both")
     model = load_trained(path)
     config, settings = model.model_config, model.train_settings
+    if args.data:
+        return _checkpoint_on_data(args, model)
     dataset_name = args.dataset or config.get("dataset")
     if dataset_name not in datasets.NAMES:
         raise CheckpointError(f"checkpoint {path}: unknown dataset {dataset_name!r}; valid "
@@ -92,6 +101,23 @@ def run(args: argparse.Namespace) -> int:
                                                  "dataset": dataset_name, "seed": seed,
                                                  "examples": len(data.test), **result},
                                                 indent=2) + "\n")
+    return 0
+
+
+def _checkpoint_on_data(args: argparse.Namespace, model: Any) -> int:
+    """A saved zoo classifier on the user's labelled examples (``--data``)."""
+    path, config = args.checkpoint, model.model_config
+    user = load_data_file(args.data, "eval", labels=True)
+    check_user_data(config, user.test.inputs, user.test.targets, path, "eval")
+    test = Dataset(user.test.inputs, np.asarray(user.test.targets).astype(np.int64))
+    result = evaluate(model, F.cross_entropy, test, batch_size=args.batch_size,
+                      backend=args.backend, metrics=datasets.score, device=args.device)
+    print(f"{config['model']} from {path} on {args.data} ({len(test)} examples): "
+          f"test loss {result['loss']:.4f}  test acc {result['accuracy']:.4f}", flush=True)
+    if args.json:
+        common.write_text(args.json, json.dumps({"checkpoint": path, "model": config["model"],
+                                                 "data": args.data, "examples": len(test),
+                                                 **result}, indent=2) + "\n")
     return 0
 
 

@@ -21,8 +21,9 @@ from ..verify.checks import VerifyError, check_ops, require_sympy
 from ..verify.model import check_checkpoint, check_fresh
 from ..verify.report import Report, render_table
 from ..zoo import datasets, models
+from ..zoo.trained import check_user_data, load_trained
 from . import common
-from .onnx_inputs import load_for_data
+from .onnx_inputs import load_data_file, load_for_data
 
 EXIT_FAILED = 1
 
@@ -53,8 +54,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="report on an ONNX classifier's graph (needs --dataset and the onnx "
                         "extra; the batch is the model's own)")
     p.add_argument("--data", metavar="FILE.npz", default=None,
-                   help="the --onnx classifier's examples from the user: 'x' (examples first) "
-                        "and 'y' (integer class labels), instead of --dataset")
+                   help="the user's examples for an --onnx or --checkpoint classifier: 'x' "
+                        "(examples first) and 'y' (integer class labels), instead of --dataset")
     p.add_argument("--dataset", choices=datasets.NAMES, default=None,
                    help="dataset for --model / --checkpoint (default: the model's own)")
     p.add_argument("--batch-size", type=common.int_in(1, 100_000, "a batch size"), default=32,
@@ -88,18 +89,23 @@ def run(args: argparse.Namespace) -> int:
     if args.ops and (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --ops lists primitives for the op table; the model "
                           "report checks the primitives its graph uses")
-    if args.data and not args.onnx:
-        raise VerifyError("torchlean verify: --data goes with --onnx")
+    if args.data and not (args.onnx or args.checkpoint):
+        raise VerifyError("torchlean verify: --data goes with --onnx or --checkpoint")
+    if args.data and args.dataset:
+        raise VerifyError("torchlean verify: give either --dataset or --data, not both")
     if args.dataset and not (args.checkpoint or args.model or args.onnx):
         raise VerifyError("torchlean verify: --dataset needs --model or --checkpoint")
     common.check_outputs([(args.checkpoint, "<--checkpoint"), (args.onnx, "<--onnx"),
-                          (args.json, "--json")])
+                          (args.data, "<--data"), (args.json, "--json")])
     colour = sys.stdout.isatty() and not args.no_color
     if args.onnx:
         report = onnx_report(args.onnx, args.dataset, quick=args.quick, seed=args.seed,
                              data_file=args.data)
     elif args.checkpoint or args.model:
-        if args.checkpoint:
+        if args.checkpoint and args.data:
+            report = checkpoint_report(args.checkpoint, args.data, batch_size=args.batch_size,
+                                       quick=args.quick, seed=args.seed)
+        elif args.checkpoint:
             report = check_checkpoint(args.checkpoint, dataset=args.dataset,
                                       batch_size=args.batch_size, quick=args.quick,
                                       seed=args.seed)
@@ -122,6 +128,20 @@ def run(args: argparse.Namespace) -> int:
                              + "\n")
         print(f"wrote {args.json}", flush=True)
     return 0 if report.ok else EXIT_FAILED
+
+
+def checkpoint_report(path: str, data_file: str, *, batch_size: int = 32, quick: bool = False,
+                      seed: int = 0) -> Report:
+    """``verify.check_model`` on a saved zoo classifier (``train --save`` or ``tl.save``) with
+    the cross-entropy loss, on the first ``batch_size`` of the user's labelled examples."""
+    model = load_trained(path)
+    config = model.model_config
+    user = load_data_file(data_file, "verify", labels=True)
+    check_user_data(config, user.test.inputs, user.test.targets, path, "verify")
+    inputs = np.asarray(user.test.inputs[:batch_size], dtype=np.float32)
+    targets = np.asarray(user.test.targets[:batch_size]).astype(np.int64)
+    return check_model(model, F.cross_entropy, inputs, targets, quick=quick, seed=seed,
+                       title=f"model report: {config['model']} from {path} on {data_file}")
 
 
 def onnx_report(path: str, dataset: str | None, quick: bool = False, seed: int = 0,

@@ -55,6 +55,14 @@ SAMPLES = 16384  # samples in the first attack attempt (half of them on the box'
 MAX_SAMPLES = 2**20  # each further attempt samples 4 times more, up to this many
 LOW_DIMENSION = 32  # above this many inputs, sampling budgets shrink in proportion
 PGD_STEPS = 200
+# The attack for many inputs (alpha-beta-CROWN's defaults for its PGD: steps of a quarter of the
+# radius, i.e. an eighth of the box's width, decaying by 0.98 a step, 100 steps), with starts
+# moved by ODI steps; two restarts per attempt, every chain aimed at one conjunction.
+SIGN_STEPS = 100
+SIGN_STEP = 0.125
+SIGN_DECAY = 0.98
+SIGN_RESTARTS = 2
+DIVERSIFY = 10
 MAX_CANDIDATES = 8  # attack points checked on the network per attack call
 
 
@@ -202,8 +210,8 @@ def _counterexample(net: Network, prop: Property, points: Any, order: Any
 
 
 def _chains(net: Network) -> int:
-    """PGD chains run side by side: 256 for a handful of inputs, 16 for an image."""
-    return int(np.clip(8192 // max(int(np.prod(net.input_shape)), 1), 16, 256))
+    """PGD chains run side by side: 256 for a handful of inputs, 83 for a 28x28 image."""
+    return int(np.clip(2**16 // max(int(np.prod(net.input_shape)), 1), 16, 256))
 
 
 def _attack_models(net: Network) -> tuple[Any, Any] | None:
@@ -241,13 +249,23 @@ def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: prope
     # from the first): at most two there; the escalating samples are for low dimensions.
     attempts = effort + 1 if prop.n_inputs <= LOW_DIMENSION else min(effort + 1, 2)
     for attempt in range(attempts):
+        rng_seed = seed + 7919 * attempt
+        if prop.n_inputs > LOW_DIMENSION:
+            # Many inputs: a multi-targeted signed-gradient PGD from output-diversified starts
+            # (every unsafe conjunction attacked by its own chains) finds what sampling cannot.
+            result = attack.pgd_box(chains, lo, hi, objectives, steps=SIGN_STEPS,
+                                    restarts=SIGN_RESTARTS, seed=rng_seed + 3,
+                                    step_size=SIGN_STEP, rule="sign", decay=SIGN_DECAY,
+                                    diversify=DIVERSIFY, deadline=clock.deadline)
+            cex = _counterexample(net, prop, result.inputs, np.argsort(result.objective))
+            if cex is not None or result.timed_out or clock.over():
+                return cex, f"diversified PGD, attempt {attempt + 1}"
         # Escalate: cheap first (most counterexamples are easy), then up to a million samples
         # (for low-dimensional inputs they find what PGD's local steps miss).
         # In many dimensions uniform samples are nearly useless (PGD does the work there).
         scale = min(1.0, LOW_DIMENSION / prop.n_inputs)
         samples = int(min(SAMPLES * 4**attempt, MAX_SAMPLES, 256 * batch) * scale)
         rounds = max(1, samples // (2 * batch))
-        rng_seed = seed + 7919 * attempt
         plain = attack.sample_box(sampler, lo, hi, objectives, rounds=rounds, seed=rng_seed)
         # Half the samples with coordinates moved to the box's faces: counterexamples of
         # ACAS Xu-like properties often sit there.

@@ -4,9 +4,9 @@ A checkpoint written by ``torchlean train --save`` (format ``torchlean.train/1``
 ``model.``, the optimiser under ``optimizer.``) or by ``tl.save(model, path)`` of a zoo model
 (``torchlean.save/1``: the module's own state dict) records the model's config as JSON in its
 metadata. ``read_config`` reads and checks it, ``check_fits`` says whether the model can take a
-dataset, and ``load_trained`` rebuilds the model and loads its weights, naming every tensor that
-does not fit. The command line's ``eval``, ``certify``, ``verify`` and ``export`` use these, and
-so can any program.
+dataset (``check_user_data``: the user's own examples and labels), and ``load_trained`` rebuilds
+the model and loads its weights, naming every tensor that does not fit. The command line's
+``eval``, ``certify``, ``verify`` and ``export`` use these, and so can any program.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from .. import checkpoint
 from ..core.errors import CheckpointError
 from . import datasets, models
 
-__all__ = ["TRAIN_FORMAT", "check_fits", "load_data", "load_trained", "read_config"]
+__all__ = ["TRAIN_FORMAT", "check_fits", "check_user_data", "load_data", "load_trained",
+           "read_config"]
 
 TRAIN_FORMAT = "torchlean.train/1"
 """The metadata format of ``torchlean train --save``."""
@@ -96,6 +99,32 @@ def check_fits(config: dict[str, Any], data: datasets.DatasetBundle, path: str) 
         if key in config and key in wanted and config[key] != wanted[key]:
             raise CheckpointError(f"checkpoint {path}: its {config['model']} has {key} = "
                                   f"{config[key]}, but dataset {data.name} needs {wanted[key]}")
+
+
+def check_user_data(config: dict[str, Any], inputs: Any, targets: Any, path: str,
+                    what: str) -> None:
+    """The user's examples (``inputs``, examples first) must have the shape the saved
+    classifier takes, and ``targets`` (when given) be its class indices."""
+    model = config["model"]
+    if model == "mlp":
+        wanted: tuple[int, ...] = (int(config["in_features"]),)
+    elif model == "cnn":
+        wanted = tuple(int(v) for v in config["image_shape"])
+    else:
+        raise CheckpointError(f"{what}: checkpoint {path} holds a {model!r}; --data takes "
+                              "classifiers of feature vectors or images (mlp, cnn)")
+    found = tuple(np.shape(inputs)[1:])
+    if found != wanted:
+        raise CheckpointError(f"{what}: checkpoint {path}'s {model} takes examples of shape "
+                              f"{wanted}, but --data's 'x' holds examples of shape {found}")
+    if targets is None:
+        return
+    y = np.asarray(targets)
+    classes = int(config["num_classes"])
+    if (y.ndim != 1 or y.dtype.kind not in "iu" or np.any(y < 0) or np.any(y >= classes)):
+        raise CheckpointError(f"{what}: --data's 'y' must hold one class index in [0, "
+                              f"{classes}) per example for checkpoint {path}'s {model}, found "
+                              f"{y.dtype} {y.shape}")
 
 
 def load_trained(path: str) -> Any:
