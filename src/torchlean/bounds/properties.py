@@ -45,16 +45,46 @@ class PropertyError(BoundsError):
     """A specification that does not fit the network or is malformed."""
 
 
+def _sign_minus(f: float, value: Fraction) -> int:
+    """The sign of ``f - value``, exactly (integer arithmetic: no Fraction is built)."""
+    p, q = f.as_integer_ratio()
+    left, right = p * value.denominator, value.numerator * q
+    return (left > right) - (left < right)
+
+
 def _down(value: Fraction) -> float:
     """The largest float64 <= ``value``."""
     f = float(value)
-    return float(np.nextafter(f, -np.inf)) if Fraction(f) > value else f
+    return float(np.nextafter(f, -np.inf)) if _sign_minus(f, value) > 0 else f
 
 
 def _up(value: Fraction) -> float:
     """The smallest float64 >= ``value``."""
     f = float(value)
-    return float(np.nextafter(f, np.inf)) if Fraction(f) < value else f
+    return float(np.nextafter(f, np.inf)) if _sign_minus(f, value) < 0 else f
+
+
+def _roundings(values: Sequence[Fraction]) -> tuple[Array, Array]:
+    """Each value rounded down and up to float64 (the same float where it is one), exactly."""
+    nearest = np.array([float(v) for v in values], dtype=np.float64)
+    side = np.array([_sign_minus(float(f), v) for f, v in zip(nearest, values, strict=True)],
+                    dtype=np.int64)
+    return (np.where(side > 0, np.nextafter(nearest, -np.inf), nearest),
+            np.where(side < 0, np.nextafter(nearest, np.inf), nearest))
+
+
+def _ceil_to(x: Array, dt: Any) -> Array:
+    """The smallest ``dt`` numbers >= the float64 numbers ``x``."""
+    with np.errstate(over="ignore"):
+        c = x.astype(dt)
+    return np.where(c.astype(np.float64) < x, np.nextafter(c, dt.type(np.inf)), c).astype(dt)
+
+
+def _floor_to(x: Array, dt: Any) -> Array:
+    """The largest ``dt`` numbers <= the float64 numbers ``x``."""
+    with np.errstate(over="ignore"):
+        c = x.astype(dt)
+    return np.where(c.astype(np.float64) > x, np.nextafter(c, dt.type(-np.inf)), c).astype(dt)
 
 
 def _inward(value: Fraction, dtype: Any, towards: float) -> Any:
@@ -62,7 +92,8 @@ def _inward(value: Fraction, dtype: Any, towards: float) -> Any:
     f = dtype.type(float(value))
     step = dtype.type(towards)
     # Two roundings (decimal -> float64 -> dtype) can land on either side: walk back inside.
-    while (Fraction(float(f)) < value) if towards > 0 else (Fraction(float(f)) > value):
+    while (_sign_minus(float(f), value) < 0) if towards > 0 else (
+            _sign_minus(float(f), value) > 0):
         f = np.nextafter(f, step)
     return f
 
@@ -107,26 +138,48 @@ class Region:
     lower: tuple[Fraction, ...]
     upper: tuple[Fraction, ...]
     outputs: tuple[Conjunction, ...]
+    # The rounded boxes, computed on first use (not part of the region's value).
+    _rounded: dict[tuple[str, Any], Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def empty(self) -> bool:
-        return any(lo > hi for lo, hi in zip(self.lower, self.upper, strict=True))
+        key = ("empty", None)
+        if key not in self._rounded:  # computed once: an exact comparison per input
+            self._rounded[key] = any(lo > hi for lo, hi in zip(self.lower, self.upper,
+                                                                strict=True))
+        return bool(self._rounded[key])
+
+    def _ends(self) -> tuple[Array, Array, Array, Array]:
+        """Each end rounded down and up to float64: ``(lower down, lower up, upper down,
+        upper up)``, computed once per region."""
+        key = ("ends", None)
+        if key not in self._rounded:
+            self._rounded[key] = (*_roundings(self.lower), *_roundings(self.upper))
+        return self._rounded[key]  # type: ignore[no-any-return]
 
     def box(self) -> tuple[Array, Array]:
         """The box rounded outward to float64 (contains the exact box)."""
-        return (np.array([_down(v) for v in self.lower]), np.array([_up(v) for v in self.upper]))
+        lo_down, _, _, hi_up = self._ends()
+        return lo_down.copy(), hi_up.copy()
 
     def inner_box(self, dtype: Any = np.float32) -> tuple[Array, Array]:
         """The box rounded inward to ``dtype`` (inside the exact box); ``None`` ends are never
         produced: a box with no ``dtype`` point inside raises ``PropertyError``."""
         dt = np.dtype(dtype)
-        lo = np.array([_inward(v, dt, np.inf) for v in self.lower], dtype=dt)
-        hi = np.array([_inward(v, dt, -np.inf) for v in self.upper], dtype=dt)
-        if np.any(lo > hi):
-            raise PropertyError(f"property: an input box holds no {dt} point (an interval "
-                                f"narrower than the {dt} spacing at input "
-                                f"{int(np.argmax(lo > hi))})")
-        return lo, hi
+        key = ("inner", dt.str)
+        if key not in self._rounded:
+            # The smallest dtype number >= an end is the smallest >= its upward float64
+            # rounding (dtype numbers are float64 numbers), and likewise downward.
+            _, lo_up, hi_down, _ = self._ends()
+            lo, hi = _ceil_to(lo_up, dt), _floor_to(hi_down, dt)
+            if np.any(lo > hi):
+                raise PropertyError(f"property: an input box holds no {dt} point (an interval "
+                                    f"narrower than the {dt} spacing at input "
+                                    f"{int(np.argmax(lo > hi))})")
+            self._rounded[key] = (lo, hi)
+        lo, hi = self._rounded[key]
+        return lo.copy(), hi.copy()
 
     def contains(self, x: Sequence[float]) -> bool:
         """Whether the flat input ``x`` lies in the exact box."""
@@ -148,10 +201,10 @@ class Property:
         """``(region, conjunction)`` indices that the pair ``(x, y)`` (flat sequences of floats)
         meets exactly, or None."""
         for r, region in enumerate(self.regions):
-            if region.contains(x):
-                for c, conj in enumerate(region.outputs):
-                    if conj.holds(y):
-                        return r, c
+            # The outputs first: a few constraints, where the box has an exact test per input.
+            met = [c for c, conj in enumerate(region.outputs) if conj.holds(y)]
+            if met and region.contains(x):
+                return r, met[0]
         return None
 
 

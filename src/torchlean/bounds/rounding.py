@@ -74,6 +74,8 @@ def _count(terms: Array, axis: Any) -> int:
 
 def mid_rad(lo: Array, hi: Array) -> tuple[Array, Array]:
     """Centre ``c`` and radius ``r`` with ``[lo, hi]`` inside ``[c - r, c + r]`` (exactly)."""
+    if lo is hi:  # a constant (weights): the point itself, radius 0, without a pass over it
+        return lo, np.zeros(np.shape(lo))
     c = 0.5 * lo + 0.5 * hi  # no overflow; halving is exact (bar subnormals, covered by up())
     r = up(np.maximum(up(hi - c), up(c - lo)))
     # A point stays a point (radius exactly 0): subnormal radii would be useless, and slow.

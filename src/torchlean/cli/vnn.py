@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    default=None, help="seconds per instance (default: none for one instance, "
                                       "each row's own for --instances)")
     p.add_argument("--method", choices=VNN_METHODS, default="bab",
-                   help="bab: branch and bound (default); or one bound pass after IBP")
+                   help="bab: branch and bound (default); or one bound pass")
     p.add_argument("--rounding", choices=ROUNDINGS, default="float32",
                    help="what an unsat claims: the float32 network (default) or the real one")
     p.add_argument("--effort", type=common.int_in(0, 100, "an attack effort"), default=4,
@@ -141,7 +141,8 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     if args.json:
         common.write_text(args.json, json.dumps(
             {"benchmark": label, "method": args.method, "rounding": args.rounding,
-             "summary": summary, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
+             "summary": summary, "rows": [r.as_dict(stages=True) for r in rows]},
+            indent=2) + "\n")
     return 0
 
 

@@ -41,6 +41,10 @@ MAX_VARIABLES = 10_000_000
 _TOKEN = re.compile(r"[()]|[^\s()]+")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")
 _NAME = re.compile(r"([XY])_(0|[1-9]\d*)")
+_DECLARE = re.compile(r"\s*\(\s*declare-const\s+([^\s()]+)\s+Real\s*\)\s*")
+_ONE = Fraction(1)
+_BOUND = re.compile(r"\s*\(\s*assert\s*\(\s*(<=|>=)\s+(X_\d+)\s+([+-]?(?:\d+\.?\d*|\.\d+)"
+                    r"(?:[eE][+-]?\d+)?)\s*\)\s*\)\s*")
 
 
 class VnnlibError(TorchLeanError):
@@ -59,6 +63,16 @@ class _List:
     line: int
 
 
+@dataclass
+class _Bound:
+    """A line ``(assert (op X_i value))``, recognised whole."""
+
+    op: str
+    name: str
+    value: str
+    line: int
+
+
 # A linear term: coefficients by variable ("X", i) / ("Y", j), and a constant.
 _Linear = tuple[dict[tuple[str, int], Fraction], Fraction]
 # A comparison ``terms + const <= 0`` with the line it came from.
@@ -70,6 +84,7 @@ class _Reader:
         self.label = label
         self.lines = text.splitlines()
         self.declared: dict[str, set[int]] = {"X": set(), "Y": set()}
+        self.numbers: dict[str, Fraction] = {}
 
     def fail(self, line: int, what: str) -> VnnlibError:
         shown = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
@@ -79,14 +94,32 @@ class _Reader:
 
     # -- s-expressions --------------------------------------------------------------------------
 
-    def tokens(self) -> Iterator[_Atom]:
-        for number, raw in enumerate(self.lines, start=1):
-            for tok in _TOKEN.findall(raw.split(";", 1)[0]):
-                yield _Atom(tok, number)
+    def tokens(self, line: int, code: str) -> Iterator[_Atom]:
+        for tok in _TOKEN.findall(code):
+            yield _Atom(tok, line)
 
-    def sexprs(self) -> Iterator[_List]:
+    def sexprs(self) -> Iterator[_List | _Bound]:
+        """The top-level s-expressions in order; a whole line ``(assert (<= X_i c))`` (or
+        ``>=``) outside any open expression comes as a ``_Bound`` instead (most lines of an
+        image property: no token lists, no formula walk)."""
         stack: list[_List] = []
-        for tok in self.tokens():
+        for line, raw in enumerate(self.lines, start=1):
+            code = raw.split(";", 1)[0]
+            if not stack:
+                m = _BOUND.fullmatch(code)
+                if m is not None:
+                    yield _Bound(m.group(1), m.group(2), m.group(3), line)
+                    continue
+                m = _DECLARE.fullmatch(code)
+                if m is not None:
+                    self.declare_name(m.group(1), line)
+                    continue
+            yield from self._sexprs_of_line(stack, line, code)
+        if stack:
+            raise self.fail(stack[-1].line, "unclosed '(' (the file ends inside it)")
+
+    def _sexprs_of_line(self, stack: list[_List], line: int, code: str) -> Iterator[_List]:
+        for tok in self.tokens(line, code):
             if tok.text == "(":
                 if len(stack) >= MAX_DEPTH:
                     raise self.fail(tok.line, f"nesting deeper than {MAX_DEPTH} levels")
@@ -103,8 +136,6 @@ class _Reader:
                 raise self.fail(tok.line, f"expected '(' at the top level, found {tok.text!r}")
             else:
                 stack[-1].items.append(tok)
-        if stack:
-            raise self.fail(stack[-1].line, "unclosed '(' (the file ends inside it)")
 
     # -- terms ----------------------------------------------------------------------------------
 
@@ -116,7 +147,10 @@ class _Reader:
                                                  > MAX_EXPONENT):
             raise self.fail(tok.line, f"number {tok.text[:40]!r} is too long or its exponent "
                             f"exceeds {MAX_EXPONENT}")
-        return Fraction(tok.text)
+        value = self.numbers.get(tok.text)
+        if value is None:  # image bounds repeat (0.0, 1.0): parse each text once
+            value = self.numbers[tok.text] = Fraction(tok.text)
+        return value
 
     def variable(self, tok: _Atom) -> tuple[str, int]:
         m = _NAME.fullmatch(tok.text)
@@ -209,21 +243,36 @@ class _Reader:
                 or items[2].text != "Real"):
             raise self.fail(node.line, "expected (declare-const X_i Real) or "
                             "(declare-const Y_j Real)")
-        m = _NAME.fullmatch(items[1].text)
+        self.declare_name(items[1].text, node.line)
+
+    def declare_name(self, name: str, line: int) -> None:
+        m = _NAME.fullmatch(name)
         if m is None:
-            raise self.fail(node.line, f"variable names must be X_i (inputs) or Y_j (outputs), "
-                            f"found {items[1].text!r}")
+            raise self.fail(line, f"variable names must be X_i (inputs) or Y_j (outputs), "
+                            f"found {name!r}")
         kind, index = m.group(1), int(m.group(2))
         if index in self.declared[kind]:
-            raise self.fail(node.line, f"{items[1].text} declared twice")
+            raise self.fail(line, f"{name} declared twice")
         if index >= MAX_VARIABLES:
-            raise self.fail(node.line, f"index above the limit of {MAX_VARIABLES} variables")
+            raise self.fail(line, f"index above the limit of {MAX_VARIABLES} variables")
         self.declared[kind].add(index)
 
     def read(self) -> Property:
         common: list[_Leq] = []
         alternatives: list[list[_Leq]] = [[]]
         for node in self.sexprs():
+            if isinstance(node, _Bound):  # (assert (<= X_i c)): the comparison directly
+                name = _Atom(node.name, node.line)
+                value = self.number(_Atom(node.value, node.line))
+                if value is None:
+                    raise self.fail(node.line, f"expected a number, found {node.value!r}")
+                var = self.variable(name)
+                # X_i <= c is X_i - c <= 0; X_i >= c is -X_i + c <= 0
+                if node.op == "<=":
+                    common.append(({var: _ONE}, -value, node.line))
+                else:
+                    common.append(({var: -_ONE}, value, node.line))
+                continue
             head = node.items[0].text if node.items and isinstance(node.items[0], _Atom) else ""
             if head == "declare-const":
                 self.declare(node)
@@ -259,7 +308,7 @@ class _Reader:
                 if len(coef) != 1:
                     raise self.fail(line, "input constraints must bound one X_i (boxes only)")
                 ((_, i), a), = coef.items()
-                value = -const / a
+                value = -const if a == 1 else const if a == -1 else -const / a
                 touched = True
                 if a > 0:
                     old = upper[i]
