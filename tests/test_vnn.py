@@ -19,7 +19,7 @@ import pytest
 
 import torchlean as tl
 from torchlean import attack, nn
-from torchlean.bounds.properties import PropertyError, refute
+from torchlean.bounds.properties import PropertyError, Region, refute
 from torchlean.vnn import benchmark, vnnlib
 from torchlean.vnn.instance import Network, VnnError, verify_instance
 
@@ -75,6 +75,48 @@ def test_reader_builds_exact_regions_and_conjunctions(tmp_path):
     path = tmp_path / "p.vnnlib.gz"
     path.write_bytes(gzip.compress(text.encode()))
     assert vnnlib.read(path).regions == prop.regions
+
+
+def test_whole_line_fast_path_reads_as_the_general_reader(monkeypatch):
+    text = (HEADER + "(assert (<= X_0 0.1))\n (assert (>= X_0 -1e-3)) ; a comment\n"
+            "(assert (<= X_1 +2.5E+1))\n(assert (>= X_1 .5))\n"
+            "(assert (or (and (<= Y_0 Y_1)) (and (>= Y_0 3))))\n")
+    fast = vnnlib.parse(text, "t")
+    bad = HEADER.replace("(declare-const X_1 Real)", "") + "(assert (<= X_1 1))\n"
+    with pytest.raises(vnnlib.VnnlibError) as fast_error:
+        vnnlib.parse(bad, "t")
+    never = __import__("re").compile(r"(?!)")
+    monkeypatch.setattr(vnnlib, "_BOUND", never)
+    monkeypatch.setattr(vnnlib, "_DECLARE", never)
+    assert vnnlib.parse(text, "t") == fast
+    assert fast.regions[0].lower == (Fraction(-1, 1000), Fraction(1, 2))
+    with pytest.raises(vnnlib.VnnlibError) as slow_error:
+        vnnlib.parse(bad, "t")
+    assert str(fast_error.value) == str(slow_error.value)
+
+
+def test_box_roundings_are_exact_for_random_fractions():
+    rng = np.random.default_rng(0)
+    nums = rng.integers(-10**6, 10**6, size=300)
+    dens = rng.choice([1, 3, 10, 10**7, 2**30, 10**20], size=300)
+    lower = [Fraction(int(n), int(d)) for n, d in zip(nums, dens, strict=True)]
+    lower += [Fraction(float(np.float32(0.1))), Fraction(0), Fraction(1, 3)]
+    upper = [v + Fraction(int(k), 7) for v, k in zip(lower, rng.integers(1, 50, len(lower)),
+                                                     strict=True)]
+    region = Region(tuple(lower), tuple(upper), ())
+    lo, hi = region.box()
+    for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        ilo, ihi = region.inner_box(dt)
+        assert ilo.dtype == dt
+        for k, (a, b) in enumerate(zip(lower, upper, strict=True)):
+            assert Fraction(lo[k]) <= a and Fraction(np.nextafter(lo[k], np.inf)) > a
+            assert Fraction(hi[k]) >= b and Fraction(np.nextafter(hi[k], -np.inf)) < b
+            assert Fraction(float(ilo[k])) >= a
+            assert Fraction(float(np.nextafter(ilo[k], dt.type(-np.inf)))) < a
+            assert Fraction(float(ihi[k])) <= b
+            assert Fraction(float(np.nextafter(ihi[k], dt.type(np.inf)))) > b
+    lo[0] = 99.0  # callers get copies: the region's own arrays are unchanged
+    assert region.box()[0][0] != 99.0
 
 
 def test_boxes_round_outward_for_bounds_and_inward_for_attacks():
@@ -165,7 +207,10 @@ def test_box_attacks_stay_in_the_box_report_true_objectives_and_are_seeded():
     for run in (lambda s: attack.sample_box(net, lo, hi, objectives, rounds=3, seed=s,
                                             snap=0.3),
                 lambda s: attack.pgd_box(net, lo, hi, objectives, steps=15, restarts=2,
-                                         seed=s)):
+                                         seed=s),
+                lambda s: attack.pgd_box(net, lo, hi, objectives, steps=15, restarts=2,
+                                         seed=s, rule="sign", step_size=0.125, decay=0.98,
+                                         diversify=5, loss="hinge")):
         result = run(3)
         assert np.all(result.inputs >= lo) and np.all(result.inputs <= hi)
         y = np.asarray(net.forward(result.inputs), dtype=np.float64)
@@ -204,6 +249,36 @@ def test_box_attacks_reject_bad_inputs():
         attack.sample_box(net, np.full(3, 0.1), np.ones(3), good)
     with pytest.raises(attack.AttackError, match="steps"):
         attack.pgd_box(net, lo, hi, good, steps=0)
+    with pytest.raises(attack.AttackError, match="unknown rule"):
+        attack.pgd_box(net, lo, hi, good, rule="newton")
+    with pytest.raises(attack.AttackError, match="decay"):
+        attack.pgd_box(net, lo, hi, good, decay=1.5)
+    with pytest.raises(attack.AttackError, match="diversify"):
+        attack.pgd_box(net, lo, hi, good, diversify=-1)
+    with pytest.raises(attack.AttackError, match="unknown loss"):
+        attack.pgd_box(net, lo, hi, good, loss="ce")
+
+
+def test_hinge_descent_weights_every_unmet_row():
+    rows = np.array([[0.5, 0.2, -1.0, -np.inf], [-0.1, -0.3, -2.0, -np.inf]])
+    np.testing.assert_array_equal(attack._descent_rows(rows, "max"),
+                                  [[1, 0, 0, 0], [1, 0, 0, 0]])
+    # every row above its threshold; once all are met, the largest (keeps the margin growing)
+    np.testing.assert_array_equal(attack._descent_rows(rows, "hinge"),
+                                  [[1, 1, 0, 0], [1, 0, 0, 0]])
+
+
+def test_multi_targeted_chains_each_attack_their_own_conjunction():
+    _, net = _small_net(4, batch=6)
+    lo, hi = -np.ones(3, np.float32), np.ones(3, np.float32)
+    never = [(np.array([[1.0, 0.0]]), np.array([-100.0])),
+             (np.array([[0.0, 1.0]]), np.array([-100.0])),
+             (np.array([[-1.0, 1.0]]), np.array([-100.0]))]
+    result = attack.pgd_box(net, lo, hi, never, steps=10, seed=0, rule="sign",
+                            step_size=0.125, decay=0.98, diversify=3)
+    # 6 chains, 3 conjunctions: chain k keeps aiming at conjunction k mod 3
+    np.testing.assert_array_equal(result.target, np.arange(6) % 3)
+    assert np.all(result.inputs >= lo) and np.all(result.inputs <= hi)
 
 
 def test_refute_never_refutes_what_sampling_meets():
@@ -293,6 +368,42 @@ def test_published_answers_are_never_contradicted(bench, onnx_name, prop_name):
         assert result.status == published, (result.status, published)
     if result.status == "sat":
         _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+
+
+# The MNIST-FC counterexamples (published sat) that sampling and Adam-stepped PGD missed and the
+# multi-targeted signed PGD from output-diversified starts finds (each in its first attempt).
+ONCE_MISSED = [("mnist-net_256x2.onnx", "prop_9_0.05.vnnlib"),
+               ("mnist-net_256x4.onnx", "prop_1_0.05.vnnlib")]
+
+
+@needs_shared
+@pytest.mark.parametrize("onnx_name,prop_name", ONCE_MISSED)
+def test_previously_missed_mnist_counterexamples_are_found(onnx_name, prop_name):
+    assert _published()[("mnistfc", onnx_name, prop_name)] == "sat"
+    folder = os.path.join(SHARED, "mnistfc")
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    result = verify_instance(os.path.join(folder, onnx_name), prop, None, "crown", effort=0)
+    assert result.status == "sat", result.message
+    assert "diversified PGD" in result.message
+    _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+
+
+@needs_shared
+def test_a_benchmark_run_loads_each_network_and_property_once(tmp_path, monkeypatch):
+    folder = os.path.join(SHARED, "test")
+    loads: list[str] = []
+    real_network, real_read = benchmark.Network, benchmark.vnnlib.read
+    monkeypatch.setattr(benchmark, "Network", lambda p: loads.append(p) or real_network(p))
+    monkeypatch.setattr(benchmark.vnnlib, "read", lambda p: loads.append(p) or real_read(p))
+    rows = [benchmark.Instance(o, v, 1e6) for o, v in
+            [("test_sat.onnx", "test_prop.vnnlib"), ("test_unsat.onnx", "test_prop.vnnlib"),
+             ("test_sat.onnx", "test_prop.vnnlib")]]
+    found = list(benchmark.run(rows, folder, method="crown", effort=0))
+    assert [r.result.status for r in found] == ["sat", "unsat", "sat"]
+    assert sorted(os.path.basename(p) for p in loads) == [
+        "test_prop.vnnlib", "test_sat.onnx", "test_unsat.onnx"]
+    assert all("load" in r.result.stages for r in found)
+    assert set(benchmark.summary(found)["stage_medians"]) >= {"load", "centre"}
 
 
 @needs_shared

@@ -228,14 +228,26 @@ def _box_check(op: str, compiled: Any, lower: Array, upper: Array
 def _evaluate(compiled: Any, x: Array, a: Array, b: Array, target: Array | None
               ) -> tuple[Array, Array, Array]:
     """Each chain's objective, the objective it attacks (``target``, or the best one when
-    ``target`` is None) and the row that attains the maximum."""
+    ``target`` is None) and that objective's rows' values ``A y - b`` (N, M)."""
     y = np.asarray(compiled.forward(x)).reshape(len(x), -1).astype(np.float64)
     values = np.einsum("jmo,no->njm", a, y) - b[None]  # (N, J, M)
     per_objective = values.max(axis=2)
     chosen = np.argmin(per_objective, axis=1) if target is None else target
     chains = np.arange(len(x))
-    rows = np.argmax(values[chains, chosen], axis=1)
-    return per_objective[chains, chosen], chosen, rows
+    return per_objective[chains, chosen], chosen, values[chains, chosen]
+
+
+def _descent_rows(rows: Array, loss: str) -> Array:
+    """Weights (N, M) of each chain's rows in the function PGD descends: the row attaining the
+    maximum (``"max"``), or every row still above its threshold (``"hinge"``: the sum of the
+    positive parts, which moves all unmet rows at once instead of zigzagging between the two
+    largest at a kink), the maximum row once none is above."""
+    top = np.zeros_like(rows)
+    top[np.arange(len(rows)), np.argmax(rows, axis=1)] = 1.0
+    if loss == "max":
+        return top
+    above = (rows > 0).astype(np.float64)
+    return np.where(above.any(axis=1, keepdims=True), above, top)
 
 
 def _uniform(rng: Any, lo: Array, hi: Array, n: int, snap: float = 0.0) -> Array:
@@ -274,6 +286,7 @@ def sample_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, ro
 
 
 STEP_RULES = ("adam", "sign")
+BOX_LOSSES = ("max", "hinge")
 
 
 def _diversified(compiled: Any, rng: Any, x: Array, lo: Array, hi: Array, steps: int
@@ -294,7 +307,8 @@ def _diversified(compiled: Any, rng: Any, x: Array, lo: Array, hi: Array, steps:
 def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps: int = 50,
             restarts: int = 1, seed: int = 0, step_size: float = 0.02, starts: Any = None,
             untargeted: bool = False, deadline: float | None = None, rule: str = "adam",
-            decay: float | None = None, diversify: int = 0) -> BoxAttackResult:
+            decay: float | None = None, diversify: int = 0, loss: str = "max"
+            ) -> BoxAttackResult:
     """Projected gradient descent on the objectives over the box ``[lower, upper]``.
 
     The network's batch holds ``N`` chains; chain ``k`` targets objective ``k mod J`` (restart
@@ -303,7 +317,8 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
     conjunction attacked by its own chains in one batch. Each restart starts from uniform random
     points (seeded), moved by ``diversify`` output-diversified steps (``_diversified``), and
     takes ``steps`` steps of ``step_size * (upper - lower)``, projected onto the box, along the
-    gradient of the row attaining the maximum: ``rule="adam"`` (per-coordinate normalised
+    gradient of the row attaining the maximum (``loss="max"``) or of the sum of the rows still
+    above their thresholds (``"hinge"``): ``rule="adam"`` (per-coordinate normalised
     gradients: a sign step early on, finer near an optimum) or ``"sign"`` (signed gradient, as
     PGD on an L-inf ball). The step size is annealed by a cosine schedule, or multiplied by
     ``decay`` after each step when given. ``untargeted``: every chain attacks whichever objective
@@ -318,6 +333,8 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
             raise AttackError(f"pgd_box: {name} must be an integer >= {least}, found {value!r}")
     if not isinstance(step_size, int | float) or not np.isfinite(step_size) or step_size <= 0:
         raise AttackError(f"pgd_box: step_size must be a finite number > 0, found {step_size!r}")
+    if loss not in BOX_LOSSES:
+        raise AttackError(f"pgd_box: unknown loss {loss!r}; expected one of {BOX_LOSSES}")
     if rule not in STEP_RULES:
         raise AttackError(f"pgd_box: unknown rule {rule!r}; expected one of {STEP_RULES}")
     if decay is not None and (not isinstance(decay, int | float) or not 0 < decay <= 1):
@@ -352,14 +369,16 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
             # The network runs on the float points actually tried (inside the box: its ends are
             # numbers of that type).
             point = np.minimum(np.maximum(x.astype(lo.dtype), lo), hi)
-            obj, target, rows = _evaluate(compiled, point, a, b, None if untargeted else target)
+            obj, target, values = _evaluate(compiled, point, a, b,
+                                            None if untargeted else target)
             evaluations += n
             better = obj < best_obj
             best[better], best_obj[better] = point[better], obj[better]
             best_target[better] = target[better]
             if np.any(obj <= 0) or step == steps:
                 break
-            seed_rows = a[target, rows].reshape((n, *compiled.out_shape[1:]))
+            seed_rows = np.einsum("nm,nmo->no", _descent_rows(values, loss), a[target])
+            seed_rows = seed_rows.reshape((n, *compiled.out_shape[1:]))
             grad = np.asarray(compiled.vjp([point], seed_rows.astype(lo.dtype))[0],
                               dtype=np.float64) * width
             if rule == "sign":
