@@ -18,7 +18,8 @@ import sys
 from typing import Any
 
 from ..vnn import benchmark
-from ..vnn.instance import CLAIMS, ROUNDINGS, VNN_METHODS, Result, verify_instance
+from ..vnn.instance import (CLAIMS, LOW_DIMENSION, ROUNDINGS, VNN_METHODS, Result,
+                            verify_instance)
 from . import common
 
 
@@ -47,8 +48,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--rounding", choices=ROUNDINGS, default="float32",
                    help="what an unsat claims: the float32 network (default) or the real one")
     p.add_argument("--effort", type=common.int_in(0, 100, "an attack effort"), default=4,
-                   help="attack attempts after the first, each with 4x more samples "
-                        "(default 4; 0: one)")
+                   help="attack attempts after the first, each with 4x more samples, for "
+                        f"networks of at most {LOW_DIMENSION} inputs (default 4; 0: one); "
+                        "larger ones get one")
     p.add_argument("--seed", type=common.non_negative_int, default=0,
                    help="seed of the attacks (default 0)")
     p.add_argument("--out", metavar="PATH", type=common.output_path,

@@ -241,9 +241,8 @@ def _best(found: attack.BoxAttackResult, n: int) -> attack.BoxAttackResult:
 def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: properties.Region,
             open_conj: list[int], clock: _Clock, seed: int, effort: int
             ) -> tuple[tuple[Any, Any] | None, str]:
-    """The attack of step 3 (see the module doc), ``effort + 1`` times with fresh seeds (at
-    most twice for many inputs), on one region's open conjunctions; a checked counterexample or
-    None."""
+    """The attack of step 3 (see the module doc), ``effort + 1`` times with fresh seeds (once
+    for many inputs), on one region's open conjunctions; a checked counterexample or None."""
     sampler, chains = models
     lo, hi = region.inner_box(net.model.dtype)
     objectives = [region.outputs[c].matrix(prop.n_outputs) for c in open_conj]
@@ -252,8 +251,8 @@ def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: prope
     n_chains = tuple(chains.graph.nodes[chains.graph.inputs[0]].shape)[0]
     batch = sampler.out_shape[0]
     # In many dimensions further attempts have not paid (every MNIST-FC counterexample came
-    # from the first): at most two there; the escalating samples are for low dimensions.
-    attempts = effort + 1 if prop.n_inputs <= LOW_DIMENSION else min(effort + 1, 2)
+    # from the first): one there; the escalating attempts are for low dimensions.
+    attempts = effort + 1 if prop.n_inputs <= LOW_DIMENSION else 1
 
     def signed(rng_seed: int) -> tuple[tuple[Any, Any] | None, bool]:
         # A multi-targeted signed-gradient PGD from output-diversified starts (every unsafe
@@ -327,8 +326,9 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
     ``method``: ``bab`` (branch and bound over input boxes, the default, for networks of at most
     ``BAB_MAX_INPUTS`` inputs; above that one CROWN pass and the attacks) or one bound pass
     (``ibp``, ``crown``, ``alpha-crown``); ``rounding``:
-    ``float32`` (bounds enclose the float32 network) or ``real``; ``effort``: PGD restarts per
-    region after sampling (0: only samples). Bad files raise their named errors
+    ``float32`` (bounds enclose the float32 network) or ``real``; ``effort``: attack attempts per
+    region after the first, each with more samples (networks of at most ``LOW_DIMENSION``
+    inputs; larger ones get one attempt). Bad files raise their named errors
     (``VnnlibError``, ``OnnxError``); a network and property that do not fit raise ``VnnError``.
     """
     if method not in VNN_METHODS:
