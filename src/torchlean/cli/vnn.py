@@ -18,8 +18,7 @@ import sys
 from typing import Any
 
 from ..vnn import benchmark
-from ..vnn.instance import (CLAIMS, LOW_DIMENSION, ROUNDINGS, VNN_METHODS, Result,
-                            verify_instance)
+from ..vnn.instance import CLAIMS, LOW_DIMENSION, ROUNDINGS, VNN_METHODS, Result, verify_instance
 from . import common
 
 
