@@ -477,6 +477,7 @@ def test_vnn_command_answers_writes_the_result_file_and_runs_a_benchmark(tmp_pat
     printed = capsys.readouterr().out
     assert "| test | ibp | 2 | 1 | 1 | 0 | 0 | 0 |" in printed
     assert "real-valued network" in printed
+    assert "median seconds per stage: load " in printed
     with open(csv_path, newline="") as handle:
         assert [r["status"] for r in csv.DictReader(handle)] == ["unsat", "sat"]
     assert main(["vnn"]) == 2

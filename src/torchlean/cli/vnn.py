@@ -132,6 +132,9 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     summary = benchmark.summary(rows)
     label = os.path.basename(os.path.abspath(folder)) or folder
     print(_table(summary, label, args.method), end="", flush=True)
+    if summary["stage_medians"]:
+        print("median seconds per stage: " + ", ".join(
+            f"{name} {value:.4f}" for name, value in summary["stage_medians"].items()))
     print(f"claim: every unsat: {CLAIMS[args.rounding]}; every sat was checked on the network")
     errors = [r for r in rows if r.result.status == "error"]
     for row in errors[:5]:
