@@ -404,6 +404,12 @@ def test_a_benchmark_run_loads_each_network_and_property_once(tmp_path, monkeypa
         "test_prop.vnnlib", "test_sat.onnx", "test_unsat.onnx"]
     assert all("load" in r.result.stages for r in found)
     assert set(benchmark.summary(found)["stage_medians"]) >= {"load", "centre"}
+    # a cache over its byte budget drops the oldest entries, never the newest
+    loads.clear()
+    small = benchmark._Cache(lambda p: loads.append(p) or p, 8, 1)
+    for name in ("test_sat.onnx", "test_unsat.onnx", "test_sat.onnx"):
+        assert small.get(os.path.join(folder, name)) == os.path.join(folder, name)
+    assert len(loads) == 3 and len(small.items) == 1
 
 
 @needs_shared

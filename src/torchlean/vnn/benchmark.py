@@ -93,10 +93,11 @@ def read_instances(path: Any) -> list[Instance]:
 
 class _Cache:
     """What was loaded from files, by ``(path, size, mtime)``: a file changed on disk during a
-    run is loaded again. At most ``size`` entries (the oldest loaded goes first)."""
+    run is loaded again. At most ``size`` entries whose files total at most ``max_bytes``
+    (the oldest loaded goes first; the newest always stays)."""
 
-    def __init__(self, load: Callable[[str], Any], size: int) -> None:
-        self.load, self.size = load, size
+    def __init__(self, load: Callable[[str], Any], size: int, max_bytes: int) -> None:
+        self.load, self.size, self.max_bytes = load, size, max_bytes
         self.items: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
 
     def get(self, path: str) -> Any:
@@ -107,13 +108,18 @@ class _Cache:
             return self.load(path)
         if key not in self.items:
             self.items[key] = self.load(path)
-            while len(self.items) > self.size:
+            while len(self.items) > 1 and (len(self.items) > self.size or sum(
+                    k[1] for k in self.items) > self.max_bytes):
                 self.items.popitem(last=False)
         return self.items[key]
 
 
-MAX_CACHED_NETWORKS = 64  # ACAS Xu has 45 small networks; MNIST-FC 3
+# ACAS Xu has 45 small networks, MNIST-FC 3; a compiled network with its batched copies for
+# the attacks takes a multiple of its file's size.
+MAX_CACHED_NETWORKS = 64
+MAX_CACHED_NETWORK_BYTES = 256 * 2**20
 MAX_CACHED_PROPERTIES = 256
+MAX_CACHED_PROPERTY_BYTES = 256 * 2**20
 
 
 def run(instances: list[Instance], directory: Any, *, method: str = "crown",
@@ -121,8 +127,8 @@ def run(instances: list[Instance], directory: Any, *, method: str = "crown",
         effort: int = 4, on_row: Callable[[Row], None] | None = None) -> Iterator[Row]:
     """Each instance's ``Row``, in order; ``timeout`` overrides the rows' own limits."""
     folder = os.fspath(directory)
-    networks = _Cache(Network, MAX_CACHED_NETWORKS)
-    props = _Cache(vnnlib.read, MAX_CACHED_PROPERTIES)
+    networks = _Cache(Network, MAX_CACHED_NETWORKS, MAX_CACHED_NETWORK_BYTES)
+    props = _Cache(vnnlib.read, MAX_CACHED_PROPERTIES, MAX_CACHED_PROPERTY_BYTES)
     for inst in instances:
         limit = inst.timeout if timeout is None else timeout
         try:
