@@ -19,8 +19,9 @@ import pytest
 
 import torchlean as tl
 from torchlean import attack, nn
+from torchlean.bounds import bab
 from torchlean.bounds.properties import PropertyError, Region, refute
-from torchlean.vnn import benchmark, vnnlib
+from torchlean.vnn import benchmark, instance, vnnlib
 from torchlean.vnn.instance import Network, VnnError, verify_instance
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vnncomp2021")
@@ -385,6 +386,44 @@ def test_previously_missed_mnist_counterexamples_are_found(onnx_name, prop_name)
     result = verify_instance(os.path.join(folder, onnx_name), prop, None, "crown", effort=0)
     assert result.status == "sat", result.message
     assert "diversified PGD" in result.message
+    _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+
+
+@needs_shared
+def test_relu_branch_and_bound_finds_the_counterexample_attacks_miss():
+    # mnist-net_256x2 prop_0_0.05: the network is flat there and every PGD chain stalls; the
+    # bound of a relu-split domain proposes the point (bab's default flow for many inputs).
+    onnx_name, prop_name = "mnist-net_256x2.onnx", "prop_0_0.05.vnnlib"
+    assert _published()[("mnistfc", onnx_name, prop_name)] == "sat"
+    folder = os.path.join(SHARED, "mnistfc")
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    result = verify_instance(os.path.join(folder, onnx_name), prop, None, "bab", effort=0)
+    assert result.status == "sat", result.message
+    assert "relu branch and bound" in result.message
+    _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
+
+
+@needs_shared
+def test_input_branch_and_bound_left_open_gets_the_full_attack(monkeypatch):
+    # ACAS Xu 1_6 prop_2 (published sat): branch and bound's own short descent misses the
+    # counterexample that sampling finds. A first branch-and-bound run that ends open (here made
+    # to, so the test does not depend on the clock) is followed by the full attack.
+    calls = []
+
+    def runs_out(net, prop, **options):
+        calls.append(options.get("timeout"))
+        return bab.BabResult("timeout", domains=7)
+
+    monkeypatch.setattr(instance.bab, "verify_network", runs_out)
+    onnx_name, prop_name = "ACASXU_run2a_1_6_batch_2000.onnx", "prop_2.vnnlib"
+    assert _published()[("acasxu", onnx_name, prop_name)] == "sat"
+    folder = os.path.join(SHARED, "acasxu")
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    result = verify_instance(os.path.join(folder, onnx_name), prop, 10_000, "bab", effort=0)
+    assert result.status == "sat", result.message
+    assert "after 7 domains of branch and bound" in result.message
+    # a share of the time first (less what loading took); no second run after the sat
+    assert len(calls) == 1 and 0 < calls[0] <= instance.BAB_FIRST_SHARE * 10_000
     _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
 
 

@@ -45,6 +45,12 @@ VNN_METHODS = ("bab", *METHODS)  # bab: branch and bound over input boxes (bound
 # Input splitting pays off on few inputs (ACAS Xu: 5); over hundreds (MNIST-FC: 784) halving one
 # input at a time barely moves the bounds, so ``bab`` there runs the CROWN pass and the attacks.
 BAB_MAX_INPUTS = 32
+# Input branch and bound first gets this share of the time (at least BAB_FIRST_SECONDS): most
+# instances end there; one it leaves open gets the full attack of step 3 (branch and bound's
+# own attack is a short sign-gradient descent, which misses counterexamples that sampling
+# finds), then branch and bound again with what is left.
+BAB_FIRST_SHARE = 0.1
+BAB_FIRST_SECONDS = 2.0
 ROUNDINGS = ("float32", "real")
 CLAIMS = {
     "float32": "unsat is proved for the network's float32 computation (torchlean's float32 "
@@ -317,6 +323,26 @@ def _unbatched_search(net: Network, prop: Property, region: properties.Region, s
     return _counterexample(net, prop, points, list(range(samples)))
 
 
+def _attack_regions(net: Network, prop: Property, regions: list[properties.Region],
+                    clock: _Clock, seed: int, effort: int,
+                    todos: list[list[int]] | None = None) -> tuple[tuple[Any, Any] | None, str]:
+    """Step 3's attack on each region's open conjunctions (all of them when ``todos`` is None),
+    region by region until a checked counterexample or the time limit."""
+    for k, region in enumerate(regions):
+        if clock.over():
+            break
+        todo = list(range(len(region.outputs))) if todos is None else todos[k]
+        models = _attack_models(net)
+        if models is None:
+            cex = _unbatched_search(net, prop, region, seed + k, 64 * (effort + 1))
+            how = "sampling"
+        else:
+            cex, how = _attack(net, models, prop, region, todo, clock, seed + 1000 * k, effort)
+        if cex is not None:
+            return cex, how
+    return None, ""
+
+
 def verify_instance(model: Any, prop: Any, timeout: float | None = None, method: str = "bab",
                     *, rounding: str = "float32", seed: int = 0, effort: int = 4,
                     alpha_steps: int = 20) -> Result:
@@ -384,11 +410,24 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
         if clock.over():
             return finish("timeout", None, "the time limit ran out before branch and bound")
         left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
-        found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed)
+        first = None if left is None else min(left, max(BAB_FIRST_SECONDS, BAB_FIRST_SHARE * left))
+        found = bab.verify_network(net, prop, timeout=first, kernel=kernel, seed=seed)
         clock.stage("bab")
+        domains = found.domains
+        if found.status in ("timeout", "unknown") and not clock.over():
+            cex, how = _attack_regions(net, prop, live, clock, seed, effort)
+            clock.stage("attack")
+            if cex is not None:
+                return finish("sat", cex, f"counterexample from {how} (after {domains} "
+                              "domains of branch and bound)")
+            if found.status == "timeout" and not clock.over():  # "unknown": the domain cap
+                left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
+                found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed)
+                clock.stage("bab")
+                domains += found.domains
         result.refuted = result.conjunctions if found.status == "unsat" else 0
         return finish(found.status, found.counterexample,
-                      f"branch and bound: {found.domains} domains; {found.reason}")
+                      f"branch and bound: {domains} domains; {found.reason}")
     open_sets: list[tuple[properties.Region, list[int]]] = []
     for region in live:
         if clock.over():
@@ -416,18 +455,11 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
         return finish("unsat")
 
     # 3. attacks on what is left
-    for k, (region, todo) in enumerate(open_sets):
-        if clock.over():
-            return finish("timeout", message="time ran out during the attack")
-        models = _attack_models(net)
-        if models is None:
-            how = "sampling"
-            cex = _unbatched_search(net, prop, region, seed + k, 64 * (effort + 1))
-        else:
-            cex, how = _attack(net, models, prop, region, todo, clock, seed + 1000 * k, effort)
-        clock.stage("attack")
-        if cex is not None:
-            return finish("sat", cex, f"counterexample from {how}")
+    cex, how = _attack_regions(net, prop, [r for r, _ in open_sets], clock, seed, effort,
+                               [todo for _, todo in open_sets])
+    clock.stage("attack")
+    if cex is not None:
+        return finish("sat", cex, f"counterexample from {how}")
     if clock.over():
         return finish("timeout", message="time ran out during the attack")
     if relu_split:
