@@ -853,7 +853,7 @@ def _reduce(fn: str, per_item: Any, reduction: str, denominator: Any = None) -> 
 def _class_weights(fn: str, weight: Any, c: int) -> np.ndarray | None:
     if weight is None:
         return None
-    if isinstance(weight, Ref):
+    if isinstance(weight, Ref) and getattr(weight, "requires_grad", True):
         raise UnsupportedArgumentError(f"{fn}: weight must be a constant array of {c} class "
                                        f"weights, found a {type(weight).__name__}")
     w = np.asarray(to_host(weight), dtype=np.float64)
@@ -1068,3 +1068,167 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
         # a constant weight takes the input's dtype (plain float32 and float64 do not mix)
         per_item = F.apply("mul", per_item, w if isinstance(w, Ref) else _const(x, w))
     return _reduce(fn, per_item, reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's composite functions: built from the ref methods above (sum, log, exp, clamp, the
+# operators), so they record on any owner and differentiate through the primitives' rules.
+
+
+def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Any:
+    """``-(t log x + (1 - t) log(1 - x))`` with each log clamped at -100, as torch does (so a
+    probability of exactly 0 or 1 gives a finite loss)."""
+    fn = "binary_cross_entropy"
+    _no_legacy(fn, size_average, reduce)
+    reduction = _reduction(fn, reduction)
+    x, t = _same_shape(fn, input, target)
+    values = _values(fn, "input", x)
+    if values is not None and ((values < 0) | (values > 1)).any():
+        raise TorchLeanError(f"{fn}: all elements of input should be between 0 and 1")
+    per_item = -(t * x.log().clamp(min=-100.0) + (1.0 - t) * (1.0 - x).log().clamp(min=-100.0))
+    if weight is not None:
+        w = _float_tensor(fn, "weight", weight)
+        per_item = per_item * (w if isinstance(w, Ref) else _const(x, w))
+    return _reduce(fn, per_item, reduction)
+
+
+def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+           reduction: str = "mean", log_target: bool = False) -> Any:
+    """``target * (log target - input)`` (input holds log-probabilities); ``batchmean``
+    divides the sum by the batch size."""
+    fn = "kl_div"
+    _no_legacy(fn, size_average, reduce)
+    if reduction not in ("mean", "sum", "none", "batchmean"):
+        raise TorchLeanError(f"{fn}: reduction must be one of mean, sum, none, batchmean, found "
+                             f"{reduction!r}")
+    x, t = _same_shape(fn, input, target)
+    if log_target:
+        per_item = t.exp() * (t - x)
+    else:
+        tv = _values(fn, "target", t)
+        if tv is not None and (tv <= 0).any():  # 0 * log 0 = 0, as torch's xlogy
+            safe = _const(x, np.where(tv > 0, tv, 1.0).astype(_dtype(x)))
+            per_item = t * (safe.log() - x)
+        else:
+            per_item = t * (t.log() - x)
+    if reduction == "batchmean":
+        shape = _shape(x)
+        return F.apply("scale", F.apply("sum", per_item), c=1.0 / (shape[0] if shape else 1))
+    return _reduce(fn, per_item, reduction)
+
+
+def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Any = None
+              ) -> Any:
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    x = _float_tensor("normalize", "input", input)
+    if p == 2.0:
+        norm = (x * x).sum(dim, keepdim=True).sqrt()
+    else:
+        norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return x / norm.clamp(min=eps)
+
+
+def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Any:
+    a = _float_tensor("cosine_similarity", "x1", x1)
+    b = _float_tensor("cosine_similarity", "x2", x2)
+    na = (a * a).sum(dim).sqrt().clamp(min=eps)
+    nb = (b * b).sum(dim).sqrt().clamp(min=eps)
+    return (a * b).sum(dim) / (na * nb)
+
+
+def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Any:
+    d = _float_tensor("pairwise_distance", "x1", x1) - \
+        _float_tensor("pairwise_distance", "x2", x2) + eps
+    if p == 2.0:
+        return (d * d).sum(-1, keepdim=keepdim).sqrt()
+    return (d.abs() ** p).sum(-1, keepdim=keepdim) ** (1.0 / p)
+
+
+def softmin(input: Any, dim: Any = None, dtype: Any = None) -> Any:
+    return softmax(-_float_tensor("softmin", "input", input), dim=dim, dtype=dtype)
+
+
+def softsign(input: Any) -> Any:
+    x = _float_tensor("softsign", "input", input)
+    return x / (x.abs() + 1.0)
+
+
+def hardsigmoid(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("hardsigmoid", inplace)
+    x = _float_tensor("hardsigmoid", "input", input)
+    return (x / 6.0 + 0.5).clamp(0.0, 1.0)
+
+
+def hardswish(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("hardswish", inplace)
+    x = _float_tensor("hardswish", "input", input)
+    return x * (x + 3.0).clamp(0.0, 6.0) / 6.0
+
+
+def mish(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("mish", inplace)
+    x = _float_tensor("mish", "input", input)
+    return x * F.apply("tanh", F.apply("softplus", x))
+
+
+def selu(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("selu", inplace)
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return F.apply("scale", elu(input, alpha=alpha), c=scale)
+
+
+def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
+    _no_inplace("celu", inplace)
+    x = _float_tensor("celu", "input", input)
+    return x.clamp(min=0.0) + ((x / alpha).clamp(max=0.0).exp() - 1.0) * alpha
+
+
+def tanhshrink(input: Any) -> Any:
+    x = _float_tensor("tanhshrink", "input", input)
+    return x - F.apply("tanh", x)
+
+
+def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Any:
+    _no_inplace("threshold", inplace)
+    x = _float_tensor("threshold", "input", input)
+    keep = _values("threshold", "input", x)
+    if keep is None:
+        raise TorchLeanError("threshold: needs the input's values (not available while tracing)")
+    mask = _const(x, (keep > threshold).astype(_dtype(x)))
+    return x * mask + (1.0 - mask) * value
+
+
+def glu(input: Any, dim: int = -1) -> Any:
+    x = _float_tensor("glu", "input", input)
+    shape = _shape(x)
+    axis = _dim("glu", dim, len(shape))
+    if shape[axis] % 2:
+        raise ShapeError(f"glu: halving dimension must be even, but dimension {axis} is size "
+                         f"{shape[axis]}")
+    half = shape[axis] // 2
+    index_a = tuple(slice(0, half) if d == axis else slice(None) for d in range(len(shape)))
+    index_b = tuple(slice(half, None) if d == axis else slice(None) for d in range(len(shape)))
+    return x[index_a] * F.apply("sigmoid", x[index_b])
+
+
+def prelu(input: Any, weight: Any) -> Any:
+    x = _float_tensor("prelu", "input", input)
+    w = _float_tensor("prelu", "weight", weight)
+    shape = _shape(x)
+    if _shape(w) not in ((), (1,)) and len(shape) >= 2:
+        w = w.reshape(*([1, -1] + [1] * (len(shape) - 2)))
+    return x.clamp(min=0.0) + w * x.clamp(max=0.0)
+
+
+def relu_(input: Any) -> Any:
+    """In-place relu on a tensor (torch's ``F.relu_``)."""
+    return input.relu_()
+
+
+__all__ += [
+    "binary_cross_entropy", "kl_div", "normalize", "cosine_similarity", "pairwise_distance",
+    "softmin", "softsign", "hardsigmoid", "hardswish", "mish", "selu", "celu", "tanhshrink",
+    "threshold", "glu", "prelu", "relu_",
+]

@@ -117,7 +117,8 @@ class BCEWithLogitsLoss(_Loss):
             self.register_buffer("weight", np.asarray(to_host(weight), np.float64))
 
     def forward(self, input: Any, target: Any) -> Any:
-        return TF.binary_cross_entropy_with_logits(input, target, weight=self.weight,
+        weight = None if self.weight is None else self.weight.numpy()  # a constant
+        return TF.binary_cross_entropy_with_logits(input, target, weight=weight,
                                                    reduction=self.reduction)
 
 
