@@ -106,6 +106,7 @@ HELD_OUT: dict[str, tuple[tuple, dict[str, tuple]]] = {
                                              "best_val_loss": near(0.4)}),
     "basics_custom_buffers": (EXACT, {"running_mean": CLOSE, "running_var": CLOSE,
                                       "eval_loss": ("close", 1e-4, 1e-6)}),
+    "examples_dcgan": (EXACT, {"last_D_x": near(0.25), "last_errD": near(0.7)}),
 }
 SCRIPTS.update(HELD_OUT)
 

@@ -722,6 +722,12 @@ def random_(self: Any, low: Any = 0, high: Any = None, generator: Any = None) ->
 
 # --- in-place forms of unary and binary methods -------------------------------------------------
 
+def apply_inplace(self: Any, op: str, compute: Callable[[Any], Any]) -> Any:
+    """``self`` overwritten with ``compute(self)`` as one recorded in-place op (the leaf and
+    version rules of every in-place op apply): ``F.relu(x, inplace=True)`` and the like."""
+    return _inplace(op, self, lambda a: compute(a))
+
+
 def _inplace_of(name: str) -> Callable[..., Tensor]:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(Tensor, name)

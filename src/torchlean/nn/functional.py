@@ -37,6 +37,8 @@ from ..core.backend import namespace_of, on_host, to_device, to_host
 from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
+from ..engine.tensor import Tensor
+from ..engine.torch_methods import apply_inplace
 
 __all__ = [
     "UnsupportedArgumentError",
@@ -428,14 +430,24 @@ def _no_inplace(fn: str, inplace: Any) -> None:
                                        "immutable); use the returned tensor")
 
 
+def _in_place(fn: str, input: Any, compute: Any) -> Any:
+    """``inplace=True``: a tensor is overwritten with ``compute(input)`` (one recorded in-place
+    op, as torch's); refs of sessions and graphs, whose values are immutable, refuse it."""
+    if not isinstance(input, Tensor):
+        _no_inplace(fn, True)
+    return apply_inplace(input, f"{fn}_", compute)
+
+
 def relu(input: Any, inplace: bool = False) -> Any:
-    _no_inplace("relu", inplace)
+    if inplace:
+        return _in_place("relu", input, relu)
     return F.apply("relu", _float_tensor("relu", "input", input))
 
 
 def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Any:
     """``relu(x) - negative_slope * relu(-x)``."""
-    _no_inplace("leaky_relu", inplace)
+    if inplace:
+        return _in_place("leaky_relu", input, lambda a: leaky_relu(a, negative_slope))
     if not isinstance(negative_slope, int | float) or isinstance(negative_slope, bool):
         raise TorchLeanError(f"leaky_relu: negative_slope must be a number, found "
                              f"{negative_slope!r}")
@@ -454,7 +466,8 @@ def _number(fn: str, name: str, value: Any) -> float:
 def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Any:
     """``clamp(x, min_val, max_val)`` (the clamp primitive: derivative 0 at the bounds)."""
-    _no_inplace("hardtanh", inplace)
+    if inplace:
+        return _in_place("hardtanh", input, lambda a: hardtanh(a, min_val, max_val))
     lo, hi = _number("hardtanh", "min_val", min_val), _number("hardtanh", "max_val", max_val)
     if lo > hi:
         raise TorchLeanError(f"hardtanh: min_val {lo} must be <= max_val {hi}")
@@ -463,14 +476,16 @@ def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0,
 
 def relu6(input: Any, inplace: bool = False) -> Any:
     """``clamp(x, 0, 6)``."""
-    _no_inplace("relu6", inplace)
+    if inplace:
+        return _in_place("relu6", input, relu6)
     return F.apply("clamp", _float_tensor("relu6", "input", input), lo=0.0, hi=6.0)
 
 
 def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
     """``relu(x) + alpha * (exp(-relu(-x)) - 1)``: x above 0, ``alpha (exp(x) - 1)`` below.
     At exactly 0 the derivative is 0 (relu's convention; torch gives alpha there)."""
-    _no_inplace("elu", inplace)
+    if inplace:
+        return _in_place("elu", input, lambda a: elu(a, alpha))
     a = _number("elu", "alpha", alpha)
     x = _float_tensor("elu", "input", input)
     negative = F.apply("scale", F.apply("relu", F.apply("scale", x, c=-1.0)), c=-1.0)
@@ -498,7 +513,8 @@ def gelu(input: Any, approximate: str = "none") -> Any:
 
 
 def silu(input: Any, inplace: bool = False) -> Any:
-    _no_inplace("silu", inplace)
+    if inplace:
+        return _in_place("silu", input, silu)
     return F.silu(_float_tensor("silu", "input", input))
 
 

@@ -961,7 +961,13 @@ class Flatten(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = bool(inplace)
+
     def forward(self, x: Any) -> Any:
+        if self.inplace:  # torch's in-place relu: on tensors, one recorded in-place op
+            return functional.relu(x, inplace=True)
         return F.relu(x)
 
 
@@ -988,7 +994,13 @@ class GELU(Module):
 
 
 class SiLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = bool(inplace)
+
     def forward(self, x: Any) -> Any:
+        if self.inplace:
+            return functional.silu(x, inplace=True)
         return F.silu(x)
 
 
