@@ -47,6 +47,8 @@ METHODS = {
     "einsum": lambda m, x: m.einsum("ij,kj->ik", x, x * 2),
     "log1p": lambda m, x: (x * x).log1p(),
     "tan": lambda m, x: (x * 0.3).tan(),
+    "sdpa_causal": lambda m, x: m.nn.functional.scaled_dot_product_attention(
+        x.reshape(1, 4, 5), x.reshape(1, 4, 5) * 0.5, x.reshape(1, 4, 5), is_causal=True),
 }
 
 
@@ -119,6 +121,17 @@ def test_buffers_are_tensors_changed_in_place():
     np.testing.assert_array_equal(np.asarray(tl.load(buf)["total"]), [4.0, 6.0])
     with pytest.raises(tl.TorchLeanError, match="register_buffer"):
         m.register_buffer("bad", "text")
+
+
+def test_functional_batch_norm_updates_buffer_tensors_as_torch():
+    x = RNG.standard_normal((8, 3))
+    got = []
+    for m in (tl, torch):
+        mean, var = m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64)
+        out = m.nn.functional.batch_norm(m.tensor(x), mean, var, training=True, momentum=0.2)
+        got.append((out.numpy(), mean.numpy().copy(), var.numpy().copy()))
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_lbfgs_strong_wolfe_matches_torch():

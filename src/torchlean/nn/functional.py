@@ -622,6 +622,8 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
         if value is None:
             stats.append(None)
             continue
+        if isinstance(value, Tensor) and not value.requires_grad and value.device == "cpu":
+            value = value.numpy()  # a buffer tensor: its own storage, updated in place
         if isinstance(value, Ref):
             raise UnsupportedArgumentError(f"{fn}: {name} must be a NumPy array (it is state, "
                                            f"updated in place), found {type(value).__name__}")
@@ -668,6 +670,41 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
     normalised = F.apply("mul", centred, _const(x, inv_std.reshape(per_channel)))
     scaled = F.apply("mul", normalised, F.apply("reshape", gamma, shape=per_channel))
     return F.apply("add", scaled, F.apply("reshape", beta, shape=per_channel))
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """``softmax(q k^T * scale + mask) v`` over the last two axes (torch's reference
+    formula): a bool ``attn_mask`` keeps the True entries, a float one is added; ``is_causal``
+    masks the future; ``dropout_p`` drops attention weights (tensors only)."""
+    fn = "scaled_dot_product_attention"
+    q = _float_tensor(fn, "query", query)
+    k = _float_tensor(fn, "key", key)
+    v = _float_tensor(fn, "value", value)
+    qs, ks = _shape(q), _shape(k)
+    if len(qs) < 2 or qs[-1] != ks[-1]:
+        raise ShapeError(f"{fn}: query and key must end in the same embedding size, found "
+                         f"{qs} and {ks}")
+    if is_causal and attn_mask is not None:
+        raise TorchLeanError(f"{fn}: give attn_mask or is_causal, not both")
+    if enable_gqa:
+        raise UnsupportedArgumentError(f"{fn}: enable_gqa=True is not supported")
+    factor = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    scores = (q @ k.transpose(-2, -1)) * factor
+    if is_causal:
+        keep = np.tril(np.ones((qs[-2], ks[-2]), dtype=bool))
+        scores = masked_fill(scores, ~keep, float("-inf"))
+    elif attn_mask is not None:
+        mask_values = attn_mask.numpy() if isinstance(attn_mask, Tensor) else attn_mask
+        if isinstance(mask_values, np.ndarray) and mask_values.dtype == np.bool_:
+            scores = masked_fill(scores, ~mask_values, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, training=True)
+    return weights @ v
 
 
 def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
@@ -1246,5 +1283,5 @@ def relu_(input: Any) -> Any:
 __all__ += [
     "binary_cross_entropy", "kl_div", "normalize", "cosine_similarity", "pairwise_distance",
     "softmin", "softsign", "hardsigmoid", "hardswish", "mish", "selu", "celu", "tanhshrink",
-    "threshold", "glu", "prelu", "relu_",
+    "threshold", "glu", "prelu", "relu_", "scaled_dot_product_attention",
 ]
