@@ -123,6 +123,25 @@ def test_buffers_are_tensors_changed_in_place():
         m.register_buffer("bad", "text")
 
 
+@pytest.mark.parametrize("name", ["Upsample", "PixelShuffle", "GroupNorm", "InstanceNorm2d",
+                                  "ZeroPad2d"])
+def test_image_layers_match_torch(name):
+    make = {"Upsample": lambda m: m.nn.Upsample(size=(7, 9)),
+            "PixelShuffle": lambda m: m.nn.PixelShuffle(2),
+            "GroupNorm": lambda m: m.nn.GroupNorm(2, 4).double(),
+            "InstanceNorm2d": lambda m: m.nn.InstanceNorm2d(4),
+            "ZeroPad2d": lambda m: m.nn.ZeroPad2d((1, 2, 0, 1))}[name]
+    x = RNG.standard_normal((2, 4, 3, 5))
+    found = []
+    for m in (tl, torch):
+        a = m.tensor(x, requires_grad=True)
+        y = make(m)(a * 1.0)
+        (y * y).sum().backward()
+        found.append((y.detach().numpy(), a.grad.numpy()))
+    for ours, theirs in zip(*found, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
 def test_functional_batch_norm_updates_buffer_tensors_as_torch():
     x = RNG.standard_normal((8, 3))
     got = []

@@ -277,3 +277,86 @@ class ParameterDict(Module):
     def items(self) -> Any:
         return self._parameters.items()
 
+
+
+class Upsample(Module):
+    """``F.interpolate`` as a module (nearest only)."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                 align_corners: Any = None) -> None:
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+
+    def forward(self, input: Any) -> Any:
+        return TF.interpolate(input, self.size, self.scale_factor, self.mode)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor: int) -> None:
+        super().__init__()
+        self.upscale_factor = int(upscale_factor)
+
+    def forward(self, input: Any) -> Any:
+        return TF.pixel_shuffle(input, self.upscale_factor)
+
+
+class GroupNorm(Module):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True, dtype: Any = "float32") -> None:
+        super().__init__()
+        _positive("GroupNorm", num_groups=num_groups, num_channels=num_channels)
+        if num_channels % num_groups:
+            raise TorchLeanError("GroupNorm: num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight: Param | None
+        self.bias: Param | None
+        if affine:
+            self.weight = Param(np.ones(num_channels, np.dtype(dtype)), "weight")
+            self.bias = Param(np.zeros(num_channels, np.dtype(dtype)), "bias")
+        else:
+            self.weight, self.bias = None, None
+
+    def forward(self, input: Any) -> Any:
+        w = None if self.weight is None else _use(input, self.weight)
+        b = None if self.bias is None else _use(input, self.bias)
+        return TF.group_norm(input, self.num_groups, w, b, self.eps)
+
+
+class InstanceNorm2d(Module):
+    """Per-sample, per-channel normalisation (torch's defaults: no affine parameters, no
+    running statistics; ``track_running_stats=True`` is refused)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = False, track_running_stats: bool = False,
+                 dtype: Any = "float32") -> None:
+        super().__init__()
+        if track_running_stats:
+            raise TF.UnsupportedArgumentError("InstanceNorm: track_running_stats=True is not "
+                                              "supported")
+        self.num_features, self.eps = int(num_features), eps
+        self.weight: Param | None
+        self.bias: Param | None
+        if affine:
+            self.weight = Param(np.ones(num_features, np.dtype(dtype)), "weight")
+            self.bias = Param(np.zeros(num_features, np.dtype(dtype)), "bias")
+        else:
+            self.weight, self.bias = None, None
+
+    def forward(self, input: Any) -> Any:
+        w = None if self.weight is None else _use(input, self.weight)
+        b = None if self.bias is None else _use(input, self.bias)
+        return TF.instance_norm(input, weight=w, bias=b, eps=self.eps)
+
+
+InstanceNorm1d = InstanceNorm2d
+
+
+class ZeroPad2d(Module):
+    """``F.pad`` with zeros: one int (all sides) or (left, right, top, bottom)."""
+
+    def __init__(self, padding: Any) -> None:
+        super().__init__()
+        self.padding = (padding,) * 4 if isinstance(padding, int) else tuple(padding)
+
+    def forward(self, input: Any) -> Any:
+        return TF.pad(input, self.padding)

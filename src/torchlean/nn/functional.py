@@ -1285,3 +1285,80 @@ __all__ += [
     "softmin", "softsign", "hardsigmoid", "hardswish", "mish", "selu", "celu", "tanhshrink",
     "threshold", "glu", "prelu", "relu_", "scaled_dot_product_attention",
 ]
+
+
+def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                align_corners: Any = None, recompute_scale_factor: Any = None,
+                antialias: bool = False) -> Any:
+    """``mode="nearest"`` resizing of ``(N, C, L)`` / ``(N, C, H, W)`` by whole-number
+    factors (each output entry copies its source entry, so gradients sum back); other modes
+    are refused."""
+    fn = "interpolate"
+    if mode != "nearest" or antialias:
+        raise UnsupportedArgumentError(f"{fn}: only mode='nearest' is supported, found "
+                                       f"mode={mode!r}")
+    x = _float_tensor(fn, "input", input)
+    shape = _shape(x)
+    spatial = shape[2:]
+    if not spatial:
+        raise ShapeError(f"{fn}: expected (N, C, ...) with spatial dimensions, found {shape}")
+    if (size is None) == (scale_factor is None):
+        raise TorchLeanError(f"{fn}: give exactly one of size and scale_factor")
+    if size is not None:
+        target = [int(size)] * len(spatial) if isinstance(size, int) else [int(s) for s in size]
+    else:
+        factors = [scale_factor] * len(spatial) if isinstance(scale_factor, int | float) \
+            else list(scale_factor)
+        target = [int(math.floor(n * f)) for n, f in zip(spatial, factors, strict=True)]
+    out = x
+    for axis, (n, m) in enumerate(zip(spatial, target, strict=True), start=2):
+        index = np.floor(np.arange(m) * (n / m)).astype(np.int64)  # torch's nearest rule
+        out = out[(slice(None),) * axis + (index,)]
+    return out
+
+
+def pixel_shuffle(input: Any, upscale_factor: int) -> Any:
+    """``(N, C r^2, H, W)`` -> ``(N, C, H r, W r)``."""
+    x = _float_tensor("pixel_shuffle", "input", input)
+    n, c, h, w = _shape(x)
+    r = int(upscale_factor)
+    if c % (r * r):
+        raise ShapeError(f"pixel_shuffle: channels {c} are not divisible by {r * r}")
+    out = x.reshape(n, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
+    return out.reshape(n, c // (r * r), h * r, w * r)
+
+
+def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> Any:
+    """Normalise each sample's channel groups to mean 0, variance 1 (biased), then scale and
+    shift per channel."""
+    x = _float_tensor("group_norm", "input", input)
+    shape = _shape(x)
+    n, c = shape[0], shape[1]
+    if c % num_groups:
+        raise ShapeError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
+    g = x.reshape(n, num_groups, -1)
+    mean = g.mean(-1, keepdim=True)
+    centred = g - mean
+    var = (centred * centred).mean(-1, keepdim=True)
+    out = (centred / (var + eps).sqrt()).reshape(*shape)
+    per_channel = (1, c) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        out = out * weight.reshape(*per_channel)
+    if bias is not None:
+        out = out + bias.reshape(*per_channel)
+    return out
+
+
+def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
+                  weight: Any = None, bias: Any = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """Each sample's channels normalised over their spatial entries (group norm with one
+    channel per group); running statistics are not supported."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise UnsupportedArgumentError("instance_norm: running statistics are not supported")
+    shape = _shape(input)
+    return group_norm(input, shape[1], weight, bias, eps)
+
+
+__all__ += ["interpolate", "pixel_shuffle", "group_norm", "instance_norm"]
