@@ -41,8 +41,8 @@ SHIMS = {"torchlean.functional", "torchlean.errors", "torchlean.shape", "torchle
          "torchlean.ops.registry", "torchlean.ops.attr_kinds"}
 # Third-party libraries that are optional extras (or peers) and so may be imported late.
 OPTIONAL = {"onnx", "onnxruntime", "cupy", "cupyx", "mpi4py", "sympy", "tqdm", "matplotlib",
-            "safetensors", "sklearn", "threadpoolctl", "torch", "jax", "jaxlib", "autograd",
-            "array_api_strict"}
+            "scipy", "safetensors", "sklearn", "threadpoolctl", "torch", "jax", "jaxlib",
+            "autograd", "array_api_strict"}
 
 
 def _modules() -> dict[str, Path]:

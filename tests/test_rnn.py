@@ -135,7 +135,7 @@ def test_errors_name_the_layer():
     with pytest.raises(TorchLeanError, match="nonlinearity"):
         nn.RNN(3, 4, nonlinearity="sigmoid")
     with pytest.raises(TorchLeanError, match="proj_size"):
-        nn.LSTM(3, 4, proj_size=2)
+        nn.LSTM(3, 4, proj_size=4)  # supported, but must be below hidden_size
     with pytest.raises(TorchLeanError, match="dropout"):
         nn.GRU(3, 4, dropout=1.5)
 

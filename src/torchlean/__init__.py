@@ -15,7 +15,7 @@ checks it): ``core`` < ``ops`` < ``engine`` < ``nn``, ``optim``, ``checkpoint``,
 import importlib as _importlib
 from typing import Any as _Any
 
-from . import accelerator, autograd, cuda, nn, optim, train, utils
+from . import accelerator, autograd, cuda, distributions, nn, optim, train, utils
 from .checkpoint import load, read_metadata, save
 from .core.errors import (
     CheckpointError,
@@ -73,8 +73,8 @@ __all__ = [
     "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
     "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
-    "optim", "train", "nn", "accelerator", "cuda", "utils", "manual_seed", "save", "load",
-    "read_metadata",
+    "optim", "train", "nn", "accelerator", "cuda", "utils", "distributions", "manual_seed",
+    "save", "load", "read_metadata",
     "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",

@@ -1,5 +1,6 @@
 # 60-minute blitz, "Training a Classifier" (cifar10_tutorial.py); CIFAR-10 replaced by synthetic
-# 3x32x32 images whose class is a colour pattern, so a small CNN can learn it.
+# 3x32x32 images whose class is a pattern of four coloured quadrants, so the small CNN learns it
+# in six epochs under both frameworks (a run then shows whether training works, not seed noise).
 import numpy as np
 import torch
 import torch.nn as nn
@@ -13,7 +14,8 @@ class SyntheticCIFAR(torch.utils.data.Dataset):
     def __init__(self, n, seed):
         rng = np.random.default_rng(seed)
         self.labels = rng.integers(0, 10, n)
-        base = np.random.default_rng(100).uniform(0, 1, (10, 3, 1, 1)).astype(np.float32)
+        base = np.random.default_rng(100).uniform(0, 1, (10, 3, 2, 2))
+        base = base.repeat(16, 2).repeat(16, 3).astype(np.float32)
         noise = rng.uniform(0, 1, (n, 3, 32, 32)).astype(np.float32)
         self.images = (0.5 * base[self.labels] + 0.5 * noise - 0.5) / 0.5
 
@@ -67,9 +69,9 @@ torch.manual_seed(0)
 net = Net()
 
 criterion = nn.CrossEntropyLoss()
-optimizer = optim.SGD(net.parameters(), lr=0.001 * 20, momentum=0.9)
+optimizer = optim.SGD(net.parameters(), lr=0.001 * 5, momentum=0.9)
 
-for epoch in range(2):  # loop over the dataset multiple times
+for epoch in range(6):  # loop over the dataset multiple times
 
     running_loss = 0.0
     for i, data in enumerate(trainloader, 0):

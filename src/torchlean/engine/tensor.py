@@ -1878,12 +1878,12 @@ def _seed(op: str, out: Tensor, gradient: Any) -> Any:
     if not isinstance(out, Tensor):
         raise TorchLeanError(f"{op}: expected a Tensor output, found {type(out).__name__}")
     if gradient is None:
-        if out.shape != ():
+        if out._value.size != 1:  # torch: any one-element output (shape () or (1,), ...)
             raise ShapeError(f"{op}: grad can be implicitly created only for scalar outputs; "
                              f"output has shape {out.shape}, pass gradient=")
         value = out._value
         xp = np if isinstance(value, np.ndarray) else namespace_of(value)
-        return xp.ones((), dtype=out.dtype)
+        return xp.ones(out.shape, dtype=out.dtype)
     if isinstance(gradient, Tensor):
         arr = gradient._value
         if namespace_of(arr) is not namespace_of(out._value):

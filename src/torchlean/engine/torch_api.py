@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ShapeError, TorchLeanError
-from ..core.rng import Generator, check_generator
+from ..core.rng import Generator, check_generator, default_generator
+from . import torch_methods  # noqa: F401  (attaches the composite Tensor methods)
 from .dtypes import (
     as_dtype,
     bfloat16,
@@ -52,6 +53,7 @@ from .tensor import (
     Size,
     Tensor,
     _draw,
+    _GradMode,
     _leaf,
     _namespace,
     _shape_args,
@@ -61,6 +63,8 @@ from .tensor import (
     checked_signature,
     empty,
     full,
+    is_grad_enabled,
+    manual_seed,
     no_grad,
     ones,
     stack,
@@ -404,25 +408,11 @@ def _triangle(op: str, x: Any, diagonal: builtins.int, fn: Any) -> Tensor:
 
 
 def chunk(x: Any, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Tensor, ...]:
-    t_ = _t("chunk", x)
-    n = t_.shape[dim]
-    size = -(-n // chunks)
-    return split(t_, size, dim)
+    return _t("chunk", x).chunk(chunks, dim)
 
 
-def split(x: Any, split_size: Any, dim: builtins.int = 0) -> tuple[Tensor, ...]:
-    t_ = _t("split", x)
-    n = t_.shape[dim]
-    sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-        if isinstance(split_size, builtins.int) else list(split_size)
-    out = []
-    start = 0
-    axis = dim % t_.ndim
-    for s in sizes:
-        index = (slice(None),) * axis + (slice(start, start + s),)
-        out.append(t_[index])
-        start += s
-    return tuple(out)
+def split(x: Any, split_size_or_sections: Any, dim: builtins.int = 0) -> tuple[Tensor, ...]:
+    return _t("split", x).split(split_size_or_sections, dim)
 
 
 # --- creation ------------------------------------------------------------------------------
@@ -589,6 +579,188 @@ def set_printoptions(**kwargs: Any) -> None:
     np.set_printoptions(**kwargs)
 
 
+
+# --- methods as functions: torch.f(x, ...) is x.f(...) ------------------------------------------
+
+def _as_function(name: str) -> Any:
+    def fn(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+        return getattr(_t(name, input), name)(*args, **kwargs)
+
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = f"torch.{name}(input, ...): ``input.{name}(...)``."
+    return fn
+
+
+_FUNCTION_METHODS = (
+    "all", "any", "clone", "cumsum", "cumprod", "diag", "diagonal", "diag_embed", "trace",
+    "flip", "fliplr", "flipud", "roll", "gather", "index_select", "masked_select", "take",
+    "take_along_dim", "narrow", "select", "unbind", "tensor_split", "tile", "repeat_interleave",
+    "movedim", "moveaxis", "swapaxes", "swapdims", "unflatten", "ravel", "broadcast_to",
+    "logsumexp", "log1p", "expm1", "log2", "log10", "exp2", "tan", "sinh", "cosh", "floor",
+    "ceil", "round", "trunc", "frac", "sign", "reciprocal", "clamp_min", "clamp_max", "lerp",
+    "addmm", "addmv", "baddbmm", "addbmm", "addcmul", "addcdiv", "mv", "inner", "ger",
+    "remainder", "fmod", "floor_divide", "fmax", "fmin", "isinf", "isfinite", "isposinf",
+    "isneginf", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not",
+    "not_equal", "ne", "gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal",
+    "signbit", "count_nonzero", "argwhere", "unique", "bincount", "median", "kthvalue", "diff",
+    "dist", "amax", "amin", "norm", "bernoulli", "scatter", "scatter_add", "cumsum",
+    "true_divide", "subtract", "multiply", "divide", "negative", "absolute",
+)
+for _name in _FUNCTION_METHODS:
+    if _name not in globals():
+        globals()[_name] = _as_function(_name)
+
+
+def concat(tensors: Sequence[Any], dim: builtins.int = 0) -> Tensor:
+    return cat(tensors, dim)
+
+
+concatenate = concat
+
+
+def hstack(tensors: Sequence[Any]) -> Tensor:
+    ts = [_t("hstack", x) for x in tensors]
+    return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
+
+
+def vstack(tensors: Sequence[Any]) -> Tensor:
+    return cat([t_ if t_.ndim > 1 else t_.reshape(1, -1)
+                for t_ in (_t("vstack", x) for x in tensors)], 0)
+
+
+def dstack(tensors: Sequence[Any]) -> Tensor:
+    ts = [_t("dstack", x) for x in tensors]
+    return cat([t_.reshape(1, -1, 1) if t_.ndim == 1 else t_.unsqueeze(-1) if t_.ndim == 2
+                else t_ for t_ in ts], 2)
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise TorchLeanError(f"meshgrid: indexing must be 'ij' or 'xy', found {indexing!r}")
+    ts = [_t("meshgrid", x).reshape(-1) for x in tensors]
+    shape = [t_.shape[0] for t_ in ts]
+    if indexing == "xy" and len(ts) >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, t_ in enumerate(ts):
+        axis = i if indexing == "ij" or len(ts) < 2 else {0: 1, 1: 0}.get(i, i)
+        view = [1] * len(ts)
+        view[axis] = t_.shape[0]
+        out.append(t_.reshape(*view).expand(*shape))  # type: ignore[attr-defined]
+    return tuple(out)
+
+
+def normal(mean: Any, std: Any = 1.0, size: Any = None, generator: Generator | None = None,
+           dtype: Any = None) -> Tensor:
+    """torch.normal: draws with the given means and standard deviations (tensors or numbers;
+    with numbers, ``size`` gives the shape)."""
+    if size is not None:
+        shape = tuple(size)
+    else:
+        shape = np.broadcast_shapes(*(tuple(v.shape) for v in (mean, std)
+                                      if isinstance(v, Tensor)))
+    dt = as_dtype("normal", dtype) if dtype is not None else next(
+        (v.dtype for v in (mean, std) if isinstance(v, Tensor)), get_default_dtype())
+    noise = zeros(*shape, dtype=dt).normal_(generator=generator)
+    with no_grad():
+        return noise * std + mean  # type: ignore[no-any-return]
+
+
+def set_grad_enabled(mode: builtins.bool) -> Any:
+    """Turns recording on or off: as a call (now) and as a context manager (for the block)."""
+    return _SetGradEnabled(builtins.bool(mode))
+
+
+class _SetGradEnabled(_GradMode):
+    def __init__(self, enabled: builtins.bool) -> None:
+        super().__init__(enabled)
+        self._previous = is_grad_enabled()
+        _GradMode(enabled).__enter__()  # takes effect at the call, as torch's
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        _GradMode(self._previous).__enter__()
+
+
+def inference_mode(mode: builtins.bool = True) -> Any:
+    """torch.inference_mode: ``no_grad`` here (no separate inference tensors)."""
+    return _GradMode(not mode)
+
+
+def einsum(equation: str, *operands: Any) -> Any:
+    """torch.einsum for equations of at most two operands, as broadcast products and sums of
+    the tensor ops (so gradients flow); ``...`` is not supported."""
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    eq = equation.replace(" ", "")
+    if "..." in eq:
+        raise TorchLeanError("einsum: '...' is not supported by torchlean")
+    lhs, _, rhs = eq.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(operands) or not 1 <= len(inputs) <= 2:
+        raise TorchLeanError(f"einsum: {equation!r} names {len(inputs)} operands, found "
+                             f"{len(operands)} (torchlean supports one or two)")
+    if not rhs and "->" not in eq:
+        letters = "".join(inputs)
+        rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    ts = [_t("einsum", x) for x in operands]
+    every = "".join(dict.fromkeys("".join(inputs) + rhs))
+    expanded = []
+    for spec, t_ in zip(inputs, ts, strict=True):
+        if len(spec) != t_.ndim or len(set(spec)) != len(spec):
+            raise TorchLeanError(f"einsum: operand subscripts {spec!r} do not fit a tensor of "
+                                 f"{t_.ndim} dimensions (repeated letters are not supported)")
+        order = sorted(range(len(spec)), key=lambda i: every.index(spec[i]))
+        moved = t_.permute(*order) if order != list(range(len(spec))) else t_
+        present = sorted(spec, key=every.index)
+        shape = [moved.shape[present.index(c)] if c in present else 1 for c in every]
+        expanded.append(moved.reshape(*shape))
+    out = expanded[0] if len(expanded) == 1 else expanded[0] * expanded[1]
+    summed = tuple(i for i, c in enumerate(every) if c not in rhs)
+    if summed:
+        out = out.sum(dim=summed)
+    kept = [c for c in every if c in rhs]
+    order = [kept.index(c) for c in rhs]
+    return out.permute(*order) if order != list(range(len(order))) else out
+
+
+def cdist(x1: Any, x2: Any, p: builtins.float = 2.0) -> Any:
+    a, b = _t("cdist", x1), _t("cdist", x2)
+    diff = a.unsqueeze(-2) - b.unsqueeze(-3)
+    if p == 2.0:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.abs().pow(p).sum(-1).pow(1.0 / p)
+
+
+def cosine_similarity(x1: Any, x2: Any, dim: builtins.int = 1, eps: builtins.float = 1e-8
+                      ) -> Tensor:
+    a, b = _t("cosine_similarity", x1), _t("cosine_similarity", x2)
+    na = a.norm(dim=dim).clamp(min=eps)
+    nb = b.norm(dim=dim).clamp(min=eps)
+    return (a * b).sum(dim) / (na * nb)  # type: ignore[no-any-return]
+
+
+def is_nonzero(x: Any) -> builtins.bool:
+    return builtins.bool(_t("is_nonzero", x).item())
+
+
+def seed() -> builtins.int:
+    entropy: Any = np.random.SeedSequence().entropy
+    value = builtins.int(entropy) % (2 ** 63)
+    manual_seed(value)
+    return value
+
+
+def initial_seed() -> builtins.int:
+    value: Any = getattr(default_generator, "seed", 0)
+    return builtins.int(value or 0)
+
+
 def _check_signatures() -> None:
     """Wrong arguments to any function here raise ``SignatureError`` naming it."""
     space = globals()
@@ -622,7 +794,9 @@ __all__ = [
     "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor",
     "BoolTensor", "ByteTensor", "promote_types", "result_type", "is_floating_point",
     "set_printoptions", "MissingTorchName", "cat", "stack", "arange", "ones", "zeros", "full",
-    "empty",
-]
+    "empty", "concat", "concatenate", "hstack", "vstack", "dstack", "meshgrid", "normal",
+    "set_grad_enabled", "inference_mode", "einsum", "cdist", "cosine_similarity", "is_nonzero",
+    "seed", "initial_seed",
+] + list(dict.fromkeys(_FUNCTION_METHODS))
 
 _check_signatures()

@@ -52,6 +52,8 @@ def _kind(e: Any) -> str:
 
 
 def _as_entry(e: Any) -> Any:
+    if isinstance(e, range):  # x[range(n), target]: an index list, as torch reads it
+        e = list(e)
     if isinstance(e, list | tuple):
         arr = np.asarray(e)
         if arr.size == 0:

@@ -12,6 +12,36 @@ working.
 from ..engine.params import Parameter
 from . import functional, init, utils
 from .containers import ModuleDict, ModuleList
+from .extras import (
+    CELU,
+    GLU,
+    SELU,
+    AvgPool1d,
+    BatchNorm1d,
+    BCELoss,
+    Conv1d,
+    CosineSimilarity,
+    GroupNorm,
+    Hardsigmoid,
+    Hardswish,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    KLDivLoss,
+    MaxPool1d,
+    Mish,
+    PairwiseDistance,
+    ParameterDict,
+    ParameterList,
+    PixelShuffle,
+    PReLU,
+    Softmin,
+    Softsign,
+    Tanhshrink,
+    Threshold,
+    Unflatten,
+    Upsample,
+    ZeroPad2d,
+)
 from .loss import (
     ELU,
     AdaptiveAvgPool2d,
@@ -69,5 +99,9 @@ __all__ = [
     "SmoothL1Loss", "Softmax", "Softplus", "Tanh", "functional", "initial_seed",
     "kaiming_uniform_bound", "manual_seed", "normal_init", "uniform_init",
     "GRU", "GRUCell", "LSTM", "LSTMCell", "ModuleDict", "ModuleList", "RNN", "RNNCell", "init",
-    "utils",
+    "utils", "CELU", "GLU", "SELU", "AvgPool1d", "BatchNorm1d", "BCELoss", "Conv1d",
+    "CosineSimilarity", "Hardsigmoid", "Hardswish", "KLDivLoss", "MaxPool1d", "Mish",
+    "PairwiseDistance", "ParameterDict", "ParameterList", "PReLU", "Softmin", "Softsign",
+    "Tanhshrink", "Threshold", "Unflatten", "Upsample", "PixelShuffle", "GroupNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "ZeroPad2d",
 ]

@@ -37,6 +37,8 @@ from ..core.backend import namespace_of, on_host, to_device, to_host
 from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
+from ..engine.tensor import Tensor
+from ..engine.torch_methods import apply_inplace
 
 __all__ = [
     "UnsupportedArgumentError",
@@ -428,14 +430,24 @@ def _no_inplace(fn: str, inplace: Any) -> None:
                                        "immutable); use the returned tensor")
 
 
+def _in_place(fn: str, input: Any, compute: Any) -> Any:
+    """``inplace=True``: a tensor is overwritten with ``compute(input)`` (one recorded in-place
+    op, as torch's); refs of sessions and graphs, whose values are immutable, refuse it."""
+    if not isinstance(input, Tensor):
+        _no_inplace(fn, True)
+    return apply_inplace(input, f"{fn}_", compute)
+
+
 def relu(input: Any, inplace: bool = False) -> Any:
-    _no_inplace("relu", inplace)
+    if inplace:
+        return _in_place("relu", input, relu)
     return F.apply("relu", _float_tensor("relu", "input", input))
 
 
 def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Any:
     """``relu(x) - negative_slope * relu(-x)``."""
-    _no_inplace("leaky_relu", inplace)
+    if inplace:
+        return _in_place("leaky_relu", input, lambda a: leaky_relu(a, negative_slope))
     if not isinstance(negative_slope, int | float) or isinstance(negative_slope, bool):
         raise TorchLeanError(f"leaky_relu: negative_slope must be a number, found "
                              f"{negative_slope!r}")
@@ -454,7 +466,8 @@ def _number(fn: str, name: str, value: Any) -> float:
 def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Any:
     """``clamp(x, min_val, max_val)`` (the clamp primitive: derivative 0 at the bounds)."""
-    _no_inplace("hardtanh", inplace)
+    if inplace:
+        return _in_place("hardtanh", input, lambda a: hardtanh(a, min_val, max_val))
     lo, hi = _number("hardtanh", "min_val", min_val), _number("hardtanh", "max_val", max_val)
     if lo > hi:
         raise TorchLeanError(f"hardtanh: min_val {lo} must be <= max_val {hi}")
@@ -463,14 +476,16 @@ def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0,
 
 def relu6(input: Any, inplace: bool = False) -> Any:
     """``clamp(x, 0, 6)``."""
-    _no_inplace("relu6", inplace)
+    if inplace:
+        return _in_place("relu6", input, relu6)
     return F.apply("clamp", _float_tensor("relu6", "input", input), lo=0.0, hi=6.0)
 
 
 def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
     """``relu(x) + alpha * (exp(-relu(-x)) - 1)``: x above 0, ``alpha (exp(x) - 1)`` below.
     At exactly 0 the derivative is 0 (relu's convention; torch gives alpha there)."""
-    _no_inplace("elu", inplace)
+    if inplace:
+        return _in_place("elu", input, lambda a: elu(a, alpha))
     a = _number("elu", "alpha", alpha)
     x = _float_tensor("elu", "input", input)
     negative = F.apply("scale", F.apply("relu", F.apply("scale", x, c=-1.0)), c=-1.0)
@@ -498,7 +513,8 @@ def gelu(input: Any, approximate: str = "none") -> Any:
 
 
 def silu(input: Any, inplace: bool = False) -> Any:
-    _no_inplace("silu", inplace)
+    if inplace:
+        return _in_place("silu", input, silu)
     return F.silu(_float_tensor("silu", "input", input))
 
 
@@ -606,6 +622,8 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
         if value is None:
             stats.append(None)
             continue
+        if isinstance(value, Tensor) and not value.requires_grad and value.device == "cpu":
+            value = value.numpy()  # a buffer tensor: its own storage, updated in place
         if isinstance(value, Ref):
             raise UnsupportedArgumentError(f"{fn}: {name} must be a NumPy array (it is state, "
                                            f"updated in place), found {type(value).__name__}")
@@ -652,6 +670,41 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
     normalised = F.apply("mul", centred, _const(x, inv_std.reshape(per_channel)))
     scaled = F.apply("mul", normalised, F.apply("reshape", gamma, shape=per_channel))
     return F.apply("add", scaled, F.apply("reshape", beta, shape=per_channel))
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """``softmax(q k^T * scale + mask) v`` over the last two axes (torch's reference
+    formula): a bool ``attn_mask`` keeps the True entries, a float one is added; ``is_causal``
+    masks the future; ``dropout_p`` drops attention weights (tensors only)."""
+    fn = "scaled_dot_product_attention"
+    q = _float_tensor(fn, "query", query)
+    k = _float_tensor(fn, "key", key)
+    v = _float_tensor(fn, "value", value)
+    qs, ks = _shape(q), _shape(k)
+    if len(qs) < 2 or qs[-1] != ks[-1]:
+        raise ShapeError(f"{fn}: query and key must end in the same embedding size, found "
+                         f"{qs} and {ks}")
+    if is_causal and attn_mask is not None:
+        raise TorchLeanError(f"{fn}: give attn_mask or is_causal, not both")
+    if enable_gqa:
+        raise UnsupportedArgumentError(f"{fn}: enable_gqa=True is not supported")
+    factor = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    scores = (q @ k.transpose(-2, -1)) * factor
+    if is_causal:
+        keep = np.tril(np.ones((qs[-2], ks[-2]), dtype=bool))
+        scores = masked_fill(scores, ~keep, float("-inf"))
+    elif attn_mask is not None:
+        mask_values = attn_mask.numpy() if isinstance(attn_mask, Tensor) else attn_mask
+        if isinstance(mask_values, np.ndarray) and mask_values.dtype == np.bool_:
+            scores = masked_fill(scores, ~mask_values, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, training=True)
+    return weights @ v
 
 
 def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
@@ -853,7 +906,7 @@ def _reduce(fn: str, per_item: Any, reduction: str, denominator: Any = None) -> 
 def _class_weights(fn: str, weight: Any, c: int) -> np.ndarray | None:
     if weight is None:
         return None
-    if isinstance(weight, Ref):
+    if isinstance(weight, Ref) and getattr(weight, "requires_grad", True):
         raise UnsupportedArgumentError(f"{fn}: weight must be a constant array of {c} class "
                                        f"weights, found a {type(weight).__name__}")
     w = np.asarray(to_host(weight), dtype=np.float64)
@@ -1068,3 +1121,244 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
         # a constant weight takes the input's dtype (plain float32 and float64 do not mix)
         per_item = F.apply("mul", per_item, w if isinstance(w, Ref) else _const(x, w))
     return _reduce(fn, per_item, reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's composite functions: built from the ref methods above (sum, log, exp, clamp, the
+# operators), so they record on any owner and differentiate through the primitives' rules.
+
+
+def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Any:
+    """``-(t log x + (1 - t) log(1 - x))`` with each log clamped at -100, as torch does (so a
+    probability of exactly 0 or 1 gives a finite loss)."""
+    fn = "binary_cross_entropy"
+    _no_legacy(fn, size_average, reduce)
+    reduction = _reduction(fn, reduction)
+    x, t = _same_shape(fn, input, target)
+    values = _values(fn, "input", x)
+    if values is not None and ((values < 0) | (values > 1)).any():
+        raise TorchLeanError(f"{fn}: all elements of input should be between 0 and 1")
+    per_item = -(t * x.log().clamp(min=-100.0) + (1.0 - t) * (1.0 - x).log().clamp(min=-100.0))
+    if weight is not None:
+        w = _float_tensor(fn, "weight", weight)
+        per_item = per_item * (w if isinstance(w, Ref) else _const(x, w))
+    return _reduce(fn, per_item, reduction)
+
+
+def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+           reduction: str = "mean", log_target: bool = False) -> Any:
+    """``target * (log target - input)`` (input holds log-probabilities); ``batchmean``
+    divides the sum by the batch size."""
+    fn = "kl_div"
+    _no_legacy(fn, size_average, reduce)
+    if reduction not in ("mean", "sum", "none", "batchmean"):
+        raise TorchLeanError(f"{fn}: reduction must be one of mean, sum, none, batchmean, found "
+                             f"{reduction!r}")
+    x, t = _same_shape(fn, input, target)
+    if log_target:
+        per_item = t.exp() * (t - x)
+    else:
+        tv = _values(fn, "target", t)
+        if tv is not None and (tv <= 0).any():  # 0 * log 0 = 0, as torch's xlogy
+            safe = _const(x, np.where(tv > 0, tv, 1.0).astype(_dtype(x)))
+            per_item = t * (safe.log() - x)
+        else:
+            per_item = t * (t.log() - x)
+    if reduction == "batchmean":
+        shape = _shape(x)
+        return F.apply("scale", F.apply("sum", per_item), c=1.0 / (shape[0] if shape else 1))
+    return _reduce(fn, per_item, reduction)
+
+
+def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Any = None
+              ) -> Any:
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    x = _float_tensor("normalize", "input", input)
+    if p == 2.0:
+        norm = (x * x).sum(dim, keepdim=True).sqrt()
+    else:
+        norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return x / norm.clamp(min=eps)
+
+
+def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Any:
+    a = _float_tensor("cosine_similarity", "x1", x1)
+    b = _float_tensor("cosine_similarity", "x2", x2)
+    na = (a * a).sum(dim).sqrt().clamp(min=eps)
+    nb = (b * b).sum(dim).sqrt().clamp(min=eps)
+    return (a * b).sum(dim) / (na * nb)
+
+
+def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Any:
+    d = _float_tensor("pairwise_distance", "x1", x1) - \
+        _float_tensor("pairwise_distance", "x2", x2) + eps
+    if p == 2.0:
+        return (d * d).sum(-1, keepdim=keepdim).sqrt()
+    return (d.abs() ** p).sum(-1, keepdim=keepdim) ** (1.0 / p)
+
+
+def softmin(input: Any, dim: Any = None, dtype: Any = None) -> Any:
+    return softmax(-_float_tensor("softmin", "input", input), dim=dim, dtype=dtype)
+
+
+def softsign(input: Any) -> Any:
+    x = _float_tensor("softsign", "input", input)
+    return x / (x.abs() + 1.0)
+
+
+def hardsigmoid(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("hardsigmoid", inplace)
+    x = _float_tensor("hardsigmoid", "input", input)
+    return (x / 6.0 + 0.5).clamp(0.0, 1.0)
+
+
+def hardswish(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("hardswish", inplace)
+    x = _float_tensor("hardswish", "input", input)
+    return x * (x + 3.0).clamp(0.0, 6.0) / 6.0
+
+
+def mish(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("mish", inplace)
+    x = _float_tensor("mish", "input", input)
+    return x * F.apply("tanh", F.apply("softplus", x))
+
+
+def selu(input: Any, inplace: bool = False) -> Any:
+    _no_inplace("selu", inplace)
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return F.apply("scale", elu(input, alpha=alpha), c=scale)
+
+
+def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
+    _no_inplace("celu", inplace)
+    x = _float_tensor("celu", "input", input)
+    return x.clamp(min=0.0) + ((x / alpha).clamp(max=0.0).exp() - 1.0) * alpha
+
+
+def tanhshrink(input: Any) -> Any:
+    x = _float_tensor("tanhshrink", "input", input)
+    return x - F.apply("tanh", x)
+
+
+def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Any:
+    _no_inplace("threshold", inplace)
+    x = _float_tensor("threshold", "input", input)
+    keep = _values("threshold", "input", x)
+    if keep is None:
+        raise TorchLeanError("threshold: needs the input's values (not available while tracing)")
+    mask = _const(x, (keep > threshold).astype(_dtype(x)))
+    return x * mask + (1.0 - mask) * value
+
+
+def glu(input: Any, dim: int = -1) -> Any:
+    x = _float_tensor("glu", "input", input)
+    shape = _shape(x)
+    axis = _dim("glu", dim, len(shape))
+    if shape[axis] % 2:
+        raise ShapeError(f"glu: halving dimension must be even, but dimension {axis} is size "
+                         f"{shape[axis]}")
+    half = shape[axis] // 2
+    index_a = tuple(slice(0, half) if d == axis else slice(None) for d in range(len(shape)))
+    index_b = tuple(slice(half, None) if d == axis else slice(None) for d in range(len(shape)))
+    return x[index_a] * F.apply("sigmoid", x[index_b])
+
+
+def prelu(input: Any, weight: Any) -> Any:
+    x = _float_tensor("prelu", "input", input)
+    w = _float_tensor("prelu", "weight", weight)
+    shape = _shape(x)
+    if _shape(w) not in ((), (1,)) and len(shape) >= 2:
+        w = w.reshape(*([1, -1] + [1] * (len(shape) - 2)))
+    return x.clamp(min=0.0) + w * x.clamp(max=0.0)
+
+
+def relu_(input: Any) -> Any:
+    """In-place relu on a tensor (torch's ``F.relu_``)."""
+    return input.relu_()
+
+
+__all__ += [
+    "binary_cross_entropy", "kl_div", "normalize", "cosine_similarity", "pairwise_distance",
+    "softmin", "softsign", "hardsigmoid", "hardswish", "mish", "selu", "celu", "tanhshrink",
+    "threshold", "glu", "prelu", "relu_", "scaled_dot_product_attention",
+]
+
+
+def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                align_corners: Any = None, recompute_scale_factor: Any = None,
+                antialias: bool = False) -> Any:
+    """``mode="nearest"`` resizing of ``(N, C, L)`` / ``(N, C, H, W)`` by whole-number
+    factors (each output entry copies its source entry, so gradients sum back); other modes
+    are refused."""
+    fn = "interpolate"
+    if mode != "nearest" or antialias:
+        raise UnsupportedArgumentError(f"{fn}: only mode='nearest' is supported, found "
+                                       f"mode={mode!r}")
+    x = _float_tensor(fn, "input", input)
+    shape = _shape(x)
+    spatial = shape[2:]
+    if not spatial:
+        raise ShapeError(f"{fn}: expected (N, C, ...) with spatial dimensions, found {shape}")
+    if (size is None) == (scale_factor is None):
+        raise TorchLeanError(f"{fn}: give exactly one of size and scale_factor")
+    if size is not None:
+        target = [int(size)] * len(spatial) if isinstance(size, int) else [int(s) for s in size]
+    else:
+        factors = [scale_factor] * len(spatial) if isinstance(scale_factor, int | float) \
+            else list(scale_factor)
+        target = [int(math.floor(n * f)) for n, f in zip(spatial, factors, strict=True)]
+    out = x
+    for axis, (n, m) in enumerate(zip(spatial, target, strict=True), start=2):
+        index = np.floor(np.arange(m) * (n / m)).astype(np.int64)  # torch's nearest rule
+        out = out[(slice(None),) * axis + (index,)]
+    return out
+
+
+def pixel_shuffle(input: Any, upscale_factor: int) -> Any:
+    """``(N, C r^2, H, W)`` -> ``(N, C, H r, W r)``."""
+    x = _float_tensor("pixel_shuffle", "input", input)
+    n, c, h, w = _shape(x)
+    r = int(upscale_factor)
+    if c % (r * r):
+        raise ShapeError(f"pixel_shuffle: channels {c} are not divisible by {r * r}")
+    out = x.reshape(n, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
+    return out.reshape(n, c // (r * r), h * r, w * r)
+
+
+def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> Any:
+    """Normalise each sample's channel groups to mean 0, variance 1 (biased), then scale and
+    shift per channel."""
+    x = _float_tensor("group_norm", "input", input)
+    shape = _shape(x)
+    n, c = shape[0], shape[1]
+    if c % num_groups:
+        raise ShapeError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
+    g = x.reshape(n, num_groups, -1)
+    mean = g.mean(-1, keepdim=True)
+    centred = g - mean
+    var = (centred * centred).mean(-1, keepdim=True)
+    out = (centred / (var + eps).sqrt()).reshape(*shape)
+    per_channel = (1, c) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        out = out * weight.reshape(*per_channel)
+    if bias is not None:
+        out = out + bias.reshape(*per_channel)
+    return out
+
+
+def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
+                  weight: Any = None, bias: Any = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """Each sample's channels normalised over their spatial entries (group norm with one
+    channel per group); running statistics are not supported."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise UnsupportedArgumentError("instance_norm: running statistics are not supported")
+    shape = _shape(input)
+    return group_norm(input, shape[1], weight, bias, eps)
+
+
+__all__ += ["interpolate", "pixel_shuffle", "group_norm", "instance_norm"]

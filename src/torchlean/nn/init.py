@@ -168,3 +168,62 @@ def kaiming_normal_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
     if fan == 0:
         raise ShapeError("nn.init.kaiming_normal_: initializing a zero-element tensor")
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
+
+
+def trunc_normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator: Any = None) -> Any:
+    """N(mean, std^2) truncated to [a, b], torch's inverse-CDF method: a uniform draw between
+    the normal CDF at a and at b, mapped through the inverse CDF (``scipy.special.erfinv``,
+    imported here so that ``import torchlean`` does not load SciPy)."""
+    from scipy.special import erfinv  # optional third-party, loaded on first use
+
+    shape = _shape("trunc_normal_", tensor)
+    m, s = _number("trunc_normal_", "mean", mean), _number("trunc_normal_", "std", std)
+    lo, hi = _number("trunc_normal_", "a", a), _number("trunc_normal_", "b", b)
+    if s <= 0 or lo >= hi:
+        raise TorchLeanError(f"nn.init.trunc_normal_: needs std > 0 and a < b, found std={s}, "
+                             f"a={lo}, b={hi}")
+
+    def cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    lo_u, hi_u = 2 * cdf((lo - m) / s) - 1, 2 * cdf((hi - m) / s) - 1
+    u = uniform_init(shape, 0.5, np.float64, generator) + 0.5  # U(0, 1)
+    z = erfinv(lo_u + (hi_u - lo_u) * u) * (s * math.sqrt(2.0)) + m
+    return _write("trunc_normal_", tensor, np.clip(z, lo, hi).astype(_dtype(tensor)))
+
+
+def orthogonal_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+    """A (semi-)orthogonal matrix from the QR decomposition of a normal draw, as torch's
+    (sign-corrected so the distribution is uniform), scaled by ``gain``."""
+    shape = _shape("orthogonal_", tensor)
+    if len(shape) < 2:
+        raise ShapeError("nn.init.orthogonal_: only tensors with 2 or more dimensions are "
+                         "supported")
+    rows, cols = shape[0], int(np.prod(shape[1:]))
+    flat = normal_init((rows, cols), np.float64, generator)
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    g = _number("orthogonal_", "gain", gain)
+    return _write("orthogonal_", tensor, (g * q).reshape(shape).astype(_dtype(tensor)))
+
+
+def dirac_(tensor: Any, groups: int = 1) -> Any:
+    """The identity of a convolution: weight[i, i, centre] = 1 (3-, 4- or 5-D)."""
+    shape = _shape("dirac_", tensor)
+    if len(shape) not in (3, 4, 5):
+        raise ShapeError("nn.init.dirac_: only 3, 4 or 5-D tensors are supported")
+    out_per = shape[0] // groups
+    values = np.zeros(shape, _dtype(tensor))
+    centre = tuple(k // 2 for k in shape[2:])
+    for g in range(groups):
+        for i in range(min(out_per, shape[1])):
+            values[(g * out_per + i, i) + centre] = 1
+    return _write("dirac_", tensor, values)
+
+
+__all__ += ["trunc_normal_", "orthogonal_", "dirac_"]

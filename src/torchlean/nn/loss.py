@@ -117,7 +117,8 @@ class BCEWithLogitsLoss(_Loss):
             self.register_buffer("weight", np.asarray(to_host(weight), np.float64))
 
     def forward(self, input: Any, target: Any) -> Any:
-        return TF.binary_cross_entropy_with_logits(input, target, weight=self.weight,
+        weight = None if self.weight is None else self.weight.numpy()  # a constant
+        return TF.binary_cross_entropy_with_logits(input, target, weight=weight,
                                                    reduction=self.reduction)
 
 
@@ -147,44 +148,44 @@ class SmoothL1Loss(_Loss):
 class LeakyReLU(Module):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
-        TF._no_inplace("LeakyReLU", inplace)
+        self.inplace = bool(inplace)
         self.negative_slope = TF._number("LeakyReLU", "negative_slope", negative_slope)
 
     def forward(self, input: Any) -> Any:
-        return TF.leaky_relu(input, self.negative_slope)
+        return TF.leaky_relu(input, self.negative_slope, inplace=self.inplace)
 
 
 class ELU(Module):
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
-        TF._no_inplace("ELU", inplace)
+        self.inplace = bool(inplace)
         self.alpha = TF._number("ELU", "alpha", alpha)
 
     def forward(self, input: Any) -> Any:
-        return TF.elu(input, self.alpha)
+        return TF.elu(input, self.alpha, inplace=self.inplace)
 
 
 class Hardtanh(Module):
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0,
                  inplace: bool = False) -> None:
         super().__init__()
-        TF._no_inplace("Hardtanh", inplace)
+        self.inplace = bool(inplace)
         self.min_val = TF._number("Hardtanh", "min_val", min_val)
         self.max_val = TF._number("Hardtanh", "max_val", max_val)
         if self.min_val > self.max_val:
             raise TorchLeanError(f"Hardtanh: min_val {min_val} must be <= max_val {max_val}")
 
     def forward(self, input: Any) -> Any:
-        return TF.hardtanh(input, self.min_val, self.max_val)
+        return TF.hardtanh(input, self.min_val, self.max_val, inplace=self.inplace)
 
 
 class ReLU6(Module):
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
-        TF._no_inplace("ReLU6", inplace)
+        self.inplace = bool(inplace)
 
     def forward(self, input: Any) -> Any:
-        return TF.relu6(input)
+        return TF.relu6(input, inplace=self.inplace)
 
 
 class LogSigmoid(Module):

@@ -47,7 +47,7 @@ from ..core.rng import Generator, check_generator, init_generator
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
-from ..engine.tensor import CompiledModule, Tensor
+from ..engine.tensor import CompiledModule, Tensor, no_grad, tensor
 from . import functional
 from .functional import gelu
 
@@ -187,6 +187,7 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "training", True)
 
@@ -234,18 +235,39 @@ class Module:
         return found
 
     @staticmethod
-    def _as_buffer(name: str, value: Any) -> np.ndarray:
-        if isinstance(value, Tensor) and not isinstance(value, Param):
-            value = value.detach().numpy()  # a tensor buffer (torch's tril mask): its values
-        if isinstance(value, Param | Module | Ref):
-            raise TorchLeanError(f"register_buffer: {name!r} must be an array, found "
-                                 f"{type(value).__name__}")
-        return np.array(to_host(value), copy=True)
+    def _as_buffer(name: str, value: Any) -> Tensor | None:
+        """A buffer is a tensor without history, as torch's: a tensor is kept as it is (the
+        module and the caller share it, as in torch), an array is copied into one."""
+        if value is None:
+            return None
+        if isinstance(value, Param | Module) or (isinstance(value, Ref) and
+                                                 not isinstance(value, Tensor)):
+            raise TorchLeanError(f"register_buffer: {name!r} must be a tensor or an array, "
+                                 f"found {type(value).__name__}")
+        if isinstance(value, Tensor):
+            return value if not value.requires_grad else value.detach()
+        try:
+            array = np.array(to_host(value), copy=True)
+        except Exception as exc:  # noqa: BLE001  (any unconvertible value is named)
+            raise TorchLeanError(f"register_buffer: {name!r} must be a tensor or an array, "
+                                 f"found {type(value).__name__}") from exc
+        if array.dtype.kind not in "fiub":
+            raise TorchLeanError(f"register_buffer: {name!r} must be numeric, found dtype "
+                                 f"{array.dtype}")
+        return tensor(array)
 
-    def register_buffer(self, name: str, value: Any) -> None:
-        """A named non-trainable array saved in ``state_dict`` (e.g. running statistics)."""
+    def register_buffer(self, name: str, value: Any, persistent: bool = True) -> None:
+        """A named tensor without gradient (e.g. running statistics) that moves with the
+        module; ``state_dict`` saves it unless ``persistent=False``."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise TorchLeanError(f"register_buffer: the name must be a non-empty string "
+                                 f"without '.', found {name!r}")
         self._forget(name)
         self._buffers[name] = self._as_buffer(name, value)
+        if not persistent:
+            self._non_persistent.add(name)
+        else:
+            self._non_persistent.discard(name)
 
     # --- traversal ---------------------------------------------------------------------------
 
@@ -297,21 +319,30 @@ class Module:
         works, as on torch's generator)."""
         return _Parameters(p for _, p in self.named_parameters())
 
-    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
         for prefix, module in self.named_modules():
             for name, b in module._buffers.items():
-                yield (f"{prefix}.{name}" if prefix else name), b
+                if b is not None:
+                    yield (f"{prefix}.{name}" if prefix else name), b
+
+    def buffers(self) -> Iterator[Tensor]:
+        for _, b in self.named_buffers():
+            yield b
 
     # --- state -------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of every parameter and buffer value, keyed by torch-style dotted names."""
-        state: dict[str, np.ndarray] = {}
+    def state_dict(self) -> dict[str, Tensor]:
+        """Every parameter and persistent buffer as a tensor without history (copies of the
+        values), keyed by torch-style dotted names."""
+        state: dict[str, Tensor] = {}
         for prefix, module in self.named_modules():
             for name, p in module._parameters.items():
-                state[f"{prefix}.{name}" if prefix else name] = np.array(p.value, copy=True)
+                state[f"{prefix}.{name}" if prefix else name] = tensor(
+                    np.array(to_host(p.value), copy=True))
             for name, b in module._buffers.items():
-                state[f"{prefix}.{name}" if prefix else name] = np.array(b, copy=True)
+                if b is not None and name not in module._non_persistent:
+                    state[f"{prefix}.{name}" if prefix else name] = tensor(
+                        np.array(b.numpy(), copy=True))
         return state
 
     def _state_slots(self) -> dict[str, tuple[Module, str, bool]]:
@@ -320,8 +351,9 @@ class Module:
         for prefix, module in self.named_modules():
             for name in module._parameters:
                 slots[f"{prefix}.{name}" if prefix else name] = (module, name, True)
-            for name in module._buffers:
-                slots[f"{prefix}.{name}" if prefix else name] = (module, name, False)
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    slots[f"{prefix}.{name}" if prefix else name] = (module, name, False)
         return slots
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> LoadResult:
@@ -365,8 +397,10 @@ class Module:
             module, name, is_param = slots[key]
             if is_param:
                 module._parameters[name].assign(arr)
-            else:
-                module._buffers[name] = arr.astype(module._buffers[name].dtype, copy=True)
+            else:  # in place, as torch: whoever holds the buffer sees the loaded values
+                buf = module._buffers[name]
+                with no_grad():
+                    buf.copy_(tensor(arr.astype(buf.dtype, copy=True)))
         return LoadResult(missing if not strict else [], unexpected if not strict else [])
 
     # --- modes and gradients -----------------------------------------------------------------
@@ -427,8 +461,8 @@ class Module:
                     converted[id(p)] = new
                 module._parameters[name] = new
             for name, b in module._buffers.items():
-                if b.dtype.kind == "f":
-                    module._buffers[name] = b.astype(target)
+                if b is not None and b.dtype.kind == "f":
+                    module._buffers[name] = tensor(b.numpy().astype(target))
         return self
 
     def double(self) -> Module:
@@ -673,9 +707,9 @@ class BatchNorm2d(Module):
 
     weight: Param | None
     bias: Param | None
-    running_mean: np.ndarray
-    running_var: np.ndarray
-    num_batches_tracked: np.ndarray
+    running_mean: Tensor
+    running_var: Tensor
+    num_batches_tracked: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
                  affine: bool = True, track_running_stats: bool = True,
@@ -717,8 +751,8 @@ class BatchNorm2d(Module):
         # Eval: (x - running_mean) / sqrt(running_var + eps) * weight + bias, per channel; the
         # statistics are constants, the affine parameters still receive gradients.
         per_channel = (self.num_features, 1, 1)
-        inv_std = 1.0 / np.sqrt(self.running_var.astype(np.float64) + self.eps)
-        centred = x - _const(x, self.running_mean.reshape(per_channel))
+        inv_std = 1.0 / np.sqrt(self.running_var.numpy().astype(np.float64) + self.eps)
+        centred = x - _const(x, self.running_mean.numpy().reshape(per_channel))
         normalised = centred * _const(x, inv_std.reshape(per_channel))
         gamma, beta = self._affine(x)
         return (normalised * F.reshape(gamma, shape=per_channel)
@@ -745,9 +779,12 @@ class BatchNorm2d(Module):
     def _update_running(self, mean: np.ndarray, var: np.ndarray) -> None:
         m = self.momentum
         dt = self.running_mean.dtype
-        self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(dt)
-        self.running_var = ((1 - m) * self.running_var + m * var).astype(dt)
-        self.num_batches_tracked = self.num_batches_tracked + 1
+        with no_grad():  # in place, as torch's: a caller holding the buffers sees the update
+            self.running_mean.copy_(tensor(((1 - m) * self.running_mean.numpy() + m * mean)
+                                           .astype(dt)))
+            self.running_var.copy_(tensor(((1 - m) * self.running_var.numpy() + m * var)
+                                          .astype(dt)))
+            self.num_batches_tracked.add_(1)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
@@ -924,7 +961,13 @@ class Flatten(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = bool(inplace)
+
     def forward(self, x: Any) -> Any:
+        if self.inplace:  # torch's in-place relu: on tensors, one recorded in-place op
+            return functional.relu(x, inplace=True)
         return F.relu(x)
 
 
@@ -951,7 +994,13 @@ class GELU(Module):
 
 
 class SiLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = bool(inplace)
+
     def forward(self, x: Any) -> Any:
+        if self.inplace:
+            return functional.silu(x, inplace=True)
         return F.silu(x)
 
 

@@ -89,13 +89,16 @@ def _check_float_input(layer: str, x: Any, ndims: tuple[int, ...], size: int) ->
 
 
 def _init_params(owner: Module, suffix: str, gates: int, hidden: int, inputs: int, bias: bool,
-                 dtype: Any, generator: Any) -> None:
+                 dtype: Any, generator: Any, proj: int = 0) -> None:
     bound = 1.0 / math.sqrt(hidden)
     names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
-    shapes: list[tuple[int, ...]] = [(gates * hidden, inputs), (gates * hidden, hidden)]
+    shapes: list[tuple[int, ...]] = [(gates * hidden, inputs), (gates * hidden, proj or hidden)]
     if bias:
         names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
         shapes += [(gates * hidden,), (gates * hidden,)]
+    if proj:  # LSTM's projection of h (torch's weight_hr, registered last)
+        names.append(f"weight_hr{suffix}")
+        shapes.append((proj, hidden))
     for name, shape in zip(names, shapes, strict=True):
         setattr(owner, name, Param(uniform_init(shape, bound, dtype, generator), name))
 
@@ -110,8 +113,17 @@ class _RNNBase(Module):
         super().__init__()
         layer = type(self).__name__
         _positive(layer, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
-        if proj_size:
-            raise TorchLeanError(f"{layer}: proj_size is not supported (found {proj_size!r})")
+        if isinstance(proj_size, bool) or not isinstance(proj_size, int | np.integer) \
+                or proj_size < 0:
+            raise TorchLeanError(f"{layer}: proj_size must be a non-negative int, found "
+                                 f"{proj_size!r}")
+        if proj_size and mode != "LSTM":
+            raise TorchLeanError(f"{layer}: proj_size argument is only supported for LSTM, not "
+                                 "RNN or GRU")
+        if proj_size and proj_size >= hidden_size:
+            raise TorchLeanError(f"{layer}: proj_size has to be smaller than hidden_size, "
+                                 f"found {proj_size} >= {hidden_size}")
+        self.proj_size = int(proj_size)
         if isinstance(dropout, bool) or not isinstance(dropout, int | float) \
                 or not 0 <= dropout < 1:
             raise TorchLeanError(f"{layer}: dropout must be a number in [0, 1), found "
@@ -126,20 +138,23 @@ class _RNNBase(Module):
         self.batch_first, self.dropout = bool(batch_first), float(dropout)
         self.bidirectional = bool(bidirectional)
         directions = 2 if bidirectional else 1
+        out_size = self.proj_size or self.hidden_size
         for k in range(self.num_layers):
-            inputs = self.input_size if k == 0 else self.hidden_size * directions
+            inputs = self.input_size if k == 0 else out_size * directions
             for d in range(directions):
                 suffix = f"_l{k}" + ("_reverse" if d else "")
                 _init_params(self, suffix, _GATES[mode], self.hidden_size, inputs, self.bias,
-                             dtype, generator)
+                             dtype, generator, self.proj_size)
 
     def _state(self, x: Any, given: Any, name: str, batch: int, batched: bool) -> list[Any]:
-        """The per-(layer, direction) initial states: given, or zeros like torch's default."""
+        """The per-(layer, direction) initial states: given, or zeros like torch's default
+        (h has ``proj_size`` entries when the LSTM projects)."""
         count = self.num_layers * (2 if self.bidirectional else 1)
+        size = self.proj_size if self.proj_size and name == "h_0" else self.hidden_size
         if given is None:
-            zero = _const(x, np.zeros((batch, self.hidden_size)))
+            zero = _const(x, np.zeros((batch, size)))
             return [zero] * count
-        expected = (count, batch, self.hidden_size) if batched else (count, self.hidden_size)
+        expected = (count, batch, size) if batched else (count, size)
         if _shape(given) != expected:
             raise ShapeError(f"{type(self).__name__}: expected {name} of shape {expected}, found "
                              f"{_shape(given)}")
@@ -151,10 +166,15 @@ class _RNNBase(Module):
                    ) -> tuple[list[Any], Any, Any]:
         """Run one direction of one layer over the per-step, per-gate input projections."""
         w_hh, b_hh = _weights(self, h, "hh", suffix)
+        if self.proj_size:
+            w_hr = _use(h, getattr(self, f"weight_hr{suffix}"))
+            no_bias = _const(h, np.zeros(self.proj_size))
         outputs: list[Any] = [None] * len(xw)
         order = range(len(xw) - 1, -1, -1) if reverse else range(len(xw))
         for t in order:
             h, c = _step(self.mode, xw[t], h, c, w_hh, b_hh)
+            if self.proj_size:
+                h = F.linear(w_hr, no_bias, h)
             outputs[t] = h
         return outputs, h, c
 
@@ -221,6 +241,8 @@ class _RNNBase(Module):
             text += f", dropout={self.dropout}"
         if self.bidirectional:
             text += ", bidirectional=True"
+        if self.proj_size:
+            text += f", proj_size={self.proj_size}"
         return text
 
 

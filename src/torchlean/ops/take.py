@@ -91,7 +91,10 @@ def _on(xp: Any, index: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _take(x: Any, index: tuple[Any, ...]) -> Any:
     xp = namespace_of(x)
-    return contiguous(x[_on(xp, index)])
+    out = x[_on(xp, index)]
+    if not getattr(out, "ndim", 0):  # all-integer index: a 0-d array (ascontiguousarray
+        return xp.asarray(out).copy()  # would make it 1-d)
+    return contiguous(out)
 
 
 def _take_adjoint(g: Any, index: tuple[Any, ...], shape: Shape) -> Any:

@@ -41,6 +41,7 @@ groups, ``state_dict`` holds groups after the first as ``"group.<g>.<name>"``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -154,6 +155,29 @@ class ParamGroup(dict):  # type: ignore[type-arg]
         if key not in self:
             self[key] = default
         return self[key]
+
+
+class OptimizerState(dict):  # type: ignore[type-arg]
+    """``Optimizer.state_dict()``: the flat arrays of the module doc, which also answer torch's
+    two keys: ``["state"]`` (parameter index -> its state tensors, for parameters that took a
+    step) and ``["param_groups"]`` (each group's hyper-parameters and ``"params"``, the indices
+    of its parameters), so scripts that read those run. Saving and loading use the flat keys."""
+
+    def __init__(self, flat: dict[str, np.ndarray], groups: list[dict[str, Any]]) -> None:
+        super().__init__(flat)
+        self._groups = groups
+
+    def __missing__(self, key: Any) -> Any:
+        if key == "param_groups":
+            return [dict(g) for g in self._groups]
+        if key == "state":
+            per: dict[int, dict[str, np.ndarray]] = {}
+            for name, value in self.items():
+                parts = name.split(".")
+                if parts[0] == "state" and len(parts) == 3:
+                    per.setdefault(int(parts[1]), {})[parts[2]] = value
+            return {i: st for i, st in per.items() if int(st.get("step", 1)) > 0}
+        raise KeyError(key)
 
 
 class Optimizer:
@@ -353,7 +377,7 @@ class Optimizer:
                 g[...] = 0
 
     # -- state ----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> OptimizerState:
         """A flat copy of the whole optimiser state (host NumPy arrays); see the module doc."""
         out: dict[str, np.ndarray] = {"step": np.asarray(self.step_count, dtype=np.int64)}
         for g, group in enumerate(self.param_groups):
@@ -364,7 +388,14 @@ class Optimizer:
         for i, state in enumerate(self.state):
             for key, value in state.items():
                 out[f"state.{i}.{key}"] = np.array(to_host(value), copy=True)
-        return out
+        groups, k = [], 0
+        for group in self.param_groups:
+            n = len(group["params"])
+            groups.append({**group.hyper(), **{key: v for key, v in group.items()
+                                               if key != "params"},
+                           "params": list(range(k, k + n))})
+            k += n
+        return OptimizerState(out, groups)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore a ``state_dict()``: keys, shapes and dtypes must match exactly.
@@ -692,7 +723,8 @@ class Adadelta(Optimizer):
 
 
 class LBFGS(Optimizer):
-    """L-BFGS (torch.optim.LBFGS without a line search): ``step(closure)`` re-evaluates the
+    """L-BFGS (torch.optim.LBFGS; ``line_search_fn=None`` or ``"strong_wolfe"``, torch's
+    bracketing and cubic-interpolation zoom): ``step(closure)`` re-evaluates the
     loss through ``closure`` (which zeroes the gradients, computes the loss, calls
     ``backward`` and returns it) up to ``max_iter`` times, moving along the two-loop-recursion
     direction from the last ``history_size`` curvature pairs. The whole parameter set is one
@@ -704,9 +736,10 @@ class LBFGS(Optimizer):
                  max_eval: int | None = None, tolerance_grad: float = 1e-7,
                  tolerance_change: float = 1e-9, history_size: int = 100,
                  line_search_fn: str | None = None) -> None:
-        if line_search_fn is not None:
-            raise OptimizerError(f"LBFGS: line_search_fn={line_search_fn!r} is not supported "
-                                 "(only None, torch's default)")
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise OptimizerError(f"LBFGS: line_search_fn must be None or 'strong_wolfe', found "
+                                 f"{line_search_fn!r}")
+        self.line_search_fn = line_search_fn
         for key, value in (("max_iter", max_iter), ("history_size", history_size)):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
                 raise OptimizerError(f"LBFGS: {key} must be an int >= 1, found {value!r}")
@@ -747,6 +780,22 @@ class LBFGS(Optimizer):
             data += to_device(step, namespace_of(data))
             p.mark_updated()
             offset += n
+
+    def _set_params(self, values: list[Any]) -> None:
+        for p, v in zip(self.params, values, strict=True):
+            data = p.array
+            data[...] = to_device(v.astype(data.dtype), namespace_of(data))
+            p.mark_updated()
+
+    def _directional_evaluate(self, closure: Any, x: list[Any], t: float, d: Any
+                              ) -> tuple[float, Any]:
+        """The loss and flat gradient at ``x + t d``; the parameters are put back to ``x``."""
+        self._add(t, d)
+        with enable_grad():
+            loss = float(closure())
+        flat_grad = self._flat_grad()
+        self._set_params(x)
+        return loss, flat_grad
 
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         """One L-BFGS step (torch's algorithm, iteration by iteration); returns the loss the
@@ -814,9 +863,18 @@ class LBFGS(Optimizer):
             if gtd > -tol_change:
                 break
             evals = 0
-            self._add(t, d)
-            opt_cond = False
-            if n_iter != max_iter:
+            if self.line_search_fn == "strong_wolfe":
+                x_init = [np.array(to_host(p.array), copy=True) for p in self.params]
+                loss, flat_grad, t, evals = _strong_wolfe(
+                    lambda x, step, direction: self._directional_evaluate(closure, x, step,
+                                                                          direction),
+                    x_init, t, d, loss, flat_grad, gtd, tolerance_change=tol_change)
+                self._add(t, d)
+                opt_cond = bool(np.abs(flat_grad).max() <= tol_grad)
+            else:
+                self._add(t, d)
+                opt_cond = False
+            if n_iter != max_iter and self.line_search_fn is None:
                 with enable_grad():
                     loss = float(closure())
                 flat_grad = self._flat_grad()
@@ -831,6 +889,102 @@ class LBFGS(Optimizer):
         mem.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=h_diag,
                    prev_flat_grad=prev_flat_grad)
         return orig_loss
+
+
+def _cubic_interpolate(x1: float, f1: float, g1: float, x2: float, f2: float, g2: float,
+                       bounds: tuple[float, float] | None = None) -> float:
+    """The minimiser of the cubic through two points with their slopes, clipped to
+    ``bounds`` (torch.optim.lbfgs's; the midpoint when the cubic has no minimum)."""
+    lo, hi = bounds if bounds is not None else ((x1, x2) if x1 <= x2 else (x2, x1))
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1 * d1 - g1 * g2
+    if d2_square >= 0:
+        d2 = math.sqrt(d2_square)
+        if x1 <= x2:
+            min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+        else:
+            min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+        return float(min(max(min_pos, lo), hi))
+    return (lo + hi) / 2.0
+
+
+def _strong_wolfe(obj_func: Any, x: Any, t: float, d: Any, f: float, g: Any, gtd: float,
+                  c1: float = 1e-4, c2: float = 0.9, tolerance_change: float = 1e-9,
+                  max_ls: int = 25) -> tuple[float, Any, float, int]:
+    """torch.optim.lbfgs._strong_wolfe: bracket a step satisfying the strong Wolfe conditions,
+    then zoom in by cubic interpolation; returns (loss, flat grad, step, evaluations)."""
+    d_norm = float(np.abs(d).max())
+    g = g.copy()
+    f_new, g_new = obj_func(x, t, d)
+    ls_func_evals = 1
+    gtd_new = float(g_new @ d)
+    t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
+    done = False
+    ls_iter = 0
+    bracket: list[float] = []
+    bracket_f: list[float] = []
+    bracket_g: list[Any] = []
+    bracket_gtd: list[float] = []
+    while ls_iter < max_ls:
+        if f_new > (f + c1 * t * gtd) or (ls_iter > 1 and f_new >= f_prev):
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new.copy()], [gtd_prev, gtd_new]
+            break
+        if abs(gtd_new) <= -c2 * gtd:
+            bracket, bracket_f, bracket_g = [t], [f_new], [g_new]
+            done = True
+            break
+        if gtd_new >= 0:
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new.copy()], [gtd_prev, gtd_new]
+            break
+        min_step = t + 0.01 * (t - t_prev)
+        max_step = t * 10
+        tmp = t
+        t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new,
+                               bounds=(min_step, max_step))
+        t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new.copy(), gtd_new
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = float(g_new @ d)
+        ls_iter += 1
+    if ls_iter == max_ls:
+        bracket, bracket_f, bracket_g = [0.0, t], [f, f_new], [g, g_new]
+    insuf_progress = False
+    low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1],
+                               bracket_f[1], bracket_gtd[1])
+        eps = 0.1 * (max(bracket) - min(bracket))
+        if min(max(bracket) - t, t - min(bracket)) < eps:
+            if insuf_progress or t >= max(bracket) or t <= min(bracket):
+                t = max(bracket) - eps if abs(t - max(bracket)) < abs(t - min(bracket)) \
+                    else min(bracket) + eps
+                insuf_progress = False
+            else:
+                insuf_progress = True
+        else:
+            insuf_progress = False
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = float(g_new @ d)
+        ls_iter += 1
+        if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
+            bracket[high_pos], bracket_f[high_pos] = t, f_new
+            bracket_g[high_pos], bracket_gtd[high_pos] = g_new.copy(), gtd_new
+            low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high_pos] - bracket[low_pos]) >= 0:
+                bracket[high_pos], bracket_f[high_pos] = bracket[low_pos], bracket_f[low_pos]
+                bracket_g[high_pos] = bracket_g[low_pos]
+                bracket_gtd[high_pos] = bracket_gtd[low_pos]
+            bracket[low_pos], bracket_f[low_pos] = t, f_new
+            bracket_g[low_pos], bracket_gtd[low_pos] = g_new.copy(), gtd_new
+    return bracket_f[low_pos], bracket_g[low_pos], bracket[low_pos], ls_func_evals
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from ..engine.tensor import Tensor, stack, tensor
 
 __all__ = [
     "DataLoader", "Dataset", "Subset", "TensorDataset", "default_collate", "random_split",
+    "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+    "WeightedRandomSampler", "BatchSampler", "ConcatDataset",
 ]
 
 
@@ -193,6 +195,156 @@ def default_collate(batch: Sequence[Any]) -> Any:
                          f"dicts or lists; found {type(elem).__name__}")
 
 
+class ConcatDataset(Dataset):
+    """The examples of several datasets, one after the other."""
+
+    def __init__(self, datasets: Sequence[Any]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise TorchLeanError("ConcatDataset: datasets should not be an empty iterable")
+        self.cumulative_sizes = list(np.cumsum([_length("ConcatDataset", d, "a dataset")
+                                                for d in self.datasets]).tolist())
+
+    def __len__(self) -> int:
+        return int(self.cumulative_sizes[-1])
+
+    def __getitem__(self, index: int) -> Any:
+        i = _index("ConcatDataset", index)
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexRangeError(f"ConcatDataset: index {i} out of range for {n} examples")
+        i %= n
+        k = int(np.searchsorted(self.cumulative_sizes, i, side="right"))
+        start = self.cumulative_sizes[k - 1] if k else 0
+        return self.datasets[k][i - start]
+
+
+class Sampler:
+    """Base class of samplers: iterables of dataset indices."""
+
+    def __init__(self, data_source: Any = None) -> None:
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"{type(self).__name__}.__iter__ is not implemented")
+
+
+class SequentialSampler(Sampler):
+    """``0, 1, ..., len(data_source) - 1``."""
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(_length("SequentialSampler", self.data_source, "data_source")))
+
+    def __len__(self) -> int:
+        return _length("SequentialSampler", self.data_source, "data_source")
+
+
+class RandomSampler(Sampler):
+    """A seeded random order of the dataset's indices each epoch (``replacement=True``:
+    ``num_samples`` independent draws)."""
+
+    def __init__(self, data_source: Any, replacement: bool = False,
+                 num_samples: int | None = None, generator: Generator | None = None) -> None:
+        super().__init__(data_source)
+        self.replacement = bool(replacement)
+        self._num_samples = None if num_samples is None else _positive_int(
+            "RandomSampler", "num_samples", num_samples, 1)
+        if self._num_samples is not None and not replacement:
+            raise TorchLeanError("RandomSampler: num_samples needs replacement=True in "
+                                 "torchlean")
+        self.generator = check_generator("RandomSampler", generator) \
+            if generator is not None else None
+
+    @property
+    def num_samples(self) -> int:
+        return self._num_samples if self._num_samples is not None else _length(
+            "RandomSampler", self.data_source, "data_source")
+
+    def __iter__(self) -> Iterator[int]:
+        n = _length("RandomSampler", self.data_source, "data_source")
+        gen = check_generator("RandomSampler", self.generator)
+        if self.replacement:
+            draws = np.asarray(gen.uniform((self.num_samples,)))
+            return iter(np.minimum((draws * n).astype(np.int64), n - 1).tolist())
+        return iter(_permutation(n, gen))
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a seeded random order each epoch."""
+
+    def __init__(self, indices: Sequence[int], generator: Generator | None = None) -> None:
+        super().__init__(None)
+        self.indices = [_index("SubsetRandomSampler", i) for i in indices]
+        self.generator = check_generator("SubsetRandomSampler", generator) \
+            if generator is not None else None
+
+    def __iter__(self) -> Iterator[int]:
+        order = _permutation(len(self.indices), check_generator("SubsetRandomSampler",
+                                                                self.generator))
+        return iter([self.indices[i] for i in order])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probabilities proportional to ``weights``."""
+
+    def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
+                 generator: Generator | None = None) -> None:
+        super().__init__(None)
+        w = np.asarray(weights.numpy() if isinstance(weights, Tensor) else weights, np.float64)
+        if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all() \
+                or w.sum() <= 0:
+            raise TorchLeanError("WeightedRandomSampler: weights must be a non-empty 1-D "
+                                 "sequence of non-negative finite numbers with a positive sum")
+        if not replacement:
+            raise TorchLeanError("WeightedRandomSampler: replacement=False is not supported "
+                                 "by torchlean")
+        self.weights = w
+        self.num_samples = _positive_int("WeightedRandomSampler", "num_samples", num_samples, 1)
+        self.generator = check_generator("WeightedRandomSampler", generator) \
+            if generator is not None else None
+
+    def __iter__(self) -> Iterator[int]:
+        gen = check_generator("WeightedRandomSampler", self.generator)
+        cdf = np.cumsum(self.weights / self.weights.sum())
+        draws = np.asarray(gen.uniform((self.num_samples,)))
+        return iter(np.minimum(np.searchsorted(cdf, draws, side="right"),
+                               len(cdf) - 1).tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of ``batch_size`` indices from ``sampler`` (the last one shorter unless
+    ``drop_last``)."""
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
+        super().__init__(None)
+        self.sampler = sampler
+        self.batch_size = _positive_int("BatchSampler", "batch_size", batch_size, 1)
+        self.drop_last = bool(drop_last)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for i in self.sampler:
+            batch.append(_index("BatchSampler", i))
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
 def _positive_int(op: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise TorchLeanError(f"{op}: {name} must be an int >= {minimum}, found {value!r}")
@@ -211,8 +363,15 @@ class DataLoader:
                  sampler: Any = None, num_workers: int = 0,
                  collate_fn: Callable[[list[Any]], Any] | None = None,
                  pin_memory: bool = False, drop_last: bool = False,
-                 generator: Generator | None = None, **unused: Any) -> None:
+                 generator: Generator | None = None, batch_sampler: Any = None,
+                 **unused: Any) -> None:
         op = "DataLoader"
+        self.batch_sampler = batch_sampler
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise TorchLeanError(f"{op}: batch_sampler option is mutually exclusive with "
+                                     "batch_size, shuffle, sampler, and drop_last")
+            batch_size = None
         if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise TorchLeanError(f"{op}: dataset must be map-style (define __len__ and "
                                  f"__getitem__), found {type(dataset).__name__}")
@@ -250,6 +409,11 @@ class DataLoader:
         return list(range(n))
 
     def __iter__(self) -> Iterator[Any]:
+        if self.batch_sampler is not None:
+            for chunk in self.batch_sampler:
+                yield self.collate_fn([self.dataset[_index("DataLoader batch_sampler", i)]
+                                       for i in chunk])
+            return
         indices = self._indices()
         if self.batch_size is None:
             for i in indices:
@@ -263,6 +427,8 @@ class DataLoader:
             yield self.collate_fn([self.dataset[i] for i in chunk])
 
     def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
         n = (len(self.sampler) if self.sampler is not None and hasattr(self.sampler, "__len__")
              else _length("DataLoader", self.dataset, "dataset"))
         if self.batch_size is None:

@@ -1,0 +1,257 @@
+"""torch API pieces the public scripts needed (issue 24), each checked against PyTorch.
+
+The composite Tensor methods (``engine/torch_methods``) forward and backward, buffers that are
+tensors, ``LBFGS(line_search_fn="strong_wolfe")``, ``LSTM(proj_size=...)``,
+``nn.init.trunc_normal_``, ``torch.distributions.Categorical``, the samplers of
+``torch.utils.data``, ``backward()`` of a one-element output and ``x[range(n), y]``.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+from torchlean.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+torch = pytest.importorskip("torch")
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 5)).astype(np.float64)
+
+# name -> f(module, x) for a (4, 5) float64 input; each is compared value and gradient.
+METHODS = {
+    "split": lambda m, x: m.cat(x.split([2, 3], 1), 1) * m.arange(5.0, dtype=x.dtype),
+    "chunk": lambda m, x: x.chunk(3, 1)[1] * 2,
+    "unbind": lambda m, x: x.unbind(1)[3] * 3,
+    "diag": lambda m, x: x[:, :4].diag(1),
+    "diag_vec": lambda m, x: x[0].diag(-1),
+    "diagonal": lambda m, x: x.diagonal(),
+    "trace": lambda m, x: x[:, :4].trace(),
+    "gather": lambda m, x: x.gather(1, m.tensor([[0, 1], [2, 2], [4, 0], [3, 3]])),
+    "index_select": lambda m, x: x.index_select(1, m.tensor([4, 0, 0])),
+    "flip": lambda m, x: x.flip(0, 1) * m.arange(5.0, dtype=x.dtype),
+    "roll": lambda m, x: x.roll(2, 1) * m.arange(5.0, dtype=x.dtype),
+    "logsumexp": lambda m, x: x.logsumexp(1),
+    "tril": lambda m, x: x.tril(-1),
+    "masked_select": lambda m, x: x.masked_select(x > 0),
+    "addmm": lambda m, x: m.ones(4, 4, dtype=x.dtype).addmm(x, x.t(), beta=0.5, alpha=2),
+    "lerp": lambda m, x: x.lerp(x * x, 0.25),
+    "cumprod": lambda m, x: x.cumprod(1),
+    "narrow": lambda m, x: x.narrow(1, 1, 3),
+    "repeat_interleave": lambda m, x: x.repeat_interleave(2, dim=0),
+    "einsum": lambda m, x: m.einsum("ij,kj->ik", x, x * 2),
+    "log1p": lambda m, x: (x * x).log1p(),
+    "tan": lambda m, x: (x * 0.3).tan(),
+    "sdpa_causal": lambda m, x: m.nn.functional.scaled_dot_product_attention(
+        x.reshape(1, 4, 5), x.reshape(1, 4, 5) * 0.5, x.reshape(1, 4, 5), is_causal=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_composite_methods_match_torch(name):
+    fn = METHODS[name]
+    xt = torch.tensor(X, requires_grad=True)
+    expected = fn(torch, xt)
+    expected.backward(torch.ones_like(expected))
+    xl = tl.tensor(X, requires_grad=True)
+    got = fn(tl, xl)
+    got.backward(tl.ones_like(got))
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(xl.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_methods_check_their_arguments():
+    x = tl.zeros(3, 4)
+    with pytest.raises(tl.TorchLeanError, match="split_with_sizes"):
+        x.split([1, 1], 1)
+    with pytest.raises(tl.IndexRangeError, match="dimension out of range"):
+        x.unbind(2)
+    with pytest.raises(tl.ShapeError, match="gather"):
+        x.gather(1, tl.tensor([0, 1]))
+    with pytest.raises(tl.TorchLeanError, match="float16"):
+        x.half()
+
+
+def test_backward_of_a_one_element_output_and_range_index():
+    x = tl.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    picked = x[range(2), tl.tensor([1, 0])]  # the nll-by-indexing idiom
+    np.testing.assert_array_equal(picked.detach().numpy(), [2.0, 3.0])
+    picked.sum().reshape(1).backward()  # shape (1,): torch accepts one element
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1], [1, 0]])
+    y = tl.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(tl.ShapeError, match="scalar outputs"):
+        (y * 2).backward()
+    t = tl.randn(5, 5, requires_grad=True)
+    assert t[tl.tensor(1), tl.tensor(2)].shape == ()  # 0-d index tensors select, as ints
+
+
+def test_buffers_are_tensors_changed_in_place():
+    class Counter(tl.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", tl.zeros(2))
+            self.register_buffer("scratch", tl.ones(1), persistent=False)
+
+        def forward(self, x):
+            with tl.no_grad():
+                self.total.add_(x.sum(0))
+            return x * 2
+
+    m = Counter()
+    held = m.total
+    m(tl.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert isinstance(m.total, tl.Tensor) and m.total is held
+    np.testing.assert_array_equal(held.numpy(), [4.0, 6.0])
+    state = m.state_dict()
+    assert list(state) == ["total"] and isinstance(state["total"], tl.Tensor)
+    assert [name for name, _ in m.named_buffers()] == ["total", "scratch"]
+    other = Counter()
+    other.load_state_dict(state)
+    np.testing.assert_array_equal(other.total.numpy(), [4.0, 6.0])
+    assert not list(m.parameters())
+    buf = io.BytesIO()
+    tl.save(m.state_dict(), buf)
+    buf.seek(0)
+    np.testing.assert_array_equal(np.asarray(tl.load(buf)["total"]), [4.0, 6.0])
+    with pytest.raises(tl.TorchLeanError, match="register_buffer"):
+        m.register_buffer("bad", "text")
+
+
+@pytest.mark.parametrize("name", ["Upsample", "PixelShuffle", "GroupNorm", "InstanceNorm2d",
+                                  "ZeroPad2d"])
+def test_image_layers_match_torch(name):
+    make = {"Upsample": lambda m: m.nn.Upsample(size=(7, 9)),
+            "PixelShuffle": lambda m: m.nn.PixelShuffle(2),
+            "GroupNorm": lambda m: m.nn.GroupNorm(2, 4).double(),
+            "InstanceNorm2d": lambda m: m.nn.InstanceNorm2d(4),
+            "ZeroPad2d": lambda m: m.nn.ZeroPad2d((1, 2, 0, 1))}[name]
+    x = RNG.standard_normal((2, 4, 3, 5))
+    found = []
+    for m in (tl, torch):
+        a = m.tensor(x, requires_grad=True)
+        y = make(m)(a * 1.0)
+        (y * y).sum().backward()
+        found.append((y.detach().numpy(), a.grad.numpy()))
+    for ours, theirs in zip(*found, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_functional_batch_norm_updates_buffer_tensors_as_torch():
+    x = RNG.standard_normal((8, 3))
+    got = []
+    for m in (tl, torch):
+        mean, var = m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64)
+        out = m.nn.functional.batch_norm(m.tensor(x), mean, var, training=True, momentum=0.2)
+        got.append((out.numpy(), mean.numpy().copy(), var.numpy().copy()))
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_lbfgs_strong_wolfe_matches_torch():
+    a = RNG.standard_normal((20, 5))
+    b = RNG.standard_normal(20)
+
+    def run(m):
+        x = m.nn.Parameter(m.zeros(5, dtype=m.float64))
+        y = m.nn.Parameter(m.tensor([1.5, -0.5], dtype=m.float64))
+        opt = m.optim.LBFGS([x, y], lr=1, max_iter=10, history_size=5,
+                            line_search_fn="strong_wolfe")
+        am, bm = m.tensor(a), m.tensor(b)
+        calls = [0]
+
+        def closure():
+            opt.zero_grad()
+            calls[0] += 1
+            r = am @ x - bm
+            loss = (r * r).sum() + (1 - y[0]) ** 2 + 100 * (y[1] - y[0] ** 2) ** 2
+            loss.backward()
+            return loss
+
+        losses = [float(opt.step(closure)) for _ in range(3)]
+        return losses, calls[0], x.detach().numpy(), y.detach().numpy()
+
+    ours, theirs = run(tl), run(torch)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-10)
+    assert ours[1] == theirs[1]  # the same number of closure evaluations
+    np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(ours[3], theirs[3], rtol=1e-8, atol=1e-12)
+    with pytest.raises(tl.optim.OptimizerError, match="line_search_fn"):
+        tl.optim.LBFGS([tl.nn.Parameter(tl.zeros(1))], line_search_fn="armijo")
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_lstm_proj_size_matches_torch(bidirectional):
+    t = torch.nn.LSTM(4, 6, num_layers=2, proj_size=3, bidirectional=bidirectional,
+                      batch_first=True)
+    m = tl.nn.LSTM(4, 6, num_layers=2, proj_size=3, bidirectional=bidirectional,
+                   batch_first=True)
+    assert [n for n, _ in m.named_parameters()] == [n for n, _ in t.named_parameters()]
+    m.load_state_dict({k: v.detach().numpy() for k, v in t.state_dict().items()})
+    layers = 4 if bidirectional else 2
+    x = RNG.standard_normal((2, 5, 4)).astype(np.float32)
+    h0 = RNG.standard_normal((layers, 2, 3)).astype(np.float32)
+    c0 = RNG.standard_normal((layers, 2, 6)).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    out, (h, c) = t(xt, (torch.tensor(h0), torch.tensor(c0)))
+    (out.sum() + 2 * h.sum() + c.sum()).backward()
+    xl = tl.tensor(x, requires_grad=True)
+    out2, (h2, c2) = m(xl, (tl.tensor(h0), tl.tensor(c0)))
+    (out2.sum() + 2 * h2.sum() + c2.sum()).backward()
+    for a, b in ((out2, out), (h2, h), (c2, c), (xl.grad, xt.grad),
+                 (m.weight_hr_l1.grad, t.weight_hr_l1.grad)):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=2e-6)
+    with pytest.raises(tl.TorchLeanError, match="proj_size"):
+        tl.nn.LSTM(4, 6, proj_size=-1)
+    with pytest.raises(tl.TorchLeanError, match="smaller than hidden_size"):
+        tl.nn.LSTM(4, 6, proj_size=6)
+
+
+def test_trunc_normal_is_bounded_and_lazy_about_scipy():
+    w = tl.nn.Parameter(tl.zeros(300, 200))
+    tl.nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04)
+    v = w.detach().numpy()
+    assert -0.04 <= v.min() and v.max() <= 0.04
+    ref = torch.nn.init.trunc_normal_(torch.zeros(300, 200), std=0.02, a=-0.04, b=0.04)
+    assert abs(v.std() - float(ref.std())) < 1e-3  # the truncated law's spread
+    assert abs(v.mean()) < 1e-3
+    code = "import sys, torchlean; print('scipy' in sys.modules, 'argparse' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_categorical_matches_torch():
+    logits = RNG.standard_normal((3, 4))
+    ours = tl.distributions.Categorical(logits=tl.tensor(logits, requires_grad=True))
+    theirs = torch.distributions.Categorical(logits=torch.tensor(logits))
+    value = [0, 3, 2]
+    np.testing.assert_allclose(ours.log_prob(tl.tensor(value)).detach().numpy(),
+                               theirs.log_prob(torch.tensor(value)).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ours.entropy().detach().numpy(), theirs.entropy().numpy(),
+                               rtol=1e-12)
+    probs = tl.distributions.Categorical(probs=tl.tensor([0.1, 0.0, 0.9]))
+    tl.manual_seed(0)
+    draws = probs.sample((4000,)).numpy()
+    assert draws.dtype == np.int64 and not (draws == 1).any()
+    assert abs((draws == 2).mean() - 0.9) < 0.02
+    with pytest.raises(tl.TorchLeanError, match="probs"):
+        tl.distributions.Categorical()
+
+
+def test_samplers_and_batch_sampler():
+    ds = TensorDataset(tl.arange(10))
+    order = list(RandomSampler(ds, generator=tl.Generator(1)))
+    assert sorted(order) == list(range(10)) and order != list(range(10))
+    batches = list(BatchSampler(range(10), 4, drop_last=False))
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    loader = DataLoader(ds, batch_sampler=BatchSampler(range(10), 3, drop_last=True))
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert len(loader) == 3
+    with pytest.raises(tl.TorchLeanError, match="mutually exclusive"):
+        DataLoader(ds, batch_size=2, batch_sampler=[[0]])
