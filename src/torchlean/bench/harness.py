@@ -44,6 +44,9 @@ from ..training.stepper import Stepper
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 FRAMEWORKS = ("torchlean-eager", "torchlean-compiled", "torch", "jax", "autograd", "numpy")
+# Not run by default: the compiled graph with its plan interpreted (``Compiled.codegen = False``),
+# the "before" of generated code, timed in the same run as the rest.
+EXTRA_FRAMEWORKS = ("torchlean-interpreted",)
 TITLES = {
     "W1": "500-op elementwise chain, fwd+bwd, length-16 vectors",
     "W2": "MLP 784-512-512-10, batch 128, CE, SGD step",
@@ -166,7 +169,8 @@ def _tl_inputs(workload: str, data: dict[str, Any]) -> list[np.ndarray]:
     return [data["x"], data["labels"].astype(np.float32)]
 
 
-def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
+def build_torchlean(workload: str, data: dict[str, Any], backend: str,
+                    codegen: bool = True) -> Impl:
 
     loss = _tl_loss(workload, data)
     inputs = _tl_inputs(workload, data)
@@ -187,6 +191,7 @@ def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
         else:
             c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
                            wrt=tuple(range(len(params))))
+            c.codegen = codegen
 
             def hvp() -> tuple[Any, ...]:
                 # The data are constants of the Hessian (None = zero direction).
@@ -194,6 +199,8 @@ def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
         return Impl(hvp, lambda: (float("nan"), [np.asarray(g) for g in hvp()]))
     trainer = tl.ScalarTrainer([p.copy() for p in data["params"]], loss,
                                tl.Options(backend=backend))
+    if not codegen:
+        _interpret(trainer, inputs)
     if workload == "W1":
         def step() -> Any:
             return trainer.value_and_grads()
@@ -205,6 +212,12 @@ def build_torchlean(workload: str, data: dict[str, Any], backend: str) -> Impl:
         value, grads = trainer.value_and_grads(*inputs)
         return value, [np.asarray(g) for g in grads]
     return Impl(step, check)
+
+
+def _interpret(trainer: Any, inputs: Sequence[Any]) -> None:
+    """Make ``trainer``'s compiled graph for ``inputs`` interpret its plan (``codegen`` off)."""
+    stepper = trainer._stepper
+    stepper.compiled_for(stepper._arrays(inputs)).codegen = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,6 +615,8 @@ def build(workload: str, framework: str, data: dict[str, Any]) -> Impl | str:
             return build_torchlean(workload, data, "eager")
         if framework == "torchlean-compiled":
             return build_torchlean(workload, data, "compiled")
+        if framework == "torchlean-interpreted":
+            return build_torchlean(workload, data, "compiled", codegen=False)
         if framework == "torch":
             return build_torch(workload, data)
         if framework == "jax":

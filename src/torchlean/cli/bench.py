@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     where = " on --device cuda" if gpu else ""
     workloads = _names(args.workloads or ",".join(all_workloads), all_workloads,
                        "workloads" + where)
-    frameworks = _names(args.frameworks or ",".join(all_frameworks), all_frameworks,
+    frameworks = _names(args.frameworks or ",".join(all_frameworks),
+                        tuple(all_frameworks) + (() if gpu else H.EXTRA_FRAMEWORKS),
                         "frameworks" + where)
     common.check_outputs([(args.json, "--json")])
     if gpu:

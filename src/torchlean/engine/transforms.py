@@ -21,6 +21,7 @@ from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
 from ..core.errors import ShapeError, TraceError, device_mismatch
 from ..core.kernels import array_on
 from ..core.shape import as_shape
+from . import codegen
 from .graph import Graph, grad_graph, trace
 from .tape import Tape
 
@@ -64,6 +65,11 @@ class Compiled:
     parameters are moved there once (``Param.on``) and read through ``param.array`` on every
     run (so in-place optimiser updates are seen without an upload), constants are uploaded once
     per graph (``Graph.consts_on``); data on another device is a ``DeviceError``.
+
+    Generated code: on the host, ``value_and_backward``/``backward``, ``forward`` and ``hvp``
+    run a straight-line function emitted once per graph (``engine.codegen``), bitwise equal to
+    the interpreted plan; where it cannot be emitted the plan is interpreted. ``codegen = False``
+    on an instance always interprets (the bench and the equality tests compare the two).
     """
 
     def __init__(self, fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
@@ -76,6 +82,9 @@ class Compiled:
         self.graph: Graph = trace(fn, leaf_shapes, dtype, wrt, owner_arg)
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
+        self.codegen = True
+        # Generated plans by (kind, graph, graph size, pattern): None where emission failed.
+        self._generated: dict[Any, codegen.Plan | None] = {}
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -145,6 +154,36 @@ class Compiled:
 
         return _or_zeros(g.backprop(values, g.output, seed, on_leaf), values, g.inputs)
 
+    def _run_generated(self, op: str, graph: Graph, kind: str, xs: Sequence[Any],
+                       tangents: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
+        """The outputs of ``graph``'s generated ``kind`` plan on inputs ``xs`` (checked here),
+        or ``None``: codegen off, a device run, no plan could be emitted, or the plan busy."""
+        if not self.codegen:
+            return None
+        xp = self.namespace(xs)
+        if xp is not np:
+            return None
+        arrays = graph.check_inputs(op, self._full(xs, xp), xp=xp)
+        if tangents is not None:
+            dxs = graph.check_inputs(f"{op} tangents", _pad_tangents(graph, tangents),
+                                     allow_none=True, xp=xp)
+            pattern: tuple[bool, ...] = tuple(t is None for t in dxs)
+            arrays = arrays + [t for t in dxs if t is not None]
+        else:
+            pattern = ()
+        key = (kind, id(graph), len(graph.nodes), pattern)
+        if key not in self._generated:
+            n = len(graph.inputs)
+            if kind == "backward":
+                plan = codegen.emit_value_and_backward(graph, arrays)
+            elif kind == "forward":
+                plan = codegen.emit_forward(graph, arrays)
+            else:
+                plan = codegen.emit_tangents(graph, arrays[:n], dxs)
+            self._generated[key] = plan
+        plan = self._generated[key]
+        return None if plan is None else plan.run(arrays)
+
     def _scalar(self, op: str) -> None:
         if self.out_shape != ():
             raise ShapeError(f"{op}: output has shape {self.out_shape}, expected a scalar (); "
@@ -157,6 +196,10 @@ class Compiled:
         return arr
 
     def forward(self, *xs: Any) -> Any:
+        if len(self.graph.outputs) == 1:
+            got = self._run_generated("forward", self.graph, "forward", xs)
+            if got is not None:
+                return got[0]
         return self._values("forward", xs)[self.graph.output]
 
     __call__ = forward
@@ -182,6 +225,9 @@ class Compiled:
     def backward(self, *xs: Any) -> tuple[Any, ...]:
         """Gradients of a scalar output (seed 1), one per input."""
         self._scalar("backward")
+        got = self._run_generated("backward", self.graph, "backward", xs)
+        if got is not None:
+            return tuple(got[1:])
         values = self._values("backward", xs)
         out = values[self.graph.output]
         return self._cotangents(values, namespace_of(out).ones((), dtype=self.dtype))
@@ -191,6 +237,10 @@ class Compiled:
         """The scalar output and its gradients in one forward pass; ``on_input(k, g)`` is called
         as input ``k``'s gradient becomes final (parameters count after the traced leaves)."""
         self._scalar("value_and_backward")
+        if on_input is None:
+            got = self._run_generated("value_and_backward", self.graph, "backward", xs)
+            if got is not None:
+                return got[0], tuple(got[1:])
         values = self._values("value_and_backward", xs)
         out = values[self.graph.output]
         seed = namespace_of(out).ones((), dtype=self.dtype)
@@ -221,6 +271,9 @@ class Compiled:
         A ``None`` in ``vs`` is a zero direction, which forward mode skips entirely.
         """
         gg = self._hvp_graph()
+        got = self._run_generated("hvp", gg, "tangents", xs, vs)
+        if got is not None:
+            return got
         xp = self.namespace(xs)
         values = gg.evaluate(gg.check_inputs("hvp", self._full(xs, xp), xp=xp), xp)
         tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True, xp=xp)
