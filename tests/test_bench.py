@@ -80,13 +80,32 @@ def test_interleaved_timing_runs_every_entry_block_times_per_round() -> None:
 
 def test_report_and_json_for_one_small_run(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bench.json"
-    status = cli.main(["bench", "--workloads", "W1", "--frameworks", "torchlean-eager,numpy",
-                       "--rounds", "1", "--json", str(path)])
+    status = cli.main(["bench", "--workloads", "W1", "--frameworks",
+                       "torchlean-eager,torchlean-interpreted,numpy", "--rounds", "1",
+                       "--threads", "1,2", "--main-jobs", "none", "--json", str(path)])
     assert status == 0
     text = capsys.readouterr().out
     assert "W1:" in text and "torchlean-eager" in text and "load average" in text
+    assert "threads 1," in text and "threads 2," in text
     result = json.loads(path.read_text())
-    assert set(result["workloads"]["W1"]["times"]) == {"torchlean-eager", "numpy"}
+    assert [r["threads"] for r in result["runs"]] == [1, 2]
+    for run in result["runs"]:
+        assert set(run["workloads"]["W1"]["times"]) == {"torchlean-eager",
+                                                        "torchlean-interpreted", "numpy"}
+    assert result["main_jobs"] is None
+
+
+def test_main_job_side_by_side_tiny() -> None:
+    """One round of one epoch of the digits MLP: torchlean train eager and compiled, and the
+    PyTorch replica (when installed), each timed in its own process."""
+    got = bench.main_jobs(["mlp"], rounds=1, epochs=1, torch_available=bench.has_torch())
+    sides = got["mlp"]
+    assert {"torchlean-eager", "torchlean-compiled"} <= set(sides)
+    assert ("torch" in sides) == bench.has_torch()
+    for r in sides.values():
+        assert r["epochs"] == 1 and r["rounds"] == 1 and r["median_s"] > 0
+        assert 0.0 <= r["accuracy"] <= 1.0
+    assert "x torch" in bench.format_main_jobs(got)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -36,15 +36,32 @@ def add_parser(sub: Any) -> None:
                         "compiled + CUDA graph, PyTorch CUDA eager); needs CuPy and a GPU")
     p.add_argument("--rounds", type=common.int_in(1, 10_000, "a round count"), default=7,
                    help="timed rounds (default 7)")
-    p.add_argument("--threads", type=common.threads_int, default=min(2, os.cpu_count() or 1),
-                   help="BLAS / PyTorch threads for every framework (default 2)")
+    p.add_argument("--threads", type=_thread_counts, default=None, dest="thread_counts",
+                   help="BLAS / PyTorch threads for every framework: one count or several, "
+                        "comma-separated, each a full run (default 1,2; 1 on one core)")
+    p.add_argument("--main-jobs", default=None, metavar="LIST",
+                   help=f"the main job side by side: comma-separated subset of "
+                        f"{','.join(H.MAIN_JOBS)} (torchlean train digits MLP / CNN, eager and "
+                        "compiled, against the same training in PyTorch, one thread, fresh "
+                        "processes), or 'none' (default: both)")
+    p.add_argument("--main-rounds", type=common.int_in(1, 100, "a round count"), default=3,
+                   help="interleaved rounds of each main job per side (default 3)")
+    p.add_argument("--main-epochs", type=common.int_in(0, 100_000, "an epoch count"),
+                   default=0, help="epochs of each main job (default 0: the recipe's)")
     p.add_argument("--json", default=None, metavar="PATH", type=common.output_path,
                    help="also write JSON here")
     p.add_argument("--isolated", action="store_true",
                    help="also time torchlean alone in fresh processes and measure peak "
                         "memory of 200 W2 steps per framework")
     # A fresh process of --isolated runs this command with --child (not for users).
-    p.add_argument("--child", choices=("time", "memory"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("time", "memory", "main"), help=argparse.SUPPRESS)
+
+
+def _thread_counts(text: str) -> list[int]:
+    counts = [common.threads_int(t.strip()) for t in text.split(",") if t.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected thread counts such as 1,2, found {text!r}")
+    return list(dict.fromkeys(counts))
 
 
 def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
@@ -68,30 +85,54 @@ def run(args: argparse.Namespace) -> int:
                         tuple(all_frameworks) + (() if gpu else H.EXTRA_FRAMEWORKS),
                         "frameworks" + where)
     common.check_outputs([(args.json, "--json")])
+    jobs = ([] if args.main_jobs == "none" else
+            _names(args.main_jobs or ",".join(H.MAIN_JOBS), H.MAIN_JOBS, "main jobs"))
+    threads = args.thread_counts or [1, 2][: max(1, min(2, os.cpu_count() or 1))]
     if gpu:
+        args.threads = threads[0]
         if args.isolated:
             raise H.BenchError("bench: --isolated times CPU processes; it does not apply to "
                                "--device cuda")
         return _run_gpu(args, workloads, frameworks)
     if getattr(args, "child", None):
+        args.threads = threads[0]
         return _child(args, workloads, frameworks)
-    limiter = H.pin_threads(args.threads)
-    result: dict[str, Any] = {"machine": H.machine_info(), "threads": args.threads,
-                              "rounds": args.rounds,
-                              "command": (f"torchlean bench --workloads {','.join(workloads)} "
-                                          f"--frameworks {','.join(frameworks)} --rounds "
-                                          f"{args.rounds} --threads {args.threads}"
-                                          + (" --isolated" if args.isolated else ""))}
-    result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds) for w in workloads}
-    if args.isolated:
-        result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, args.threads)
-    del limiter
-    return _report(result, args)
+    command = (f"torchlean bench --workloads {','.join(workloads)} --frameworks "
+               f"{','.join(frameworks)} --rounds {args.rounds} --threads "
+               f"{','.join(map(str, threads))} --main-jobs {','.join(jobs) or 'none'}"
+               + (" --isolated" if args.isolated else ""))
+    runs = []
+    for count in threads:
+        limiter = H.pin_threads(count)
+        result: dict[str, Any] = {"machine": H.machine_info(), "threads": count,
+                                  "rounds": args.rounds, "command": command}
+        result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds)
+                               for w in workloads}
+        if args.isolated:
+            result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, count)
+        del limiter
+        result["load_average_end"] = list(os.getloadavg())
+        print(H.format_report(result), flush=True)
+        print(flush=True)
+        runs.append(result)
+    main = None
+    if jobs:
+        main = H.main_jobs(jobs, args.main_rounds, args.main_epochs or None,
+                           torch_available="torch" in frameworks and H.has_torch())
+        print(H.format_main_jobs(main), flush=True)
+    if args.json:
+        common.write_text(args.json, json.dumps({"command": command, "runs": runs,
+                                                 "main_jobs": main}, indent=1))
+    return 0
 
 
 def _child(args: argparse.Namespace, workloads: list[str], frameworks: list[str]) -> int:
     """Entry of a fresh process: time (or run 200 steps of) one framework, print JSON."""
     limiter = H.pin_threads(args.threads)
+    if args.child == "main":
+        print(json.dumps(H.torch_main_job(_names(args.main_jobs, H.MAIN_JOBS, "main jobs")[0],
+                                          args.main_epochs or None)))
+        return 0
     if args.child == "memory":
         impl = H.build("W2", frameworks[0], H.make_data("W2"))
         if isinstance(impl, str):
