@@ -150,7 +150,7 @@ def _fingerprint(value: Any) -> tuple[Any, ...]:
         return (type(value), id(value))  # not an array: compared as the same object
     arr = np.ascontiguousarray(value)
     return (type(value), arr.dtype.str, arr.shape,
-            hashlib.blake2b(memoryview(arr).cast("B")).digest())
+            hashlib.blake2b(arr.view(np.uint8).data).digest())
 
 
 class _Step:
