@@ -59,6 +59,11 @@ from ..core.autodiff import forward_tangents, run_reverse
 from ..core.registry import ARRAY_OPS, REGISTRY
 
 
+# Beyond this many recorded calls the plan stays interpreted: compiling a Python function of
+# hundreds of thousands of lines costs more time and memory than the interpreter it replaces.
+MAX_STEPS = 50_000
+
+
 class _CannotEmit(Exception):
     """The tracer met something it cannot turn into straight-line code (internal: never
     escapes ``emit``)."""
@@ -212,6 +217,10 @@ class _Tracer:
         (``prim`` named) every positional argument must be a traced value."""
         if prim is not None and not all(isinstance(a, _Sym) for a in args):
             raise _CannotEmit(f"{prim}: an input that is not a traced value")
+        if any(isinstance(v, _Sym) for v in kwargs.values()):
+            raise _CannotEmit("a traced value passed as an attribute")
+        if len(self.steps) >= MAX_STEPS:
+            raise _CannotEmit(f"more than {MAX_STEPS} calls: interpreted instead")
         raw = [a.value if isinstance(a, _Sym) else a for a in args]
         value = fn(*raw, **kwargs)
         out = self._new(value)
@@ -344,6 +353,7 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     for sym in tracer.consts:
         names[sym.id] = bind(sym.value, "c")
     free_regs: list[str] = []
+    free_set: set[str] = set()  # the same names, for membership tests
     n_regs = 0
     buffers: list[tuple[tuple[int, ...], Any]] = []
     free_bufs: dict[tuple[tuple[int, ...], Any], list[int]] = {}
@@ -380,10 +390,12 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
         # side is evaluated before the name is rebound).
         for a in step.args:
             if isinstance(a, _Sym) and last.get(a.id) == k and a.id in position \
-                    and names[a.id].startswith("r") and names[a.id] not in free_regs:
+                    and names[a.id].startswith("r") and names[a.id] not in free_set:
                 free_regs.append(names[a.id])
+                free_set.add(names[a.id])
         if free_regs:
             reg = free_regs.pop()
+            free_set.discard(reg)
         else:
             reg = f"r{n_regs}"
             n_regs += 1
@@ -391,6 +403,7 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
         lines.append(f"    {reg} = {fname}({', '.join(text_args)})")
         if sid not in last:  # never used (kept only because it is returned: not possible)
             free_regs.append(reg)
+            free_set.add(reg)
         for b in buf_release.pop(k, ()):
             free_bufs[buffers[b]].append(b)
     lines.append(f"    return ({''.join(names[s.id] + ', ' for s in outputs)})")
