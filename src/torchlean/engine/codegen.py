@@ -58,7 +58,6 @@ import numpy as np
 from ..core.autodiff import forward_tangents, run_reverse
 from ..core.registry import ARRAY_OPS, REGISTRY
 
-
 # Beyond this many recorded calls the plan stays interpreted: compiling a Python function of
 # hundreds of thousands of lines costs more time and memory than the interpreter it replaces.
 MAX_STEPS = 50_000
