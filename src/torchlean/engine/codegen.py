@@ -239,17 +239,18 @@ class _Tracer:
 
 
 class _TraceOps:
-    """The tracing Ops interpreter: ``ops.mul(a, b)`` calls ``ARRAY_OPS.mul`` (the kernel the
-    interpreted plan calls) and records the call."""
+    """The tracing Ops interpreter: ``ops.mul(a, b)`` calls ``kernels.mul`` (the kernel the
+    interpreted plan calls: ``Graph.array_ops()``) and records the call."""
 
-    def __init__(self, tracer: _Tracer) -> None:
+    def __init__(self, tracer: _Tracer, kernels: Any = ARRAY_OPS) -> None:
         self._tracer = tracer
+        self._kernels = kernels
         self.name = "codegen"
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name not in REGISTRY:
             raise AttributeError(f"no primitive named {name!r} is registered")
-        kernel = getattr(ARRAY_OPS, name)
+        kernel = getattr(self._kernels, name)
         tracer = self._tracer
 
         def traced(*inputs: Any, **attrs: Any) -> _Sym:
@@ -457,7 +458,8 @@ def emit_value_and_backward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
         out = graph.output
         seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
         grads = run_reverse(graph._reverse_plan(), values, out, seed,
-                            graph.nodes[out].requires_grad, _TraceOps(tracer))
+                            graph.nodes[out].requires_grad,
+                            _TraceOps(tracer, graph.array_ops()))
         outputs = [values[out], *_zeros_where_none(tracer, grads, values, graph.inputs)]
         return _generate(tracer, outputs)
     except Exception:  # noqa: BLE001  (anything untraceable: the interpreter runs instead)
@@ -484,7 +486,7 @@ def emit_tangents(graph: Any, arrays: Sequence[Any], tangents: Sequence[Any]) ->
         values = _trace_forward(tracer, graph, arrays)
         seeds = {i: tracer.input(t) for i, t in zip(graph.inputs, tangents, strict=True)
                  if t is not None}
-        found = forward_tangents(graph.nodes, values, seeds, _TraceOps(tracer))
+        found = forward_tangents(graph.nodes, values, seeds, _TraceOps(tracer, graph.array_ops()))
         return _generate(tracer, _zeros_where_none(tracer, found, values, graph.outputs))
     except Exception:  # noqa: BLE001
         return None

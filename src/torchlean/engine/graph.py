@@ -214,17 +214,22 @@ class Graph:
             cached = self._plans["reverse"] = (len(self.nodes), reverse_plan(self.nodes))
         return cached[1]
 
+    def array_ops(self) -> Any:
+        """The Ops interpreter the reverse and forward-mode passes compute with: the kernels a
+        rule's ``ops.mul`` calls (``engine.codegen`` emits calls to the same ones)."""
+        return ARRAY_OPS
+
     def backprop(self, values: Sequence[Any], out: int, seed: Any,
                  on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
         """Cotangent of every node (``None`` where unreached) from ``seed`` at node ``out``:
         the shared reverse driver over the cached plan (so the linked tape agrees bitwise);
         ``on_leaf(i, g)`` as each leaf's cotangent becomes final."""
         return run_reverse(self._reverse_plan(), values, out, seed,
-                           self.nodes[out].requires_grad, ARRAY_OPS, on_leaf)
+                           self.nodes[out].requires_grad, self.array_ops(), on_leaf)
 
     def tangents(self, values: Sequence[Any], input_tangents: Sequence[Any]) -> list[Any]:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
-        return forward_tangents(self.nodes, values, seeds, ARRAY_OPS)
+        return forward_tangents(self.nodes, values, seeds, self.array_ops())
 
     def to_tape(self, xs: Sequence[Any], xp: Any = np) -> tuple[Tape, list[int], list[int]]:
         """Replay the graph on a fresh eager tape of namespace ``xp``'s device; node ids
