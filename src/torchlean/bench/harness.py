@@ -10,6 +10,9 @@ error, not a row. Timing is interleaved: after a warm-up, each round runs a bloc
 every framework in a shuffled order, and the table shows the median over rounds (with min-max),
 the ratio to PyTorch and to the NumPy floor of the same run, and minor page faults per step.
 
+``main_jobs`` times the main job side by side: ``torchlean train`` on digits (MLP, CNN; eager and
+compiled) and the same training in PyTorch (``torch_main_job``), fresh one-thread processes.
+
 ``--isolated`` also times torchlean alone in fresh processes (only NumPy loaded, as in
 ``torchlean train``) and measures the peak memory of 200 W2 steps per framework, each in a fresh
 process. Timings are measurements, never checks: ``run_agreement`` is what the tests call.

@@ -3,7 +3,9 @@
 The workloads (``torchlean.bench.harness``): W1 a 500-op elementwise chain forward+backward, W2 an
 MLP training step, W3 a CNN training step, W4 a Hessian-vector product, W5 a transformer-block
 training step. Peers: PyTorch eager, JAX jit, HIPS autograd and a hand-written NumPy floor, each
-checked to agree before anything is timed.
+checked to agree before anything is timed. Every run is repeated per thread count (``--threads
+1,2`` by default), and the main job is timed side by side: ``torchlean train`` on digits (MLP and
+CNN, eager and compiled) against the same training in PyTorch, each in a fresh one-thread process.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ def add_parser(sub: Any) -> None:
                         f"with --device cuda a subset of {','.join(H.GPU_WORKLOADS)})")
     p.add_argument("--frameworks", default=None,
                    help=f"comma-separated subset of {','.join(H.FRAMEWORKS)} (default all "
-                        f"installed; with --device cuda of {','.join(H.GPU_FRAMEWORKS)})")
+                        f"installed; with --device cuda of {','.join(H.GPU_FRAMEWORKS)}); "
+                        "also torchlean-interpreted: the compiled graph with its plan "
+                        "interpreted instead of generated code (the before of engine/codegen)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: time W2, W3 and W5 on the GPU (torchlean eager, compiled, "
                         "compiled + CUDA graph, PyTorch CUDA eager); needs CuPy and a GPU")
