@@ -20,6 +20,7 @@ process. Timings are measurements, never checks: ``run_agreement`` is what the t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from ..engine.params import Param
 from ..engine.session import Options
 from ..training.cuda_graph import maybe_graphed
 from ..training.stepper import Stepper
+from ..zoo import models, trained
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 FRAMEWORKS = ("torchlean-eager", "torchlean-compiled", "torch", "jax", "autograd", "numpy")
@@ -867,8 +870,6 @@ def torch_main_job(model_name: str, epochs: int | None = None, seed: int = 0) ->
     every epoch as ``fit`` does; one thread. Returns the training seconds and test accuracy."""
     import torch
 
-    from ..zoo import models, trained
-
     torch.set_num_threads(1)
     recipe = models.RECIPES[(model_name, "digits")]
     if recipe["optimizer"] != "adam":
@@ -936,8 +937,6 @@ def _run_json(cmd: list[str], what: str) -> dict[str, Any]:
 
 def _torchlean_main_job(model_name: str, epochs: int | None, backend: str) -> dict[str, Any]:
     """One run of the real command, ``torchlean train``, in a fresh one-thread process."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "metrics.json")
         cmd = [sys.executable, "-m", "torchlean", "train", "--model", model_name, "--dataset",
@@ -957,8 +956,6 @@ def _torchlean_main_job(model_name: str, epochs: int | None, backend: str) -> di
 
 
 def has_torch() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("torch") is not None
 
 
