@@ -12,7 +12,7 @@ import torchlean as tl
 import torchlean.engine.ops_interface as F
 from torchlean.bench import harness as H
 from torchlean.core.registry import REGISTRY
-from torchlean.engine import codegen
+from torchlean.engine import codegen, transforms
 from torchlean.engine.graph import Graph, GraphBuilder
 
 
@@ -37,7 +37,7 @@ def test_training_step_bitwise_equal_to_interpreter(workload: str) -> None:
     c = tl.compile(loss, *[p.shape for p in params], *[x.shape for x in inputs],
                    wrt=tuple(range(len(params))))
     ref_value, ref_grads = _interpreted(c, lambda: c.value_and_backward(*params, *inputs))
-    for _ in range(2):  # the trace run, then the generated function alone
+    for _ in range(3):  # interpreted, then traced and emitted, then the generated function
         value, grads = c.value_and_backward(*params, *inputs)
         assert _same(value, ref_value)
         assert len(grads) == len(ref_grads)
@@ -45,7 +45,10 @@ def test_training_step_bitwise_equal_to_interpreter(workload: str) -> None:
     plans = list(c._generated.values())
     assert len(plans) == 1 and plans[0] is not None  # it really ran generated code
     # forward too
-    assert _same(c.forward(*params, *inputs), _interpreted(c, lambda: c.forward(*params, *inputs)))
+    ref_out = _interpreted(c, lambda: c.forward(*params, *inputs))
+    for _ in range(3):
+        assert _same(c.forward(*params, *inputs), ref_out)
+    assert all(p is not None for p in c._generated.values())
 
 
 def test_hvp_bitwise_equal_to_interpreter() -> None:
@@ -55,8 +58,9 @@ def test_hvp_bitwise_equal_to_interpreter() -> None:
     c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
                    wrt=tuple(range(len(params))))
     ref = _interpreted(c, lambda: c.hvp([*params, x, y], [*vs, None, None]))
-    got = c.hvp([*params, x, y], [*vs, None, None])
-    assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
+    for _ in range(3):
+        got = c.hvp([*params, x, y], [*vs, None, None])
+        assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
     assert all(p is not None for p in c._generated.values())
 
 
@@ -72,6 +76,7 @@ def test_outputs_are_fresh_and_buffers_reused_safely() -> None:
     rng = np.random.default_rng(0)
     c = tl.compile(f, (3, 4), (3, 4), dtype="float64")
     x1, w1, x2, w2 = (rng.standard_normal((3, 4)) for _ in range(4))
+    c.value_and_backward(x2, w2)  # the first call interprets; the plan runs from the second
     first = c.value_and_backward(x1, w1)
     kept = [np.array(first[0]), *[g.copy() for g in first[1]]]
     second = c.value_and_backward(x2, w2)
@@ -132,6 +137,7 @@ def test_fallback_when_emission_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((5,))
     c = tl.compile(lambda v: F.sum(F.tanh(v)), (5,), dtype="float64")
+    c.value_and_backward(x)
     value, (g,) = c.value_and_backward(x)
     assert list(c._generated.values()) == [None]  # no plan: the interpreter ran
     np.testing.assert_allclose(g, 1 - np.tanh(x) ** 2, rtol=1e-12)
@@ -143,6 +149,7 @@ def test_busy_plan_falls_back_to_interpreter() -> None:
     x = rng.standard_normal((5,))
     c = tl.compile(lambda v: F.sum(F.exp(v)), (5,), dtype="float64")
     c.value_and_backward(x)
+    c.value_and_backward(x)
     plan = next(iter(c._generated.values()))
     assert plan is not None
     assert plan._lock.acquire(blocking=False)
@@ -152,6 +159,17 @@ def test_busy_plan_falls_back_to_interpreter() -> None:
         assert _same(g, np.exp(x))
     finally:
         plan._lock.release()
+
+
+def test_a_one_off_transform_emits_nothing() -> None:
+    """``tl.grad`` compiles per call: its single call interprets, so it never pays for tracing
+    and emitting a plan it would use once."""
+    x = np.linspace(-1.0, 1.0, 5)
+    c = tl.compile(lambda v: F.sum(F.tanh(v)), (5,), dtype="float64")
+    c.value_and_backward(x)
+    assert list(c._generated.values()) == [transforms._SEEN_ONCE]
+    np.testing.assert_allclose(tl.grad(lambda v: F.sum(F.tanh(v)))(x), 1 - np.tanh(x) ** 2,
+                               rtol=1e-12)
 
 
 def test_ufunc_table_matches_kernels() -> None:

@@ -68,7 +68,8 @@ class Compiled:
 
     Generated code: on the host, ``value_and_backward``/``backward``, ``forward`` and ``hvp``
     run a straight-line function emitted once per graph (``engine.codegen``), bitwise equal to
-    the interpreted plan; where it cannot be emitted the plan is interpreted. ``codegen = False``
+    the interpreted plan, from their second call on (the first is interpreted, so one-off
+    transforms pay nothing); where it cannot be emitted the plan is interpreted. ``codegen = False``
     on an instance always interprets (the bench and the equality tests compare the two).
     """
 
@@ -83,8 +84,9 @@ class Compiled:
         self.dtype = self.graph.dtype
         self._grad_graph: Graph | None = None
         self.codegen = True
-        # Generated plans by (kind, graph, graph size, pattern): None where emission failed.
-        self._generated: dict[Any, codegen.Plan | None] = {}
+        # Generated plans by (kind, graph, graph size, pattern): None where emission failed,
+        # _SEEN_ONCE after a first (interpreted) call.
+        self._generated: dict[Any, Any] = {}
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -172,7 +174,13 @@ class Compiled:
         else:
             pattern = ()
         key = (kind, id(graph), len(graph.nodes), pattern)
-        if key not in self._generated:
+        plan = self._generated.get(key, _UNSEEN)
+        if plan is _UNSEEN:
+            # The first call interprets: a graph compiled for one call (``tl.grad``, ``tl.hvp``
+            # trace per call) never pays for tracing and emitting; the second call emits.
+            self._generated[key] = _SEEN_ONCE
+            return None
+        if plan is _SEEN_ONCE:
             n = len(graph.inputs)
             if kind == "backward":
                 plan = codegen.emit_value_and_backward(graph, arrays)
@@ -297,6 +305,10 @@ class Compiled:
             rows[j] = 0 if t is None else t
         # rows[j] = H e_j is column j; transpose so that H[i, j] = (H e_j)_i.
         return xp.moveaxis(rows.reshape((n, n)), 0, 1).reshape(x.shape + x.shape)
+
+
+_UNSEEN = object()
+_SEEN_ONCE = object()  # a key run once, interpreted: the next call emits its plan
 
 
 def compile(  # noqa: A001  (the public name, as torch.compile)
