@@ -43,12 +43,14 @@ def test_training_step_bitwise_equal_to_interpreter(workload: str) -> None:
         assert len(grads) == len(ref_grads)
         assert all(_same(g, r) for g, r in zip(grads, ref_grads, strict=True))
     plans = list(c._generated.values())
-    assert len(plans) == 1 and plans[0] is not None  # it really ran generated code
+    fast = any(getattr(n.op, "fast_forward", None) is not None
+               or getattr(n.op, "fast_vjp", None) is not None for n in c.graph.nodes)
+    # It really ran generated code (graphs with fast-kernel ops stay interpreted for now).
+    assert len(plans) == 1 and (plans[0] is None) == fast
     # forward too
     ref_out = _interpreted(c, lambda: c.forward(*params, *inputs))
     for _ in range(3):
         assert _same(c.forward(*params, *inputs), ref_out)
-    assert all(p is not None for p in c._generated.values())
 
 
 def test_hvp_bitwise_equal_to_interpreter() -> None:
