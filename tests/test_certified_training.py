@@ -21,7 +21,8 @@ from torchlean.bounds.certified_training import (
     clip_grad_norm,
     smooth_ramp,
 )
-from torchlean.bounds.engine import UnsupportedOpError
+from torchlean.bounds import _graph_and_consts
+from torchlean.bounds.engine import Propagation, UnsupportedOpError
 from torchlean.cli import certified as cli_certified
 from torchlean.cli.common import blas_threads
 from torchlean.engine import ops_interface as F
@@ -137,6 +138,48 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
         assert np.mean(mine >= ibp - 1e-12) > 0.5
 
 
+def _crown_with_ibp_intermediates(model, x, y, eps, classes):
+    """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
+    bounds: CROWN-IBP at beta = 1, by the certifier's own rules."""
+    c = compile_fn(lambda v: model(v), x.shape)
+    graph, consts, n_data = _graph_and_consts(c)
+    prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
+    for i, node in enumerate(graph.nodes):
+        if node.kind == "op":
+            prop.interval(i)
+    return prop.lower(graph.output, margin_spec(y, classes))
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.05])
+def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps):
+    """Convolutions and max pooling have backward rules: the CNN's CROWN-IBP bound is the
+    engine's CROWN over IBP intermediate bounds (same values in float64), tighter than IBP
+    on most margins, and below the margins at points of the ball."""
+    rng = np.random.default_rng(6)
+    model = _cnn()
+    x = rng.uniform(0, 1, (6, 1, 8, 8))
+    y = rng.integers(0, 5, 6)
+    mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+    ours = _without_true(mine, y)
+    ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+    np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-10)
+    assert np.all(ours >= ref)  # the engine's is rounded outward
+    ibp = _without_true(D.margin_lower_bounds(model, x, y, eps, dtype=np.float64), y)
+    assert np.mean(ours > ibp + 1e-9) > 0.5
+    c = compile_fn(lambda v: model(v), x.shape)
+    for _ in range(20):
+        z = np.clip(x + rng.uniform(-eps, eps, x.shape), 0, 1).astype(np.float32)
+        logits = np.asarray(c.forward(z), np.float64)
+        margins = _without_true(logits[np.arange(6), y][:, None] - logits, y)
+        assert np.all(ours <= margins + 1e-5)  # the float32 network's rounding
+
+
+def _tiny_cnn(dtype="float64", seed=3):
+    nn.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, dtype=dtype), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * 2 * 2, 3, dtype=dtype))
+
+
 def _loss_fn(model, crown, beta):
     def loss(owner, x, y, eps):
         lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta)
@@ -151,11 +194,14 @@ def _numeric_loss(model, x, y, eps, crown, beta):
                                                                        y].mean())
 
 
-@pytest.mark.parametrize("crown", [False, True])
-def test_bound_gradients_match_finite_differences_eager_and_compiled(crown):
+@pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn")])
+def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which):
     rng = np.random.default_rng(5)
-    model = _mlp("float64", sizes=(6, 10, 8, 3), seed=2)
-    x = rng.uniform(0.1, 0.9, (5, 6))
+    if which == "mlp":
+        model, shape = _mlp("float64", sizes=(6, 10, 8, 3), seed=2), (5, 6)
+    else:
+        model, shape = _tiny_cnn(), (5, 1, 4, 4)
+    x = rng.uniform(0.1, 0.9, shape)
     y = rng.integers(0, 3, 5)
     eps = 0.05
     grads = {}
@@ -174,7 +220,7 @@ def test_bound_gradients_match_finite_differences_eager_and_compiled(crown):
     checked = 0
     for p in params:
         flat = p.value.reshape(-1)
-        for j in rng.choice(flat.size, size=min(4, flat.size), replace=False):
+        for j in rng.choice(flat.size, size=min(8, flat.size), replace=False):
             old = flat[j]
             flat[j] = old + h
             up = _numeric_loss(model, x, y, eps, crown, 0.5)
