@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from torchlean import checkpoint, cli, nn, optim
-from torchlean.bounds import box, compute_bounds, margin_spec
+from torchlean.bounds import _graph_and_consts, box, compute_bounds, margin_spec
 from torchlean.bounds import differentiable as D
 from torchlean.bounds.certified_training import (
     CertifiedConfig,
@@ -21,7 +21,6 @@ from torchlean.bounds.certified_training import (
     clip_grad_norm,
     smooth_ramp,
 )
-from torchlean.bounds import _graph_and_consts
 from torchlean.bounds.engine import Propagation, UnsupportedOpError
 from torchlean.cli import certified as cli_certified
 from torchlean.cli.common import blas_threads
