@@ -408,9 +408,10 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     dom = _batched(dominated, batch)
     coeff = pos + neg * dom
     bias = _dot(neg * (1.0 - dom), _batched(top, batch), batch, k)
-    spread = F.apply("broadcast_to", F.reshape(coeff, (batch, k, c, ho, 1, wo, 1)),
-                     shape=(batch, k, c, ho, kernel[0], wo, kernel[1]))
-    spread = F.reshape(spread, (batch, k, c, h, w)) * _batched(chosen, batch)
+    # each window's coefficient goes to its chosen entry: (B,K,C,Ho,1,Wo,1) * (B,1,C,Ho,kh,Wo,kw)
+    spread = (F.reshape(coeff, (batch, k, c, ho, 1, wo, 1))
+              * F.reshape(chosen, (batch, 1, c, ho, kernel[0], wo, kernel[1])))
+    spread = F.reshape(spread, (batch, k, c, h, w))
     return [(x_id, spread)], bias
 
 
