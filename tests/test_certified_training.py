@@ -405,6 +405,7 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     (["--certified", "ibp", "--eps", "0.1", "--eps-schedule", "10"], "--eps-schedule"),
     (["--certified", "ibp", "--eps", "0.1", "--eps-schedule", "50,20"], "exceed"),
     (["--certified", "ibp", "--eps", "0.1", "--kappa", "2"], "--kappa"),
+    (["--certified", "ibp", "--eps", "0.1", "--certified-init", "xavier"], "--certified-init"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])
