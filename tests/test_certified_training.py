@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from torchlean import checkpoint, cli, nn, optim
-from torchlean.bounds import box, compute_bounds, margin_spec
+from torchlean.bounds import _graph_and_consts, box, compute_bounds, margin_spec
 from torchlean.bounds import differentiable as D
 from torchlean.bounds.certified_training import (
     CertifiedConfig,
@@ -21,7 +21,7 @@ from torchlean.bounds.certified_training import (
     clip_grad_norm,
     smooth_ramp,
 )
-from torchlean.bounds.engine import UnsupportedOpError
+from torchlean.bounds.engine import Propagation, UnsupportedOpError
 from torchlean.cli import certified as cli_certified
 from torchlean.cli.common import blas_threads
 from torchlean.engine import ops_interface as F
@@ -137,6 +137,48 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
         assert np.mean(mine >= ibp - 1e-12) > 0.5
 
 
+def _crown_with_ibp_intermediates(model, x, y, eps, classes):
+    """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
+    bounds: CROWN-IBP at beta = 1, by the certifier's own rules."""
+    c = compile_fn(lambda v: model(v), x.shape)
+    graph, consts, n_data = _graph_and_consts(c)
+    prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
+    for i, node in enumerate(graph.nodes):
+        if node.kind == "op":
+            prop.interval(i)
+    return prop.lower(graph.output, margin_spec(y, classes))
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.05])
+def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps):
+    """Convolutions and max pooling have backward rules: the CNN's CROWN-IBP bound is the
+    engine's CROWN over IBP intermediate bounds (same values in float64), tighter than IBP
+    on most margins, and below the margins at points of the ball."""
+    rng = np.random.default_rng(6)
+    model = _cnn()
+    x = rng.uniform(0, 1, (6, 1, 8, 8))
+    y = rng.integers(0, 5, 6)
+    mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+    ours = _without_true(mine, y)
+    ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+    np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-10)
+    assert np.all(ours >= ref)  # the engine's is rounded outward
+    ibp = _without_true(D.margin_lower_bounds(model, x, y, eps, dtype=np.float64), y)
+    assert np.mean(ours > ibp + 1e-9) > 0.5
+    c = compile_fn(lambda v: model(v), x.shape)
+    for _ in range(20):
+        z = np.clip(x + rng.uniform(-eps, eps, x.shape), 0, 1).astype(np.float32)
+        logits = np.asarray(c.forward(z), np.float64)
+        margins = _without_true(logits[np.arange(6), y][:, None] - logits, y)
+        assert np.all(ours <= margins + 1e-5)  # the float32 network's rounding
+
+
+def _tiny_cnn(dtype="float64", seed=3):
+    nn.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, dtype=dtype), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * 2 * 2, 3, dtype=dtype))
+
+
 def _loss_fn(model, crown, beta):
     def loss(owner, x, y, eps):
         lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta)
@@ -151,11 +193,14 @@ def _numeric_loss(model, x, y, eps, crown, beta):
                                                                        y].mean())
 
 
-@pytest.mark.parametrize("crown", [False, True])
-def test_bound_gradients_match_finite_differences_eager_and_compiled(crown):
+@pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn")])
+def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which):
     rng = np.random.default_rng(5)
-    model = _mlp("float64", sizes=(6, 10, 8, 3), seed=2)
-    x = rng.uniform(0.1, 0.9, (5, 6))
+    if which == "mlp":
+        model, shape = _mlp("float64", sizes=(6, 10, 8, 3), seed=2), (5, 6)
+    else:
+        model, shape = _tiny_cnn(), (5, 1, 4, 4)
+    x = rng.uniform(0.1, 0.9, shape)
     y = rng.integers(0, 3, 5)
     eps = 0.05
     grads = {}
@@ -174,7 +219,7 @@ def test_bound_gradients_match_finite_differences_eager_and_compiled(crown):
     checked = 0
     for p in params:
         flat = p.value.reshape(-1)
-        for j in rng.choice(flat.size, size=min(4, flat.size), replace=False):
+        for j in rng.choice(flat.size, size=min(8, flat.size), replace=False):
             old = flat[j]
             flat[j] = old + h
             up = _numeric_loss(model, x, y, eps, crown, 0.5)
@@ -220,16 +265,19 @@ def test_smooth_ramp_and_the_schedules():
     config = CertifiedConfig("crown-ibp", 0.1, warmup_epochs=2, ramp_epochs=4,
                              kappa=(1.0, 0.2))
     s = Schedule(config, steps_per_epoch=10)
-    assert [s.eps(k) for k in (0, 19)] == [0.0, 0.0]
-    assert s.eps(20) == pytest.approx(0.1 * smooth_ramp(1 / 40))
-    assert s.eps(59) == pytest.approx(0.1) and s.eps(500) == pytest.approx(0.1)
-    assert s.eps(39) == pytest.approx(0.1 * smooth_ramp(20 / 40))
-    assert s.beta(0) == 1.0 and s.beta(59) == pytest.approx(0.0, abs=1e-12)
-    assert s.beta(39) == pytest.approx(1 - smooth_ramp(0.5))
-    assert s.kappa(10) == 1.0 and s.kappa(39) == pytest.approx(1.0 - 0.8 * 0.5)
+    # the reference's SmoothedScheduler: 0 up to and including the ramp's first step
+    assert [s.eps(k) for k in (0, 19, 20)] == [0.0, 0.0, 0.0]
+    assert s.eps(21) == pytest.approx(0.1 * smooth_ramp(1 / 40))
+    assert s.eps(59) == pytest.approx(0.1 * smooth_ramp(39 / 40)) and s.eps(59) < 0.1
+    assert s.eps(60) == pytest.approx(0.1) and s.eps(500) == pytest.approx(0.1)
+    assert s.eps(39) == pytest.approx(0.1 * smooth_ramp(19 / 40))
+    assert s.beta(0) == 1.0 and s.beta(60) == pytest.approx(0.0, abs=1e-12)
+    assert s.beta(39) == pytest.approx(1 - smooth_ramp(19 / 40))
+    assert s.kappa(10) == 1.0 and s.kappa(40) == pytest.approx(1.0 - 0.8 * 0.5)
     assert s.kappa(80) == pytest.approx(0.2)
-    # the learning rate: halved every 10 epochs once the target is reached (after epoch 6)
-    assert [cli_certified.lr_after(config, 1.0, e) for e in (1, 6, 15, 16, 26)] == [
+    # the learning rate: halved for epochs 16, 26, ... once the target is reached in epoch 6
+    # (auto_LiRPA's StepLR stepped at the start of epochs 7, 8, ...)
+    assert [cli_certified.lr_after(config, 1.0, e) for e in (1, 6, 14, 15, 25)] == [
         1.0, 1.0, 1.0, 0.5, 0.25]
 
 
@@ -241,6 +289,8 @@ def test_smooth_ramp_and_the_schedules():
     ({"method": "ibp", "eps": 0.1, "kappa": (0.5, 2.0)}, "kappa"),
     ({"method": "ibp", "eps": 0.1, "grad_clip": 0}, "grad_clip"),
     ({"method": "ibp", "eps": 0.1, "clip": (1.0, 0.0)}, "clip"),
+    ({"method": "ibp", "eps": 0.1, "init": "xavier"}, "init"),
+    ({"method": "ibp", "eps": 0.1, "seed": -1}, "seed"),
 ])
 def test_config_checks_its_settings(kwargs, message):
     with pytest.raises(CertifiedTrainingError, match=message):
@@ -255,6 +305,47 @@ def test_clip_grad_norm():
     assert clip_grad_norm([a, b], 1.0) == pytest.approx(5.0)
     norm = np.sqrt(np.sum(a.grad.numpy() ** 2) + np.sum(b.grad.numpy() ** 2))
     assert norm == pytest.approx(1.0, rel=1e-5)
+
+
+def test_cnn_crown_ibp_steps_agree_eager_and_compiled_and_report_their_own_bounds():
+    """The fit hook on a tiny CNN in the CROWN-IBP phase: eager and compiled steps give the
+    same losses and gradients; the batch statistics come from the bounds the loss used (the
+    compiled graph's own node), equal to the rules run on arrays."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0, 1, (6, 1, 4, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    runs = {}
+    for backend in ("eager", "compiled"):
+        model = _tiny_cnn("float32")
+        hook = CertifiedTraining(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=0,
+                                                 ramp_epochs=2))
+        hook.bind(model, steps_per_epoch=2, backend=backend, dtype=np.float32)
+        hook.step_count = 1  # mid-ramp: 0 < beta < 1
+        loss = hook.step(x, y)
+        stats = hook.epoch_stats()
+        grads = [np.asarray(p.grad.numpy()) for p in model.parameters()]
+        runs[backend] = (loss, stats, grads)
+        beta = hook.schedule.beta(1)
+        assert 0 < beta < 1
+        lower = D.margin_lower_bounds(model, x, y, stats["eps"], beta=beta, crown=True)
+        assert stats["robust_loss"] == pytest.approx(loss, rel=1e-5)
+        others = _without_true(lower, y)
+        assert stats["verified_error"] == pytest.approx(np.mean(others.min(axis=1) <= 0))
+    (le, se, ge), (lc, sc, gc) = runs["eager"], runs["compiled"]
+    assert le == pytest.approx(lc, rel=1e-5) and se == pytest.approx(sc, rel=1e-5)
+    for a, b in zip(ge, gc, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_ibp_init_scales_every_weight_but_the_last():
+    model = _mlp(sizes=(40, 80, 60, 4))
+    last = np.array(model[4].weight.value)
+    CertifiedTraining(CertifiedConfig("ibp", 0.1, init="ibp", seed=3)).bind(
+        model, steps_per_epoch=1, backend="eager", dtype=np.float32)
+    for layer, fan_in in ((model[0], 40), (model[2], 80)):
+        w = np.asarray(layer.weight.value, np.float64)
+        assert w.std() == pytest.approx(np.sqrt(2 * np.pi) / fan_in, rel=0.1)
+    np.testing.assert_array_equal(model[4].weight.value, last)
 
 
 def _certified_fraction(model, x, y, eps):
@@ -314,6 +405,7 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     (["--certified", "ibp", "--eps", "0.1", "--eps-schedule", "10"], "--eps-schedule"),
     (["--certified", "ibp", "--eps", "0.1", "--eps-schedule", "50,20"], "exceed"),
     (["--certified", "ibp", "--eps", "0.1", "--kappa", "2"], "--kappa"),
+    (["--certified", "ibp", "--eps", "0.1", "--certified-init", "xavier"], "--certified-init"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])

@@ -46,6 +46,7 @@ __all__ = ["METHODS", "CertifiedConfig", "CertifiedTraining", "CertifiedTraining
            "Schedule", "clip_grad_norm", "smooth_ramp"]
 
 METHODS = ("ibp", "crown-ibp")
+INITS = ("default", "ibp")
 
 
 class CertifiedTrainingError(TorchLeanError):
@@ -65,6 +66,8 @@ class CertifiedConfig:
     grad_clip: float = 10.0
     mid: float = 0.25
     power: float = 4.0
+    init: str = "default"
+    seed: int = 0
 
     def __post_init__(self) -> None:
         where = "certified training"
@@ -94,6 +97,12 @@ class CertifiedConfig:
             raise CertifiedTrainingError(f"{where}: mid must lie in (0, 1), found {self.mid!r}")
         if not _number(self.power) or not self.power >= 1:
             raise CertifiedTrainingError(f"{where}: power must be >= 1, found {self.power!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise CertifiedTrainingError(f"{where}: seed must be an integer >= 0, found "
+                                         f"{self.seed!r}")
+        if self.init not in INITS:
+            raise CertifiedTrainingError(f"{where}: init must be one of {', '.join(INITS)}, "
+                                         f"found {self.init!r}")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -127,18 +136,19 @@ class Schedule:
         self.ramp = config.ramp_epochs * steps_per_epoch
 
     def progress(self, step: int) -> float:
-        """How far along the ramp ``step`` is: 0 during warm-up, 1 from the target on."""
-        if step < self.warmup:
-            return 0.0
+        """How far along the ramp ``step`` is: 0 up to the first step of the ramp (as the
+        reference's scheduler, whose ramp starts from 0 at that step), 1 from the target on."""
         if self.ramp == 0:
-            return 1.0
-        return min(1.0, (step - self.warmup + 1) / self.ramp)
+            return 0.0 if step < self.warmup else 1.0
+        return min(1.0, max(0.0, (step - self.warmup) / self.ramp))
 
     def eps(self, step: int) -> float:
-        if step < self.warmup:
+        if self.progress(step) == 0.0:
             return 0.0
         c = self.config
-        return c.eps * smooth_ramp(self.progress(step), c.mid, c.power)
+        # the switch to the straight line falls on a whole step, as the reference's
+        mid = int(self.ramp * c.mid) / self.ramp if self.ramp and int(self.ramp * c.mid) else c.mid
+        return c.eps * smooth_ramp(self.progress(step), mid, c.power)
 
     def kappa(self, step: int) -> float:
         k0, k1 = self.config.kappa
@@ -147,6 +157,18 @@ class Schedule:
     def beta(self, step: int) -> float:
         """CROWN-IBP's weight of the CROWN bound: ``1 - eps_t / eps``."""
         return max(0.0, 1.0 - self.eps(step) / self.config.eps)
+
+
+def ibp_init(model: Any, seed: int) -> None:
+    """Shi et al. 2021's initialisation for IBP training: every weight matrix or kernel but the
+    last drawn from N(0, 2 pi / fan_in^2), so that an interval's width keeps its size through
+    a layer at initialisation instead of growing with the width (biases unchanged)."""
+    rng = np.random.default_rng(seed)
+    weights = [p for p in model.parameters() if len(p.shape) >= 2]
+    for p in weights[:-1]:
+        fan_in = int(np.prod(p.shape[1:]))
+        std = math.sqrt(2.0 * math.pi) / fan_in
+        p.assign(rng.normal(0.0, std, p.shape).astype(p.value.dtype))
 
 
 def clip_grad_norm(params: list[Any], max_norm: float) -> float:
@@ -184,11 +206,14 @@ class CertifiedTraining:
         self._bound = False
         self._last: dict[str, float] = {}
         self._epoch = np.zeros(3)  # robust loss sum, verified errors, examples
+        self._traced_lower: Any = None  # the bounds' ref in the graph being traced
 
     def bind(self, model: Any, steps_per_epoch: int, backend: str, dtype: Any,
              device: str = "cpu", check_finite: bool = False) -> None:
         self.model = model
         self.schedule = Schedule(self.config, steps_per_epoch)
+        if self.config.init == "ibp" and self.step_count == 0:
+            ibp_init(model, self.config.seed)
         self.params = list(model.parameters())
         opts = Options(backend=backend, dtype=np.dtype(dtype).name, check_finite=check_finite,
                        device=device)
@@ -203,6 +228,7 @@ class CertifiedTraining:
             def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
                                             clip=clip)
+                self._traced_lower = lower  # its node: the batch statistics read its value
                 rob = robust_cross_entropy(lower, y)
                 if not mixed:
                     return rob
@@ -215,6 +241,11 @@ class CertifiedTraining:
         if crown:
             self._steppers["crown-ibp"] = Stepper(robust(True), opts)
         self.dtype = np.dtype(dtype)
+        # Compiled on the host: run the graph here, so the bounds the loss was computed from
+        # give the batch statistics too (no second bound pass). Otherwise: the stepper, and
+        # the statistics from the rules run again on arrays.
+        self._direct = backend == "compiled" and device == "cpu" and not check_finite
+        self._lower_ids: dict[int, int] = {}
         self._bound = True
 
     def _phase(self, eps: float, beta: float) -> str:
@@ -234,22 +265,51 @@ class CertifiedTraining:
         y_float = labels.astype(self.dtype)
         inputs = [x, y_float] if phase == "natural" else [
             x, y_float, *(np.asarray(v, dtype=self.dtype) for v in (eps, kappa, beta))]
-        value, pairs = self._steppers[phase].value_and_grads(inputs, extra_key=self.model.training)
+        stepper = self._steppers[phase]
+        lower = None
+        if self._direct:
+            value, pairs, lower = self._run_compiled(stepper, inputs, phase)
+        else:
+            value, pairs = stepper.value_and_grads(inputs, extra_key=self.model.training)
         for p, g in pairs:
             if g is not None:
                 p.accumulate_grad(g)
         if math.isfinite(self.config.grad_clip):
             clip_grad_norm(self.params, self.config.grad_clip)
-        self._batch_stats(np.asarray(x), labels, eps, beta)
+        self._batch_stats(np.asarray(x), labels, eps, beta, lower)
         self.step_count += 1
         return float(to_host(value))
 
-    def _batch_stats(self, x: Any, labels: Any, eps: float, beta: float) -> None:
-        """Robust loss and verified error of the batch, from the same bound rules run on arrays
-        (before this step's update, as the loss)."""
-        crown = self.config.method == "crown-ibp" and beta > 0
-        lower = margin_lower_bounds(self.model, x.astype(self.dtype), labels, eps, beta=beta,
-                                    crown=crown, clip=self.config.clip, dtype=self.dtype)
+    def _run_compiled(self, stepper: Stepper, inputs: list[Any], phase: str
+                      ) -> tuple[Any, list[tuple[Any, Any]], Any]:
+        """The loss, parameter gradients and (robust phases) the margins' lower bounds, from
+        one run of the phase's compiled graph on the host (the stepper's graph, traced once per
+        input shape; its nodes are read where it records them)."""
+        xs = [np.asarray(v, dtype=self.dtype) for v in inputs]
+        c = stepper.compiled_for(xs, self.model.training)
+        if id(c) not in self._lower_ids and self._traced_lower is not None:
+            self._lower_ids[id(c)] = self._traced_lower.id
+            self._traced_lower = None
+        g = c.graph
+        values = g.evaluate(g.check_inputs("certified training step",
+                                           xs + [p.array for p in g.params]), np)
+        grads = g.backprop(values, g.output, np.ones((), dtype=self.dtype))
+        first = len(xs)
+        pairs = [(p, grads[g.inputs[first + k]] if p.requires_grad else None)
+                 for k, p in enumerate(g.params)]
+        lower_id = self._lower_ids.get(id(c)) if phase != "natural" else None
+        return values[g.output], pairs, None if lower_id is None else values[lower_id]
+
+    def _batch_stats(self, x: Any, labels: Any, eps: float, beta: float,
+                     lower: Any = None) -> None:
+        """Robust loss and verified error of the batch from the bounds the loss used (before
+        this step's update); at eps 0, or off the host graph, from the same bound rules run
+        on arrays."""
+        if lower is None:
+            crown = self.config.method == "crown-ibp" and beta > 0
+            lower = margin_lower_bounds(self.model, x.astype(self.dtype), labels, eps,
+                                        beta=beta, crown=crown, clip=self.config.clip,
+                                        dtype=self.dtype)
         lower = np.asarray(lower, dtype=np.float64)
         shifted = -lower - (-lower).max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))

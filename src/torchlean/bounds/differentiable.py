@@ -16,9 +16,12 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
 * CROWN-IBP (Zhang et al. 2020): IBP bounds for every intermediate node, then one CROWN backward
   pass from the margins to the input with the relu relaxations those bounds give (upper: the
   chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
+  The pass goes through linear layers, 2-D convolutions (their adjoint), reshapes, sums, relus
+  and 2-D max pooling with tiling windows (the numeric engine's relaxation); in float64 it
+  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests).
 
-Nodes that have no backward (CROWN) handler, max pooling for instance, are concretised with their
-IBP interval where the backward pass meets them (still a valid bound, looser).
+Nodes that have no backward (CROWN) handler are concretised with their IBP interval where the
+backward pass meets them (still a valid bound, looser).
 
 NOT SOUND UNDER ROUND-OFF. These bounds are a training signal: they are computed in the working
 precision (float32 in training) with no outward rounding, so they can be a few ulps tighter than
@@ -341,8 +344,80 @@ def _bw_relu(a: Value, node: Any, states: list[State | None], batch: int, k: int
     return [(x_id, coeff)], _dot(neg, intercept, batch, k)
 
 
+def _pair(value: Any) -> tuple[int, int]:
+    t = tuple(int(v) for v in np.ravel(value))
+    return (t[0], t[0]) if len(t) == 1 else (t[0], t[1])
+
+
+def _bw_conv(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+             ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    """Through a 2-D convolution: the coefficients go back by its adjoint (the transposed
+    convolution with the same kernel), the bias adds ``sum(a * b)``."""
+    w_id, b_id, x_id = node.parents
+    w, b = states[w_id], states[b_id]
+    if not isinstance(w, Point) or not isinstance(b, Point) or len(node.shape) != 4:
+        return [], None
+    x_shape = states_shape(states, x_id, node)
+    c_out, h_out, w_out = node.shape[1:]
+    kh, kw = tuple(w.value.shape)[2:]
+    s, pad = _pair(node.attrs.get("stride", 1)), _pair(node.attrs.get("padding", 0))
+    # the rows the stride skips at the far end come back as output padding
+    extra = (x_shape[1] - ((h_out - 1) * s[0] - 2 * pad[0] + kh),
+             x_shape[2] - ((w_out - 1) * s[1] - 2 * pad[1] + kw))
+    flat = F.reshape(a, (batch * k, c_out, h_out, w_out))
+    back = F.apply("conv_transpose_core", w.value, flat, stride=s, padding=pad,
+                   output_padding=extra)
+    per_channel = F.reduce_sum(F.reshape(a, (batch * k, c_out, h_out * w_out)), axis=2)
+    bias = F.reshape(F.matmul(per_channel, F.reshape(b.value, (c_out, 1))), (batch, k))
+    return [(x_id, F.reshape(back, (batch, k, *x_shape)))], bias
+
+
+_NOT_SELECTED = 1e30  # pushes a window's selected entry below every other upper bound
+
+
+def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+                 ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    """Through a 2-D max pooling with windows tiling the input (the numeric engine's relaxation,
+    auto_LiRPA's at its initial slopes): ``max >= x_j``, ``j`` the window's entry of greatest
+    lower bound (first in row-major order); ``max <= x_j`` where ``j`` dominates the window
+    (its lower bound >= every other entry's upper bound), else ``max <= the window's top upper
+    bound``. The choice of ``j`` and the dominance are piecewise constant: no gradient."""
+    (x_id,) = node.parents
+    x = states[x_id]
+    if not isinstance(x, Box):
+        return [], None
+    x_shape = tuple(tuple(x.lo.shape)[1:])
+    kernel = _pair(node.attrs["kernel_size"])
+    stride = node.attrs.get("stride")
+    if (len(x_shape) != 3 or (stride is not None and _pair(stride) != kernel)
+            or _pair(node.attrs.get("padding", 0) or 0) != (0, 0)
+            or x_shape[1] % kernel[0] or x_shape[2] % kernel[1]):
+        return [], None
+    c, h, w = x_shape
+    ho, wo = h // kernel[0], w // kernel[1]
+    geom = {"kernel_size": kernel, "stride": kernel, "padding": (0, 0)}
+    lo, hi = F.detach(x.lo), F.detach(x.hi)
+    ones = ctx.const(np.ones((batch, c, ho, wo)))
+    chosen = F.apply("max_pool_backward", lo, ones, **geom)  # one-hot of j per window
+    pool = {"kernel_size": kernel, "stride": kernel}
+    best_lo = F.apply("max_pool2d", lo, **pool)
+    others_hi = F.apply("max_pool2d", hi - chosen * _NOT_SELECTED, **pool)
+    dominated = 1.0 - F.positive_mask(others_hi - best_lo)  # lo_j >= every other hi
+    top = F.apply("max_pool2d", x.hi, **pool)  # the pooled node's IBP upper bound
+    pos, neg = _pos_neg(a)
+    dom = _batched(dominated, batch)
+    coeff = pos + neg * dom
+    bias = _dot(neg * (1.0 - dom), _batched(top, batch), batch, k)
+    # each window's coefficient goes to its chosen entry: (B,K,C,Ho,1,Wo,1) * (B,1,C,Ho,kh,Wo,kw)
+    spread = (F.reshape(coeff, (batch, k, c, ho, 1, wo, 1))
+              * F.reshape(chosen, (batch, 1, c, ho, kernel[0], wo, kernel[1])))
+    spread = F.reshape(spread, (batch, k, c, h, w))
+    return [(x_id, spread)], bias
+
+
 BACKWARD_RULES.update({"linear": _bw_linear, "reshape": _bw_reshape, "flatten": _bw_reshape,
-                       "add": _bw_add, "sub": _bw_sub, "scale": _bw_scale, "relu": _bw_relu})
+                       "add": _bw_add, "sub": _bw_sub, "scale": _bw_scale, "relu": _bw_relu,
+                       "conv2d": _bw_conv, "max_pool2d": _bw_max_pool})
 
 
 def spec_lower_bounds(graph: Any, states: list[State | None], spec: Value, crown: bool,

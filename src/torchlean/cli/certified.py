@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..bounds.certified_training import METHODS, CertifiedConfig, CertifiedTrainingError
+from ..bounds.certified_training import INITS, METHODS, CertifiedConfig, CertifiedTrainingError
 
 RECIPE = {"epochs": 60, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"}
 LR_HALVING_EPOCHS = 10
@@ -37,6 +37,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "to END over the ramp (default 0: the robust loss alone)")
     g.add_argument("--grad-clip", type=_positive, default=10.0,
                    help="clip the gradients' global norm (default 10)")
+    g.add_argument("--certified-init", choices=INITS, default="default",
+                   help="initial weights: the model's default, or ibp (Shi et al. 2021: "
+                        "N(0, 2 pi / fan_in^2) for every layer but the last)")
 
 
 def _positive(text: str) -> float:
@@ -92,14 +95,17 @@ def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None
         raise CertifiedTrainingError(f"--kappa: weights must lie in [0, 1], found {args.kappa!r}")
     return CertifiedConfig(args.certified, float(args.eps), warmup_epochs=warmup,
                            ramp_epochs=ramp, kappa=(kappa[0], kappa[-1]),
-                           grad_clip=float(args.grad_clip))
+                           grad_clip=float(args.grad_clip), init=args.certified_init,
+                           seed=int(args.seed))
 
 
 def lr_after(config: CertifiedConfig, base_lr: float, epoch: int) -> float:
-    """The learning rate for the epoch after ``epoch``: ``base_lr``, halved every 10 epochs
-    once the ramp has reached the target (auto_LiRPA's step decay)."""
+    """The learning rate for the epoch after ``epoch`` (epochs count from 1): ``base_lr``,
+    halved every 10 epochs once the ramp has reached the target, as auto_LiRPA's recipe (its
+    StepLR steps at the start of each epoch after the target is reached, so with the target
+    reached in epoch ``T`` the rate halves for epochs ``T + 10``, ``T + 20``, ...)."""
     at_target = config.warmup_epochs + config.ramp_epochs
-    return base_lr * 0.5 ** max(0, (epoch - at_target) // LR_HALVING_EPOCHS)
+    return base_lr * 0.5 ** max(0, (epoch + 1 - at_target) // LR_HALVING_EPOCHS)
 
 
 def epoch_fields(extra: dict[str, float]) -> str:

@@ -115,13 +115,15 @@ def _conv_weight_grad(a: Any, b: Any, kernel: Any, stride: Any = 1, padding: Any
     s, p = axes_tuple(stride, d), axes_tuple(padding, d)
     ab, _ = _batched(a, d)
     bb, _ = _batched(b, d)
-    cols, _ = _im2col(bb, kernel, s, p)  # (N, B * K, P)
     n, ca = ab.shape[0], ab.shape[1]
-    a2 = ab.reshape(n, ca, size(ab.shape[2:]))  # not -1: N may be 0
     if n == 1:
-        dw = a2[0] @ cols[0].T
+        cols, _ = _im2col(bb, kernel, s, p)  # (1, B * K, P)
+        dw = ab.reshape(ca, size(ab.shape[2:])) @ cols[0].T
     else:
-        dw = namespace_of(a2).matmul(a2, cols.transpose(0, 2, 1)).sum(axis=0)
+        # The whole batch as one GEMM (one small GEMM per image is several times slower).
+        rows, _ = _im2col_rows(bb, kernel, s, p)  # (B * K, N * P)
+        a2 = ab.reshape(n, ca, size(ab.shape[2:])).swapaxes(0, 1).reshape(ca, rows.shape[1])
+        dw = a2 @ rows.T
     return dw.reshape((ca, bb.shape[1]) + kernel)
 
 

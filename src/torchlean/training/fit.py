@@ -65,6 +65,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     examples_per_second: float = 0.0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time in the epoch's training (shared machines)
     extra: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -303,7 +304,7 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
             saved, saved_epoch = anomaly.snapshot(params), epoch
         model.train()
         data = train_data.shuffle(seed + epoch) if shuffle else train_data
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         total, seen = 0.0, 0
         batches = _progress(data.batches(batch_size), -(-len(data) // batch_size),
                             f"epoch {epoch}/{epochs}", progress)
@@ -333,7 +334,8 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                 break
         seconds = time.perf_counter() - start
         record = EpochMetrics(epoch, total / max(seen, 1), seconds=seconds,
-                              examples_per_second=seen / seconds if seconds > 0 else 0.0)
+                              examples_per_second=seen / seconds if seconds > 0 else 0.0,
+                              cpu_seconds=time.process_time() - cpu_start)
         if test_data is not None:
             result = evaluate(model, loss_fn, test_data, backend=backend, dtype=dtype,
                               metrics=metrics, _stepper=stepper, device=stepper.device)
