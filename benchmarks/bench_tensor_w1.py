@@ -38,7 +38,7 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 def tl_step(xa: np.ndarray, ya: np.ndarray) -> Any:
     x = tl.tensor(xa, requires_grad=True)
     y = tl.tensor(ya, requires_grad=True)
-    chain(x, y, lambda t: t.relu(), lambda t: t.tanh()).backward()
+    chain(x, y, tl.Tensor.relu, tl.Tensor.tanh).backward()  # h.relu(), h.tanh()
     return x.grad, y.grad
 
 
