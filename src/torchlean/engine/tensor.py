@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.autodiff import reverse_plan, run_reverse
+from ..core.autodiff import Step, run_reverse
 from ..core.backend import (
     DEVICES,
     check_device,
@@ -75,7 +75,6 @@ from ..core.errors import (
     device_mismatch,
 )
 from ..core.kernels import array_on, run_checked
-from ..core.node import Node
 from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
@@ -430,7 +429,7 @@ class Tensor(Ref):
             seed = _leaf(seed)
         leaves_and_grads = _reverse([self], [seed], create_graph, retain_graph or create_graph)
         for t, g in leaves_and_grads:
-            if t.is_leaf and t.requires_grad:
+            if t._op is None and t.requires_grad:  # a leaf (``is_leaf``, without the property)
                 _accumulate(t, g)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
@@ -465,49 +464,48 @@ class Tensor(Ref):
         if self.dtype.kind == "f":
             kind = type(other)
             if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
-                return RECORDER.record(_ADD, (self, other), {})
+                return _record2(_ADD, self, other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
+                return _record_c(_ADD_SCALAR, self, float(other))
         return _promoted("add", self, other)
 
     def __radd__(self, other: Any) -> Tensor:  # type: ignore[override]
         if self.dtype.kind == "f":
             kind = type(other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                return RECORDER.record(_ADD_SCALAR, (self,), {"c": float(other)})
+                return _record_c(_ADD_SCALAR, self, float(other))
         return _promoted("add", other, self)
 
     def __sub__(self, other: Any) -> Tensor:  # type: ignore[override]
         if self.dtype.kind == "f":
             kind = type(other)
             if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
-                return RECORDER.record(_SUB, (self, other), {})
+                return _record2(_SUB, self, other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                return RECORDER.record(_ADD_SCALAR, (self,), {"c": -float(other)})
+                return _record_c(_ADD_SCALAR, self, -float(other))
         return _promoted("sub", self, other)
 
     def __rsub__(self, other: Any) -> Tensor:  # type: ignore[override]
         if self.dtype.kind == "f":
             kind = type(other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                negated = RECORDER.record(_SCALE, (self,), {"c": -1.0})
-                return RECORDER.record(_ADD_SCALAR, (negated,), {"c": float(other)})
+                return _record_c(_ADD_SCALAR, _record_c(_SCALE, self, -1.0), float(other))
         return _promoted("sub", other, self)
 
     def __mul__(self, other: Any) -> Tensor:  # type: ignore[override]
         if self.dtype.kind == "f":
             kind = type(other)
             if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
-                return RECORDER.record(_MUL, (self, other), {})
+                return _record2(_MUL, self, other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
+                return _record_c(_SCALE, self, float(other))
         return _promoted("mul", self, other)
 
     def __rmul__(self, other: Any) -> Tensor:  # type: ignore[override]
         if self.dtype.kind == "f":
             kind = type(other)
             if kind is int or (kind is float and other - other == 0.0):  # finite
-                return RECORDER.record(_SCALE, (self,), {"c": float(other)})
+                return _record_c(_SCALE, self, float(other))
         return _promoted("mul", other, self)
 
     def __truediv__(self, other: Any) -> Tensor:  # type: ignore[override]
@@ -516,7 +514,7 @@ class Tensor(Ref):
             if (kind is Tensor or isinstance(other, Tensor)) and other.dtype is self.dtype:
                 return Ref.__truediv__(self, other)  # type: ignore[return-value]
             if (kind is int or kind is float) and other != 0 and math.isfinite(1.0 / other):
-                return RECORDER.record(_SCALE, (self,), {"c": 1.0 / other})
+                return _record_c(_SCALE, self, 1.0 / other)
         return _promoted("div", self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:  # type: ignore[override]
@@ -670,7 +668,7 @@ class Tensor(Ref):
         return _leaf(self._value.astype(get_default_dtype()))
 
     def exp(self) -> Tensor:  # type: ignore[override]
-        return RECORDER.record(_EXP, (self._float_input("exp"),), {})
+        return _record1(_EXP, self._float_input("exp"))
 
     def log(self) -> Tensor:  # type: ignore[override]
         return _unary("log", self._float_input("log"))
@@ -679,10 +677,10 @@ class Tensor(Ref):
         return _unary("sqrt", self._float_input("sqrt"))
 
     def tanh(self) -> Tensor:  # type: ignore[override]
-        return RECORDER.record(_TANH, (self._float_input("tanh"),), {})
+        return _record1(_TANH, self._float_input("tanh"))
 
     def sigmoid(self) -> Tensor:  # type: ignore[override]
-        return RECORDER.record(_SIGMOID, (self._float_input("sigmoid"),), {})
+        return _record1(_SIGMOID, self._float_input("sigmoid"))
 
     def sin(self) -> Tensor:
         return _unary("sin", self._float_input("sin"))
@@ -754,7 +752,7 @@ class Tensor(Ref):
     def relu(self) -> Tensor:  # type: ignore[override]
         if self.dtype.kind != "f":
             return _leaf(np.maximum(self._value, 0).astype(self.dtype))
-        return RECORDER.record(_RELU, (self,), {})
+        return _record1(_RELU, self)
 
     def abs(self) -> Tensor:  # type: ignore[override]
         if self.dtype.kind != "f":
@@ -1360,9 +1358,9 @@ def _matmul(a: Any, b: Any) -> Tensor:
 
 def _unary(op: str, x: Tensor) -> Tensor:
     if op == "sin":
-        return RECORDER.record(TP.SIN, (x,), {})
+        return _record1(TP.SIN, x)
     if op == "cos":
-        return RECORDER.record(TP.COS, (x,), {})
+        return _record1(TP.COS, x)
     if op == "log":
         return RECORDER.record(TP.LOG, (x,), {})
     if op == "sqrt":
@@ -1829,6 +1827,48 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
     return sorted(seen.values(), key=lambda t: t._id)
 
 
+def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | None]:
+    """``autodiff.reverse_plan`` of the tensors ``nodes`` (in creation order; ``position`` maps
+    ``id(tensor)`` to its index), built straight from the tensors: ``reverse_step`` spelled out
+    for one and two parents without a ``Node`` view per tensor (the view cost as much as the
+    step). The same ``Primitive.vjp_rule`` decides every rule; a test keeps this equal to
+    ``reverse_plan`` over ``Node`` views."""
+    plan: list[Step | None] = []
+    append = plan.append
+    for i, t in enumerate(nodes):  # once per tensor of every backward
+        op = t._op
+        if op is None or op.nondiff or not t.requires_grad:
+            append(None)
+            continue
+        ps = t._parents
+        arity = len(ps)
+        if arity == 1:
+            a = ps[0]
+            p0 = position[id(a)]
+            parents: tuple[int, ...] = (p0,)
+            needed: tuple[bool, ...] = (a.requires_grad,)
+            targets: tuple[tuple[int, int], ...] = ((0, p0),) if a.requires_grad else ()
+            reduce = op.broadcasting and a.shape != t.shape
+        elif arity == 2:
+            a, b = ps
+            p0, p1 = position[id(a)], position[id(b)]
+            parents = (p0, p1)
+            needed = (a.requires_grad, b.requires_grad)
+            if a.requires_grad:
+                targets = ((0, p0), (1, p1)) if b.requires_grad else ((0, p0),)
+            else:
+                targets = ((1, p1),) if b.requires_grad else ()
+            reduce = op.broadcasting and (a.shape != t.shape or b.shape != t.shape)
+        else:
+            parents = tuple([position[id(p)] for p in ps])
+            needed = tuple([p.requires_grad for p in ps])
+            targets = tuple([(k, q) for k, q in enumerate(parents) if needed[k]])
+            reduce = op.broadcasting and any(p.shape != t.shape for p in ps)
+        rule, kwargs = op.vjp_rule(t._attrs, needed, bool(reduce))
+        append((i, rule, kwargs, parents, targets))
+    return plan
+
+
 def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
              retain_graph: bool) -> list[tuple[Tensor, Any]]:
     """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``."""
@@ -1837,23 +1877,11 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
     position = {id(t): k for k, t in enumerate(nodes)}
-    views = []
-    for t in nodes:  # once per tensor of every backward: one and two parents spelled out
-        ps = t._parents
-        if not ps:
-            parents: tuple[int, ...] = ()
-        elif len(ps) == 1:
-            parents = (position[id(ps[0])],)
-        elif len(ps) == 2:
-            parents = (position[id(ps[0])], position[id(ps[1])])
-        else:
-            parents = tuple([position[id(p)] for p in ps])
-        views.append(Node(t._op, parents, t._attrs, t.requires_grad, t.shape))
     # The driver starts from one output; with several (autograd.grad), run it once per output
     # over the same plan and add the cotangents (outputs are few, usually one).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
     values: list[Any] = nodes if create_graph else [t._value for t in nodes]
-    plan = reverse_plan(views)
+    plan = _plan_of(nodes, position)
     total: list[Any] = [None] * len(nodes)
     for out, seed in zip(outputs, seeds, strict=True):
         if not out.requires_grad:
@@ -2047,6 +2075,50 @@ def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
 
 
 RECORDER = _Recorder()
+
+
+# The per-op hot path of the operators and the unary methods: ``RECORDER.record`` spelled out
+# for float host tensors (the caller has checked the float dtype, and for two inputs that they
+# share it), so no input list, no attribute check, no device scan. The same checks and kernels
+# run (the shape rule, then the forward); anything else (a device array) takes ``record``.
+def _record1(prim: Primitive, x: Tensor) -> Tensor:
+    """``RECORDER.record(prim, (x,), {})`` for an attribute-free op of a float tensor."""
+    v = x._value
+    if type(v) is not np.ndarray:
+        return RECORDER.record(prim, (x,), {})
+    prim.infer(v.shape)
+    out = prim.forward(v)
+    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+        return Tensor._result(out, prim, (x,), {})
+    return Tensor._result(out, None, (), {})
+
+
+def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
+    """``RECORDER.record(prim, (a, b), {})`` for float tensors of one dtype."""
+    va = a._value
+    vb = b._value
+    if type(va) is not np.ndarray or type(vb) is not np.ndarray:
+        return RECORDER.record(prim, (a, b), {})
+    prim.infer(va.shape, vb.shape)
+    out = prim.forward(va, vb)
+    if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
+        return Tensor._result(out, prim, (a, b), {})
+    return Tensor._result(out, None, (), {})
+
+
+def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
+    """``RECORDER.record(prim, (x,), {"c": c})`` for a float tensor and a finite float ``c``
+    (the caller has checked it: the attribute's kind, a finite real, holds)."""
+    v = x._value
+    if type(v) is not np.ndarray:
+        return RECORDER.record(prim, (x,), {"c": c})
+    prim.infer(v.shape, c=c)
+    out = prim.forward(v, c=c)
+    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+        return Tensor._result(out, prim, (x,), {"c": c})
+    return Tensor._result(out, None, (), {})
+
+
 _EXP = REGISTRY["exp"]
 _ADD = REGISTRY["add"]
 _SUB = REGISTRY["sub"]
