@@ -164,30 +164,26 @@ def test_sgd_updates_a_plain_leaf_tensor() -> None:
         assert np.allclose(x.detach().numpy(), [0.8, -1.6])
 
 
-class Cube(autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, k: float) -> Any:
-        ctx.save_for_backward(x)
-        ctx.k = k
-        return x * x * x * k
+def _cube_function(base: Any) -> Any:
+    """The same user-written autograd.Function, derived from torchlean's or torch's base."""
 
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        (x,) = ctx.saved_tensors
-        return grad * 3 * x * x * ctx.k, None
+    class Cube(base):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def forward(ctx: Any, x: Any, k: float) -> Any:
+            ctx.save_for_backward(x)
+            ctx.k = k
+            return x * x * x * k
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (x,) = ctx.saved_tensors
+            return grad * 3 * x * x * ctx.k, None
+
+    return Cube
 
 
-class TorchCube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, k: float) -> Any:
-        ctx.save_for_backward(x)
-        ctx.k = k
-        return x * x * x * k
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        (x,) = ctx.saved_tensors
-        return grad * 3 * x * x * ctx.k, None
+Cube = _cube_function(autograd.Function)
+TorchCube = _cube_function(torch.autograd.Function)
 
 
 def test_custom_autograd_function_matches_torch_and_is_refused_by_tracing() -> None:
