@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .errors import UnsupportedJvpError
-from .registry import Primitive, Rule
+from .registry import ARRAY_OPS, Primitive, Rule
 
 
 class NodeLike(Protocol):
@@ -47,6 +47,27 @@ class NodeLike(Protocol):
 # One reverse step: (node id, bound rule, its kwargs, parent ids, (input index, parent id) pairs
 # of the parents that receive gradient). ``None`` for nodes that pass no gradient.
 Step = tuple[int, Rule, dict[str, Any], tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+# Exact array rules: ``ARRAY_RULES[rule]`` computes what ``rule`` computes on the array
+# interpreter, with the same operations in the same order (the same bits), in fewer Python frames
+# and NumPy calls (``ops.fast.elementwise``: tanh's VJP in one frame and three calls, not six and
+# four). ``run_reverse`` runs them in place of the bound rule whenever ``ops`` is ``ARRAY_OPS``;
+# plans stay interpreter-independent, and every other interpreter (a graph builder, a tracer, an
+# anomaly check) runs the reference rule. Each one falls back to its reference on arrays it does
+# not handle (another dtype, a device array).
+ARRAY_RULES: dict[Rule, Rule] = {}
+
+
+def register_array_rule(reference: Rule, exact: Rule) -> None:
+    """Run ``exact`` for the bound rule ``reference`` on the array interpreter (see above)."""
+    if reference in ARRAY_RULES:
+        raise TypeError(f"an exact array rule for {getattr(reference, '__qualname__', reference)}"
+                        " is already registered")
+    ARRAY_RULES[reference] = exact
+
+
+_NO_RULES: dict[Rule, Rule] = {}
 
 
 def reverse_step(nodes: Sequence[NodeLike], i: int) -> Step | None:
@@ -114,6 +135,7 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
         return grads
     grads[out_id] = seed
     add = ops.add
+    exact = ARRAY_RULES if ops is ARRAY_OPS else _NO_RULES
     # The per-node hot loop of every reverse pass: no comprehension (a call each in 3.11) for
     # the usual one or two parents, and no keyword expansion for rules without attributes.
     for i in range(out_id, -1, -1):
@@ -126,6 +148,7 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
                 on_leaf(i, g)
             continue
         _, rule, kwargs, parents, targets = step
+        rule = exact.get(rule, rule)
         arity = len(parents)
         if arity == 1:
             ins = [values[parents[0]]]

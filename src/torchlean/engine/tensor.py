@@ -47,6 +47,7 @@ import functools
 import inspect
 import itertools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -1804,15 +1805,18 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
     rules read their values)."""
     seen: dict[int, Tensor] = {}
     stack = [t for t in outputs if t.requires_grad]
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
+    pop = stack.pop
+    push = stack.append
+    while stack:  # once per tensor of every backward
+        t = pop()
+        key = id(t)
+        if key in seen:
             continue
         if t._freed:
             raise TapeError("backward: trying to backward through the graph a second time (or "
                             "after its values were freed); pass retain_graph=True to the first "
                             "backward if you need to")
-        seen[id(t)] = t
+        seen[key] = t
         vc = t._vc
         if vc is not None and vc[1] > t._id and t._op is not None and \
                 t._op.name not in OUTPUT_FREE:
@@ -1823,19 +1827,28 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
                                                      t._op.name not in INPUT_FREE):
                 raise _modified(p, t, vc)
             if id(p) not in seen:
-                stack.append(p)
-    return sorted(seen.values(), key=lambda t: t._id)
+                push(p)
+    nodes = list(seen.values())
+    nodes.sort(key=_CREATED)
+    return nodes
+
+
+_CREATED = operator.attrgetter("_id")
 
 
 def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | None]:
     """``autodiff.reverse_plan`` of the tensors ``nodes`` (in creation order; ``position`` maps
     ``id(tensor)`` to its index), built straight from the tensors: ``reverse_step`` spelled out
     for one and two parents without a ``Node`` view per tensor (the view cost as much as the
-    step). The same ``Primitive.vjp_rule`` decides every rule; a test keeps this equal to
-    ``reverse_plan`` over ``Node`` views."""
+    step). The same ``Primitive.vjp_rule`` decides every rule that it changes (a selective rule,
+    a broadcast cotangent to sum back); for the rest it returns the primitive's own ``vjp`` and
+    attributes, taken here without the call. A test keeps this equal to ``reverse_plan`` over
+    ``Node`` views."""
     plan: list[Step | None] = []
     append = plan.append
-    for i, t in enumerate(nodes):  # once per tensor of every backward
+    i = -1
+    for t in nodes:  # once per tensor of every backward
+        i += 1
         op = t._op
         if op is None or op.nondiff or not t.requires_grad:
             append(None)
@@ -1846,14 +1859,13 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | N
             a = ps[0]
             p0 = position[id(a)]
             parents: tuple[int, ...] = (p0,)
-            needed: tuple[bool, ...] = (a.requires_grad,)
             targets: tuple[tuple[int, int], ...] = ((0, p0),) if a.requires_grad else ()
             reduce = op.broadcasting and a.shape != t.shape
         elif arity == 2:
             a, b = ps
-            p0, p1 = position[id(a)], position[id(b)]
+            p0 = position[id(a)]
+            p1 = position[id(b)]
             parents = (p0, p1)
-            needed = (a.requires_grad, b.requires_grad)
             if a.requires_grad:
                 targets = ((0, p0), (1, p1)) if b.requires_grad else ((0, p0),)
             else:
@@ -1861,10 +1873,13 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | N
             reduce = op.broadcasting and (a.shape != t.shape or b.shape != t.shape)
         else:
             parents = tuple([position[id(p)] for p in ps])
-            needed = tuple([p.requires_grad for p in ps])
-            targets = tuple([(k, q) for k, q in enumerate(parents) if needed[k]])
+            targets = tuple([(k, q) for k, (q, p) in enumerate(zip(parents, ps, strict=True))
+                             if p.requires_grad])
             reduce = op.broadcasting and any(p.shape != t.shape for p in ps)
-        rule, kwargs = op.vjp_rule(t._attrs, needed, bool(reduce))
+        if reduce or op.selective:
+            rule, kwargs = op.vjp_rule(t._attrs, tuple([p.requires_grad for p in ps]), reduce)
+        else:  # what ``vjp_rule`` returns here (a differentiable op has a vjp)
+            rule, kwargs = op.vjp, t._attrs  # type: ignore[assignment]
         append((i, rule, kwargs, parents, targets))
     return plan
 

@@ -14,10 +14,15 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
 - ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
-  fused NumPy pass over them instead of recomputing the forward through primitives.
+  fused NumPy pass over them instead of recomputing the forward through primitives;
+- ``elementwise``: not fast kernels in this sense but *exact* array VJPs (tanh, relu, sigmoid,
+  exp, mul, sub): the reference rules' arithmetic in one frame, the same bits, registered with
+  ``autodiff.register_array_rule`` and run by the reverse driver on the array interpreter always
+  (they change no rounding, so they need no block and leave compiled graphs' generated code as
+  it was).
 
 Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one process) and
 described in each module, with the variants that lost.
 """
 
-from . import attention, conv, norm, pool  # noqa: F401  (attach the fast kernels)
+from . import attention, conv, elementwise, norm, pool  # noqa: F401  (attach the fast kernels)
