@@ -206,7 +206,7 @@ def test_multihead_attention_causal_and_mask_match_torch(path: str) -> None:
 def test_multihead_attention_rejects_bad_masks_and_sizes() -> None:
     with pytest.raises(TorchLeanError, match="divisible"):
         nn.MultiheadAttention(6, 4)
-    m = nn.MultiheadAttention(4, 2, **D)
+    m = nn.MultiheadAttention(4, 2, bias=False, **D)
     s = Session(Options(dtype="float64"))
     x = s.input(np.zeros((3, 4)))
     with pytest.raises(ShapeError, match="boolean"):
@@ -580,7 +580,7 @@ def test_state_dict_keys_match_torch() -> None:
                          nn.ConvTranspose2d(2, 1, 2, bias=False))
     theirs = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2),
                                  torch.nn.Flatten(), torch.nn.Linear(8, 4), torch.nn.LayerNorm(4),
-                                 torch.nn.MultiheadAttention(4, 2, bias=False),
+                                 torch.nn.MultiheadAttention(4, 2),
                                  torch.nn.Embedding(3, 4),
                                  torch.nn.ConvTranspose2d(2, 1, 2, bias=False))
     ours_state, theirs_state = ours.state_dict(), theirs.state_dict()

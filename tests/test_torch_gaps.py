@@ -255,3 +255,158 @@ def test_samplers_and_batch_sampler():
     assert len(loader) == 3
     with pytest.raises(tl.TorchLeanError, match="mutually exclusive"):
         DataLoader(ds, batch_size=2, batch_sampler=[[0]])
+
+
+# --- attention and the Transformer layers (torch's layout: a torch state dict loads) ---------
+
+def _load_perturbed(theirs, ours):
+    """The same weights on both sides: torch's, nudged so zero biases are exercised."""
+    state = {k: v.detach().numpy() + 0.05 * RNG.standard_normal(tuple(v.shape))
+             for k, v in theirs.state_dict().items()}
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    ours.load_state_dict(state)
+
+
+def _same_forward_backward(make, inputs, masks):
+    theirs, ours = make(torch).double().eval(), make(tl).double().eval()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    _load_perturbed(theirs, ours)
+    results = []
+    for m, module in ((torch, theirs), (tl, ours)):
+        xs = [m.tensor(a, requires_grad=True) for a in inputs]
+        out = module(*xs, **{k: m.tensor(v) for k, v in masks.items()})
+        out = out[0] if isinstance(out, tuple) else out
+        (out * out).sum().backward()
+        grads = dict((n, p.grad.numpy()) for n, p in module.named_parameters())
+        results.append((out.detach().numpy(), [x.grad.numpy() for x in xs], grads))
+    (a, ag, ap), (b, bg, bp) = results
+    np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11)
+    for g, h in zip(bg, ag, strict=True):
+        np.testing.assert_allclose(h, g, rtol=1e-9, atol=1e-11)
+    for name, g in ap.items():
+        np.testing.assert_allclose(bp[name], g, rtol=1e-9, atol=1e-11, err_msg=name)
+
+
+S, T, N, E = 5, 4, 3, 8
+SRC, TGT = RNG.standard_normal((S, N, E)), RNG.standard_normal((T, N, E))
+CAUSAL_S = np.triu(np.full((S, S), -np.inf), 1)
+CAUSAL_T = np.triu(np.full((T, T), -np.inf), 1)
+PAD = np.zeros((N, S), bool)
+PAD[0, -1] = PAD[2, -2:] = True
+
+TRANSFORMERS = {
+    "mha_cross_masks": (lambda m: m.nn.MultiheadAttention(E, 2), [TGT, SRC, SRC],
+                        {"attn_mask": np.triu(np.ones((T, S), bool), 1),
+                         "key_padding_mask": PAD}),
+    "mha_batch_first": (lambda m: m.nn.MultiheadAttention(E, 4, batch_first=True),
+                        [SRC.transpose(1, 0, 2)] * 3, {}),
+    "encoder_post_norm": (lambda m: m.nn.TransformerEncoder(
+        m.nn.TransformerEncoderLayer(E, 2, 16), 2), [SRC],
+        {"mask": CAUSAL_S, "src_key_padding_mask": PAD}),
+    "encoder_pre_norm_gelu": (lambda m: m.nn.TransformerEncoder(
+        m.nn.TransformerEncoderLayer(E, 2, 16, activation="gelu", norm_first=True,
+                                     batch_first=True), 2, norm=m.nn.LayerNorm(E)),
+        [SRC.transpose(1, 0, 2)], {"mask": np.triu(np.ones((S, S), bool), 1)}),
+    "decoder": (lambda m: m.nn.TransformerDecoder(m.nn.TransformerDecoderLayer(E, 2, 16), 2),
+                [TGT, SRC], {"tgt_mask": CAUSAL_T, "memory_key_padding_mask": PAD}),
+    "decoder_pre_norm": (lambda m: m.nn.TransformerDecoderLayer(E, 2, 16, norm_first=True),
+                         [TGT, SRC], {"tgt_mask": CAUSAL_T}),
+    "transformer": (lambda m: m.nn.Transformer(E, 2, 1, 2, 16), [SRC, TGT],
+                    {"tgt_mask": CAUSAL_T, "src_key_padding_mask": PAD}),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS))
+def test_transformer_layers_match_torch(name):
+    make, inputs, masks = TRANSFORMERS[name]
+    _same_forward_backward(make, inputs, masks)
+
+
+def test_transformer_helpers_and_errors():
+    mask = tl.nn.Transformer.generate_square_subsequent_mask(3)
+    np.testing.assert_array_equal(
+        mask.numpy(), torch.nn.Transformer.generate_square_subsequent_mask(3).numpy())
+    attn = tl.nn.MultiheadAttention(4, 2)
+    assert [n for n, _ in attn.named_parameters()] == [
+        "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    out, weights = attn(tl.randn(3, 4), tl.randn(5, 4), tl.randn(5, 4))  # unbatched
+    assert out.shape == (3, 4) and weights.shape == (3, 5)
+    np.testing.assert_allclose(weights.sum(-1).detach().numpy(), 1.0, rtol=1e-6)
+    with pytest.raises(tl.TorchLeanError, match="bias-free"):
+        attn(tl.randn(3, 4))
+    with pytest.raises(tl.ShapeError, match="attn_mask"):
+        attn(tl.randn(3, 1, 4), tl.randn(5, 1, 4), tl.randn(5, 1, 4), attn_mask=tl.zeros(3, 3))
+    with pytest.raises(tl.TorchLeanError, match="activation"):
+        tl.nn.TransformerEncoderLayer(4, 2, activation="swish")
+    with pytest.raises(tl.TorchLeanError, match="num_layers"):
+        tl.nn.TransformerEncoder(tl.nn.TransformerEncoderLayer(4, 2), 0)
+
+
+# --- resampling, embedding bags, channel dropout ---------------------------------------------
+
+X4 = RNG.standard_normal((2, 3, 5, 7))
+THETA = RNG.standard_normal((2, 2, 3)) * 0.7
+
+SAMPLING = {
+    "bilinear_size": (lambda m, x: m.nn.functional.interpolate(
+        x, size=(8, 4), mode="bilinear", align_corners=False), [X4]),
+    "bilinear_factor_corners": (lambda m, x: m.nn.functional.interpolate(
+        x, scale_factor=2.5, mode="bilinear", align_corners=True), [X4]),
+    "linear": (lambda m, x: m.nn.functional.interpolate(x[:, :, 0], scale_factor=1.7,
+                                                        mode="linear"), [X4]),
+    "nearest_fractional": (lambda m, x: m.nn.functional.interpolate(x, scale_factor=1.5),
+                           [X4]),
+    "affine_grid": (lambda m, t: m.nn.functional.affine_grid(t, (2, 3, 4, 6),
+                                                             align_corners=False), [THETA]),
+    "grid_sample": (lambda m, x, t: m.nn.functional.grid_sample(
+        x, m.nn.functional.affine_grid(t, (2, 3, 4, 6), align_corners=False),
+        align_corners=False), [X4, THETA]),
+    "grid_sample_border_corners": (lambda m, x, t: m.nn.functional.grid_sample(
+        x, m.nn.functional.affine_grid(t, (2, 3, 6, 4), align_corners=True),
+        padding_mode="border", align_corners=True), [X4, THETA]),
+    "embedding_bag_mean_offsets": (lambda m, w: m.nn.functional.embedding_bag(
+        m.tensor([1, 2, 4, 5, 4, 3, 2, 9]), w, m.tensor([0, 4, 4])),
+        [RNG.standard_normal((10, 4))]),
+    "embedding_bag_max_2d": (lambda m, w: m.nn.functional.embedding_bag(
+        m.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]), w, mode="max"), [RNG.standard_normal((10, 4))]),
+    "embedding_bag_sum_weights": (lambda m, w, p: m.nn.functional.embedding_bag(
+        m.tensor([1, 2, 4, 5, 4, 3]), w, m.tensor([0, 2]), mode="sum", per_sample_weights=p),
+        [RNG.standard_normal((10, 4)), RNG.standard_normal(6)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLING))
+def test_resampling_and_bags_match_torch(name):
+    fn, inputs = SAMPLING[name]
+    weight = RNG.standard_normal(16)
+    found = []
+    for m in (torch, tl):
+        xs = [m.tensor(a, requires_grad=True) for a in inputs]
+        out = fn(m, *xs)
+        w = m.tensor(np.resize(weight, out.numel()).reshape(tuple(out.shape)))
+        (out * w).sum().backward()
+        found.append([out.detach().numpy()] + [x.grad.numpy() for x in xs])
+    for theirs, ours in zip(*found, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
+
+
+def test_embedding_bag_module_and_channel_dropout():
+    bag = tl.nn.EmbeddingBag(10, 3, mode="sum")
+    assert list(bag.state_dict()) == list(torch.nn.EmbeddingBag(10, 3).state_dict())
+    out = bag(tl.tensor([1, 2, 3]), tl.tensor([0, 1]))
+    w = bag.weight.detach().numpy()
+    np.testing.assert_allclose(out.detach().numpy(), [w[1], w[2] + w[3]], rtol=1e-6)
+    with pytest.raises(tl.IndexRangeError, match="embedding_bag"):
+        bag(tl.tensor([10]), tl.tensor([0]))
+    with pytest.raises(tl.ShapeError, match="offsets"):
+        bag(tl.tensor([1, 2]))
+    tl.manual_seed(0)
+    drop = tl.nn.Dropout2d(0.5)
+    y = drop(tl.ones(16, 8, 3, 3)).numpy()
+    per_channel = y.reshape(16 * 8, 9)
+    assert set(np.unique(per_channel)) == {0.0, 2.0}
+    assert (per_channel == per_channel[:, :1]).all()  # whole channels kept or dropped
+    assert 0.35 < (per_channel[:, 0] == 0).mean() < 0.65
+    drop.eval()
+    np.testing.assert_array_equal(drop(tl.ones(2, 2, 1, 1)).numpy(), 1.0)

@@ -88,6 +88,14 @@ from .modules import (
     uniform_init,
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from .sparse import Dropout1d, Dropout2d, Dropout3d, EmbeddingBag
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "Parameter",
@@ -103,5 +111,7 @@ __all__ = [
     "CosineSimilarity", "Hardsigmoid", "Hardswish", "KLDivLoss", "MaxPool1d", "Mish",
     "PairwiseDistance", "ParameterDict", "ParameterList", "PReLU", "Softmin", "Softsign",
     "Tanhshrink", "Threshold", "Unflatten", "Upsample", "PixelShuffle", "GroupNorm",
-    "InstanceNorm1d", "InstanceNorm2d", "ZeroPad2d",
+    "InstanceNorm1d", "InstanceNorm2d", "ZeroPad2d", "Transformer", "TransformerDecoder",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Dropout1d",
+    "Dropout2d", "Dropout3d", "EmbeddingBag",
 ]

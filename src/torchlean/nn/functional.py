@@ -39,6 +39,8 @@ from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.tensor import Tensor
 from ..engine.torch_methods import apply_inplace
+from .bags import dropout1d, dropout2d, dropout3d, embedding_bag
+from .sampling import affine_grid, grid_sample, linear_resize
 
 __all__ = [
     "UnsupportedArgumentError",
@@ -1290,29 +1292,49 @@ __all__ += [
 def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
                 align_corners: Any = None, recompute_scale_factor: Any = None,
                 antialias: bool = False) -> Any:
-    """``mode="nearest"`` resizing of ``(N, C, L)`` / ``(N, C, H, W)`` by whole-number
-    factors (each output entry copies its source entry, so gradients sum back); other modes
-    are refused."""
+    """Resizing of ``(N, C, L)`` / ``(N, C, H, W)`` / ``(N, C, D, H, W)``: ``mode="nearest"``
+    (each output entry copies its source entry, so gradients sum back) or the linear modes
+    (``linear``, ``bilinear``, ``trilinear``: ``nn.sampling.linear_resize``, torch's
+    coordinate rules with ``align_corners`` either way); other modes are refused."""
     fn = "interpolate"
-    if mode != "nearest" or antialias:
-        raise UnsupportedArgumentError(f"{fn}: only mode='nearest' is supported, found "
-                                       f"mode={mode!r}")
+    linear_modes = {"linear": 1, "bilinear": 2, "trilinear": 3}
+    if (mode != "nearest" and mode not in linear_modes) or antialias:
+        raise UnsupportedArgumentError(f"{fn}: mode must be 'nearest', 'linear', 'bilinear' or "
+                                       f"'trilinear' (without antialias), found mode={mode!r}")
+    if mode == "nearest" and align_corners is not None:
+        raise TorchLeanError(f"{fn}: align_corners option can only be set with the "
+                             "interpolating modes: linear | bilinear | bicubic | trilinear")
     x = _float_tensor(fn, "input", input)
     shape = _shape(x)
     spatial = shape[2:]
     if not spatial:
         raise ShapeError(f"{fn}: expected (N, C, ...) with spatial dimensions, found {shape}")
+    if mode in linear_modes and linear_modes[mode] != len(spatial):
+        raise ShapeError(f"{fn}: mode {mode!r} needs {linear_modes[mode] + 2}-D input, found "
+                         f"{shape}")
     if (size is None) == (scale_factor is None):
         raise TorchLeanError(f"{fn}: give exactly one of size and scale_factor")
+    factors = None
     if size is not None:
         target = [int(size)] * len(spatial) if isinstance(size, int) else [int(s) for s in size]
     else:
-        factors = [scale_factor] * len(spatial) if isinstance(scale_factor, int | float) \
-            else list(scale_factor)
+        factors = [float(scale_factor)] * len(spatial) \
+            if isinstance(scale_factor, int | float) else [float(f) for f in scale_factor]
         target = [int(math.floor(n * f)) for n, f in zip(spatial, factors, strict=True)]
+        if recompute_scale_factor:
+            factors = None
+    if len(target) != len(spatial):
+        raise ShapeError(f"{fn}: size/scale_factor has {len(target)} entries for "
+                         f"{len(spatial)} spatial dimensions")
+    if mode != "nearest":
+        if not isinstance(x, Tensor):
+            raise TorchLeanError(f"{fn}: mode {mode!r} needs a tensor input, found "
+                                 f"{type(x).__name__}")
+        return linear_resize(x, target, bool(align_corners), factors)
     out = x
     for axis, (n, m) in enumerate(zip(spatial, target, strict=True), start=2):
-        index = np.floor(np.arange(m) * (n / m)).astype(np.int64)  # torch's nearest rule
+        scale = n / m if factors is None else 1.0 / factors[axis - 2]
+        index = np.minimum(np.floor(np.arange(m) * scale).astype(np.int64), n - 1)
         out = out[(slice(None),) * axis + (index,)]
     return out
 
@@ -1361,4 +1383,5 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
     return group_norm(input, shape[1], weight, bias, eps)
 
 
-__all__ += ["interpolate", "pixel_shuffle", "group_norm", "instance_norm"]
+__all__ += ["interpolate", "pixel_shuffle", "group_norm", "instance_norm", "affine_grid",
+            "grid_sample", "embedding_bag", "dropout1d", "dropout2d", "dropout3d"]

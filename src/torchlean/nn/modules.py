@@ -21,9 +21,9 @@ the serial weights); layers and init functions also take ``generator=tl.Generato
 Intended differences from torch.nn: ``GELU()`` defaults to the tanh approximation (torch's
 ``approximate="tanh"``; ``approximate="none"`` gives torch's exact default); ``Embedding`` takes
 class indices as a float ref (what ``Session.input`` makes of an integer array);
-``MultiheadAttention`` has no biases and takes ``(n, d)`` or batch-first ``(B, n, d)``
-self-attention input, with boolean masks where ``True`` means *allowed* (torch's boolean
-``attn_mask`` marks the *forbidden* pairs).
+``MultiheadAttention`` called ``attn(x, mask=...)`` (the verifiable bias-free self-attention
+form, ``causal=...``) takes ``(n, d)`` or batch-first ``(B, n, d)`` input, with boolean masks
+where ``True`` means *allowed*; called torch's way ``attn(q, k, v, ...)`` it is torch's.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from ..engine.tensor import CompiledModule, Tensor, no_grad, tensor
 from . import functional
+from .attention import attention_forward
 from .functional import gelu
 
 __all__ = [
@@ -791,29 +792,74 @@ class BatchNorm2d(Module):
 
 
 class MultiheadAttention(Module):
-    """Multi-head self-attention without biases over ``(n, d_model)`` or ``(B, n, d_model)``.
+    """Multi-head attention, called torch's way or torchlean's self-attention way.
 
-    Parameters as torch with ``bias=False``: ``in_proj_weight (3 d, d)`` holds the query, key and
-    value projections stacked (each applied as ``x @ W.T``), ``out_proj.weight (d, d)``. Masks
-    are boolean ``(n, n)`` with ``True`` = may attend; ``causal=True`` also forbids the future.
+    torch's way (``attn(query, key, value, key_padding_mask=..., attn_mask=...)`` returning
+    ``(output, weights)``): torch's constructor ``(embed_dim, num_heads, dropout=0.0,
+    bias=True, batch_first=False)``, parameters ``in_proj_weight (3 d, d)``, ``in_proj_bias``,
+    ``out_proj.weight``/``out_proj.bias`` (torch's layout and init: a torch state dict loads),
+    computed by ``nn.attention`` (boolean masks mark the *forbidden* pairs, as torch's).
+
+    torchlean's way (``attn(x, mask=None)`` over ``(n, d)`` or batch-first ``(B, n, d)``,
+    returning the output): self-attention through the verifiable ``multi_head_attention``
+    primitive, for modules without biases (``causal=...`` given makes ``bias`` default to
+    False, the form the zoo and the verifier use). Its masks are boolean ``(n, n)`` with
+    ``True`` = may attend; ``causal=True`` also forbids the future.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, causal: bool = False,
-                 dtype: Any = "float32", generator: Any = None) -> None:
+    in_proj_bias: Param | None
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool | None = None, add_bias_kv: bool = False,
+                 add_zero_attn: bool = False, kdim: Any = None, vdim: Any = None,
+                 batch_first: bool = False, device: Any = None, dtype: Any = "float32", *,
+                 causal: bool | None = None, generator: Any = None) -> None:
         super().__init__()
         _positive("MultiheadAttention", embed_dim=embed_dim, num_heads=num_heads)
         if embed_dim % num_heads:
             raise TorchLeanError(f"MultiheadAttention: embed_dim {embed_dim} is not divisible by "
                                  f"num_heads {num_heads}")
-        self.embed_dim, self.num_heads, self.causal = int(embed_dim), int(num_heads), bool(causal)
+        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) \
+                or vdim not in (None, embed_dim):
+            raise TorchLeanError("MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim "
+                                 "other than embed_dim are not supported")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) \
+                or not 0 <= dropout < 1:
+            raise TorchLeanError(f"MultiheadAttention: dropout must be in [0, 1), found "
+                                 f"{dropout!r}")
+        if device is not None:
+            check_device(str(device))
+        dtype = "float32" if dtype is None else dtype
+        self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
+        self.causal = bool(causal)
+        self.dropout, self.batch_first = float(dropout), bool(batch_first)
+        with_bias = (causal is None) if bias is None else bool(bias)
         d = self.embed_dim
-        # torch: xavier_uniform_ on in_proj_weight, Linear's default init for out_proj.
+        # torch: xavier_uniform_ on in_proj_weight, Linear's default init for out_proj, and
+        # zero biases.
         self.in_proj_weight = Param(uniform_init((3 * d, d), math.sqrt(6.0 / (4 * d)), dtype,
                                                  generator),
                                     "in_proj_weight")
-        self.out_proj = Linear(d, d, bias=False, dtype=dtype, generator=generator)
+        self.in_proj_bias = (Param(np.zeros(3 * d, as_dtype(dtype)), "in_proj_bias")
+                             if with_bias else None)
+        self.out_proj = Linear(d, d, bias=with_bias, dtype=dtype, generator=generator)
+        if with_bias:
+            assert self.out_proj.bias is not None
+            self.out_proj.bias.assign(np.zeros(d, as_dtype(dtype)))
 
-    def forward(self, x: Any, mask: Any = None) -> Any:
+    def forward(self, x: Any, key: Any = None, value: Any = None, key_padding_mask: Any = None,
+                need_weights: bool = True, attn_mask: Any = None,
+                average_attn_weights: bool = True, is_causal: bool = False, *,
+                mask: Any = None) -> Any:
+        if key is not None or value is not None:  # torch's call
+            if mask is not None:
+                raise TorchLeanError("MultiheadAttention: mask= belongs to the self-attention "
+                                     "call attn(x, mask=...); torch's call takes attn_mask=")
+            return attention_forward(self, x, key, value, key_padding_mask, need_weights,
+                                     attn_mask, average_attn_weights, is_causal)
+        if self.in_proj_bias is not None or (self.training and self.dropout > 0):
+            raise TorchLeanError("MultiheadAttention: attn(x) is the bias-free self-attention "
+                                 "form (causal=...); call attn(query, key, value) as in torch")
         shape = _shape(x)
         if len(shape) not in (2, 3) or shape[-1] != self.embed_dim:
             raise ShapeError(f"MultiheadAttention: expected (n, {self.embed_dim}) or "
