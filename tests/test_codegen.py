@@ -11,7 +11,7 @@ import pytest
 import torchlean as tl
 import torchlean.engine.ops_interface as F
 from torchlean.bench import harness as H
-from torchlean.core.registry import REGISTRY
+from torchlean.core.registry import REGISTRY, fast_kernels
 from torchlean.engine import codegen, transforms
 from torchlean.engine.graph import Graph, GraphBuilder
 
@@ -29,28 +29,40 @@ def _interpreted(c: Any, run: Any) -> Any:
         c.codegen = True
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("workload", ["W1", "W2", "W3", "W5"])
-def test_training_step_bitwise_equal_to_interpreter(workload: str) -> None:
+def test_training_step_bitwise_equal_to_interpreter(workload: str, fast: bool) -> None:
+    """With either kernel set: W5's attention and layer norm (fast kernels with explicit
+    residuals, kept in the generated function's locals) and W3's convolution and pooling (fast
+    kernels through the residual store) are generated code too, bitwise equal to the interpreted
+    plan running the same kernel set."""
     data = H.make_data(workload)
     loss, inputs = H._tl_loss(workload, data), H._tl_inputs(workload, data)
     params = [p.copy() for p in data["params"]]
     c = tl.compile(loss, *[p.shape for p in params], *[x.shape for x in inputs],
                    wrt=tuple(range(len(params))))
-    ref_value, ref_grads = _interpreted(c, lambda: c.value_and_backward(*params, *inputs))
-    for _ in range(3):  # interpreted, then traced and emitted, then the generated function
-        value, grads = c.value_and_backward(*params, *inputs)
-        assert _same(value, ref_value)
-        assert len(grads) == len(ref_grads)
-        assert all(_same(g, r) for g, r in zip(grads, ref_grads, strict=True))
-    plans = list(c._generated.values())
-    fast = any(getattr(n.op, "fast_forward", None) is not None
-               or getattr(n.op, "fast_vjp", None) is not None for n in c.graph.nodes)
-    # It really ran generated code (graphs with fast-kernel ops stay interpreted for now).
-    assert len(plans) == 1 and (plans[0] is None) == fast
-    # forward too
-    ref_out = _interpreted(c, lambda: c.forward(*params, *inputs))
-    for _ in range(3):
-        assert _same(c.forward(*params, *inputs), ref_out)
+    with fast_kernels(fast):
+        ref_value, ref_grads = _interpreted(c, lambda: c.value_and_backward(*params, *inputs))
+        for _ in range(3):  # interpreted, then traced and emitted, then the generated function
+            value, grads = c.value_and_backward(*params, *inputs)
+            assert _same(value, ref_value)
+            assert len(grads) == len(ref_grads)
+            assert all(_same(g, r) for g, r in zip(grads, ref_grads, strict=True))
+        plans = list(c._generated.values())
+        assert len(plans) == 1 and plans[0] is not None  # it really ran generated code
+        uses_fast = fast and any(n.op is not None and n.op.fast_vjp is not None
+                                 for n in c.graph.nodes)
+        if uses_fast and workload == "W5":  # the explicit halves, not the store
+            assert "forward_saving" in repr(plans[0].fn.__globals__.values())
+        # forward too
+        ref_out = _interpreted(c, lambda: c.forward(*params, *inputs))
+        for _ in range(3):
+            assert _same(c.forward(*params, *inputs), ref_out)
+    # A plan traced with one kernel set never runs under the other.
+    with fast_kernels(not fast):
+        other = _interpreted(c, lambda: c.value_and_backward(*params, *inputs))
+        got = c.value_and_backward(*params, *inputs)
+        assert all(_same(g, r) for g, r in zip(got[1], other[1], strict=True))
 
 
 def test_hvp_bitwise_equal_to_interpreter() -> None:

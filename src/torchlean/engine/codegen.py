@@ -27,6 +27,17 @@ values whose lifetimes do not overlap (lifetimes include every view of a value),
 names are reused the same way, so dead values are freed as the interpreter frees them, or
 earlier.
 
+**Fast kernels.** A plan is traced with one kernel set (``registry.fast_kernels``) and runs only
+under it (``Plan.fast``). With the fast set, a fast forward whose kernel declares explicit halves
+(``ops.fast.residuals.EXPLICIT``: attention, layer norm) is emitted as ``t = forward_saving(...)``
+and its VJP as ``vjp_from(..., out, t[1])``: the residual is a local variable of the generated
+function, alive exactly as long as its last use. Any other fast kernel (convolution, pooling)
+is called as the interpreter calls it: its forward through the dispatcher, which keeps the
+residual in the store against the output object this call made, and its VJP as one call of the
+fast rule on that object. Traced with ``_TraceOps`` the dispatchers would pick the reference VJP
+(they run the fast one for ``ARRAY_OPS`` only), so ``_reverse_plan`` swaps those steps for rules
+that record the fast call. Either way the plan is bitwise equal to the interpreted one.
+
 **Fallback, never a wrong result.** Anything the tracer cannot follow makes ``emit`` return
 ``None`` and the caller keeps the interpreter: a rule that reads a value in Python control flow,
 passes something that is not a traced value as an op input, or raises. A plan runs on the host
@@ -52,6 +63,7 @@ from __future__ import annotations
 
 import hashlib
 import keyword
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,7 +71,8 @@ from typing import Any
 import numpy as np
 
 from ..core.autodiff import forward_tangents, run_reverse
-from ..core.registry import ARRAY_OPS, REGISTRY
+from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, unbroadcast
+from ..ops.fast import residuals
 
 # Beyond this many recorded calls the plan stays interpreted: compiling a Python function of
 # hundreds of thousands of lines costs more time and memory than the interpreter it replaces.
@@ -265,16 +278,19 @@ class _TraceOps:
 
 class Plan:
     """A generated function and its buffers; ``run(arrays)`` returns its outputs, or ``None``
-    when another call is running it (the caller then interprets)."""
+    when another call is running it or the kernel set differs from the one it was traced
+    with (``fast``: it calls fast kernels directly; the caller then interprets)."""
 
-    def __init__(self, fn: Callable[..., tuple[Any, ...]], source: str, n_buffers: int) -> None:
+    def __init__(self, fn: Callable[..., tuple[Any, ...]], source: str, n_buffers: int,
+                 fast: bool = False) -> None:
         self.fn = fn
         self.source = source
         self.n_buffers = n_buffers
+        self.fast = fast
         self._lock = threading.Lock()
 
     def run(self, arrays: Sequence[Any]) -> tuple[Any, ...] | None:
-        if not self._lock.acquire(blocking=False):
+        if KERNELS.fast != self.fast or not self._lock.acquire(blocking=False):
             return None
         try:
             return self.fn(*arrays)
@@ -287,6 +303,14 @@ def _root(value: Any) -> Any:
     while isinstance(value, np.ndarray) and value.base is not None:
         value = value.base
     return value
+
+
+def _roots(value: Any) -> list[Any]:
+    """The owners of the memory of every array in ``value`` (an array, or the tuples and lists
+    of arrays a fast kernel's forward and VJP return: its residual may view its inputs)."""
+    if isinstance(value, tuple | list):
+        return [r for v in value for r in _roots(v)]
+    return [_root(value)]
 
 
 def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
@@ -318,13 +342,15 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
                   and step.out.value.ndim >= 1 and step.out.id not in out_ids}
     buffered: dict[int, int] = {sid: last.get(sid, position[sid]) for sid in candidates.values()}
     for step in kept:
-        owner = candidates.get(id(_root(step.out.value)))
-        if owner is None or owner == step.out.id:
-            continue
-        if step.out.id in out_ids:
-            buffered.pop(owner, None)  # a returned view of it: it must be fresh every call
-        elif owner in buffered:
-            buffered[owner] = max(buffered[owner], last.get(step.out.id, position[step.out.id]))
+        for root in _roots(step.out.value):
+            owner = candidates.get(id(root))
+            if owner is None or owner == step.out.id:
+                continue
+            if step.out.id in out_ids:
+                buffered.pop(owner, None)  # a returned view of it: it must be fresh every call
+            elif owner in buffered:
+                buffered[owner] = max(buffered[owner],
+                                      last.get(step.out.id, position[step.out.id]))
     for sid in out_ids:  # a returned input or constant aliasing a candidate: never here
         owner = candidates.get(id(_root(tracer.syms[sid].value)))
         if owner is not None and owner != sid:
@@ -413,7 +439,7 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     source = "\n".join(lines) + "\n"
     code = compile(source, "<torchlean codegen>", "exec")
     exec(code, glob)  # noqa: S102  (our own generated source, built from names above)
-    plan = Plan(glob["plan"], source, len(buffers))
+    plan = Plan(glob["plan"], source, len(buffers), KERNELS.fast)
     # Release the traced values (outputs kept as fingerprints) before the check run, so that
     # the first call's peak memory is that of one step, not two.
     expected = [_fingerprint(s.value) for s in outputs]
@@ -432,24 +458,90 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     return plan
 
 
-def _trace_forward(tracer: _Tracer, graph: Any, arrays: Sequence[Any]) -> list[Any]:
-    """The traced forward values of every graph node (as ``Graph.evaluate`` computes them)."""
+def _fast_here(prim: Any, args: Sequence[Any], attrs: dict[str, Any]) -> bool:
+    """Whether the interpreter would run ``prim``'s fast forward on these traced values (the
+    dispatcher's test in ``registry._dispatch_forward``)."""
+    return (KERNELS.fast and prim.fast_forward is not None and "xp" not in attrs
+            and (not args or type(args[-1].value) is np.ndarray))
+
+
+def _trace_forward(tracer: _Tracer, graph: Any, arrays: Sequence[Any]
+                   ) -> tuple[list[Any], dict[int, _Sym]]:
+    """The traced forward values of every graph node (as ``Graph.evaluate`` computes them), and
+    the saved residual of every node whose fast forward has explicit halves
+    (``ops.fast.residuals.EXPLICIT``): ``r, s = forward_saving(...)`` in the generated code,
+    ``s`` a local variable handed to the node's ``vjp_from``."""
     values: list[Any] = [None] * len(graph.nodes)
+    saved: dict[int, _Sym] = {}
     for i, x in zip(graph.inputs, arrays, strict=True):
         values[i] = tracer.input(x)
     for i, c in graph.consts.items():
         values[i] = tracer.const(c)
-    for n in graph.nodes:
-        if n.op is not None and (getattr(n.op, "fast_forward", None) is not None
-                                 or getattr(n.op, "fast_vjp", None) is not None):
-            # Fast kernels keep state between their forward and VJP calls (saved im2col,
-            # softmax probabilities): a generated plan was measured to differ in bits from the
-            # interpreted one on W5 with them, so such graphs stay interpreted for now.
-            raise _CannotEmit(f"{n.op.name} has fast kernels")
     for i, forward, parents, attrs in graph._plan(np):
-        values[i] = tracer.call(forward, [values[p] for p in parents], attrs,
-                                prim=graph.nodes[i].op.name)
-    return values
+        prim = graph.nodes[i].op
+        args = [values[p] for p in parents]
+        halves = residuals.EXPLICIT.get(prim.name)
+        if halves is not None and _fast_here(prim, args, attrs):
+            both = tracer.call(halves[0], args, attrs)
+            values[i] = tracer.call(operator.getitem, [both, 0], {})
+            saved[i] = tracer.call(operator.getitem, [both, 1], {})
+        else:
+            # Any other fast forward runs through its dispatcher, as in the interpreter, and
+            # keeps its residual in the store (keyed by the output object this call makes).
+            values[i] = tracer.call(forward, args, attrs, prim=prim.name)
+    return values, saved
+
+
+def _explicit_vjp(vjp_from: Any, g: Any, *rest: Any, **attrs: Any) -> Any:
+    """A fast VJP from its explicit residual: ``rest`` is the inputs, the output, the residual."""
+    return vjp_from(ARRAY_OPS, g, list(rest[:-2]), rest[-2], rest[-1], **attrs)
+
+
+def _stored_vjp(fast_vjp: Any, g: Any, *rest: Any, **attrs: Any) -> Any:
+    """A fast VJP reading its residual from the store: ``rest`` is the inputs, then the output
+    (the object the forward saved it against in the same call)."""
+    return fast_vjp(ARRAY_OPS, g, list(rest[:-1]), rest[-1], **attrs)
+
+
+def _reverse_plan(tracer: _Tracer, graph: Any, saved: dict[int, _Sym]) -> list[Any]:
+    """The graph's reverse plan for tracing. The interpreter's reverse pass runs with
+    ``ARRAY_OPS``, so a fast VJP's dispatcher runs the fast rule; traced with ``_TraceOps`` it
+    would run the reference. So under ``fast_kernels(True)`` each fast-VJP step's rule is
+    replaced by one that records the fast rule as one call (and its reduction, if any, as the
+    ``reducing`` wrapper does it), exactly as the interpreter would call it."""
+    plan = list(graph._reverse_plan())
+    if not KERNELS.fast:
+        return plan
+    for idx, step in enumerate(plan):
+        if step is None:
+            continue
+        i, rule, kwargs, parents, targets = step
+        prim = graph.nodes[i].op
+        if prim.fast_vjp is not None:
+            plan[idx] = (i, _fast_rule(tracer, prim, rule, saved.get(i)), kwargs, parents,
+                         targets)
+    return plan
+
+
+def _fast_rule(tracer: _Tracer, prim: Any, rule: Any, saved: _Sym | None) -> Any:
+    reduce = rule is not prim.vjp  # vjp_rule wrapped the dispatcher to sum cotangents back
+    halves = residuals.EXPLICIT.get(prim.name)
+
+    def traced(ops: Any, g: Any, ins: Sequence[Any], out: Any, **kwargs: Any) -> Any:
+        if not isinstance(g, _Sym) or type(g.value) is not np.ndarray:
+            return rule(ops, g, ins, out, **kwargs)  # the dispatcher takes the reference too
+        if saved is not None and halves is not None:
+            both = tracer.call(_explicit_vjp, [halves[1], g, *ins, out, saved], kwargs)
+        else:
+            both = tracer.call(_stored_vjp, [prim.fast_vjp, g, *ins, out], kwargs)
+        got = [None if c is None else tracer.call(operator.getitem, [both, k], {})
+               for k, c in enumerate(both.value)]
+        if not reduce:
+            return tuple(got)
+        return tuple(None if c is None else unbroadcast(ops, c, x.shape)
+                     for c, x in zip(got, ins, strict=True))
+
+    return traced
 
 
 def _zeros_where_none(tracer: _Tracer, found: Sequence[Any], values: Sequence[Any],
@@ -464,10 +556,10 @@ def emit_value_and_backward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
     ``arrays`` (checked inputs, parameters last); ``None`` where the interpreter must stay."""
     try:
         tracer = _Tracer()
-        values = _trace_forward(tracer, graph, arrays)
+        values, saved = _trace_forward(tracer, graph, arrays)
         out = graph.output
         seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
-        grads = run_reverse(graph._reverse_plan(), values, out, seed,
+        grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
                             graph.nodes[out].requires_grad,
                             _TraceOps(tracer, graph.array_ops()))
         outputs = [values[out], *_zeros_where_none(tracer, grads, values, graph.inputs)]
@@ -480,7 +572,7 @@ def emit_forward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
     """A plan returning the graph's outputs (as ``Graph.evaluate``), or ``None``."""
     try:
         tracer = _Tracer()
-        values = _trace_forward(tracer, graph, arrays)
+        values, _ = _trace_forward(tracer, graph, arrays)
         return _generate(tracer, [values[o] for o in graph.outputs])
     except Exception:  # noqa: BLE001
         return None
@@ -493,7 +585,7 @@ def emit_tangents(graph: Any, arrays: Sequence[Any], tangents: Sequence[Any]) ->
     outputs one tangent per graph output."""
     try:
         tracer = _Tracer()
-        values = _trace_forward(tracer, graph, arrays)
+        values, _ = _trace_forward(tracer, graph, arrays)
         seeds = {i: tracer.input(t) for i, t in zip(graph.inputs, tangents, strict=True)
                  if t is not None}
         found = forward_tangents(graph.nodes, values, seeds, _TraceOps(tracer, graph.array_ops()))

@@ -20,6 +20,7 @@ import numpy as np
 from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
 from ..core.errors import ShapeError, TraceError, device_mismatch
 from ..core.kernels import array_on
+from ..core.registry import KERNELS
 from ..core.shape import as_shape
 from . import codegen
 from .graph import Graph, grad_graph, trace
@@ -173,7 +174,9 @@ class Compiled:
             arrays = arrays + [t for t in dxs if t is not None]
         else:
             pattern = ()
-        key = (kind, id(graph), len(graph.nodes), pattern)
+        # A plan is traced with one kernel set (``registry.fast_kernels``) and calls its fast
+        # kernels directly: one plan per set.
+        key = (kind, id(graph), len(graph.nodes), pattern, KERNELS.fast)
         plan = self._generated.get(key, _UNSEEN)
         if plan is _UNSEEN:
             # The first call interprets: a graph compiled for one call (``tl.grad``, ``tl.hvp``

@@ -41,11 +41,17 @@ def _parts(wq: Any, wk: Any, wv: Any, x: Any, mask: Any, num_heads: int) -> tupl
     return x2, q, k, v, p, merged
 
 
+def forward_saving(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
+                   num_heads: int = 1) -> tuple[Any, tuple[Any, ...]]:
+    """The output and what the VJP needs (``vjp_from``'s ``saved``)."""
+    parts = _parts(wq, wk, wv, x, mask, num_heads)
+    return (parts[-1] @ wo).reshape(x.shape), parts
+
+
 def forward(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
             num_heads: int = 1) -> Any:
     """Fast ``multi_head_attention`` forward, keeping what the VJP needs."""
-    parts = _parts(wq, wk, wv, x, mask, num_heads)
-    out = (parts[-1] @ wo).reshape(x.shape)
+    out, parts = forward_saving(wq, wk, wv, wo, x, mask, num_heads)
     residuals.save(out, _SAVED, (x.shape, wq.shape, num_heads), parts)
     return out
 
@@ -53,8 +59,15 @@ def forward(wq: Any, wk: Any, wv: Any, wo: Any, x: Any, mask: Any = None,
 def vjp(ops: Any, g: Any, xs: Any, out: Any, mask: Any = None,
         num_heads: int = 1) -> tuple[Any, ...]:
     """Fast ``multi_head_attention`` VJP from the saved (or recomputed) forward."""
-    wq, wk, wv, wo, x = xs
+    wq, _, _, _, x = xs
     parts = residuals.load(out, _SAVED, (x.shape, wq.shape, num_heads))
+    return vjp_from(ops, g, xs, out, parts, mask, num_heads)
+
+
+def vjp_from(ops: Any, g: Any, xs: Any, out: Any, parts: Any, mask: Any = None,
+             num_heads: int = 1) -> tuple[Any, ...]:
+    """The VJP from ``forward_saving``'s ``saved`` (recomputed when ``None``: the same bits)."""
+    wq, wk, wv, wo, x = xs
     if parts is None:
         parts = _parts(wq, wk, wv, x, mask, num_heads)
     x2, q, k, v, p, merged = parts
@@ -80,3 +93,4 @@ def vjp(ops: Any, g: Any, xs: Any, out: Any, mask: Any = None,
 
 
 attach_fast("multi_head_attention", forward=forward, vjp=vjp)
+residuals.explicit("multi_head_attention", forward_saving, vjp_from)

@@ -25,19 +25,31 @@ def _key(x: Any, eps: float) -> Any:
     return (x.shape, x.dtype.str, eps)
 
 
-def forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
-    """Fast ``layer_norm`` forward: the reference's arithmetic, keeping ``xhat`` and ``rstd``."""
+def forward_saving(x: Any, gamma: Any, beta: Any, eps: float = 1e-6
+                   ) -> tuple[Any, tuple[Any, Any]]:
+    """The output and ``(xhat, rstd)`` (``vjp_from``'s ``saved``)."""
     xhat, rstd = _stats(x, (x.ndim - 1,), eps)
     y = xhat * gamma
     y += beta
-    residuals.save(y, _SAVED, _key(x, eps), (xhat, rstd))
+    return y, (xhat, rstd)
+
+
+def forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-6) -> Any:
+    """Fast ``layer_norm`` forward: the reference's arithmetic, keeping ``xhat`` and ``rstd``."""
+    y, saved = forward_saving(x, gamma, beta, eps)
+    residuals.save(y, _SAVED, _key(x, eps), saved)
     return y
 
 
 def vjp(ops: Any, g: Any, xs: Any, out: Any, eps: float = 1e-6) -> tuple[Any, Any, Any]:
     """Fast ``layer_norm`` VJP from the saved (or recomputed) statistics."""
+    return vjp_from(ops, g, xs, out, residuals.load(out, _SAVED, _key(xs[0], eps)), eps)
+
+
+def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6
+             ) -> tuple[Any, Any, Any]:
+    """The VJP from ``forward_saving``'s ``saved`` (recomputed when ``None``: the same bits)."""
     x, gamma, _ = xs
-    saved = residuals.load(out, _SAVED, _key(x, eps))
     xhat, rstd = _stats(x, (x.ndim - 1,), eps) if saved is None else saved
     d = x.shape[-1]
     g2 = g.reshape(-1, d)
@@ -55,3 +67,4 @@ def vjp(ops: Any, g: Any, xs: Any, out: Any, eps: float = 1e-6) -> tuple[Any, An
 
 
 attach_fast("layer_norm", forward=forward, vjp=vjp)
+residuals.explicit("layer_norm", forward_saving, vjp_from)

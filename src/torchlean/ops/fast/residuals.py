@@ -14,11 +14,19 @@ when such a block opens and when it closes: ``registry.FAST_BLOCK_HOOKS``). With
 (one training step) an op's output is never mutated between its forward and its VJP (every
 recorded op makes a new array; optimisers update parameters after the block), which is what
 makes identity a sound key; a VJP outside the block that recorded its forward simply misses.
+
+**Explicit residuals** (``EXPLICIT``): a fast kernel may also expose its two halves with the
+residual passed by hand, ``forward_saving(*inputs, **attrs) -> (out, saved)`` and
+``vjp_from(ops, g, inputs, out, saved, **attrs)``; its ``forward`` / ``vjp`` are then these
+halves around ``save`` / ``load``. Generated code (``engine.codegen``) calls the halves and keeps
+``saved`` in a local variable of the generated function, so its plans never depend on this
+store; a kernel without them is called through the store there too.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ...core.registry import FAST_BLOCK_HOOKS
@@ -63,3 +71,14 @@ FAST_BLOCK_HOOKS.append(clear)
 def size() -> int:
     """How many residuals are held (for tests: they go when their arrays go)."""
     return len(_STORE)
+
+
+# name -> (forward_saving, vjp_from): the explicit halves of a fast kernel (module docstring).
+EXPLICIT: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+
+def explicit(name: str, forward_saving: Callable[..., Any], vjp_from: Callable[..., Any]) -> None:
+    """Declare the explicit halves of primitive ``name``'s fast kernel (once)."""
+    if name in EXPLICIT:
+        raise TypeError(f"primitive {name}: explicit residual halves declared twice")
+    EXPLICIT[name] = (forward_saving, vjp_from)
