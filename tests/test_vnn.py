@@ -371,6 +371,34 @@ def test_published_answers_are_never_contradicted(bench, onnx_name, prop_name):
         _check_with_onnxruntime(os.path.join(folder, onnx_name), prop, result)
 
 
+@needs_shared
+def test_alpha_crown_proves_an_acas_instance_crown_leaves_open():
+    # ACAS Xu 5_8 prop_3 (published unsat): CROWN misses by 0.57; alpha-CROWN proves it only when
+    # the intermediate bounds' slopes keep their gradient where the optimised bound falls below
+    # CROWN's (with a plain max they stop there, and it stayed open at every step count tried).
+    onnx_name, prop_name = "ACASXU_run2a_5_8_batch_2000.onnx", "prop_3.vnnlib"
+    assert _published()[("acasxu", onnx_name, prop_name)] == "unsat"
+    folder = os.path.join(SHARED, "acasxu")
+    net = Network(os.path.join(folder, onnx_name))
+    prop = vnnlib.read(os.path.join(folder, prop_name))
+    region = prop.regions[0]
+    crown = refute(net.model, prop, region, method="crown")
+    assert not any(crown.proved)
+    alpha = refute(net.model, prop, region, method="alpha-crown", reuse=crown.bounds,
+                   alpha_steps=20)
+    assert all(alpha.proved)
+    # the rows' lower bounds enclose the network on sampled inputs and the box's corners
+    lo, hi = region.box()
+    rng = np.random.default_rng(0)
+    corners = np.array(np.meshgrid(*zip(lo, hi, strict=True))).reshape(len(lo), -1).T
+    points = np.concatenate([lo + (hi - lo) * rng.random((300, len(lo))), corners])
+    a, _ = region.outputs[0].matrix(prop.n_outputs)
+    values = np.array([a @ net.run(x).astype(np.float64) for x in points])
+    lower = np.asarray(alpha.bounds.spec[0]).reshape(-1)
+    assert np.all(values.min(axis=0) >= lower)
+    assert np.any(lower > 0)
+
+
 # The MNIST-FC counterexamples (published sat) that sampling and Adam-stepped PGD missed: the
 # multi-targeted signed PGD from output-diversified starts finds the first two (each in its first
 # attempt); on the third (mnist-net_256x2 prop_0_0.05) the network is flat and every PGD chain

@@ -650,8 +650,14 @@ def _tightened(prop: Propagation, px: int, which: Array, b: Any, lo0: Any, hi0: 
     put = owner.const(scatter)
     new_lo = b @ owner.const(np.concatenate([np.eye(m), np.zeros((m, m))]))  # (B, m)
     new_hi = b @ owner.const(np.concatenate([np.zeros((m, m)), -np.eye(m)]))
-    gain_lo = F.relu(new_lo - lo0 @ pick) @ put
-    gain_hi = F.relu(hi0 @ pick - new_hi) @ put
+    # max(new, reference) in value, with the gradient of ``new`` everywhere (auto_LiRPA's
+    # guard). A plain max stops the gradient wherever the reference is tighter: a row the
+    # optimiser pushed below CROWN's bound (early, large Adam steps do) then never gets a signal
+    # back, and its slopes stay where they made that bound worse (measured: a third of the
+    # second and third layers' rows on ACAS Xu 1_9 prop 1; the final margin -5.24 against -3.98).
+    lo0p, hi0p = lo0 @ pick, hi0 @ pick
+    gain_lo = (new_lo - lo0p + F.detach(F.relu(lo0p - new_lo))) @ put
+    gain_hi = (hi0p - new_hi + F.detach(F.relu(new_hi - hi0p))) @ put
     shape = (prop.batch,) + prop.rest(px)
     return F.reshape(lo0 + gain_lo, shape=shape), F.reshape(hi0 - gain_hi, shape=shape)
 
