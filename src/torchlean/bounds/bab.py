@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from . import METHODS, compute_bounds
+from .chain_crown import ChainCrown, concretize
 from .engine import BoundsError, Propagation
 from .forward import Chain, chain_of, forward_bounds
 
@@ -61,8 +62,8 @@ __all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region"
 STATUSES = ("unsat", "sat", "unknown", "timeout")
 # input to split: largest |coefficient of the input in the deciding row's bound| x width,
 # largest |gradient at the centre| x width, or relative width
-SPLITS = ("bound", "smear", "widest")
-INTERMEDIATE = ("crown", "forward")
+SPLITS = ("auto", "bound", "smear", "widest")
+INTERMEDIATE = ("pairs", "crown", "forward")
 MAX_DOMAINS = 200_000  # open domains kept at most (each holds two boxes of n float64s)
 MAX_QUEUE_BYTES = 512 * 2**20  # and at most this much memory for their boxes
 GRADIENT_BATCH = 64  # reverse mode slows down sharply on bigger batches (measured)
@@ -142,6 +143,7 @@ class BabResult:
     domains: int = 0
     passes: int = 0
     max_queue: int = 0
+    reused: int = 0
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
 
@@ -169,7 +171,7 @@ class Models:
     time than ``"crown"``, so it is not the default)."""
 
     def __init__(self, factory: Callable[[int], Any], max_batch: int = 256,
-                 intermediate: str = "crown") -> None:
+                 intermediate: str = "pairs") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise BabError(f"bab: max_batch must be an integer >= 1, found {max_batch!r}")
         self.factory = factory
@@ -188,6 +190,10 @@ class Models:
         self.fast = intermediate == "forward"
         self.lower_slope = "adaptive"
         self._chains: dict[int, Chain | None] = {}
+        # "pairs": chain networks are bounded by bounds.chain_crown (each box's own unstable
+        # neurons); other networks fall back to "crown"
+        self.pairs = intermediate == "pairs"
+        self._chain_crown: dict[bool, tuple[Chain, ChainCrown] | None] = {}
 
     def get(self, n: int) -> Any:
         if n not in self._cache:
@@ -355,6 +361,94 @@ class Models:
                         else np.zeros((stop - start, 0)))
         return np.concatenate(parts), np.concatenate(kept), np.concatenate(coefs)
 
+    def chain_crown(self, kernel: bool) -> tuple[Chain, ChainCrown] | None:
+        """The network's chain and its ``ChainCrown`` bounder (``intermediate="pairs"``), or
+        None when the network is not a chain of affine layers and relus (or cannot batch)."""
+        if kernel not in self._chain_crown:
+            found = None
+            model = self.get(2) if self.pairs and self.max_batch > 1 else None
+            if model is not None:
+                shape = (2, *self.features)
+                prop = Propagation(model.graph, self.consts(model), np.zeros(shape),
+                                   np.zeros(shape), kernel=kernel, n_data=1)
+                chain = chain_of(prop)
+                kinds = _layer_kinds(prop, chain) if chain is not None else None
+                if chain is not None and kinds is not None:
+                    ctx = prop.ctx
+                    try:
+                        found = (chain, ChainCrown(chain, kinds, kernel=kernel, u=ctx.u,
+                                                   eta=ctx.eta))
+                    except ValueError:
+                        found = None
+            self._chain_crown[kernel] = found
+        return self._chain_crown[kernel]
+
+    def chain_input(self, lo: Array, hi: Array, chain: Chain, kernel: bool
+                    ) -> tuple[Array, Array]:
+        """Intervals ``(N, d)`` of the chain's input node over the boxes (the engine's interval
+        rules on the ops before it, kernel errors included)."""
+        los, his = [], []
+        for start, stop, size in self.chunks(len(lo)):
+            model = self.get(size)
+            shape = (size, *self.features)
+            prop = Propagation(model.graph, self.consts(model),
+                               self.pad(lo[start:stop], size).reshape(shape),
+                               self.pad(hi[start:stop], size).reshape(shape),
+                               kernel=kernel, n_data=1)
+            for i, node in enumerate(model.graph.nodes[:chain.start + 1]):
+                if node.kind == "op":
+                    prop.interval(i)
+            iv = prop.ivals[chain.start]
+            assert iv is not None
+            los.append(np.asarray(iv.lo, np.float64).reshape(size, -1)[:stop - start])
+            his.append(np.asarray(iv.hi, np.float64).reshape(size, -1)[:stop - start])
+        return np.concatenate(los), np.concatenate(his)
+
+    def bound_pairs(self, lo: Array, hi: Array, a: Array, inherited: Array | None,
+                    parent: tuple[Array, Array] | None, *, kernel: bool,
+                    settled: Callable[[Array, Array], Array]
+                    ) -> tuple[Array, Array, Array, Array, int]:
+        """``bound_inherited`` by ``bounds.chain_crown`` (``chain_crown`` must not be None): row
+        lower bounds ``(N, K)``, the hidden layers' bounds flat ``(N, P)`` for children, the
+        rows' input coefficients ``(N, K, d)`` and constants ``(N, K)`` (the row bound as a
+        linear function of the chain input, valid on every sub-box), and how many boxes the
+        parent's function ``parent = (coef, const)`` already settled (those get no pass)."""
+        found = self.chain_crown(kernel)
+        assert found is not None
+        chain, crown = found
+        v_lo, v_hi = self.chain_input(lo, hi, chain, kernel)
+        n_box, k = len(lo), a.shape[0]
+        d = v_lo.shape[1]
+        sizes = [layer.w.shape[0] for layer in chain.layers[:-1]]
+        lower = np.full((n_box, k), -np.inf)
+        flat = np.zeros((n_box, 2 * sum(sizes)))
+        coef = np.zeros((n_box, k, d))
+        const = np.zeros((n_box, k))
+        todo = np.arange(n_box)
+        if parent is not None:
+            lower = concretize(parent[0], parent[1], v_lo, v_hi)
+            done = np.asarray(settled(lower, todo), dtype=bool)
+            coef[:], const[:] = parent
+            if inherited is not None:
+                flat[:] = inherited
+            todo = np.flatnonzero(~done)
+        reused = n_box - len(todo)
+        if len(todo):
+            inh = None
+            if inherited is not None:
+                inh, offset = [], 0
+                for n in sizes:
+                    inh.append((inherited[todo, offset:offset + n],
+                                inherited[todo, offset + n:offset + 2 * n]))
+                    offset += 2 * n
+            got = crown.bound(v_lo[todo], v_hi[todo], a, inh)
+            lower[todo] = np.maximum(lower[todo], got.lower) if parent is not None \
+                else got.lower
+            coef[todo], const[todo] = got.coef, got.const
+            flat[todo] = np.concatenate([x for pair in got.layers for x in pair], axis=1) \
+                if got.layers else np.zeros((len(todo), 0))
+        return lower, flat, coef, const, reused
+
     def chain(self, size: int, prop: Propagation) -> Chain | None:
         """The network's chain structure (``bounds.forward``) for this batch size, or None."""
         if size not in self._chains:
@@ -418,6 +512,19 @@ class Models:
             return np.zeros((size, k, n))
         v = np.asarray(v, np.float64).reshape(v.shape[0], k, n)
         return np.broadcast_to(v, (size, k, n)).copy()
+
+
+def _layer_kinds(prop: Propagation, chain: Chain) -> list[str] | None:
+    """How each chain layer's float32 kernels round (``ChainCrown``'s kinds), or None."""
+    kinds = []
+    for layer in chain.layers:
+        names = tuple(prop.nodes[e].op.name for e in layer.err_nodes)  # type: ignore[union-attr]
+        kind = {("linear",): "linear", ("matmul",): "matmul",
+                ("matmul", "add"): "matmul+add"}.get(names)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return kinds
 
 
 REFINE_PAIRS = 2048  # (box, neuron) pairs per backward pass when refining unstable neurons
@@ -600,7 +707,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            *, timeout: float | None = None, method: str = "crown", kernel: bool = True,
            batch: int = 256, max_domains: int = MAX_DOMAINS, attack_steps: int = 40,
            attack_chains: int = 256, seed: int = 0, bound_options: dict[str, Any] | None = None,
-           split: str = "smear", refresh_every: int = 1,
+           split: str = "auto", refresh_every: int = 1,
            clock: Callable[[], float] = time.monotonic,
            progress: Callable[[dict[str, Any]], None] | None = None) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set (see module).
@@ -672,23 +779,34 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
 
     # 2. the whole box
     incremental = method == "crown"
+    pairs = incremental and models.chain_crown(kernel) is not None
+    if split == "auto":
+        split = "bound" if pairs else "smear"
 
     def settled(low: Array, open_rows: Array) -> Array:
         """Which boxes the row bounds ``low`` prove (every open conjunction refuted)."""
         return ~_margins(spec, low, open_rows)[0].any(axis=1)
 
-    def bound(lo: Array, hi: Array, inherited: Array | None, age: Array | None, open_: Array
-              ) -> tuple[Array, Array, Array]:
-        """Row lower bounds of the boxes, the bounds their children may inherit and the rows'
-        input coefficients in the bound (zeros where unknown)."""
+    def bound(lo: Array, hi: Array, inherited: Array | None, age: Array | None, open_: Array,
+              parent: tuple[Array, Array] | None = None
+              ) -> tuple[Array, Array, Array, Array]:
+        """Row lower bounds of the boxes, the bounds their children may inherit, the rows'
+        input coefficients in the bound (zeros where unknown) and constants."""
+        consts = np.zeros((len(lo), len(spec.b)))
+        if pairs:
+            lower, kept, coef, consts, reused = models.bound_pairs(
+                lo, hi, spec.a, inherited, parent, kernel=kernel,
+                settled=lambda low, idx: settled(low, open_[idx]))
+            result.reused += reused
+            return lower, kept, coef, consts
         if not incremental:
             return (models.bound(lo, hi, spec.a, method=method, kernel=kernel,
                                  options=options), np.zeros((len(lo), 0)),
-                    np.zeros((len(lo), len(spec.b), n)))
+                    np.zeros((len(lo), len(spec.b), n)), consts)
         if inherited is None or age is None:
-            return models.bound_inherited(
+            return (*models.bound_inherited(
                 lo, hi, spec.a, None, True, kernel=kernel,
-                settled=lambda low, idx: settled(low, open_[idx]))  # type: ignore[misc]
+                settled=lambda low, idx: settled(low, open_[idx])), consts)  # type: ignore[misc]
         lower = np.zeros((len(lo), len(spec.b)))
         kept = np.zeros_like(inherited)
         coef = np.zeros((len(lo), len(spec.b), n))
@@ -699,19 +817,20 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                     lo[which], hi[which], spec.a, inherited[which], fresh, kernel=kernel,
                     settled=lambda low, idx, w=which: settled(  # type: ignore[misc]
                         low, open_[w][idx]))
-        return lower, kept, coef
+        return lower, kept, coef, consts
 
-    lower, kept, coef = bound(spec.lower[None], spec.upper[None], None, None, all_open)
+    lower, kept, coef, consts = bound(spec.lower[None], spec.upper[None], None, None, all_open)
     result.domains, result.passes = 1, 1
     still, margin = _margins(spec, lower, all_open)
     timer.stage("bounds")
     if not still.any():
         return finish("unsat", "proved by one bound pass")
-    per_domain = 16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (n + 1) + 16
+    per_domain = (16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (coef.shape[2] + 2)
+                  + 16)
     cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
     queue = _Queue(cap)
     queue.push(lo=spec.lower[None], hi=spec.upper[None], open=still, margin=margin, inh=kept,
-               age=np.zeros(1, np.int64), low=lower, coef=coef)
+               age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
     result.max_queue = 1
 
     # 3. split until done
@@ -734,10 +853,10 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                 timer.stage("split")
                 return finish("sat", "counterexample at a domain centre", cex)
         width = hi - lo
-        if split == "bound" and np.any(got["coef"]):
-            # the deciding row's own linear bound: split where its input coefficient times the
-            # width (what the box's radius costs the bound) is largest
-            # the rows of open conjunctions that are not proved: their coefficients' greatest
+        if split == "bound" and got["coef"].shape[2] == n and np.any(got["coef"]):
+            # the deciding rows' own linear bounds: split where an input coefficient times the
+            # width (what the box's radius costs the bound) is largest, over the rows of open
+            # conjunctions that are not proved
             live = open_[:, spec.group] & (got["low"] <= spec.b)
             grad = np.where(live[..., None], np.abs(got["coef"]), 0.0).max(axis=1)
         else:
@@ -746,7 +865,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         # smear, with a little of the relative width so flat directions still get split
         smear = np.abs(grad) * width + 1e-3 * width / span * (np.abs(grad) * width).max(
             axis=1, keepdims=True) + 1e-12 * width / span
-        dim = np.argmax(smear if split == "smear" else width / span, axis=1)
+        dim = np.argmax(smear if split in ("smear", "bound") else width / span, axis=1)
         idx = np.arange(len(lo))
         mid = lo[idx, dim] + width[idx, dim] / 2
         if np.any((mid <= lo[idx, dim]) | (mid >= hi[idx, dim])):
@@ -760,8 +879,12 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_open = np.concatenate([open_, open_])
         c_inh = np.concatenate([got["inh"], got["inh"]])
         c_age = np.concatenate([got["age"], got["age"]]) + 1
+        parent = None
+        if pairs:
+            parent = (np.concatenate([got["coef"], got["coef"]]),
+                      np.concatenate([got["const"], got["const"]]))
         timer.stage("split")
-        lower, kept, coef = bound(c_lo, c_hi, c_inh, c_age, c_open)
+        lower, kept, coef, consts = bound(c_lo, c_hi, c_inh, c_age, c_open, parent)
         c_age[c_age >= refresh_every] = 0
         result.domains += len(c_lo)
         result.passes += 1
@@ -769,7 +892,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         keep = still.any(axis=1)
         timer.stage("bounds")
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], open=still[keep], margin=c_margin[keep],
-                          inh=kept[keep], age=c_age[keep], low=lower[keep], coef=coef[keep]):
+                          inh=kept[keep], age=c_age[keep], low=lower[keep], coef=coef[keep],
+                          const=consts[keep]):
             return finish("unknown", f"domain cap: more than {cap} open domains")
         result.max_queue = max(result.max_queue, queue.size)
         rounds += 1
@@ -839,6 +963,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         found = search_fn(models, spec, confirm, timeout=left, **options)
         total.domains += found.domains
         total.passes += found.passes
+        total.reused += found.reused
         total.max_queue = max(total.max_queue, found.max_queue)
         for k, v in found.stages.items():
             total.stages[k] = total.stages.get(k, 0.0) + v

@@ -1,0 +1,151 @@
+"""CROWN over many boxes of a chain network (torchlean.bounds.chain_crown), sound under round-off.
+
+Every value the float32 network computes at sampled points (and corners) of a box must lie inside
+the pre-activation bounds, every row value above the row's lower bound and above its linear
+function (``const + coef . v``), also concretized on sub-boxes; a planted wrong relaxation must
+make these checks fail. On an ACAS Xu network (ONNX MatMul + Add layers) the same holds, and the
+bound is as tight as the engine's CROWN.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+from torchlean import nn, onnx
+from torchlean.bounds import bab, chain_crown
+from torchlean.bounds.chain_crown import ChainCrown, concretize
+
+
+def _mlp(sizes, seed):
+    tl.manual_seed(seed)
+    layers = []
+    for a, b in zip(sizes[:-2], sizes[1:-1], strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-2], sizes[-1]))
+    return nn.Sequential(*layers)
+
+
+def _violations(models, lo, hi, rows, rng, n_points=300, kernel=True):
+    """Sampled float32 values outside the bounds (a count) for the boxes ``[lo, hi]``."""
+    found = models.chain_crown(kernel)
+    assert found is not None
+    chain, crown = found
+    v_lo, v_hi = models.chain_input(lo, hi, chain, kernel)
+    got = crown.bound(v_lo, v_hi, rows)
+    n_box, n_in = lo.shape
+    model = models.get(n_box)
+    graph = model.graph
+    params = [np.asarray(p.data) for p in graph.params]
+    corners = np.array(np.meshgrid(*[[0.0, 1.0]] * n_in)).reshape(n_in, -1).T
+    bad = 0
+    # sub-boxes: the lower half of every box along its first input
+    sub_hi = hi.copy()
+    sub_hi[:, 0] = lo[:, 0] + (hi[:, 0] - lo[:, 0]) / 2
+    s_lo, s_hi = models.chain_input(lo, sub_hi, chain, kernel)
+    sub_bound = concretize(got.coef, got.const, s_lo, s_hi)
+    for f in np.concatenate([corners, rng.uniform(size=(n_points, n_in))]):
+        x = (lo + f * (hi - lo)).astype(np.float32)
+        x = np.minimum(np.maximum(x, lo), hi).astype(np.float32)
+        x = x.reshape((n_box, *models.features))
+        values = graph.evaluate(graph.check_inputs("test", [x, *params]))
+        for layer, (l, u) in zip(chain.layers, got.layers, strict=False):
+            v = np.asarray(values[layer.pre], np.float64).reshape(n_box, -1)
+            bad += int(np.sum(v < l) + np.sum(v > u))
+        y = np.asarray(values[graph.output], np.float64).reshape(n_box, -1)
+        vals = y @ rows.T
+        bad += int(np.sum(vals < got.lower))
+        v_in = np.asarray(values[chain.start], np.float64).reshape(n_box, -1)
+        bad += int(np.sum(vals < got.const + np.einsum("nkd,nd->nk", got.coef, v_in)))
+        in_sub = x.reshape(n_box, -1)[:, 0] <= sub_hi[:, 0]
+        bad += int(np.sum((vals < sub_bound)[in_sub]))
+    return bad
+
+
+def _random_case(seed):
+    rng = np.random.default_rng(seed)
+    n_in = int(rng.integers(2, 6))
+    sizes = (n_in, *[int(rng.integers(4, 12))] * int(rng.integers(2, 5)), 3)
+    model = _mlp(sizes, seed)
+    models = bab.Models(lambda b: tl.compile(lambda v: model(v), (b, n_in)), max_batch=8)
+    centre = rng.uniform(-1, 1, (8, n_in))
+    width = rng.uniform(0.01, 1.0, (8, n_in))
+    lo = (centre - width).astype(np.float32).astype(np.float64)
+    hi = (centre + width).astype(np.float32).astype(np.float64)
+    rows = rng.normal(size=(2, 3))
+    return models, lo, hi, rows, rng
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounds_enclose_the_float32_network(seed):
+    models, lo, hi, rows, rng = _random_case(seed)
+    assert _violations(models, lo, hi, rows, rng) == 0
+
+
+def test_a_planted_wrong_relaxation_is_caught(monkeypatch):
+    real = ChainCrown._relax
+
+    def too_tight(self, lo, hi):
+        real(self, lo, hi)
+        self._t[-1] = 0.3 * self._t[-1]  # the upper line's intercept moved down: below relu
+
+    monkeypatch.setattr(ChainCrown, "_relax", too_tight)
+    assert sum(_violations(*_random_case(seed)) for seed in range(6)) > 0
+
+
+def test_kernel_errors_only_loosen_and_the_root_matches_the_engine():
+    models, lo, hi, rows, _ = _random_case(3)
+    tight, loose = [], []
+    for kernel, out in ((False, tight), (True, loose)):
+        chain, crown = models.chain_crown(kernel)
+        out.append(crown.bound(*models.chain_input(lo, hi, chain, kernel), rows).lower)
+    assert np.all(loose[0] <= tight[0])
+    engine = models.bound(lo, hi, rows, method="crown", kernel=True, options={})
+    ibp = models.bound(lo, hi, rows, method="ibp", kernel=True, options={})
+    assert np.all(loose[0] >= ibp - 1e-9)
+    scale = np.abs(engine) + 1.0
+    assert np.all(np.abs(loose[0] - engine) <= 0.05 * scale)
+
+
+def test_bab_with_pair_bounds_gives_the_exact_verdicts():
+    from test_bab import CASES, _verdicts  # the MILP-checked cases of tests/test_bab.py
+
+    assert _verdicts(CASES, intermediate="pairs", attack_steps=0) == []
+
+
+def test_bab_with_a_planted_wrong_pair_relaxation_is_caught(monkeypatch):
+    from test_bab import CASES, _verdicts
+
+    real = ChainCrown._relax
+
+    def too_tight(self, lo, hi):
+        real(self, lo, hi)
+        self._t[-1] = 0.0 * self._t[-1]
+
+    monkeypatch.setattr(ChainCrown, "_relax", too_tight)
+    wrong = _verdicts(CASES, intermediate="pairs", attack_steps=0)
+    assert any(truth == "sat" and answer == "unsat" for _, truth, answer, _ in wrong)
+
+
+ACAS = Path(__file__).resolve().parents[1] / ".." / "shared" / "vnncomp2021" / "acasxu"
+
+
+@pytest.mark.skipif(not ACAS.is_dir(), reason="the shared benchmarks are absent")
+def test_acas_xu_bounds_enclose_the_network_and_match_the_engine():
+    proto = onnx.load(str(ACAS / "ACASXU_run2a_1_1_batch_2000.onnx")).proto
+    models = bab.Models(lambda n: onnx.load(proto, [(n, 1, 1, 5)]), max_batch=4)
+    rng = np.random.default_rng(0)
+    centre = rng.uniform(-0.3, 0.3, (4, 5))
+    lo = centre - 0.02
+    hi = centre + 0.02
+    rows = np.array([[-1.0, 1, 0, 0, 0], [1.0, 0, 0, 0, -1]])
+    assert models.chain_crown(True)[1].kinds == ["matmul+add"] * 7
+    assert _violations(models, lo, hi, rows, rng, n_points=100) == 0
+    chain, crown = models.chain_crown(True)
+    mine = crown.bound(*models.chain_input(lo, hi, chain, True), rows).lower
+    engine = models.bound(lo, hi, rows, method="crown", kernel=True, options={})
+    assert np.all(np.abs(mine - engine) <= 0.05 * (np.abs(engine) + 1.0))
+    assert chain_crown.ROW_CHUNK > 0
