@@ -188,7 +188,7 @@ class Tensor(Ref):
         t._owner = RECORDER
         t._id = next(_sequence)
         vs = value.shape
-        t.shape = shape if shape == vs else vs
+        t.shape = vs if shape is None or shape != vs else shape
         t.dtype = value.dtype
         t._value = value
         t._op = prim
@@ -1918,7 +1918,7 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     if not nodes:
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
-    position = dict(zip(nodes, range(len(nodes))))  # (tensor keys: see ``_graph_of``)
+    position = dict(zip(nodes, range(len(nodes)), strict=True))  # (tensor keys: see ``_graph_of``)
     # The driver starts from one output; with several (autograd.grad), run it once per output
     # over the same plan and add the cotangents (outputs are few, usually one).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS

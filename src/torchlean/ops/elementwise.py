@@ -267,8 +267,8 @@ elementwise_unary(
     samples=unary_samples(away_from_zero), torch_ref=lambda torch, x: torch.abs(x),
 )
 
-_HOST_ZERO = {np.dtype(np.float32): np.zeros((), np.float32),
-              np.dtype(np.float64): np.zeros((), np.float64)}
+_HOST_ZERO: dict[Any, np.ndarray] = {np.dtype(np.float32): np.zeros((), np.float32),
+                                      np.dtype(np.float64): np.zeros((), np.float64)}
 
 
 def _relu(x: Any) -> Any:
@@ -276,7 +276,8 @@ def _relu(x: Any) -> Any:
     with the same zero as the Python int (which NumPy converts on every call, ~0.5 us)."""
     if type(x) is np.ndarray:
         zero = _HOST_ZERO.get(x.dtype)
-        return np.maximum(x, 0 if zero is None else zero)
+        if zero is not None:
+            return np.maximum(x, zero)
     return namespace_of(x).maximum(x, 0)
 
 
