@@ -97,7 +97,7 @@ def test_driver_gradient_equals_reference_driver_bitwise() -> None:
         h = h.relu() if i % 2 else h.sigmoid().exp()
     out = h.sum()
     nodes = T._graph_of([out])
-    position = {id(t): k for k, t in enumerate(nodes)}
+    position = {t: k for k, t in enumerate(nodes)}
     plan = T._plan_of(nodes, position)
     values = [t._value for t in nodes]
     seed = np.ones((), np.float32)
@@ -111,3 +111,20 @@ def test_driver_gradient_equals_reference_driver_bitwise() -> None:
     assert sum(g is not None for g in fast) == len(nodes)
     for a, b in zip(fast, ref, strict=True):
         assert _same_bits(a, b)
+
+
+def test_the_driver_sums_with_the_add_forward_bits() -> None:
+    add = REGISTRY["add"].forward
+    fast = ARRAY_RULES[add]
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        a, b = _values(rng, dtype), _values(rng, dtype)
+        with np.errstate(all="ignore"):
+            assert _same_bits(fast(a, b), add(a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_relu_forward_is_maximum_with_zero(dtype: type) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.integers(-5, 5, 64) if dtype is np.int64 else _values(rng, dtype)
+    assert _same_bits(REGISTRY["relu"].forward(x), np.maximum(x, 0))

@@ -68,8 +68,8 @@ def test_plan_from_tensors_equals_generic_plan():
     h = ((x + b) * c).tanh()
     out = (h.relu() * x + 2.0).sum()
     nodes = T._graph_of([out])
-    position = {id(t): k for k, t in enumerate(nodes)}
-    views = [Node(t._op, tuple(position[id(p)] for p in t._parents), t._attrs,
+    position = {t: k for k, t in enumerate(nodes)}
+    views = [Node(t._op, tuple(position[p] for p in t._parents), t._attrs,
                   t.requires_grad, t.shape) for t in nodes]
     fast, generic = T._plan_of(nodes, position), reverse_plan(views)
     assert len(fast) == len(generic) == len(nodes)
@@ -81,3 +81,27 @@ def test_plan_from_tensors_equals_generic_plan():
         # A broadcasting rule is a fresh closure per step: compare its code, not its identity.
         assert getattr(a[1], "__code__", a[1]) == getattr(b[1], "__code__", b[1])
         assert (a[0], a[2], a[3], a[4]) == (b[0], b[2], b[3], b[4])
+
+
+def test_skipped_shape_rules_are_the_identity():
+    # The hot paths skip these primitives' shape rules (and a binary op's on equal shapes):
+    # each rule must give back its input's shape, so skipping it cannot change what is refused.
+    for prim in T._IDENTITY_SHAPED:
+        attrs = {"c": 2.0} if "c" in prim.attrs else {}
+        assert not set(prim.attrs) - {"c"}, prim.name
+        for shape in [(), (3,), (2, 5), (1, 4, 3)]:
+            assert tuple(prim.infer(shape, **attrs)) == shape, prim.name
+    for prim in (T._ADD, T._SUB, T._MUL):
+        assert tuple(prim.infer((2, 3), (2, 3))) == (2, 3)
+    x = tl.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    with pytest.raises(tl.TorchLeanError):
+        x * tl.tensor(np.ones((3, 2), np.float32))  # unequal shapes: the rule runs and refuses
+
+
+@pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "exp"])
+def test_hot_unary_methods_name_a_wrong_call(name):
+    x = tl.tensor(np.ones(3, np.float32), requires_grad=True)
+    for args, kwargs in [((1,), {}), ((), {"dim": 0})]:
+        with pytest.raises(tl.SignatureError, match=f"{name}: takes no arguments"):
+            getattr(x, name)(*args, **kwargs)
+    assert getattr(x, name)().shape == (3,)

@@ -54,7 +54,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.autodiff import Step, run_reverse
+from ..core.autodiff import (
+    TARGETS_0,
+    TARGETS_01,
+    TARGETS_1,
+    TARGETS_NONE,
+    Step,
+    run_reverse,
+)
 from ..core.backend import (
     DEVICES,
     check_device,
@@ -170,15 +177,18 @@ class Tensor(Ref):
 
     @classmethod
     def _result(cls, value: Any, prim: Primitive | None, parents: tuple[Tensor, ...],
-                attrs: dict[str, Any]) -> Tensor:
+                attrs: dict[str, Any], shape: tuple[int, ...] | None = None) -> Tensor:
         """A computed tensor (``prim`` None: no history). Built slot by slot: this is the
-        per-op path, and ``value`` is already a fresh array of a float dtype."""
+        per-op path, and ``value`` is already a fresh array of a float dtype. ``shape``: the
+        shape rule's result, kept when the value has it (an elementwise op's is its input's
+        tuple: one tuple fewer per op, fewer garbage-collector passes)."""
         if type(value) is not np.ndarray:  # a kernel may return a NumPy scalar (or a device array)
             value = _as_value(value)
         t = object.__new__(cls)
         t._owner = RECORDER
         t._id = next(_sequence)
-        t.shape = value.shape
+        vs = value.shape
+        t.shape = vs if shape is None or shape != vs else shape
         t.dtype = value.dtype
         t._value = value
         t._op = prim
@@ -428,10 +438,7 @@ class Tensor(Ref):
         seed = _seed("backward", self, gradient)
         if create_graph:
             seed = _leaf(seed)
-        leaves_and_grads = _reverse([self], [seed], create_graph, retain_graph or create_graph)
-        for t, g in leaves_and_grads:
-            if t._op is None and t.requires_grad:  # a leaf (``is_leaf``, without the property)
-                _accumulate(t, g)
+        _reverse([self], [seed], create_graph, retain_graph or create_graph, accumulate=True)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         """Indices of the largest entries (int64, no gradient); over all entries for None."""
@@ -668,8 +675,13 @@ class Tensor(Ref):
             return self
         return _leaf(self._value.astype(get_default_dtype()))
 
-    def exp(self) -> Tensor:  # type: ignore[override]
-        return _record1(_EXP, self._float_input("exp"))
+    # The unary methods of the per-op hot path take their (absent) arguments themselves instead
+    # of through ``checked_signature`` (a wrapper call per op, ~0.2 us): any argument is the same
+    # named ``SignatureError``.
+    def exp(self, *args: Any, **kwargs: Any) -> Tensor:  # type: ignore[override]
+        if args or kwargs:
+            _takes_no_arguments("exp", args, kwargs)
+        return _record1(_EXP, self if self.dtype.kind == "f" else self._float_input("exp"))
 
     def log(self) -> Tensor:  # type: ignore[override]
         return _unary("log", self._float_input("log"))
@@ -677,11 +689,16 @@ class Tensor(Ref):
     def sqrt(self) -> Tensor:  # type: ignore[override]
         return _unary("sqrt", self._float_input("sqrt"))
 
-    def tanh(self) -> Tensor:  # type: ignore[override]
-        return _record1(_TANH, self._float_input("tanh"))
+    def tanh(self, *args: Any, **kwargs: Any) -> Tensor:  # type: ignore[override]
+        if args or kwargs:
+            _takes_no_arguments("tanh", args, kwargs)
+        return _record1(_TANH, self if self.dtype.kind == "f" else self._float_input("tanh"))
 
-    def sigmoid(self) -> Tensor:  # type: ignore[override]
-        return _record1(_SIGMOID, self._float_input("sigmoid"))
+    def sigmoid(self, *args: Any, **kwargs: Any) -> Tensor:  # type: ignore[override]
+        if args or kwargs:
+            _takes_no_arguments("sigmoid", args, kwargs)
+        return _record1(_SIGMOID,
+                        self if self.dtype.kind == "f" else self._float_input("sigmoid"))
 
     def sin(self) -> Tensor:
         return _unary("sin", self._float_input("sin"))
@@ -750,7 +767,9 @@ class Tensor(Ref):
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
         return _sort(self, dim, descending, None).indices  # type: ignore[no-any-return]
 
-    def relu(self) -> Tensor:  # type: ignore[override]
+    def relu(self, *args: Any, **kwargs: Any) -> Tensor:  # type: ignore[override]
+        if args or kwargs:
+            _takes_no_arguments("relu", args, kwargs)
         if self.dtype.kind != "f":
             return _leaf(np.maximum(self._value, 0).astype(self.dtype))
         return _record1(_RELU, self)
@@ -1639,7 +1658,15 @@ def checked_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
 # Accessors called many times per step keep their plain signatures (the wrapper is one more
 # Python call, about 0.2 us); they take no arguments a torch user gets wrong in practice.
 # Every op method is checked (issue 25: an unknown keyword is a named error, not a TypeError).
-_HOT_METHODS = frozenset({"item", "numel", "size", "dim", "detach", "numpy", "tolist"})
+_HOT_METHODS = frozenset({"item", "numel", "size", "dim", "detach", "numpy", "tolist",
+                          "exp", "tanh", "sigmoid", "relu"})  # (these check their own)
+
+
+def _takes_no_arguments(name: str, args: Any, kwargs: Any) -> None:
+    """The ``SignatureError`` of a method that takes no arguments, called with some."""
+    given = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    raise SignatureError(f"{name}: takes no arguments, found {', '.join(given)}; expected "
+                         f"{name}()")
 
 
 def _check_method_signatures(cls: type) -> None:
@@ -1802,21 +1829,23 @@ class GradFn:
 def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
     """The tensors behind ``outputs`` in creation order (a topological order): every tensor
     with a history, and the inputs of their ops (tensors without one are leaves here; the
-    rules read their values)."""
-    seen: dict[int, Tensor] = {}
+    rules read their values).
+
+    Tensors are the keys themselves (their hash is ``object``'s, by identity, and a dict never
+    calls ``==`` on a key of another hash), which saves an ``id()`` call per visit."""
+    seen: dict[Tensor, None] = {}
     stack = [t for t in outputs if t.requires_grad]
     pop = stack.pop
     push = stack.append
     while stack:  # once per tensor of every backward
         t = pop()
-        key = id(t)
-        if key in seen:
+        if t in seen:
             continue
         if t._freed:
             raise TapeError("backward: trying to backward through the graph a second time (or "
                             "after its values were freed); pass retain_graph=True to the first "
                             "backward if you need to")
-        seen[key] = t
+        seen[t] = None
         vc = t._vc
         if vc is not None and vc[1] > t._id and t._op is not None and \
                 t._op.name not in OUTPUT_FREE:
@@ -1826,9 +1855,9 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
             if vc is not None and vc[1] > t._id and (p._op is not None or t._op is None or
                                                      t._op.name not in INPUT_FREE):
                 raise _modified(p, t, vc)
-            if id(p) not in seen:
+            if p not in seen:
                 push(p)
-    nodes = list(seen.values())
+    nodes = list(seen)
     nodes.sort(key=_CREATED)
     return nodes
 
@@ -1836,9 +1865,9 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
 _CREATED = operator.attrgetter("_id")
 
 
-def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | None]:
+def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step | None]:
     """``autodiff.reverse_plan`` of the tensors ``nodes`` (in creation order; ``position`` maps
-    ``id(tensor)`` to its index), built straight from the tensors: ``reverse_step`` spelled out
+    each tensor to its index), built straight from the tensors: ``reverse_step`` spelled out
     for one and two parents without a ``Node`` view per tensor (the view cost as much as the
     step). The same ``Primitive.vjp_rule`` decides every rule that it changes (a selective rule,
     a broadcast cotangent to sum back); for the rest it returns the primitive's own ``vjp`` and
@@ -1857,24 +1886,20 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | N
         arity = len(ps)
         if arity == 1:
             a = ps[0]
-            p0 = position[id(a)]
-            parents: tuple[int, ...] = (p0,)
-            targets: tuple[tuple[int, int], ...] = ((0, p0),) if a.requires_grad else ()
+            parents: tuple[int, ...] = (position[a],)
+            targets = TARGETS_0 if a.requires_grad else TARGETS_NONE
             reduce = op.broadcasting and a.shape != t.shape
         elif arity == 2:
             a, b = ps
-            p0 = position[id(a)]
-            p1 = position[id(b)]
-            parents = (p0, p1)
+            parents = (position[a], position[b])
             if a.requires_grad:
-                targets = ((0, p0), (1, p1)) if b.requires_grad else ((0, p0),)
+                targets = TARGETS_01 if b.requires_grad else TARGETS_0
             else:
-                targets = ((1, p1),) if b.requires_grad else ()
+                targets = TARGETS_1 if b.requires_grad else TARGETS_NONE
             reduce = op.broadcasting and (a.shape != t.shape or b.shape != t.shape)
         else:
-            parents = tuple([position[id(p)] for p in ps])
-            targets = tuple([(k, q) for k, (q, p) in enumerate(zip(parents, ps, strict=True))
-                             if p.requires_grad])
+            parents = tuple([position[p] for p in ps])
+            targets = tuple([k for k, p in enumerate(ps) if p.requires_grad])
             reduce = op.broadcasting and any(p.shape != t.shape for p in ps)
         if reduce or op.selective:
             rule, kwargs = op.vjp_rule(t._attrs, tuple([p.requires_grad for p in ps]), reduce)
@@ -1885,13 +1910,15 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[int, int]) -> list[Step | N
 
 
 def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
-             retain_graph: bool) -> list[tuple[Tensor, Any]]:
-    """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``."""
+             retain_graph: bool, accumulate: bool = False) -> list[tuple[Tensor, Any]]:
+    """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``
+    for every tensor reached, or (``accumulate``: ``backward()``) nothing, each leaf that
+    requires grad having accumulated its cotangent into ``.grad`` instead."""
     nodes = _graph_of(outputs)
     if not nodes:
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
-    position = {id(t): k for k, t in enumerate(nodes)}
+    position = dict(zip(nodes, range(len(nodes)), strict=True))  # (tensor keys: see ``_graph_of``)
     # The driver starts from one output; with several (autograd.grad), run it once per output
     # over the same plan and add the cotangents (outputs are few, usually one).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
@@ -1901,7 +1928,7 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     for out, seed in zip(outputs, seeds, strict=True):
         if not out.requires_grad:
             continue
-        k = position[id(out)]
+        k = position[out]
         grads = run_reverse(plan, values, k, seed, True, ops)
         if len(outputs) == 1:  # one output (loss.backward()): its cotangents are the total
             total = grads
@@ -1909,12 +1936,21 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
         for i, g in enumerate(grads):
             if g is not None:
                 total[i] = g if total[i] is None else ops.add(total[i], g)
-    if not retain_graph:
-        for t in nodes:
-            if t._op is not None:
+    found: list[tuple[Tensor, Any]] = []
+    for t, g in zip(nodes, total, strict=True):  # one pass: free the graph, hand out gradients
+        if t._op is not None:
+            if not retain_graph:
                 t._freed = True
                 t._parents = ()
-    return [(t, g) for t, g in zip(nodes, total, strict=True) if g is not None]
+            if accumulate:
+                continue
+        elif accumulate:
+            if g is not None and t.requires_grad:
+                _accumulate(t, g)
+            continue
+        if g is not None:
+            found.append((t, g))
+    return found
 
 
 def _seed(op: str, out: Tensor, gradient: Any) -> Any:
@@ -2095,17 +2131,22 @@ RECORDER = _Recorder()
 # The per-op hot path of the operators and the unary methods: ``RECORDER.record`` spelled out
 # for float host tensors (the caller has checked the float dtype, and for two inputs that they
 # share it), so no input list, no attribute check, no device scan. The same checks and kernels
-# run (the shape rule, then the forward); anything else (a device array) takes ``record``.
+# run (the shape rule, then the forward), except a shape rule that cannot refuse: the identity
+# of the elementwise primitives in ``_IDENTITY_SHAPED`` (a test keeps each one's rule the
+# identity) and of a binary op on two equal shapes. Its result has as many entries as an input
+# that already exists, so the allocation limit it would also check cannot be newly passed.
+# (Skipping the call saves three Python frames per op.) Anything else (a device array) takes
+# ``record``.
 def _record1(prim: Primitive, x: Tensor) -> Tensor:
     """``RECORDER.record(prim, (x,), {})`` for an attribute-free op of a float tensor."""
     v = x._value
     if type(v) is not np.ndarray:
         return RECORDER.record(prim, (x,), {})
-    prim.infer(v.shape)
+    shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
     out = prim.forward(v)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (x,), {})
-    return Tensor._result(out, None, (), {})
+        return Tensor._result(out, prim, (x,), {}, shape)
+    return Tensor._result(out, None, (), {}, shape)
 
 
 def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
@@ -2114,11 +2155,13 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
     vb = b._value
     if type(va) is not np.ndarray or type(vb) is not np.ndarray:
         return RECORDER.record(prim, (a, b), {})
-    prim.infer(va.shape, vb.shape)
+    shape = a.shape
+    if shape != b.shape:
+        shape = prim.infer(shape, b.shape)
     out = prim.forward(va, vb)
     if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (a, b), {})
-    return Tensor._result(out, None, (), {})
+        return Tensor._result(out, prim, (a, b), {}, shape)
+    return Tensor._result(out, None, (), {}, shape)
 
 
 def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
@@ -2127,11 +2170,12 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
     v = x._value
     if type(v) is not np.ndarray:
         return RECORDER.record(prim, (x,), {"c": c})
-    prim.infer(v.shape, c=c)
+    # (``c`` is a finite float: all that scale's and add_scalar's shape rules check.)
+    shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape, c=c)
     out = prim.forward(v, c=c)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (x,), {"c": c})
-    return Tensor._result(out, None, (), {})
+        return Tensor._result(out, prim, (x,), {"c": c}, shape)
+    return Tensor._result(out, None, (), {}, shape)
 
 
 _EXP = REGISTRY["exp"]
@@ -2143,6 +2187,8 @@ _ADD_SCALAR = REGISTRY["add_scalar"]
 _TANH = REGISTRY["tanh"]
 _RELU = REGISTRY["relu"]
 _SIGMOID = REGISTRY["sigmoid"]
+# Primitives whose shape rule is the identity (given a checked scalar ``c``): see ``_record1``.
+_IDENTITY_SHAPED = frozenset({_EXP, _TANH, _RELU, _SIGMOID, TP.SIN, TP.COS, _SCALE, _ADD_SCALAR})
 _check_method_signatures(Tensor)
 
 # Primitives whose result on integer (or bool) data stays integer, as torch's do; every other

@@ -21,6 +21,7 @@ differs in sign).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -119,3 +120,8 @@ for _name, _make in EXACT.items():
     _prim = REGISTRY[_name]
     assert _prim.vjp is not None and _prim.fast_vjp is None
     register_array_rule(_prim.vjp, _make(_prim.vjp))
+
+# The reverse driver's sum of two contributions: ``add``'s forward, ``a + b``, is
+# ``operator.add`` (the same NumPy operator, without a Python frame).
+assert REGISTRY["add"].fast_forward is None
+register_array_rule(REGISTRY["add"].forward, operator.add)
