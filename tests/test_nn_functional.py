@@ -422,8 +422,8 @@ ERRORS: list[tuple[Callable[[], Any], type[Exception], str]] = [
      "cross_entropy: target must be class indices of shape \\(6,\\)"),
     (lambda: TF.cross_entropy(normal(0, 6, 5), LABELS + 0.5), TorchLeanError,
      "cross_entropy: target must hold integer class indices"),
-    (lambda: TF.cross_entropy(normal(0, 6, 5), LABELS, size_average=True),
-     UnsupportedArgumentError, "cross_entropy: size_average"),
+    (lambda: TF.cross_entropy(normal(0, 6, 5), LABELS, size_average=1),
+     TorchLeanError, "cross_entropy: size_average must be a bool"),
     (lambda: TF.cross_entropy(normal(0, 6, 5), LABELS, label_smoothing=1.5), TorchLeanError,
      "cross_entropy: label_smoothing"),
     (lambda: TF.cross_entropy(normal(0, 6, 5), LABELS, weight=np.ones(4)), ShapeError,
@@ -460,7 +460,7 @@ ERRORS: list[tuple[Callable[[], Any], type[Exception], str]] = [
      "cross_entropy: reduction|CrossEntropyLoss: reduction"),
     (lambda: nn.NLLLoss(weight=np.ones((2, 2))), TorchLeanError,
      "NLLLoss: weight must be a 1-D array"),
-    (lambda: nn.MSELoss(reduce=False), UnsupportedArgumentError, "MSELoss: size_average"),
+    (lambda: nn.MSELoss(reduce="no"), TorchLeanError, "MSELoss: reduce must be a bool"),
     (lambda: nn.Softmax()(X4), TorchLeanError, "softmax: give dim"),
 ]
 
@@ -517,3 +517,13 @@ def test_cross_entropy_drawn_shapes_match_torch(n: int, c: int, spatial: list[in
     check(lambda v: TF.cross_entropy(v, labels, reduction=reduction, label_smoothing=smoothing),
           lambda v: TTF.cross_entropy(v, T(labels), reduction=reduction,
                                       label_smoothing=smoothing), [x], "eager")
+
+
+def test_legacy_size_average_and_reduce_map_to_reduction_as_torch() -> None:
+    x, y = normal(0, 4, 3), normal(1, 4, 3)
+    for kwargs, reduction in (({"size_average": False}, "sum"), ({"reduce": False}, "none"),
+                              ({"size_average": True}, "mean"),
+                              ({"size_average": False, "reduce": True}, "sum")):
+        np.testing.assert_allclose(TF.mse_loss(x, y, **kwargs),
+                                   TF.mse_loss(x, y, reduction=reduction))
+        assert nn.MSELoss(**kwargs).reduction == reduction

@@ -90,6 +90,7 @@ from . import ops_interface as F
 from . import torch_prims as TP
 from .dtypes import as_dtype, get_default_dtype, result_type
 from .ops_interface import MaxResult, Ref
+from .tensor_format import format_values, grad_fn_name
 from .torch_index import torch_steps
 from .transforms import Compiled
 
@@ -303,7 +304,7 @@ class Tensor(Ref):
         if self.dtype != default and self.dtype not in (int64, bool_):
             extra += f", dtype=torch.{self.dtype.name}"
         if self._op is not None:
-            extra += f", grad_fn=<{self._op.name.capitalize()}Backward>"
+            extra += f", grad_fn=<{grad_fn_name(self._op.name)}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
@@ -1687,19 +1688,9 @@ def _as_value(value: Any) -> Any:
 
 
 def _format(value: np.ndarray) -> str:
-    """The values as torch prints them: 4 decimals for floats (scientific notation when they
-    span more than 1000x or exceed 1e8), integer-valued floats as ``1.``, ints and bools plain."""
-    options: dict[str, Any] = {"separator": ", ", "prefix": "tensor("}
-    if value.dtype.kind == "f" and value.size:
-        finite = value[np.isfinite(value)]
-        nonzero = np.abs(finite[finite != 0])
-        if finite.size and not np.all(finite == np.round(finite)):
-            wide = nonzero.size and (nonzero.max() / nonzero.min() > 1000 or nonzero.max() > 1e8)
-            options["formatter"] = {"float_kind": (lambda v: f"{v:.4e}") if wide else (
-                lambda v: f"{v:.4f}")}
-        elif nonzero.size and nonzero.max() > 1e8:
-            options["formatter"] = {"float_kind": lambda v: f"{v:.4e}"}
-    return np.array2string(value, **options)
+    """The values as torch prints them (``tensor_format``: one width, 4 decimals or scientific
+    notation, integer-valued floats as ``1.``)."""
+    return format_values(value)
 
 
 def _rebuild_leaf(value: Any, requires_grad: bool) -> Tensor:
@@ -1805,7 +1796,7 @@ class GradFn:
 
     def name(self) -> str:
         op = self._tensor._op
-        return "AccumulateGrad" if op is None else f"{op.name}Backward"
+        return "AccumulateGrad" if op is None else grad_fn_name(op.name)
 
     @property
     def next_functions(self) -> tuple[tuple[Any, int], ...]:

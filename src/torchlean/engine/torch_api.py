@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..core.errors import ShapeError, TorchLeanError
 from ..core.rng import Generator, check_generator, default_generator
-from . import torch_methods  # noqa: F401  (attaches the composite Tensor methods)
+from . import torch_extra, torch_methods  # noqa: F401  (attach the composite Tensor methods)
 from .dtypes import (
     as_dtype,
     bfloat16,
@@ -71,6 +72,7 @@ from .tensor import (
     tensor,
     zeros,
 )
+from .tensor_format import PRINT_OPTIONS
 
 bool = bool_  # noqa: A001  (torch.bool)
 
@@ -492,6 +494,15 @@ def randint(low: Any, high: Any = None, size: Any = None, generator: Generator |
     return tensor(value, device=device)
 
 
+def randint_like(input: Any, low: Any = 0, high: Any = None, dtype: Any = None,  # noqa: A002
+                 generator: Generator | None = None) -> Tensor:
+    """Integers in [low, high) shaped like ``input`` (``randint_like(x, high)``: low = 0)."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(_t("randint_like", input).shape), generator=generator,
+                   dtype=dtype if dtype is not None else input.dtype)
+
+
 def randperm(n: builtins.int, generator: Generator | None = None, dtype: Any = None,
              device: Any = None) -> Tensor:
     """A random permutation of 0..n-1 (int64), drawn from ``generator`` (default: the one
@@ -525,7 +536,7 @@ def multinomial(probs: Any, num_samples: builtins.int, replacement: builtins.boo
     for row in w:
         row = row.copy()
         picks = []
-        for _ in range(num_samples):
+        for _ in builtins.range(num_samples):
             c = np.cumsum(row / row.sum())
             k = builtins.int(np.searchsorted(c, gen.uniform((), np.float64), side="right"))
             k = builtins.min(k, n - 1)
@@ -568,16 +579,32 @@ def is_floating_point(x: Any) -> builtins.bool:
     return _t("is_floating_point", x).is_floating_point()
 
 
-def set_printoptions(**kwargs: Any) -> None:
-    """torch.set_printoptions: NumPy's print options (precision, threshold, edgeitems,
-    linewidth)."""
-    allowed = {"precision", "threshold", "edgeitems", "linewidth"}
-    unknown = set(kwargs) - allowed
-    if unknown:
-        raise TorchLeanError(f"set_printoptions: unknown options {sorted(unknown)}; expected "
-                             f"some of {sorted(allowed)}")
-    np.set_printoptions(**kwargs)
-
+def set_printoptions(precision: Any = None, threshold: Any = None, edgeitems: Any = None,
+                     linewidth: Any = None, profile: Any = None, sci_mode: Any = None) -> None:
+    """torch.set_printoptions: how tensors print (``tensor_format.PRINT_OPTIONS``); also sets
+    NumPy's matching options."""
+    if profile is not None:
+        presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80),
+                   "full": (4, 2 ** 63 - 1, 3, 80)}
+        if profile not in presets:
+            raise TorchLeanError(f"set_printoptions: profile must be one of {sorted(presets)}, "
+                                 f"found {profile!r}")
+        for key, value in zip(("precision", "threshold", "edgeitems", "linewidth"),
+                              presets[profile], strict=True):
+            PRINT_OPTIONS[key] = value
+    for key, value in (("precision", precision), ("threshold", threshold),
+                       ("edgeitems", edgeitems), ("linewidth", linewidth)):
+        if value is not None:
+            if isinstance(value, builtins.bool) or not isinstance(value, builtins.int) \
+                    or value < 0:
+                raise TorchLeanError(f"set_printoptions: {key} must be a non-negative int, "
+                                     f"found {value!r}")
+            PRINT_OPTIONS[key] = value
+    PRINT_OPTIONS["sci_mode"] = sci_mode
+    np.set_printoptions(precision=PRINT_OPTIONS["precision"],
+                        threshold=builtins.min(PRINT_OPTIONS["threshold"], sys.maxsize),
+                        edgeitems=PRINT_OPTIONS["edgeitems"],
+                        linewidth=PRINT_OPTIONS["linewidth"])
 
 
 # --- methods as functions: torch.f(x, ...) is x.f(...) ------------------------------------------
@@ -715,8 +742,8 @@ def einsum(equation: str, *operands: Any) -> Any:
         if len(spec) != t_.ndim or len(set(spec)) != len(spec):
             raise TorchLeanError(f"einsum: operand subscripts {spec!r} do not fit a tensor of "
                                  f"{t_.ndim} dimensions (repeated letters are not supported)")
-        order = sorted(range(len(spec)), key=lambda i: every.index(spec[i]))
-        moved = t_.permute(*order) if order != list(range(len(spec))) else t_
+        order = sorted(builtins.range(len(spec)), key=lambda i: every.index(spec[i]))
+        moved = t_.permute(*order) if order != list(builtins.range(len(spec))) else t_
         present = sorted(spec, key=every.index)
         shape = [moved.shape[present.index(c)] if c in present else 1 for c in every]
         expanded.append(moved.reshape(*shape))
@@ -726,7 +753,7 @@ def einsum(equation: str, *operands: Any) -> Any:
         out = out.sum(dim=summed)
     kept = [c for c in every if c in rhs]
     order = [kept.index(c) for c in rhs]
-    return out.permute(*order) if order != list(range(len(order))) else out
+    return out.permute(*order) if order != list(builtins.range(len(order))) else out
 
 
 def cdist(x1: Any, x2: Any, p: builtins.float = 2.0) -> Any:
@@ -770,6 +797,14 @@ def _check_signatures() -> None:
             space[key] = checked_signature(value)
 
 
+# torch_extra's names (linalg, special, backends, testing, the math functions, ...), and torch's
+# deprecated ``range`` (bound last: this module's own code calls ``builtins.range``).
+for _name in torch_extra.__all__:
+    if _name not in globals():
+        globals()[_name] = getattr(torch_extra, _name)
+range = torch_extra.torch_range  # noqa: A001
+
+
 def missing_torch_name(name: str) -> Any:
     """A torch name torchlean does not provide: a ``TorchLeanError`` naming it (the package's
     module ``__getattr__`` calls this for names it does not have)."""
@@ -796,7 +831,8 @@ __all__ = [
     "set_printoptions", "MissingTorchName", "cat", "stack", "arange", "ones", "zeros", "full",
     "empty", "concat", "concatenate", "hstack", "vstack", "dstack", "meshgrid", "normal",
     "set_grad_enabled", "inference_mode", "einsum", "cdist", "cosine_similarity", "is_nonzero",
-    "seed", "initial_seed",
-] + list(dict.fromkeys(_FUNCTION_METHODS))
+    "seed", "initial_seed", "randint_like", "range",
+] + list(dict.fromkeys(_FUNCTION_METHODS + tuple(n for n in torch_extra.__all__
+                                                  if n not in _FUNCTION_METHODS)))
 
 _check_signatures()

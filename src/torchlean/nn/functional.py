@@ -117,10 +117,18 @@ def _reduction(fn: str, reduction: Any) -> str:
     return str(reduction)
 
 
-def _no_legacy(fn: str, size_average: Any, reduce: Any) -> None:
-    if size_average is not None or reduce is not None:
-        raise UnsupportedArgumentError(f"{fn}: size_average and reduce are deprecated in torch "
-                                       "and not supported; use reduction='mean'|'sum'|'none'")
+def _legacy_reduction(fn: str, size_average: Any, reduce: Any, reduction: Any) -> Any:
+    """``reduction``, or what torch's deprecated ``size_average``/``reduce`` say when either is
+    given (torch's ``legacy_get_string``: ``reduce=False`` is 'none', else ``size_average``
+    False is 'sum', else 'mean')."""
+    if size_average is None and reduce is None:
+        return reduction
+    for name, value in (("size_average", size_average), ("reduce", reduce)):
+        if value is not None and not isinstance(value, bool):
+            raise TorchLeanError(f"{fn}: {name} must be a bool or None, found {value!r}")
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
 
 
 def _int(fn: str, name: str, value: Any, minimum: int | None = None) -> int:
@@ -1027,7 +1035,7 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any
     ``label_smoothing`` follow torch's formulas (a weighted mean divides by the summed weights of
     the targets; with probability targets the mean divides by the item count)."""
     fn = "cross_entropy"
-    _no_legacy(fn, size_average, reduce)
+    reduction = _legacy_reduction(fn, size_average, reduce, reduction)
     reduction = _reduction(fn, reduction)
     if not isinstance(label_smoothing, int | float) or isinstance(label_smoothing, bool) \
             or not 0.0 <= label_smoothing <= 1.0:
@@ -1042,7 +1050,7 @@ def nll_loss(input: Any, target: Any, weight: Any = None, size_average: Any = No
     """Negative log-likelihood of log-probabilities ``(N, C)`` (or ``(N, C, d1, ...)``, or
     ``(C,)``) at integer class indices; ``weight`` and ``ignore_index`` as torch."""
     fn = "nll_loss"
-    _no_legacy(fn, size_average, reduce)
+    reduction = _legacy_reduction(fn, size_average, reduce, reduction)
     reduction = _reduction(fn, reduction)
     return _classification(fn, input, target, weight, ignore_index, reduction, 0.0,
                            take_log_softmax=False)
@@ -1060,7 +1068,7 @@ def _same_shape(fn: str, input: Any, target: Any) -> tuple[Any, Any]:
 def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
              reduction: str = "mean") -> Any:
     """Squared error ``(input - target)^2``, reduced by ``reduction``."""
-    _no_legacy("mse_loss", size_average, reduce)
+    reduction = _legacy_reduction("mse_loss", size_average, reduce, reduction)
     reduction = _reduction("mse_loss", reduction)
     x, t = _same_shape("mse_loss", input, target)
     return _reduce("mse_loss", F.apply("square", F.apply("sub", x, t)), reduction)
@@ -1069,7 +1077,7 @@ def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = No
 def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
             reduction: str = "mean") -> Any:
     """Absolute error ``|input - target|``, reduced by ``reduction`` (gradient sign(0) = 0)."""
-    _no_legacy("l1_loss", size_average, reduce)
+    reduction = _legacy_reduction("l1_loss", size_average, reduce, reduction)
     reduction = _reduction("l1_loss", reduction)
     x, t = _same_shape("l1_loss", input, target)
     return _reduce("l1_loss", F.apply("abs", F.apply("sub", x, t)), reduction)
@@ -1099,7 +1107,7 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
                    reduction: str = "mean", beta: float = 1.0) -> Any:
     """Smooth L1: ``0.5 d^2 / beta`` for ``|d| < beta``, ``|d| - beta / 2`` beyond
     (= ``huber_loss(delta=beta) / beta``)."""
-    _no_legacy("smooth_l1_loss", size_average, reduce)
+    reduction = _legacy_reduction("smooth_l1_loss", size_average, reduce, reduction)
     reduction = _reduction("smooth_l1_loss", reduction)
     b = _number("smooth_l1_loss", "beta", beta)
     if b <= 0:
@@ -1113,7 +1121,7 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
                                      reduction: str = "mean", pos_weight: Any = None) -> Any:
     """``softplus(x) - target * x`` per entry (the stable form of BCE on sigmoid(x))."""
     fn = "binary_cross_entropy_with_logits"
-    _no_legacy(fn, size_average, reduce)
+    reduction = _legacy_reduction(fn, size_average, reduce, reduction)
     _require(fn, "pos_weight", pos_weight, None)
     reduction = _reduction(fn, reduction)
     x, t = _same_shape(fn, input, target)
@@ -1135,7 +1143,7 @@ def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_avera
     """``-(t log x + (1 - t) log(1 - x))`` with each log clamped at -100, as torch does (so a
     probability of exactly 0 or 1 gives a finite loss)."""
     fn = "binary_cross_entropy"
-    _no_legacy(fn, size_average, reduce)
+    reduction = _legacy_reduction(fn, size_average, reduce, reduction)
     reduction = _reduction(fn, reduction)
     x, t = _same_shape(fn, input, target)
     values = _values(fn, "input", x)
@@ -1153,7 +1161,7 @@ def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None
     """``target * (log target - input)`` (input holds log-probabilities); ``batchmean``
     divides the sum by the batch size."""
     fn = "kl_div"
-    _no_legacy(fn, size_average, reduce)
+    reduction = _legacy_reduction(fn, size_average, reduce, reduction)
     if reduction not in ("mean", "sum", "none", "batchmean"):
         raise TorchLeanError(f"{fn}: reduction must be one of mean, sum, none, batchmean, found "
                              f"{reduction!r}")

@@ -24,11 +24,11 @@ __all__ = ["AdaptiveAvgPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss", "ELU", 
 
 
 class _Loss(Module):
-    """Checks and stores ``reduction`` (torch's deprecated size_average/reduce are refused)."""
+    """Checks and stores ``reduction`` (torch's deprecated size_average/reduce mapped to it)."""
 
     def __init__(self, name: str, size_average: Any, reduce: Any, reduction: str) -> None:
         super().__init__()
-        TF._no_legacy(name, size_average, reduce)
+        reduction = TF._legacy_reduction(name, size_average, reduce, reduction)
         self.reduction = TF._reduction(name, reduction)
 
     def extra_repr(self) -> str:

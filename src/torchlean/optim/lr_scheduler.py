@@ -41,6 +41,9 @@ def _number(owner: str, name: str, value: Any, minimum: float | None = None,
 
 
 def _int(owner: str, name: str, value: Any, minimum: int) -> int:
+    # a whole float is accepted as torch does (the transformer tutorial's StepLR(opt, 1.0))
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise OptimizerError(f"{owner}: {name} must be an int >= {minimum}, found {value!r}")
     return int(value)

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import IndexRangeError, ShapeError, TorchLeanError
-from ..core.rng import Generator, check_generator
-from ..engine.tensor import Tensor, stack, tensor
+from ...core.errors import IndexRangeError, ShapeError, TorchLeanError
+from ...core.rng import Generator, check_generator
+from ...engine.tensor import Tensor, stack, tensor
 
 __all__ = [
     "DataLoader", "Dataset", "Subset", "TensorDataset", "default_collate", "random_split",

@@ -1,0 +1,13 @@
+"""``torch.utils.data.sampler``'s names, re-exported from ``torchlean.utils.data``."""
+
+from . import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
+           "SubsetRandomSampler", "WeightedRandomSampler"]

@@ -1,0 +1,208 @@
+# PyTorch tutorial "NLP From Scratch: Generating Names with a Character-Level RNN"
+# (intermediate_source/char_rnn_generation_tutorial.py): the category-conditioned RNN of
+# Linear layers with dropout and LogSoftmax, one-hot input/target tensors, the training step
+# that sums NLLLoss into `loss = torch.Tensor([0])` and updates with
+# `p.data.add_(p.grad.data, alpha=-learning_rate)`, and sampling with topk. The names files are
+# replaced by synthetic "languages" (each builds names from its own syllables).
+from __future__ import unicode_literals, print_function, division
+import math
+import random
+import string
+import time
+
+import torch
+import torch.nn as nn
+
+all_letters = string.ascii_letters + " .,;'-"
+n_letters = len(all_letters) + 1  # Plus EOS marker
+
+random.seed(0)
+syllables = {
+    "Italian": ["ro", "ssi", "bel", "li", "ni", "ca", "to", "mar"],
+    "Japanese": ["ka", "ta", "na", "mo", "to", "shi", "ya", "ma"],
+    "Russian": ["ov", "sky", "ko", "vich", "ev", "ra", "dim", "iv"],
+    "Scottish": ["mac", "don", "ald", "gor", "camp", "bell", "ross", "fra"],
+}
+category_lines = {}
+all_categories = []
+for category, parts in syllables.items():
+    names = []
+    for _ in range(40):
+        name = "".join(random.choice(parts) for _ in range(random.randint(2, 3)))
+        names.append(name.capitalize())
+    category_lines[category] = names
+    all_categories.append(category)
+n_categories = len(all_categories)
+print('# categories:', n_categories, all_categories)
+print(category_lines['Italian'][:5])
+
+
+class RNN(nn.Module):
+    def __init__(self, input_size, hidden_size, output_size):
+        super(RNN, self).__init__()
+        self.hidden_size = hidden_size
+
+        self.i2h = nn.Linear(n_categories + input_size + hidden_size, hidden_size)
+        self.i2o = nn.Linear(n_categories + input_size + hidden_size, output_size)
+        self.o2o = nn.Linear(hidden_size + output_size, output_size)
+        self.dropout = nn.Dropout(0.1)
+        self.softmax = nn.LogSoftmax(dim=1)
+
+    def forward(self, category, input, hidden):
+        input_combined = torch.cat((category, input, hidden), 1)
+        hidden = self.i2h(input_combined)
+        output = self.i2o(input_combined)
+        output_combined = torch.cat((hidden, output), 1)
+        output = self.o2o(output_combined)
+        output = self.dropout(output)
+        output = self.softmax(output)
+        return output, hidden
+
+    def initHidden(self):
+        return torch.zeros(1, self.hidden_size)
+
+
+# Random item from a list
+def randomChoice(l):
+    return l[random.randint(0, len(l) - 1)]
+
+
+# Get a random category and random line from that category
+def randomTrainingPair():
+    category = randomChoice(all_categories)
+    line = randomChoice(category_lines[category])
+    return category, line
+
+
+# One-hot vector for category
+def categoryTensor(category):
+    li = all_categories.index(category)
+    tensor = torch.zeros(1, n_categories)
+    tensor[0][li] = 1
+    return tensor
+
+
+# One-hot matrix of first to last letters (not including EOS) for input
+def inputTensor(line):
+    tensor = torch.zeros(len(line), 1, n_letters)
+    for li in range(len(line)):
+        letter = line[li]
+        tensor[li][0][all_letters.find(letter)] = 1
+    return tensor
+
+
+# ``LongTensor`` of second letter to end (EOS) for target
+def targetTensor(line):
+    letter_indexes = [all_letters.find(line[li]) for li in range(1, len(line))]
+    letter_indexes.append(n_letters - 1)  # EOS
+    return torch.LongTensor(letter_indexes)
+
+
+# Make category, input, and target tensors from a random category, line pair
+def randomTrainingExample():
+    category, line = randomTrainingPair()
+    category_tensor = categoryTensor(category)
+    input_line_tensor = inputTensor(line)
+    target_line_tensor = targetTensor(line)
+    return category_tensor, input_line_tensor, target_line_tensor
+
+
+c, i, t = randomTrainingExample()
+print("CHECK example_shapes", tuple(c.shape), tuple(i.shape), tuple(t.shape), t.dtype == torch.long)
+
+criterion = nn.NLLLoss()
+
+learning_rate = 0.005
+
+
+def train(category_tensor, input_line_tensor, target_line_tensor):
+    target_line_tensor.unsqueeze_(-1)
+    hidden = rnn.initHidden()
+
+    rnn.zero_grad()
+
+    loss = torch.Tensor([0])  # you can also just simply use ``loss = 0``
+
+    for i in range(input_line_tensor.size(0)):
+        output, hidden = rnn(category_tensor, input_line_tensor[i], hidden)
+        l = criterion(output, target_line_tensor[i])
+        loss += l
+
+    loss.backward()
+
+    for p in rnn.parameters():
+        p.data.add_(p.grad.data, alpha=-learning_rate)
+
+    return output, loss.item() / input_line_tensor.size(0)
+
+
+def timeSince(since):
+    now = time.time()
+    s = now - since
+    m = math.floor(s / 60)
+    s -= m * 60
+    return '%dm %ds' % (m, s)
+
+
+torch.manual_seed(0)
+rnn = RNN(n_letters, 128, n_letters)
+
+n_iters = 300
+print_every = 50
+plot_every = 50
+all_losses = []
+total_loss = 0  # Reset every ``plot_every`` ``iters``
+
+start = time.time()
+
+for iter in range(1, n_iters + 1):
+    output, loss = train(*randomTrainingExample())
+    total_loss += loss
+
+    if iter % print_every == 0:
+        print('%s (%d %d%%) %.4f' % (timeSince(start), iter, iter / n_iters * 100, loss))
+
+    if iter % plot_every == 0:
+        all_losses.append(total_loss / plot_every)
+        total_loss = 0
+
+max_length = 20
+
+
+# Sample from a category and starting letter
+def sample(category, start_letter='A'):
+    with torch.no_grad():  # no need to track history in sampling
+        category_tensor = categoryTensor(category)
+        input = inputTensor(start_letter)
+        hidden = rnn.initHidden()
+
+        output_name = start_letter
+
+        for i in range(max_length):
+            output, hidden = rnn(category_tensor, input[0], hidden)
+            topv, topi = output.topk(1)
+            topi = topi[0][0]
+            if topi == n_letters - 1:
+                break
+            else:
+                letter = all_letters[topi]
+                output_name += letter
+            input = inputTensor(letter)
+
+        return output_name
+
+
+# Get multiple samples from one category and multiple starting letters
+def samples(category, start_letters='ABC'):
+    for start_letter in start_letters:
+        print(sample(category, start_letter))
+
+
+rnn.eval()
+samples('Russian', 'RUS')
+samples('Japanese', 'KTM')
+samples('Scottish', 'MDG')
+generated = [sample(cat, cat[0]) for cat in all_categories]
+print("CHECK first_plot_loss", round(all_losses[0], 3))
+print("CHECK last_plot_loss", round(all_losses[-1], 3))
+print("CHECK n_samples", len(generated), all(isinstance(g, str) and len(g) >= 1 for g in generated))
