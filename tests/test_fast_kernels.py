@@ -105,6 +105,90 @@ def test_conv_fast_on_an_empty_batch() -> None:
     _agree("conv2d", [w, b, np.zeros((0, 2, 5, 5))], {"stride": 1, "padding": 1})
 
 
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    """The same (N, C, H, W) values stored (N, H, W, C)."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def _is_channels_last(a: np.ndarray) -> bool:
+    return bool(a.transpose(0, 2, 3, 1).flags.c_contiguous)
+
+
+@pytest.mark.parametrize("cin,k,p,layout", [
+    (1, (3, 3), (1, 1), "nchw"),   # few channels in (N, C, H, W) order: the row-order columns
+    (5, (3, 3), (1, 1), "nchw"),
+    (5, (3, 3), (1, 1), "last"),   # a channels-last input: the channels-last columns
+    (2, (2, 3), (0, 2), "last"),   # uneven kernel, padding up to k - 1
+    (6, (5, 5), (2, 0), "nchw"),
+    (3, (1, 1), (0, 0), "last"),   # 1x1: the columns must not alias the input
+])
+def test_conv2d_fast_channels_last_paths_equal_reference(cin: int, k: tuple[int, int],
+                                                         p: tuple[int, int],
+                                                         layout: str) -> None:
+    # Stride 1: the input gradient is the flat-grid transposed convolution; every route of the
+    # columns (row order for few (N, C, H, W) channels, channels-last otherwise) and the fused
+    # bias (a column of ones) against the reference, forward and all three gradients.
+    rng = np.random.default_rng(cin + sum(k) + sum(p))
+    x = rng.standard_normal((3, cin, 6, 7))
+    x = _channels_last(x) if layout == "last" else x
+    w = rng.standard_normal((4, cin) + k)
+    b = rng.standard_normal(4)
+    _agree("conv2d", [w, b, x], {"stride": 1, "padding": p})
+    _agree("conv_core", [w, x], {"stride": 1, "padding": p})
+    _agree("conv_transpose_core", [rng.standard_normal((cin, 4) + k), x],
+           {"stride": 1, "padding": p, "output_padding": 0})
+    with fast_kernels(True):
+        out = REGISTRY["conv2d"].forward(w, b, x, stride=1, padding=p)
+        assert _is_channels_last(out)  # the GEMM's result, not a transposed copy
+        g = _channels_last(rng.standard_normal(out.shape))
+        # The bias gradient alone (one GEMV) and with the kernel's (the GEMM's ones column).
+        alone = REGISTRY["conv2d"].vjp(ARRAY_OPS, g, [w, b, x], out, stride=1, padding=p,
+                                       needed=(False, True, False))
+        both = REGISTRY["conv2d"].vjp(ARRAY_OPS, g, [w, b, x], out, stride=1, padding=p,
+                                      needed=(True, True, True))
+    assert alone[0] is None and alone[2] is None
+    want = g.sum(axis=(0, 2, 3))
+    np.testing.assert_allclose(alone[1], want, rtol=1e-10)
+    np.testing.assert_allclose(both[1], want, rtol=1e-10)
+    assert not np.shares_memory(both[0], x) and both[0].flags.c_contiguous
+    del out
+
+
+def test_conv2d_fast_with_a_bias_of_another_dtype() -> None:
+    # No fused column when the bias's dtype differs: the result's dtype is NumPy's promotion,
+    # as the reference's.
+    rng = np.random.default_rng(8)
+    w, x = rng.standard_normal((2, 3, 3, 3)).astype(np.float32), rng.standard_normal((2, 3, 5, 5))
+    x = x.astype(np.float32)
+    b = rng.standard_normal(2)
+    want = REGISTRY["conv2d"].reference_forward(w, b, x, stride=1, padding=1)
+    with fast_kernels(True):
+        got = REGISTRY["conv2d"].forward(w, b, x, stride=1, padding=1)
+    assert got.dtype == want.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cnn_chain_stays_channels_last_and_pools_bitwise() -> None:
+    # conv -> relu -> max pool -> conv: the pooled activation keeps the convolution's layout
+    # (no transposing copy between the layers), and the pooling is bitwise the reference's
+    # (maxima and first-maximum routing) whatever the layouts of its input and cotangent.
+    rng = np.random.default_rng(12)
+    w1, b1 = rng.standard_normal((4, 1, 3, 3)), rng.standard_normal(4)
+    x = rng.standard_normal((2, 1, 8, 8))
+    attrs = {"kernel_size": 2}
+    with fast_kernels(True):
+        h = np.maximum(REGISTRY["conv2d"].forward(w1, b1, x, stride=1, padding=1), 0.0)
+        pooled = REGISTRY["max_pool2d"].forward(h, **attrs)
+        assert _is_channels_last(h) and _is_channels_last(pooled)
+        for g in (rng.standard_normal(pooled.shape), _channels_last(
+                rng.standard_normal(pooled.shape))):
+            got = REGISTRY["max_pool2d"].vjp(ARRAY_OPS, g, [h], pooled, **attrs)[0]
+            assert _is_channels_last(got)
+            want = REGISTRY["max_pool2d"].reference_vjp(ARRAY_OPS, g, [h], pooled, **attrs)[0]
+            assert np.array_equal(got, want)
+    assert np.array_equal(pooled, REGISTRY["max_pool2d"].reference_forward(h, **attrs))
+
+
 @pytest.mark.parametrize("attrs", [
     {"kernel_size": 2},
     {"kernel_size": (3, 2), "stride": (1, 2)},

@@ -6,11 +6,13 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
 ``torchlean verify`` on the samples and by the tests); they run only inside
 ``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
 
-- ``conv``: the forward keeps its im2col matrix for its VJP (``residuals``), so the kernel
-  gradient does not build it again; the forward writes (N, outC, ...) directly; the input
-  gradient adds long contiguous runs of a batch-last GEMM result;
-- ``pool``: the max-pool VJP hands its output (the window maxima) to the backward kernel, which
-  then does not recompute them, and skips the second geometry check;
+- ``conv``: 2-D convolutions write channels-last GEMM results (returned as (N, C, H, W) views),
+  the bias fused into the forward GEMM and the kernel-gradient GEMM (a column of ones), the
+  im2col matrix kept for the kernel gradient, the stride-1 input gradient as shifted GEMMs on a
+  flat padded grid; other dimensions keep (N, C, ...) results and a batch-last col2im;
+- ``pool``: max pooling keeps its input's memory layout (so a channels-last activation stays
+  so for the next convolution); its VJP hands the forward's output (the window maxima) to the
+  first-maximum routing instead of recomputing them, and skips the second geometry check;
 - ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
