@@ -7,6 +7,7 @@ every scheduler's sequence of rates (and OneCycleLR's momenta) equals torch's.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from torchlean.optim import (
     RMSprop,
 )
 from torchlean.optim import lr_scheduler as ls
+from torchlean.optim.optimizers import _adam_host
 
 torch = pytest.importorskip("torch")
 tls = torch.optim.lr_scheduler
@@ -272,3 +274,33 @@ def test_scheduler_state_and_checks():
             one.step()
     with pytest.raises(TorchLeanError, match="metric"):
         ls.ReduceLROnPlateau(opt).step()
+
+
+def test_adam_in_place_host_update_has_the_formula_bits() -> None:
+    """Adam's host update writes into one scratch array and the state (``out=``): the same
+    operations on the same operands as the namespace formula, so the same bits, on both lerp
+    branches, float32 and float64."""
+    def formula(p: Any, grad: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,
+                eps: float, step: float) -> None:
+        weight = 1.0 - beta1
+        if weight < 0.5:
+            m += weight * (grad - m)
+        else:
+            m[...] = grad - (grad - m) * (1.0 - weight)
+        v *= beta2
+        v += (1.0 - beta2) * grad * grad
+        denom = np.sqrt(v) / (1.0 - beta2 ** step) ** 0.5
+        denom += eps
+        p += (-(lr / (1.0 - beta1 ** step))) * (m / denom)
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        for beta1 in (0.9, 0.3):
+            a = [rng.standard_normal((5, 7)).astype(dtype) for _ in range(3)]
+            a[2] = np.abs(a[2])
+            b = [x.copy() for x in a]
+            for step in range(1, 5):
+                g = rng.standard_normal((5, 7)).astype(dtype)
+                formula(*a[:1], g, *a[1:], 0.01, beta1, 0.999, 1e-8, float(step))
+                _adam_host(b[0], g, b[1], b[2], 0.01, beta1, 0.999, 1e-8, float(step))
+            assert all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))

@@ -195,6 +195,7 @@ class Optimizer:
         self.param_groups: list[ParamGroup] = []
         self._group_of: list[int] = []  # the group index of each parameter
         self._active: ParamGroup | None = None  # the group being applied in step()
+        self._active_hyper: dict[str, Any] | None = None  # its hyper-parameters, read once
         self.state: list[dict[str, Any]] = []
         self._state_xp: list[Any] = []  # the namespace each parameter's state lives in
         self._fresh: list[bool] = []  # state as init_single made it (no step, no load)
@@ -276,6 +277,8 @@ class Optimizer:
     @property
     def hyper(self) -> dict[str, Any]:
         """The hyper-parameters of the group being updated (the first group outside step)."""
+        if self._active_hyper is not None:
+            return self._active_hyper
         group = self._active if self._active is not None else self.param_groups[0]
         return group.hyper()
 
@@ -316,17 +319,22 @@ class Optimizer:
         for i, (p, g) in enumerate(zip(self.params, grad_list, strict=True)):
             if g is None or not getattr(p, "requires_grad", True):
                 continue
-            if isinstance(g, Tensor):
+            if type(g) is not np.ndarray and isinstance(g, Tensor):  # (no ABC check per array)
                 g = g.array
             data = p.array
-            xp = namespace_of(data)
-            label = f"{name}.step: gradient of parameter {_label(p, i)}"
-            gxp = namespace_of(g)
-            if gxp is xp or gxp is np:  # host data given for a device parameter: one upload
-                g = numeric_array(label, g, xp) if gxp is xp else to_device(
-                    numeric_array(label, g), xp)
-            else:  # a device gradient for a host parameter (or another device): explicit move
-                g = to_device(g, xp)
+            if type(g) is not np.ndarray or type(data) is not np.ndarray:
+                # (A host array for a host parameter, the training loop's case, needs no
+                # conversion: its shape and float dtype are checked below.)
+                xp = namespace_of(data)
+                label = f"{name}.step: gradient of parameter {_label(p, i)}"
+                gxp = namespace_of(g)
+                if gxp is xp or gxp is np:  # host data given for a device parameter: one upload
+                    g = numeric_array(label, g, xp) if gxp is xp else to_device(
+                        numeric_array(label, g), xp)
+                else:  # a device gradient for a host parameter (or another device): moved
+                    g = to_device(g, xp)
+            else:
+                xp = np
             if tuple(g.shape) != tuple(data.shape):
                 raise ShapeError(f"{name}.step: gradient of parameter {_label(p, i)} has shape "
                                  f"{tuple(g.shape)}, the parameter has shape {tuple(data.shape)}")
@@ -338,13 +346,16 @@ class Optimizer:
             work.append((p, g, self._state_on(i, xp), self.param_groups[self._group_of[i]]))
         try:
             for p, g, state, group in work:
-                self._active = group
+                if group is not self._active:
+                    self._active = group
+                    self._active_hyper = group.hyper()  # read by every apply_single
                 state["step"] += 1
                 self.apply_single(p, g, state)
                 if isinstance(p, Param):
                     p.mark_updated()
         finally:
             self._active = None
+            self._active_hyper = None
         self.step_count += 1
         return loss
 
@@ -554,6 +565,9 @@ class Adam(Optimizer):
             else:
                 grad = grad + wd * p
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        if type(p) is np.ndarray and type(grad) is np.ndarray and type(exp_avg) is np.ndarray:
+            _adam_host(p, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, float(state["step"]))
+            return
         # exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
         weight = 1.0 - beta1
         if weight < 0.5:
@@ -569,6 +583,34 @@ class Adam(Optimizer):
         denom = xp.sqrt(exp_avg_sq) / bias_correction2 ** 0.5
         denom += eps
         p += (-step_size) * (exp_avg / denom)
+
+
+def _adam_host(p: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg_sq: np.ndarray,
+               lr: float, beta1: float, beta2: float, eps: float, step: float) -> None:
+    """``Adam.apply_single`` on host arrays, in place: the same operations on the same operands
+    in the same order (so the same bits), each written into one scratch array or the state
+    (``out=``) instead of a fresh temporary (seven parameter-sized allocations per update)."""
+    weight = 1.0 - beta1
+    t = np.subtract(grad, exp_avg)
+    if weight < 0.5:
+        t *= weight
+        exp_avg += t
+    else:
+        t *= 1.0 - weight
+        np.subtract(grad, t, out=exp_avg)
+    exp_avg_sq *= beta2
+    np.multiply(grad, 1.0 - beta2, out=t)
+    t *= grad
+    exp_avg_sq += t
+    bias_correction1 = 1.0 - beta1 ** step
+    bias_correction2 = 1.0 - beta2 ** step
+    step_size = lr / bias_correction1
+    np.sqrt(exp_avg_sq, out=t)
+    t /= bias_correction2 ** 0.5
+    t += eps
+    np.divide(exp_avg, t, out=t)
+    t *= -step_size
+    p += t
 
 
 class AdamW(Adam):

@@ -57,7 +57,9 @@ def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6
     ggamma = np.einsum("ij,ij->j", g2, xh2)
     gbeta = g2.sum(axis=0)
     gxhat = g2 * gamma
-    mean_g = gxhat.mean(axis=1, keepdims=True)
+    # Row means as a matrix-vector product (NumPy's mean reduces a short last axis row by row:
+    # 10.8 -> 1.7 us on W5's 256 rows of 64).
+    mean_g = (gxhat @ np.full(d, 1.0 / d, dtype=gxhat.dtype))[:, None]
     mean_gx = np.einsum("ij,ij->i", gxhat, xh2)[:, None]
     mean_gx *= 1.0 / d
     gxhat -= mean_g
