@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from torchlean import checkpoint, cli, nn, optim
+from torchlean import checkpoint, cli, nn, optim, tensor
 from torchlean.bounds import _graph_and_consts, box, compute_bounds, margin_spec
 from torchlean.bounds import differentiable as D
 from torchlean.bounds.certified_training import (
@@ -24,6 +24,7 @@ from torchlean.bounds.certified_training import (
 from torchlean.bounds.engine import Propagation, UnsupportedOpError
 from torchlean.cli import certified as cli_certified
 from torchlean.cli.common import blas_threads
+from torchlean.core.errors import TorchLeanError
 from torchlean.engine import ops_interface as F
 from torchlean.engine.params import Param
 from torchlean.engine.session import Options
@@ -49,9 +50,13 @@ def _cnn():
 
 def _sound_ibp(model, x, y, eps, classes):
     lo, hi = box(x, eps)
-    c = compile_fn(lambda v: model(v), x.shape)
+    c = compile_fn(lambda v: model(v), x.shape, dtype=_dtype_of(model))
     res = compute_bounds(c, lo, hi, method="ibp", spec=margin_spec(y, classes), kernel=False)
     return res.spec[0]
+
+
+def _dtype_of(model):
+    return next(iter(model.parameters())).dtype
 
 
 def _without_true(lower, y):
@@ -140,7 +145,7 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
 def _crown_with_ibp_intermediates(model, x, y, eps, classes):
     """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
     bounds: CROWN-IBP at beta = 1, by the certifier's own rules."""
-    c = compile_fn(lambda v: model(v), x.shape)
+    c = compile_fn(lambda v: model(v), x.shape, dtype=_dtype_of(model))
     graph, consts, n_data = _graph_and_consts(c)
     prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
     for i, node in enumerate(graph.nodes):
@@ -193,13 +198,19 @@ def _numeric_loss(model, x, y, eps, crown, beta):
                                                                        y].mean())
 
 
-@pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn")])
+@pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn"),
+                                          (True, "batch-norm")])
 def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which):
+    """(batch-norm: the gradients go through the clean batch's statistics too, as the
+    reference's; the finite differences move them with the weights.)"""
     rng = np.random.default_rng(5)
     if which == "mlp":
         model, shape = _mlp("float64", sizes=(6, 10, 8, 3), seed=2), (5, 6)
-    else:
+    elif which == "cnn":
         model, shape = _tiny_cnn(), (5, 1, 4, 4)
+    else:
+        model, shape = _bn_net(image=4), (5, 1, 4, 4)
+        model.train()
     x = rng.uniform(0.1, 0.9, shape)
     y = rng.integers(0, 3, 5)
     eps = 0.05
@@ -233,12 +244,69 @@ def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, whic
     assert checked >= 20
 
 
-def test_batch_norm_is_refused_with_a_clear_error():
-    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.ReLU(),
-                          nn.Flatten(), nn.Linear(2 * 8 * 8, 3))
+def _bn_net(dtype="float64", seed=0, image=8):
+    """conv - batch norm - relu - pool - linear - batch norm (1-D) - relu - linear."""
+    nn.manual_seed(seed)
+    half = image // 2
+    return nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, dtype=dtype), nn.BatchNorm2d(3, dtype=dtype),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(3 * half * half, 6, dtype=dtype),
+                         nn.BatchNorm1d(6, dtype=dtype), nn.ReLU(), nn.Linear(6, 4, dtype=dtype))
+
+
+def _eval_twin(model, x):
+    """``model`` in eval mode with running statistics equal to the clean batch ``x``'s (mean and
+    biased variance at each batch-norm layer's input): the affine map the training bounds use."""
+    h = np.asarray(x, np.float64)
+    for layer in model:
+        if isinstance(layer, nn.BatchNorm2d):
+            four = h.reshape(*h.shape, 1, 1) if h.ndim == 2 else h
+            layer.running_mean.copy_(tensor(four.mean(axis=(0, 2, 3))))
+            layer.running_var.copy_(tensor(four.var(axis=(0, 2, 3))))
+            layer.eval()
+        h = np.asarray(layer(h), np.float64)
+    model.eval()
+    return model
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.03])
+def test_batch_norm_bounds_use_the_clean_batch_statistics(eps):
+    """In training mode a batch-norm layer is bounded as the affine map of the clean batch's
+    statistics (auto_LiRPA's treatment): IBP and CROWN-IBP equal the sound certifier's IBP and
+    CROWN-over-IBP on the eval-mode twin whose running statistics are those statistics, and the
+    trace leaves the running statistics alone."""
+    rng = np.random.default_rng(8)
+    model = _bn_net()
     model.train()
-    with pytest.raises(UnsupportedOpError, match="batch"):
-        D.margin_lower_bounds(model, np.zeros((2, 1, 8, 8)), np.array([0, 1]), 0.1)
+    x = rng.uniform(0, 1, (6, 1, 8, 8))
+    y = rng.integers(0, 4, 6)
+    ibp = _without_true(D.margin_lower_bounds(model, x, y, eps, dtype=np.float64), y)
+    crown = _without_true(D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0,
+                                                dtype=np.float64), y)
+    assert float(model[1].num_batches_tracked.numpy()) == 0
+    np.testing.assert_array_equal(model[1].running_mean.numpy(), np.zeros(3))
+    twin = _eval_twin(model, x)
+    sound_ibp = _sound_ibp(twin, x, y, eps, 4)
+    np.testing.assert_allclose(ibp, sound_ibp, rtol=1e-9, atol=1e-10)
+    assert np.all(ibp >= sound_ibp)
+    sound_crown = _crown_with_ibp_intermediates(twin, x, y, eps, 4)
+    np.testing.assert_allclose(crown, sound_crown, rtol=1e-9, atol=1e-10)
+    # eval mode: the same numbers from the running statistics
+    np.testing.assert_allclose(_without_true(D.margin_lower_bounds(
+        twin, x, y, eps, crown=True, beta=1.0, dtype=np.float64), y), crown, rtol=1e-9)
+    if eps == 0.0:  # a point: the bounds are the margins of the batch-normalised forward pass
+        logits = np.asarray(compile_fn(lambda v: twin(v), x.shape, dtype="float64").forward(x))
+        margins = _without_true(logits[np.arange(6), y][:, None] - logits, y)
+        np.testing.assert_allclose(ibp, margins, rtol=1e-9, atol=1e-10)
+
+
+def test_standardize_outside_batch_norm_is_refused_with_a_clear_error():
+    class Standardise(nn.Module):
+        def forward(self, x):
+            return F.apply("standardize", x, axes=(1,), eps=1e-5)
+
+    with pytest.raises(UnsupportedOpError, match="standardize"):
+        D.margin_lower_bounds(Standardise(), np.zeros((2, 3)), np.array([0, 1]), 0.1)
 
 
 def test_unsupported_op_names_it():
@@ -337,6 +405,42 @@ def test_cnn_crown_ibp_steps_agree_eager_and_compiled_and_report_their_own_bound
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_batch_norm_steps_agree_eager_and_compiled_and_update_the_running_statistics():
+    """A certified-training step of a batch-norm net, in the warm-up (natural loss through the
+    traced batch_norm) and the CROWN-IBP phase: eager and compiled give the same loss and
+    gradients, and each step updates the running statistics once, as the layer's own training
+    forward on the clean batch does."""
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0, 1, (6, 1, 4, 4)).astype(np.float32)
+    y = rng.integers(0, 4, 6)
+    runs = {}
+    for backend in ("eager", "compiled"):
+        model, own = _bn_net("float32", image=4), _bn_net("float32", image=4)
+        model.train()
+        own.train()
+        hook = CertifiedTraining(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1,
+                                                 ramp_epochs=2))
+        hook.bind(model, steps_per_epoch=2, backend=backend, dtype=np.float32)
+        losses = []
+        for step in (0, 3):  # eps 0, then mid-ramp
+            hook.step_count = step
+            losses.append(hook.step(x, y))
+            own(x)
+            for a, b in ((model[1], own[1]), (model[6], own[6])):
+                np.testing.assert_allclose(a.running_mean.numpy(), b.running_mean.numpy(),
+                                           rtol=1e-6, atol=1e-7)
+                np.testing.assert_allclose(a.running_var.numpy(), b.running_var.numpy(),
+                                           rtol=1e-6)
+                assert int(a.num_batches_tracked.numpy()) == int(b.num_batches_tracked.numpy())
+        assert int(model[1].num_batches_tracked.numpy()) == 2
+        assert 0 < hook.schedule.beta(3) < 1
+        runs[backend] = (losses, [np.asarray(p.grad.numpy()) for p in model.parameters()])
+    (le, ge), (lc, gc) = runs["eager"], runs["compiled"]
+    assert le == pytest.approx(lc, rel=1e-5)
+    for a, b in zip(ge, gc, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_ibp_init_scales_every_weight_but_the_last():
     model = _mlp(sizes=(40, 80, 60, 4))
     last = np.array(model[4].weight.value)
@@ -381,7 +485,7 @@ def test_short_certified_run_certifies_far_more_than_natural_training():
 def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, capsys):
     path = str(tmp_path / "c.safetensors")
     code = cli.main(["train", "--certified", "crown-ibp", "--eps", "0.05", "--epochs", "3",
-                     "--eps-schedule", "1,1", "--kappa", "0.5,0", "--save", path])
+                     "--eps-schedule", "1,1", "--kappa", "0.5,0", "--batch-norm", "--save", path])
     out = capsys.readouterr().out
     assert code == 0
     assert "certified training: crown-ibp at eps 0.05" in out and "verified err" in out
@@ -390,6 +494,7 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
+    assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
                      "--alpha-steps", "1", "--pgd-steps", "5"])
     out = capsys.readouterr().out
@@ -400,6 +505,7 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
 
 @pytest.mark.parametrize("argv, message", [
     (["--eps", "0.1"], "--certified"),
+    (["--batch-norm"], "--certified"),
     (["--certified", "ibp"], "--eps"),
     (["--certified", "ibp", "--eps", "0.1", "--model", "transformer"], "mlp or cnn"),
     (["--certified", "ibp", "--eps", "0.1", "--eps-schedule", "10"], "--eps-schedule"),
@@ -411,3 +517,19 @@ def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_model_configs_with_batch_norm():
+    """``batch_norm`` in an mlp/cnn config puts a batch-norm layer before each hidden relu (the
+    weights are drawn as without it); anything but a boolean is refused."""
+    data = load_data("mlp", "digits", 0)
+    config = models.config_for("mlp", data, seed=0)
+    plain, normed = models.build(config), models.build({**config, "batch_norm": True})
+    kinds = [type(m).__name__ for m in normed]
+    assert kinds == ["Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d", "ReLU", "Linear"]
+    np.testing.assert_array_equal(plain[0].weight.value, normed[0].weight.value)
+    cnn = models.build({"model": "cnn", "image_shape": [1, 8, 8], "channels": [3, 4],
+                        "num_classes": 5, "batch_norm": True})
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in cnn) == 2
+    with pytest.raises(TorchLeanError, match="batch_norm"):
+        models.build({**config, "batch_norm": "yes"})

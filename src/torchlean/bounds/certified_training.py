@@ -19,9 +19,12 @@ linearly from ``kappa[0]`` to ``kappa[1]`` over the ramp (default 0 throughout: 
 pure robust loss). Gradients are clipped to a global norm of ``grad_clip`` (10, as the
 reference).
 
-Batch normalisation is refused with a clear error (its statistics would come from the perturbed
-boxes; see ``bounds.differentiable``). The bounds used for training are not rounded outward;
-certify the trained model with the sound certifier (``torchlean certify``).
+Batch normalisation is handled as auto_LiRPA's certified training handles it: the bounds use
+the clean batch's statistics (``bounds.differentiable``), the natural loss the batch's own
+statistics, and each step updates the layers' running statistics from the clean batch (one
+forward pass of the model, before the optimiser's update, as the reference's clean forward
+does), so the trained model certifies in eval mode with them. The bounds used for training are
+not rounded outward; certify the trained model with the sound certifier (``torchlean certify``).
 
 (This lives with the bounds, layer 5, rather than in ``training``: it needs the bound rules, and
 imports only go down; ``fit`` knows it only as a generic ``objective``.)
@@ -39,8 +42,14 @@ from ..core.backend import namespace_of, to_host
 from ..core.errors import TorchLeanError
 from ..engine import ops_interface as F
 from ..engine.session import Options
+from ..engine.tensor import no_grad
 from ..training.stepper import Stepper
-from .differentiable import margin_lower_bounds, robust_cross_entropy
+from .differentiable import (
+    clean_logits,
+    has_batch_norm,
+    margin_lower_bounds,
+    robust_cross_entropy,
+)
 
 __all__ = ["METHODS", "CertifiedConfig", "CertifiedTraining", "CertifiedTrainingError",
            "Schedule", "clip_grad_norm", "smooth_ramp"]
@@ -222,7 +231,7 @@ class CertifiedTraining:
         clip = self.config.clip
 
         def natural(owner: Any, x: Any, y: Any) -> Any:
-            return F.cross_entropy(model(x), y)
+            return F.cross_entropy(clean_logits(model, x), y)
 
         def robust(with_crown: bool) -> Any:
             def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
@@ -232,7 +241,7 @@ class CertifiedTraining:
                 rob = robust_cross_entropy(lower, y)
                 if not mixed:
                     return rob
-                return F.cross_entropy(model(x), y) * kappa + rob * (1.0 - kappa)
+                return F.cross_entropy(clean_logits(model, x), y) * kappa + rob * (1.0 - kappa)
             return loss
 
         # One stepper per phase, so the warm-up and the target phase of CROWN-IBP (beta = 0) do
@@ -246,6 +255,7 @@ class CertifiedTraining:
         # the statistics from the rules run again on arrays.
         self._direct = backend == "compiled" and device == "cpu" and not check_finite
         self._lower_ids: dict[int, int] = {}
+        self._norms = has_batch_norm(model)
         self._bound = True
 
     def _phase(self, eps: float, beta: float) -> str:
@@ -277,6 +287,9 @@ class CertifiedTraining:
         if math.isfinite(self.config.grad_clip):
             clip_grad_norm(self.params, self.config.grad_clip)
         self._batch_stats(np.asarray(x), labels, eps, beta, lower)
+        if self._norms and self.model.training:
+            with no_grad():  # the layers update their running statistics from the clean batch
+                self.model(np.asarray(x, dtype=self.dtype))
         self.step_count += 1
         return float(to_host(value))
 

@@ -23,6 +23,17 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
 Nodes that have no backward (CROWN) handler are concretised with their IBP interval where the
 backward pass meets them (still a valid bound, looser).
 
+Batch normalisation, as auto_LiRPA's ``BoundBatchNormalization`` in certified training: a model
+in training mode is traced with its ``BatchNorm`` layers as the ``batch_norm`` primitive (batch
+statistics; the running statistics are not touched by the trace), and the bounds normalise with
+the statistics of the *clean* batch: the clean forward pass runs beside the intervals, and each
+``batch_norm`` node becomes the per-channel affine map ``w x + b`` with ``w = gamma / sqrt(var +
+eps)``, ``b = beta - mean w`` (mean and biased variance of the clean input over the batch and
+spatial axes). Those statistics are recorded with the loss, so gradients flow through them as
+through the clean forward (the reference does not detach them either). In eval mode the layer is
+already affine (running statistics, traced as constants). Updating the running statistics is the
+training step's business (``certified_training``).
+
 NOT SOUND UNDER ROUND-OFF. These bounds are a training signal: they are computed in the working
 precision (float32 in training) with no outward rounding, so they can be a few ulps tighter than
 the exact ones. Certification of the trained model must use the sound certifier
@@ -39,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import nn
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.transforms import compile as compile_fn
@@ -48,7 +60,8 @@ from .engine import BoundsError, UnsupportedOpError
 Value = Any  # an array (numeric mode) or a Ref of the owner (recording mode)
 
 __all__ = ["IBP_RULES", "BACKWARD_RULES", "Box", "Point", "model_graph", "node_bounds",
-           "spec_lower_bounds", "margin_lower_bounds", "robust_cross_entropy", "input_box"]
+           "spec_lower_bounds", "margin_lower_bounds", "robust_cross_entropy", "input_box",
+           "clean_logits", "has_batch_norm"]
 
 
 @dataclass
@@ -75,6 +88,10 @@ class _Ctx:
     def __init__(self, owner: Any, dtype: Any) -> None:
         self.owner = owner
         self.dtype = np.dtype(dtype)
+        # batch norm: the clean pass's values by node index, each batch_norm node's (w, b) by
+        # the node's id (what the backward rules are given)
+        self.clean: dict[int, Value] = {}
+        self.affine: dict[int, tuple[Value, Value]] = {}
 
     def const(self, array: Any) -> Value:
         arr = np.asarray(array, dtype=self.dtype)
@@ -99,8 +116,6 @@ _MONOTONE = (
 )
 # Linear in their data input ``x`` (the others must be points): centre and radius.
 _LINEAR_IN_X = ("linear", "conv", "conv2d", "conv_transpose", "conv_transpose2d")
-# Refused with a clear message: their statistics come from the batch (see certified training).
-BATCH_STATISTICS = ("batch_norm", "standardize")
 
 
 def _ends(s: State) -> tuple[Value, Value]:
@@ -181,39 +196,71 @@ assert all(interval_rules.rule_for(n) is not None for n in IBP_RULES), "rule wit
 
 # --- the traced model and its IBP pass ---------------------------------------------------------
 
-_BATCH_NORM = ("its statistics would come from the perturbed boxes (auto_LiRPA normalises them "
-               "with the clean batch's statistics, which torchlean does not do yet): use a "
-               "model without batch normalisation (the mlp and cnn models)")
-_GRAPHS: dict[tuple[int, tuple[int, ...], bool], tuple[Any, Any]] = {}
+_GRAPHS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _norm_layers(model: Any) -> list[tuple[str, Any]]:
+    return [(name or "(model)", m) for name, m in getattr(model, "named_modules", list)()
+            if isinstance(m, nn.BatchNorm2d)]  # BatchNorm1d is a BatchNorm2d
+
+
+def has_batch_norm(model: Any) -> bool:
+    """Whether ``model`` has batch normalisation layers (whose running statistics a training
+    step must update: ``certified_training``)."""
+    return bool(_norm_layers(model))
+
+
+def _trace(model: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """Trace ``model`` on ``shape``. In training mode its batch-norm layers are traced as the
+    ``batch_norm`` primitive (the batch's statistics) without updating their running statistics
+    (a trace has no values to update them from): ``track_running_stats`` is off for the trace."""
+    norms = [m for _, m in _norm_layers(model)] if getattr(model, "training", False) else []
+    saved = [m.track_running_stats for m in norms]
+    try:
+        for m in norms:
+            m.track_running_stats = False
+        return compile_fn(lambda v: model(v), tuple(shape), dtype=dtype).graph
+    finally:
+        for m, flag in zip(norms, saved, strict=True):
+            m.track_running_stats = flag
 
 
 def model_graph(model: Any, shape: tuple[int, ...]) -> Any:
     """The graph of ``model`` on inputs of ``shape``, in its parameters' dtype (traced once per
-    model, shape and train/eval mode; the model is kept alongside so its id stays unique)."""
-    key = (id(model), tuple(shape), bool(getattr(model, "training", False)))
+    model, shape and train/eval mode, and in eval mode per value of the running statistics,
+    which the graph holds as constants; the model is kept alongside so its id stays unique)."""
+    training = bool(getattr(model, "training", False))
+    norms = _norm_layers(model)
+    stats = () if training or not norms else tuple(
+        hash((m.running_mean.numpy().tobytes(), m.running_var.numpy().tobytes()))
+        for _, m in norms if m.track_running_stats)
+    key = (id(model), tuple(shape), training, stats)
     hit = _GRAPHS.get(key)
     if hit is None or hit[0] is not model:
-        norms = [name or "(model)" for name, m in getattr(model, "named_modules", list)()
-                 if "BatchNorm" in type(m).__name__]
-        if norms:
-            raise UnsupportedOpError(f"certified training: the model has batch normalisation "
-                                     f"({', '.join(norms)}); {_BATCH_NORM}")
         params = list(model.parameters())
         dtype = params[0].dtype if params else np.dtype(np.float32)
-        graph = compile_fn(lambda v: model(v), tuple(shape), dtype=dtype).graph
+        graph = _trace(model, shape, dtype)
         for node in graph.nodes:
-            if node.kind == "op" and node.op is not None and node.op.name in BATCH_STATISTICS:
-                raise UnsupportedOpError(f"certified training: the model uses "
-                                         f"{node.op.name} (batch normalisation); {_BATCH_NORM}")
+            if node.kind == "op" and node.op is not None and node.op.name == "standardize":
+                raise UnsupportedOpError("certified training: the model standardises with "
+                                         "statistics of its input (standardize) outside a "
+                                         "batch-norm layer; only batch_norm is bounded (with "
+                                         "the clean batch's statistics)")
         if len(graph.inputs) - len(graph.params) != 1 or len(graph.outputs) != 1:
             raise BoundsError("differentiable bounds: the model must take one input and return "
                               "one output")
+        if not training and stats:  # eval graphs of older statistics are never used again
+            for old in [k for k in _GRAPHS if k[:3] == key[:3]]:
+                del _GRAPHS[old]
         hit = _GRAPHS[key] = (model, graph)
     return hit[1]
 
 
-def node_bounds(graph: Any, lo: Value, hi: Value, ctx: _Ctx) -> list[State | None]:
-    """IBP state of every node of ``graph`` for data inputs in ``[lo, hi]``."""
+def node_bounds(graph: Any, lo: Value, hi: Value, ctx: _Ctx, x: Value = None
+                ) -> list[State | None]:
+    """IBP state of every node of ``graph`` for data inputs in ``[lo, hi]``. A graph with
+    ``batch_norm`` nodes needs the clean input ``x`` too: its forward pass runs beside the
+    intervals (values in ``ctx.clean``), giving the batch statistics."""
     n_data = len(graph.inputs) - len(graph.params)
     leaves: dict[int, State] = {graph.inputs[0]: Box(lo, hi)}
     for k, p in enumerate(graph.params):
@@ -222,6 +269,13 @@ def node_bounds(graph: Any, lo: Value, hi: Value, ctx: _Ctx) -> list[State | Non
         leaves[graph.inputs[n_data + k]] = Point(value)
     for i, c in graph.consts.items():
         leaves[i] = Point(ctx.const(c))
+    clean_until = max((i for i, n in enumerate(graph.nodes) if n.kind == "op"
+                       and n.op is not None and n.op.name == "batch_norm"), default=-1)
+    if clean_until >= 0:
+        if x is None:
+            raise BoundsError("differentiable bounds: a model with batch normalisation needs "
+                              "the clean input (its statistics)")
+        ctx.clean[graph.inputs[0]] = x
     states: list[State | None] = []
     for i, node in enumerate(graph.nodes):
         if node.kind != "op":
@@ -233,12 +287,45 @@ def node_bounds(graph: Any, lo: Value, hi: Value, ctx: _Ctx) -> list[State | Non
         if all(isinstance(s, Point) for s in ins):
             states.append(Point(F.apply(name, *[s.value for s in ins], **attrs)))  # type: ignore[union-attr]
             continue
+        if i < clean_until:
+            ctx.clean[i] = F.apply(name, *[ctx.clean[p] if isinstance(s, Box) else s.value
+                                           for p, s in zip(node.parents, ins, strict=True)],
+                                   **attrs)
+        if name == "batch_norm":
+            states.append(_batch_norm(ins, attrs, i, node, ctx))
+            continue
         rule = IBP_RULES.get(name)
         if rule is None:
             raise UnsupportedOpError(f"differentiable bounds: no interval rule for {name!r} "
-                                     f"(node %{i}); supported: {', '.join(sorted(IBP_RULES))}")
+                                     f"(node %{i}); supported: "
+                                     f"{', '.join(sorted([*IBP_RULES, 'batch_norm']))}")
         states.append(rule(ins, attrs, name, ctx))  # type: ignore[arg-type]
     return states
+
+
+def _batch_norm(ins: list[State | None], attrs: dict[str, Any], i: int, node: Any,
+                ctx: _Ctx) -> Box:
+    """``batch_norm`` with the clean batch's statistics: the affine map ``w x + b`` per channel
+    (module docstring), recorded in ``ctx.affine`` for the backward pass."""
+    x, gamma, beta = ins
+    if not isinstance(x, Box) or not isinstance(gamma, Point) or not isinstance(beta, Point):
+        raise UnsupportedOpError("differentiable bounds: batch_norm with perturbed gamma or "
+                                 "beta (only the data input may be perturbed)")
+    shape = tuple(node.shape)
+    if len(shape) != 4:
+        raise UnsupportedOpError(f"differentiable bounds: batch_norm of a single sample (shape "
+                                 f"{shape}); expected (N, C, H, W)")
+    clean = ctx.clean[node.parents[0]]
+    per_channel = (1, shape[1], 1, 1)
+    mean = F.mean_dims(clean, dim=(0, 2, 3), keepdim=True)
+    var = F.mean_dims(F.square(clean - mean), dim=(0, 2, 3), keepdim=True)
+    eps = float(attrs.get("eps", 1e-6))
+    w = F.reshape(gamma.value, per_channel) * F.apply("inv", F.sqrt(var + eps))
+    b = F.reshape(beta.value, per_channel) - mean * w
+    ctx.affine[id(node)] = (w, b)
+    mid, rad = _mid_rad(x)
+    centre, radius = mid * w + b, rad * F.abs(w)
+    return Box(centre - radius, centre + radius)
 
 
 # --- the backward (CROWN) pass for a specification ---------------------------------------------
@@ -270,7 +357,7 @@ def _concretise(a: Value, s: State, batch: int, k: int) -> Value:
 
 Backward = Callable[..., tuple[list[tuple[int, Value]], Value | None]]
 BACKWARD_RULES: dict[str, Backward] = {}
-AFFINE = frozenset({"linear", "reshape", "flatten", "add", "sub", "scale"})
+AFFINE = frozenset({"linear", "reshape", "flatten", "add", "sub", "scale", "batch_norm", "mul"})
 
 
 def _bw_linear(a: Value, node: Any, states: list[State | None], batch: int, k: int,
@@ -415,9 +502,43 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     return [(x_id, spread)], bias
 
 
+def _bw_batch_norm(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+                   ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    """Through ``batch_norm`` as the affine map its interval rule used (``ctx.affine``)."""
+    w, b = ctx.affine[id(node)]
+    c = tuple(w.shape)[1]
+    w5, b5 = F.reshape(w, (1, 1, c, 1, 1)), F.reshape(b, (1, 1, c, 1, 1))
+    return [(node.parents[0], a * w5)], _dot(a, b5, batch, k)
+
+
+def _bw_mul(a: Value, node: Any, states: list[State | None], batch: int, k: int,
+            ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
+    """Through a product with a constant of a broadcastable shape (eval-mode batch norm's
+    scaling): the coefficients are scaled by it."""
+    ins = [states[p] for p in node.parents]
+    boxes = [j for j, s in enumerate(ins) if isinstance(s, Box)]
+    if len(boxes) != 1:
+        return [], None
+    x_id = node.parents[boxes[0]]
+    point = ins[1 - boxes[0]]
+    assert isinstance(point, Point)
+    if tuple(states_shape(states, x_id, node)) != tuple(node.shape)[1:]:
+        return [], None  # the perturbed operand is broadcast: concretise instead
+    c = point.value
+    shape = tuple(c.shape)
+    if len(shape) == len(node.shape) and shape[:1] == (batch,):
+        c = _batched(c, batch)  # one factor per example
+    elif len(shape) <= len(node.shape) - 1:
+        c = F.reshape(c, (1, 1, *(1,) * (len(node.shape) - 1 - len(shape)), *shape))
+    else:
+        return [], None
+    return [(x_id, a * c)], None
+
+
 BACKWARD_RULES.update({"linear": _bw_linear, "reshape": _bw_reshape, "flatten": _bw_reshape,
                        "add": _bw_add, "sub": _bw_sub, "scale": _bw_scale, "relu": _bw_relu,
-                       "conv2d": _bw_conv, "max_pool2d": _bw_max_pool})
+                       "conv2d": _bw_conv, "max_pool2d": _bw_max_pool,
+                       "batch_norm": _bw_batch_norm, "mul": _bw_mul})
 
 
 def spec_lower_bounds(graph: Any, states: list[State | None], spec: Value, crown: bool,
@@ -505,7 +626,7 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
         raise BoundsError(f"differentiable bounds: expected logits (B, classes), found "
                           f"{out_shape}")
     lo, hi = input_box(x, eps, clip)
-    states = node_bounds(graph, lo, hi, ctx)
+    states = node_bounds(graph, lo, hi, ctx, x)
     spec = _margin_spec(labels, int(out_shape[1]), ctx)
     ibp_lb = spec_lower_bounds(graph, states, spec, False, ctx)
     if not crown:
@@ -513,6 +634,29 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
     crown_lb = spec_lower_bounds(graph, states, spec, True, ctx)
     return crown_lb * beta + ibp_lb * (1.0 - beta) if isinstance(beta, Ref) else (
         crown_lb * float(beta) + ibp_lb * (1.0 - float(beta)))
+
+
+def clean_logits(model: Any, x: Value) -> Value:
+    """The model's output on ``x`` (a ref of the recording owner, or an array). A model in
+    training mode with batch normalisation runs through its traced graph (the ``batch_norm``
+    primitive: a trace of the layer itself cannot update its running statistics); any other
+    model is simply called."""
+    if not (getattr(model, "training", False) and has_batch_norm(model)):
+        return model(x)
+    owner = F.owner_of([x])
+    graph = model_graph(model, tuple(x.shape))
+    n_data = len(graph.inputs) - len(graph.params)
+    values: dict[int, Value] = {graph.inputs[0]: x}
+    for k, p in enumerate(graph.params):
+        values[graph.inputs[n_data + k]] = (np.asarray(p.value, dtype=x.dtype) if owner is None
+                                            else owner.use(p))
+    for i, c in graph.consts.items():
+        values[i] = np.asarray(c, dtype=x.dtype) if owner is None else owner.const(c)
+    for i, node in enumerate(graph.nodes):
+        if node.kind == "op":
+            attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}
+            values[i] = F.apply(node.op.name, *[values[p] for p in node.parents], **attrs)
+    return values[graph.output]
 
 
 def robust_cross_entropy(lower: Value, labels: Value) -> Value:

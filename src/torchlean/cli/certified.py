@@ -19,7 +19,8 @@ LR_HALVING_EPOCHS = 10
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--grad-clip``."""
+    """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--grad-clip``,
+    ``--batch-norm``, ``--certified-init``."""
     g = p.add_argument_group(
         "certified training",
         "train for certified robustness on L-infinity balls clipped to [0, 1] (auto_LiRPA's "
@@ -37,6 +38,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "to END over the ramp (default 0: the robust loss alone)")
     g.add_argument("--grad-clip", type=_positive, default=10.0,
                    help="clip the gradients' global norm (default 10)")
+    g.add_argument("--batch-norm", action="store_true",
+                   help="the mlp or cnn with batch normalisation before each hidden relu (as "
+                        "the reference's cnn_7layer); bounded with the clean batch's statistics "
+                        "in training, certified in eval mode with the running statistics")
     g.add_argument("--certified-init", choices=INITS, default="default",
                    help="initial weights: the model's default, or ibp (Shi et al. 2021: "
                         "N(0, 2 pi / fan_in^2) for every layer but the last)")
@@ -72,6 +77,9 @@ def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None
         if args.eps is not None:
             raise CertifiedTrainingError("--eps is the target radius of certified training: "
                                          "give --certified ibp|crown-ibp with it")
+        if getattr(args, "batch_norm", False):
+            raise CertifiedTrainingError("--batch-norm is a model of certified training: give "
+                                         "--certified ibp|crown-ibp with it")
         return None
     if args.model not in ("mlp", "cnn"):
         raise CertifiedTrainingError(f"--certified: certified training takes the mlp or cnn "

@@ -214,6 +214,8 @@ def _run_on_this_rank(args: argparse.Namespace) -> int:
 
     data = load_data(model_name, dataset_name, args.seed)
     config = models.config_for(model_name, data, seed=args.seed)
+    if getattr(args, "batch_norm", False):  # --batch-norm (certified training's option)
+        config["batch_norm"] = True
     model = models.build(config)
     optimizer = make_optimizer(optimizer_name, model.parameters(), lr)
     settings = {"epochs": epochs, "batch_size": batch_size, "lr": lr,

@@ -143,7 +143,16 @@ class _Stepper:
         """The model's outputs for a batch, where the model runs (a device array on a device).
         """
         return self._outputs.forward([_on(self.xp, x, self.dtype)],
-                                     extra_key=self.model.training)
+                                     extra_key=(self.model.training, _buffers_key(self.model)))
+
+
+def _buffers_key(model: Any) -> Any:
+    """A key of the model's buffers' values (batch norm's running statistics): a graph traced
+    in eval mode holds them as constants, so a new value needs a new graph."""
+    named = getattr(model, "named_buffers", None)
+    if named is None:
+        return ()
+    return hash(tuple(np.asarray(to_host(b.array)).tobytes() for _, b in named()))
 
 
 def _default_metrics(outputs: Any, targets: Any) -> dict[str, float]:

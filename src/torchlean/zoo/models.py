@@ -27,26 +27,36 @@ __all__ = ["COMPATIBLE", "NAMES", "RECIPES", "Block", "Transformer", "build", "c
            "config_for"]
 
 
+def _norm(config: dict[str, Any], channels: int, image: bool) -> list[nn.Module]:
+    """A batch-norm layer before each hidden ReLU when ``config["batch_norm"]`` (as the
+    certified-training reference's cnn_7layer models), none otherwise."""
+    if not config.get("batch_norm", False):
+        return []
+    return [nn.BatchNorm2d(channels) if image else nn.BatchNorm1d(channels)]
+
+
 def mlp(config: dict[str, Any]) -> nn.Module:
-    """Linear-ReLU stacks: ``in_features -> hidden... -> num_classes``."""
+    """Linear-ReLU stacks: ``in_features -> hidden... -> num_classes`` (``batch_norm``: with
+    batch normalisation before each ReLU)."""
     sizes = [int(config["in_features"]), *(int(h) for h in config["hidden"])]
     layers: list[nn.Module] = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+        layers += [nn.Linear(fan_in, fan_out), *_norm(config, fan_out, False), nn.ReLU()]
     layers.append(nn.Linear(sizes[-1], int(config["num_classes"])))
     return nn.Sequential(*layers)
 
 
 def cnn(config: dict[str, Any]) -> nn.Module:
-    """Two 3x3 conv / ReLU / 2x2 max-pool stages, then a linear classifier."""
+    """Two 3x3 conv / ReLU / 2x2 max-pool stages, then a linear classifier (``batch_norm``: with
+    batch normalisation before each ReLU)."""
     c_in, height, width = (int(s) for s in config["image_shape"])
     c1, c2 = (int(c) for c in config["channels"])
     if height % 4 or width % 4:
         raise TorchLeanError(f"cnn: image height and width must be multiples of 4 (two 2x2 "
                              f"poolings), found {height}x{width}")
     return nn.Sequential(
-        nn.Conv2d(c_in, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c_in, c1, 3, padding=1), *_norm(config, c1, True), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 3, padding=1), *_norm(config, c2, True), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(),
         nn.Linear(c2 * (height // 4) * (width // 4), int(config["num_classes"])),
     )
@@ -212,6 +222,9 @@ def check_config(config: Any, where: str = "model config") -> None:
     for key in needed:
         if key not in config:
             raise TorchLeanError(f"{where}: the {name} config lacks the entry {key!r}")
+    if not isinstance(config.get("batch_norm", False), bool):
+        raise TorchLeanError(f"{where}: batch_norm must be true or false, found "
+                             f"{str(config['batch_norm'])[:80]}")
     for key, value in config.items():
         if key not in _ENTRIES:
             continue
