@@ -103,8 +103,10 @@ class ChainCrown:
         self.kinds = kinds
         self.kernel = kernel
         self.u, self.eta = u, eta
-        if any(layer.relu is None for layer in chain.layers[:-1]):
-            raise ValueError("chain_crown: every layer but the last must end in a relu")
+        if (any(layer.relu is None for layer in chain.layers[:-1])
+                or chain.layers[-1].relu is not None):
+            raise ValueError("chain_crown: every layer but the last must end in a relu, and "
+                             "the last in none (the output is its pre-activation)")
 
     # --- the forward sweep: intervals, kernel errors, slacks ------------------------------------
 
