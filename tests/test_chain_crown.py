@@ -149,3 +149,12 @@ def test_acas_xu_bounds_enclose_the_network_and_match_the_engine():
     engine = models.bound(lo, hi, rows, method="crown", kernel=True, options={})
     assert np.all(np.abs(mine - engine) <= 0.05 * (np.abs(engine) + 1.0))
     assert chain_crown.ROW_CHUNK > 0
+
+
+def test_networks_ending_in_a_relu_fall_back_to_the_engine():
+    model = nn.Sequential(_mlp((3, 6, 2), 0), nn.ReLU())
+    models = bab.Models(lambda b: tl.compile(lambda v: model(v), (b, 3)), max_batch=4)
+    assert models.chain_crown(True) is None  # its output is not the last pre-activation
+    plain = _mlp((3, 6, 2), 0)
+    models = bab.Models(lambda b: tl.compile(lambda v: plain(v), (b, 3)), max_batch=4)
+    assert models.chain_crown(True) is not None

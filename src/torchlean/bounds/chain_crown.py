@@ -103,8 +103,10 @@ class ChainCrown:
         self.kinds = kinds
         self.kernel = kernel
         self.u, self.eta = u, eta
-        if any(layer.relu is None for layer in chain.layers[:-1]):
-            raise ValueError("chain_crown: every layer but the last must end in a relu")
+        if (any(layer.relu is None for layer in chain.layers[:-1])
+                or chain.layers[-1].relu is not None):
+            raise ValueError("chain_crown: every layer but the last must end in a relu, and "
+                             "the last in none (the output is its pre-activation)")
 
     # --- the forward sweep: intervals, kernel errors, slacks ------------------------------------
 
@@ -140,6 +142,7 @@ class ChainCrown:
         self._t: list[Array] = []
         self._slack: list[Array] = []  # S_k: slack of a multiplier on z_k
         self._slack_h: list[Array] = []  # the same for a multiplier on h_k (see _relax)
+        self._pack: list[Array] = []  # built from the above when first used (_packed)
         pairs = 0
         for k in range(n_layers):
             w_t, aw_t, b = self.w_t[k], self.aw_t[k], self.b[k]
@@ -240,24 +243,35 @@ class ChainCrown:
             const[sl], coef[sl], low[sl] = self._backward_chunk(k, box[sl], lam[sl], first[sl])
         return const, coef, low
 
+    def _packed(self, j: int) -> tuple[Array, Array, Array, Array]:
+        """Layer ``j``'s per-box relaxation: (upper-line intercept + slack, -slack, upper slope,
+        lower slope), each ``(N, n)``."""
+        while len(self._pack) <= j:
+            i = len(self._pack)
+            sh = self._slack_h[i]
+            self._pack.append((self._t[i] + sh, -sh, self._s[i], self._al[i]))
+        return self._pack[j]
+
     def _backward_chunk(self, k: int, box: Array, lam: Array, a: Array
                         ) -> tuple[Array, Array, Array]:
-        const = lam @ self.b[k]
         n = lam.shape[1]
+        bias = lam @ self.b[k]
         slack = np.einsum("pn,pn->p", np.abs(lam), self._slack[k][box]) * (1 + gamma(n + 4))
-        mags = np.abs(const) + slack
+        acc = bias - slack
+        mags = np.abs(bias) + slack
         for j in range(k - 1, -1, -1):
-            pos = np.maximum(a, 0.0)
-            neg = a - pos
-            relu_term = np.einsum("pn,pn->p", neg, self._t[j][box])
-            slack += np.einsum("pn,pn->p", np.abs(a), self._slack_h[j][box])
-            nu = pos * self._al[j][box] + neg * self._s[j][box]
+            t_neg, t_pos, s_up, s_lo = self._packed(j)
+            neg = a < 0
+            # per neuron: mu * (T + S) for mu < 0 (the upper line's term less its slack),
+            # -|mu| S otherwise; the multiplier nu = mu times the upper or the lower slope
+            term = np.einsum("pn,pn->p", a, np.where(neg, t_neg[box], t_pos[box]))
+            nu = a * np.where(neg, s_up[box], s_lo[box])
             bias = nu @ self.b[j]
-            const += relu_term + bias
-            mags += np.abs(relu_term) + np.abs(bias)
+            acc += term + bias
+            mags += np.abs(term) + np.abs(bias)
             a = nu @ self.w[j]
         n_terms = 2 * k + 4
-        rig = down(const - slack - gamma(n_terms + 4) * (mags + slack) - n_terms * ETA64)
+        rig = down(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
         c, r = self._c0[box], self._r0[box]
         d = a.shape[1]
         s = np.einsum("pd,pd->p", a, c) - np.einsum("pd,pd->p", np.abs(a), r) + rig
