@@ -49,7 +49,7 @@ BETA_LR = 0.05
 # rigorous float64 evaluation), so it runs in float32: half the time of float64 here.
 OPT_DTYPE = "float32"
 # once at most this share of a pass's pairs is still below its threshold, the bound is traced
-# again for those alone (the others stop costing products with the 784-wide first layer)
+# again for those alone (the others stop costing the products with every layer's weights)
 COMPACT = 0.6
 
 
