@@ -48,6 +48,9 @@ BETA_LR = 0.05
 # The traced bound only ranks candidate slopes and multipliers (the verdict is the engine's
 # rigorous float64 evaluation), so it runs in float32: half the time of float64 here.
 OPT_DTYPE = "float32"
+# once at most this share of a pass's pairs is still below its threshold, the bound is traced
+# again for those alone (the others stop costing the products with every layer's weights)
+COMPACT = 0.6
 
 
 @dataclass
@@ -111,7 +114,9 @@ class PairBounds:
     ``lower`` ``(P,)`` (``+inf`` for an empty domain); the pre-activation bounds the pass used
     per layer (``(P, n_k)`` each, the children's inheritance); the multipliers of each relu's
     output for the best slopes (``mu``, ``(P, n_k)``, for branching); and the input point
-    minimising the last linear bound (``primal``, ``(P, n_in)``, a candidate counterexample)."""
+    minimising the last linear bound (``primal``, ``(P, n_in)``, a candidate counterexample);
+    the best slopes and multipliers found (``alpha``, ``beta``: ``(P, n_k)`` float32 each, a
+    child's warm start)."""
 
     lower: Array
     lo: list[Array]
@@ -119,6 +124,8 @@ class PairBounds:
     mu: list[Array]
     primal: Array
     steps: int
+    alpha: list[Array]
+    beta: list[Array]
 
 
 def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
@@ -230,11 +237,15 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     parts = _objective_parts(chain, lo, hi, sign)
     graph, marks = _trace(chain, rows, parts, x_lo, x_hi)
     n_layers = len(chain.pre)
+    dt = np.dtype(OPT_DTYPE)
     if alpha0 is None:
         alpha0 = [relu_slopes(lo[k], hi[k])[0] for k in range(n_layers)]
-    params = [np.clip(np.array(a, np.float64), 0.0, 1.0) for a in alpha0]
-    params += [np.zeros_like(lo[k]) if beta0 is None else
-               np.where(sign[k] != 0, np.maximum(beta0[k], 0.0), 0.0) for k in range(n_layers)]
+    # the optimiser's state is float32 like the traced bound it climbs (it only ranks
+    # candidates); in-place updates keep the per-step cost to a few passes over each array
+    params = [np.clip(np.asarray(a, dt), 0.0, 1.0) for a in alpha0]
+    params += [np.zeros(lo[k].shape, dt) if beta0 is None else
+               np.where(sign[k] != 0, np.maximum(np.asarray(beta0[k], dt), 0.0), 0.0).astype(dt)
+               for k in range(n_layers)]
     active_beta = [np.abs(s) > 0 for s in sign]
     best_val = np.full(n_pairs, -np.inf)
     best = [p.copy() for p in params]
@@ -243,39 +254,65 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     m1 = [np.zeros_like(p) for p in params]
     m2 = [np.zeros_like(p) for p in params]
     lrs = [ALPHA_LR] * n_layers + [BETA_LR] * n_layers
+    # the pairs still optimised (``idx``): a pair whose traced bound clears its threshold
+    # stops, and once few enough are left the bound is traced again for those alone
+    idx = np.arange(n_pairs)
+    slack = 1e-4 * (1.0 + np.abs(thresholds))  # the rigorous bound is a little below the traced
     done = 0
     for step in range(1, max(1, steps) + 1):
-        values = graph.evaluate(graph.check_inputs("beta-crown", [p.astype(OPT_DTYPE)
-                                                                  for p in params]))
+        values = graph.evaluate(graph.check_inputs("beta-crown", params))
         val = np.asarray(values[graph.output], np.float64)
-        better = val > best_val
+        better = val > best_val[idx]
         if better.any():
-            best_val = np.where(better, val, best_val)
+            sel = idx[better]
+            best_val[sel] = val[better]
             for j, p in enumerate(params):
-                best[j][better] = p[better]
+                best[j][sel] = p[better]
             for k in range(n_layers):
-                mus[k][better] = np.asarray(values[marks[k]])[better]
-            primal_mu[better] = np.asarray(values[marks[-1]])[better]
+                mus[k][sel] = np.asarray(values[marks[k]])[better]
+            primal_mu[sel] = np.asarray(values[marks[-1]])[better]
         done = step
-        if step >= steps or np.all(best_val > thresholds):
+        live = best_val[idx] <= thresholds[idx] + slack[idx]
+        if step >= steps or not live.any():
             break
-        seed = (best_val <= thresholds).astype(OPT_DTYPE)
-        grads = graph.backprop(values, graph.output, seed)
+        if live.sum() <= COMPACT * len(idx):
+            idx = idx[live]
+            params, m1, m2 = ([p[live] for p in params], [m[live] for m in m1],
+                              [m[live] for m in m2])
+            active_beta = [a[live] for a in active_beta]
+            graph, marks = _trace(chain, rows[idx], [tuple(x[idx] for x in part)
+                                                     for part in parts], x_lo, x_hi)
+            values = graph.evaluate(graph.check_inputs("beta-crown", params))
+            live = np.ones(len(idx), dtype=bool)
+        grads = graph.backprop(values, graph.output, live.astype(OPT_DTYPE))
+        c1, c2 = 1 - 0.9 ** step, np.sqrt(1 - 0.999 ** step)
         for j, p in enumerate(params):
             g = grads[graph.inputs[j]]
             if g is None:
                 continue
-            m1[j] = 0.9 * m1[j] + 0.1 * g
-            m2[j] = 0.999 * m2[j] + 0.001 * g * g
-            move = lrs[j] * (m1[j] / (1 - 0.9 ** step)) / (
-                np.sqrt(m2[j] / (1 - 0.999 ** step)) + 1e-8)
+            g = np.asarray(g, dt)
+            m1[j] *= 0.9
+            m1[j] += 0.1 * g
+            m2[j] *= 0.999
+            g *= g
+            g *= 0.001
+            m2[j] += g
+            # Adam's step lr * (m1 / c1) / (sqrt(m2) / c2 + eps), in place
+            den = np.sqrt(m2[j])
+            den /= c2
+            den += 1e-8
+            move = np.divide(m1[j], den, out=den)
+            move *= lrs[j] / c1
+            p += move
             if j < n_layers:
-                params[j] = np.clip(p + move, 0.0, 1.0)
+                np.clip(p, 0.0, 1.0, out=p)
             else:
-                params[j] = np.where(active_beta[j - n_layers], np.maximum(p + move, 0.0), 0.0)
+                np.maximum(p, 0.0, out=p)
+                p *= active_beta[j - n_layers]
     # the rigorous bound with the best slopes and multipliers found
-    prop.alpha = {r: best[k].reshape(n_pairs, 1, -1) for k, r in enumerate(chain.relus)}
-    prop.extra = {p: (-best[n_layers + k] * sign[k]).reshape(n_pairs, 1, -1)
+    prop.alpha = {r: best[k].astype(np.float64).reshape(n_pairs, 1, -1)
+                  for k, r in enumerate(chain.relus)}
+    prop.extra = {p: (-best[n_layers + k].astype(np.float64) * sign[k]).reshape(n_pairs, 1, -1)
                   for k, p in enumerate(chain.pre)}
     try:
         lower = prop.lower(chain.out, rows.reshape(n_pairs, 1, -1))[:, 0]
@@ -283,7 +320,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         prop.alpha, prop.extra = {}, {}
     lower = np.where(empty, np.inf, lower)
     primal = np.where(primal_mu > 0, x_lo, x_hi)
-    return PairBounds(lower, lo, hi, mus, primal, done)
+    return PairBounds(lower, lo, hi, mus, primal, done, best[:n_layers], best[n_layers:])
 
 
 def refresh_bounds(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],

@@ -9,14 +9,15 @@ The problem is ``bab.Spec``'s: an input box and a disjunction of conjunctions of
    pass (``bounds.beta``, no splits yet) on each open row, which also scores the unstable
    neurons (BaBSR: ``beta.babsr_scores``) and proposes the input minimising the bound;
 2. repeatedly: the ``batch`` open domains with the worst margin are taken off the queue
-   (``bab._Queue``) and each is split on its best-scored neuron into an active and an inactive
-   child; the children inherit their parent's pre-activation bounds (valid on the parent, so
-   on them) intersected with the split, the layers after the split re-bounded by CROWN on the
-   child (``refresh``), and all (child, open row) pairs are bounded by one
-   batched beta-CROWN pass (alpha and beta optimised together, then evaluated rigorously); the
-   network is run on each pair's proposed input (a counterexample there ends the search);
-   children with every conjunction refuted are dropped, the rest queued with their own best
-   neuron to split next.
+   (``bab._Queue``) and each is split on its best-scored neuron into an active and an
+   inactive child; the children inherit their parent's pre-activation bounds (valid on the
+   parent, so on them) intersected with the split (the interval sweep tightens the later
+   layers; ``refresh`` would also re-bound them by CROWN, which measured slower on MNIST-FC:
+   about as many domains for 15-30% more CPU time), and start their batched beta-CROWN pass from their
+   parent's best alpha and beta per row (``warm``; so a child's bound starts where its
+   parent's ended, and margins do not fall back along a branch); the network is run on each
+   pair's proposed input (a counterexample there ends the search); children with every
+   conjunction refuted are dropped, the rest queued with their own best neuron to split next.
 
 It stops at the first counterexample that ``confirm`` accepts (``sat``), when every domain is
 proved (``unsat``), at the timeout, at the domain cap or when a domain has no unstable neuron
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,9 @@ Array = Any
 __all__ = ["search", "supports", "verify_network"]
 
 ROOT_STEPS = 20  # alpha-CROWN steps on the whole box (as `vnn --method alpha-crown`)
+ROOT_BETA_STEPS = 20  # Adam steps of the first beta-CROWN pass on the whole box
+CHILD_STEPS = 20  # of a split domain's pass (warm-started from its parent's alpha and beta)
+BATCH = 64  # domains split per round
 PAIRS_PER_PASS = 256  # (domain, row) pairs in one batched beta-CROWN pass
 REFRESH_BATCH = 64  # domains per CROWN refresh of their intermediate bounds
 FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
@@ -68,16 +73,44 @@ def supports(model: Any) -> bool:
     return chain is not None and len(chain.pre) > 0
 
 
+@dataclass
+class _Pass:
+    """What ``_Passes.run`` found: row lower bounds ``(N, K)`` (``-inf`` where not evaluated),
+    the domains' bounds after the pass (flat), the flat neuron to split next per domain (-1:
+    none left), the proposed inputs of the pairs ``(P, n)``, the passes run, and the best
+    slopes and multipliers per domain and slot (``(N, R, S)`` float32, slot = the row's place
+    in its conjunction; each domain has one conjunction open: the children's warm start; the
+    given ones where a pair was not evaluated)."""
+
+    lower: Array
+    lo: Array
+    hi: Array
+    branch: Array
+    primal: Array
+    passes: int
+    alpha: Array
+    beta: Array
+
+
 class _Passes:
     """Batched beta-CROWN passes over (domain, row) pairs, chunked to the models' sizes."""
 
-    def __init__(self, models: Models, spec: Spec, chains: dict[int, Chain], *, steps: int,
-                 kernel: bool, root_alpha: list[Array]) -> None:
+    def __init__(self, models: Models, spec: Spec, chains: dict[int, Chain], *, kernel: bool,
+                 root_alpha: Array, per_conjunction: bool = False) -> None:
         self.models, self.spec, self.chains = models, spec, chains
-        self.steps, self.kernel, self.root_alpha = steps, kernel, root_alpha
+        self.kernel = kernel
+        self.root_alpha = root_alpha  # (K, S): each row's starting slopes
         chain = chains[1]
         self.sizes = chain.sizes
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+        # where a domain keeps each row's slopes and multipliers: its own slot, or (one
+        # conjunction open per domain) the row's place inside its conjunction
+        self.slot, self.n_slots = np.arange(len(spec.b)), max(1, len(spec.b))
+        if per_conjunction:
+            for c in range(spec.n_conj):
+                rows = np.flatnonzero(spec.group == c)
+                self.slot[rows] = np.arange(len(rows))
+            self.n_slots = int(self.slot.max()) + 1 if len(spec.b) else 1
 
     def chain(self, size: int) -> Chain:
         if size not in self.chains:
@@ -114,24 +147,34 @@ class _Passes:
     def split(self, flat: Array) -> list[Array]:
         return [flat[:, self.offsets[k]:self.offsets[k + 1]] for k in range(len(self.sizes))]
 
-    def run(self, lo: Array, hi: Array, sign: Array, open_: Array, beta0: Array | None = None,
-            steps: int | None = None, over: Callable[[], bool] = lambda: False
-            ) -> tuple[Array, Array, Array, Array, Array, Array, int]:
+    def run(self, lo: Array, hi: Array, sign: Array, open_: Array, *, steps: int,
+            alpha0: Array | None = None, beta0: Array | None = None,
+            over: Callable[[], bool] = lambda: False) -> _Pass:
         """Bound every open row of each domain (flat bounds ``(N, S)``, signs, open
-        conjunctions ``(N, J)``): row lower bounds ``(N, K)`` (``-inf`` for rows not
-        evaluated), the domains' bounds after the pass, the flat neuron to split next per domain
-        (-1: none left), its score, the proposed inputs of the pairs ``(P, n)`` and the passes.
-        Once ``over()`` the remaining pairs are left unevaluated (their rows stay open)."""
+        conjunctions ``(N, J)``, at most one per domain when ``alpha0``/``beta0`` are given),
+        starting from the slopes ``alpha0`` and multipliers ``beta0`` (``(N, R, S)`` by slot;
+        default: the rows' root slopes and zero) with ``steps`` Adam steps. Once ``over()`` the
+        remaining pairs are left unevaluated (their rows stay open)."""
         spec = self.spec
-        n_dom = len(lo)
+        n_dom, n_rows, n_flat = len(lo), len(spec.b), lo.shape[1]
         row_open = open_[:, spec.group]  # (N, K)
         dom, row = np.nonzero(row_open)
-        lower = np.full((n_dom, len(spec.b)), -np.inf)
+        lower = np.full((n_dom, n_rows), -np.inf)
         new_lo, new_hi = lo.copy(), hi.copy()
         best_score = np.full(n_dom, -1.0)
         best_gap = np.full(n_dom, np.inf)
         branch = np.full(n_dom, -1, dtype=np.int64)
         primal = np.zeros((len(dom), spec.lower.shape[0]))
+        slot = self.slot
+        if alpha0 is None:
+            alpha = np.zeros((n_dom, self.n_slots, n_flat), np.float32)
+        else:
+            alpha = np.array(alpha0, np.float32)
+        beta = (np.zeros((n_dom, self.n_slots, n_flat), np.float32) if beta0 is None
+                else np.array(beta0, np.float32))
+        # the starting slopes of each pair (its domain's, or its row's root ones)
+        start_alpha = (self.root_alpha[row].astype(np.float32) if alpha0 is None
+                       else alpha[dom, slot[row]])
         passes = 0
         for start, stop, size in self.models.chunks(len(dom), PAIRS_PER_PASS):
             if passes and over():
@@ -139,23 +182,22 @@ class _Passes:
             take = np.arange(start, stop)
             pad = np.concatenate([take, np.full(size - len(take), take[-1])])
             d, r = dom[pad], row[pad]
-            model = self.models.get(size)
-            chain = self.chain(size)
-            alpha0 = [a[r] for a in self.root_alpha]
             x_lo = np.broadcast_to(spec.lower, (size, spec.lower.shape[0]))
             x_hi = np.broadcast_to(spec.upper, (size, spec.upper.shape[0]))
-            result = bound_pairs(model, chain, x_lo, x_hi, spec.a[r], self.split(lo[d]),
-                                 self.split(hi[d]), self.split(sign[d]),
-                                 thresholds=spec.b[r], alpha0=alpha0,
-                                 beta0=None if beta0 is None else self.split(beta0[pad]),
-                                 steps=self.steps if steps is None else steps,
-                                 kernel=self.kernel)
+            result = bound_pairs(self.models.get(size), self.chain(size), x_lo, x_hi,
+                                 spec.a[r], self.split(lo[d]), self.split(hi[d]),
+                                 self.split(sign[d]), thresholds=spec.b[r],
+                                 alpha0=self.split(start_alpha[pad]),
+                                 beta0=self.split(beta[d, slot[r]]),
+                                 steps=steps, kernel=self.kernel)
             passes += 1
             n = len(take)
             d, r = d[:n], r[:n]
             lower[d, r] = result.lower[:n]
             new_lo[d] = np.concatenate(result.lo, axis=1)[:n]
             new_hi[d] = np.concatenate(result.hi, axis=1)[:n]
+            alpha[d, slot[r]] = np.concatenate(result.alpha, axis=1)[:n]
+            beta[d, slot[r]] = np.concatenate(result.beta, axis=1)[:n]
             primal[start:stop] = result.primal[:n]
             scores = np.concatenate(babsr_scores(result.lo, result.hi, result.mu), axis=1)[:n]
             gap = result.lower[:n] - spec.b[r]
@@ -166,26 +208,31 @@ class _Passes:
                     branch[d[p]] = int(np.argmax(scores[p]))
                     best_score[d[p]] = float(scores[p].max())
         branch[best_score <= 0] = -1
-        return lower, new_lo, new_hi, branch, best_score, primal, passes
+        return _Pass(lower, new_lo, new_hi, branch, primal, passes, alpha, beta)
 
 
 def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, Array] | None],
-           *, timeout: float | None = None, kernel: bool = True, batch: int = 64,
-           steps: int = 20, root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
-           refresh: bool = True,
+           *, timeout: float | None = None, kernel: bool = True, batch: int = BATCH,
+           steps: int = ROOT_BETA_STEPS, child_steps: int = CHILD_STEPS,
+           root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
+           refresh: bool = False, warm: bool = True, per_conjunction: bool = False,
            clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set by splitting
     ReLUs (see the module docstring). ``models``: batched copies of a ReLU chain (``supports``);
     ``confirm``: as for ``bab.search``; ``batch``: domains split per round; ``steps``: Adam
-    steps of each beta-CROWN pass; ``root_steps``: alpha-CROWN steps on the whole box;
-    ``refresh``: re-bound the layers after a split by CROWN in the children (tighter, dearer);
-    ``clock``: what ``timeout`` is measured by (default ``time.monotonic``, looked up at the
-    call). Options
-    of ``bab.search`` that do not apply here (the input-split rule, attack sizes) are ignored.
+    steps of the first beta-CROWN pass on the whole box; ``child_steps``: of the passes on
+    split domains (which start from their parent's slopes and multipliers); ``root_steps``:
+    alpha-CROWN steps on the whole box; ``refresh``: re-bound the layers after a split by
+    CROWN in the children (tighter, dearer: measured slower on MNIST-FC); ``warm``: children
+    start from their parent's slopes and multipliers (else from the root's slopes and zero);
+    ``per_conjunction``: one search tree per open conjunction (see step 2); ``clock``: what
+    ``timeout`` is measured by (default ``time.monotonic``, looked up at the call). Options of
+    ``bab.search`` that do not apply here (the input-split rule, attack sizes) are ignored.
     """
     for name, value, least in (("batch", batch, 1), ("steps", steps, 1),
+                               ("child_steps", child_steps, 1),
                                ("root_steps", root_steps, 0), ("max_domains", max_domains, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
@@ -242,41 +289,46 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     hi = np.concatenate([np.asarray(root.nodes[p][1], np.float64).reshape(1, -1)
                          for p in chain.pre], axis=1)
     # the root's slopes, per row: CROWN's adaptive ones from its bounds (a warm start)
-    cuts = np.cumsum(chain.sizes)[:-1]
-    root_alpha = [np.repeat((u > -l).astype(np.float64), k, axis=0)
-                  for l, u in zip(np.split(lo, cuts, axis=1), np.split(hi, cuts, axis=1),
-                                  strict=True)]
-    passes = _Passes(models, spec, {1: chain}, steps=steps, kernel=kernel,
-                     root_alpha=root_alpha)
+    root_alpha = np.repeat((hi > -lo).astype(np.float64), k, axis=0)
+    passes = _Passes(models, spec, {1: chain}, kernel=kernel, root_alpha=root_alpha,
+                     per_conjunction=per_conjunction)
 
-    def bound(lo: Array, hi: Array, sign: Array, open_: Array) -> tuple[Any, ...]:
-        """One batched pass; a confirmed counterexample among its proposals (or None)."""
-        lower, new_lo, new_hi, branch, _, primal, n_pass = passes.run(lo, hi, sign, open_,
-                                                                      over=timer.over)
-        result.passes += n_pass
-        timer.stage("bounds")
-        cex = check(primal)
-        timer.stage("attack")
-        return cex, lower, new_lo, new_hi, branch
-
+    # 2. the root's pass (with ``per_conjunction``: one root per open conjunction, all in
+    # one queue, so that a split chosen for one row does not multiply the work of the others;
+    # measured slower on MNIST-FC, where the same splits serve every row)
+    conj = np.flatnonzero(still[0])
+    if not per_conjunction:
+        open_ = still.copy()
+    else:
+        lo, hi = np.repeat(lo, len(conj), axis=0), np.repeat(hi, len(conj), axis=0)
+        open_ = np.zeros((len(conj), spec.n_conj), dtype=bool)
+        open_[np.arange(len(conj)), conj] = True
     sign = np.zeros_like(lo, dtype=np.int8)
-    cex, lower, lo, hi, branch = bound(lo, hi, sign, still)
+    found = passes.run(lo, hi, sign, open_, steps=steps, over=timer.over)
+    result.passes += found.passes
+    timer.stage("bounds")
+    cex = check(found.primal)
+    timer.stage("attack")
     if cex is not None:
         return finish("sat", "counterexample proposed by the bound", cex)
     if timer.over():
         return finish("timeout", "the time ran out in the first pass")
-    still, margin = _margins(spec, lower, still)
-    if not still.any():
+    still, margin = _margins(spec, found.lower, open_)
+    keep = still.any(axis=1)
+    if not keep.any():
         return finish("unsat", "proved by beta-CROWN on the whole box")
-    if branch[0] < 0:
+    if np.any(keep & (found.branch < 0)):
         return finish("unknown", "no unstable neuron left to split")
-    per_domain = 16 * lo.shape[1] + lo.shape[1] + spec.n_conj + 24
+    n_flat = lo.shape[1]
+    per_domain = 17 * n_flat + 8 * passes.n_slots * n_flat + spec.n_conj + 32
     cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
     queue = _Queue(cap)
-    queue.push(lo=lo, hi=hi, sign=sign, open=still, margin=margin, branch=branch)
-    result.max_queue = 1
+    queue.push(lo=found.lo[keep], hi=found.hi[keep], sign=sign[keep], open=still[keep],
+               margin=margin[keep], branch=found.branch[keep], alpha=found.alpha[keep],
+               beta=found.beta[keep])
+    result.max_queue = queue.size
 
-    # 2. split until done
+    # 3. split until done
     while queue.size:
         if timer.over():
             return finish("timeout", f"{queue.size} domains open when the time ran out")
@@ -292,20 +344,28 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_hi[n + idx, j] = np.minimum(c_hi[n + idx, j], 0.0)  # inactive child: z <= 0
         c_sign[n + idx, j] = -1
         c_open = np.concatenate([got["open"], got["open"]])
+        c_alpha = np.concatenate([got["alpha"], got["alpha"]])
+        c_beta = np.concatenate([got["beta"], got["beta"]])
         timer.stage("split")
         if refresh:
-            first = passes.layer_of(np.concatenate([j, j]))
-            c_lo, c_hi = passes.refresh(c_lo, c_hi, first)
+            c_lo, c_hi = passes.refresh(c_lo, c_hi, passes.layer_of(np.concatenate([j, j])))
             timer.stage("refresh")
-        cex, lower, c_lo, c_hi, c_branch = bound(c_lo, c_hi, c_sign, c_open)
+        found = passes.run(c_lo, c_hi, c_sign, c_open, steps=child_steps,
+                           alpha0=c_alpha if warm else None, beta0=c_beta if warm else None,
+                           over=timer.over)
+        result.passes += found.passes
         result.domains += 2 * n
+        timer.stage("bounds")
+        cex = check(found.primal)
+        timer.stage("attack")
         if cex is not None:
             return finish("sat", "counterexample proposed by the bound of a domain", cex)
         if timer.over():  # the pass may have stopped part-way
             return finish("timeout", f"{queue.size + 2 * n} domains open when the time ran out")
-        still, c_margin = _margins(spec, lower, c_open)
+        c_lo, c_hi = found.lo, found.hi
+        still, c_margin = _margins(spec, found.lower, c_open)
         keep = still.any(axis=1)
-        fixed = np.flatnonzero(keep & (c_branch < 0))
+        fixed = np.flatnonzero(keep & (found.branch < 0))
         if len(fixed):
             # every neuron fixed: the domain is a linear program; its solution is a candidate
             # counterexample and its duals the best beta, evaluated rigorously
@@ -315,22 +375,28 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             timer.stage("attack")
             if cex is not None:
                 return finish("sat", "counterexample from the linear program of a domain", cex)
-            lower, _, _, _, _, _, n_pass = passes.run(c_lo[fixed], c_hi[fixed], c_sign[fixed],
-                                                      f_open, beta0=duals, steps=1)
-            result.passes += n_pass
-            f_still, _ = _margins(spec, lower, f_open)
+            f_beta = np.zeros((len(fixed), passes.n_slots, n_flat), np.float32)
+            f_dom, f_row = np.nonzero(f_open[:, spec.group])
+            f_beta[f_dom, passes.slot[f_row]] = duals
+            lp = passes.run(c_lo[fixed], c_hi[fixed], c_sign[fixed], f_open, steps=1,
+                            alpha0=found.alpha[fixed], beta0=f_beta)
+            result.passes += lp.passes
+            f_still, _ = _margins(spec, lp.lower, f_open)
             timer.stage("bounds")
             if f_still.any():
                 return finish("unknown", "a domain with every neuron fixed stays open (its "
                               "linear program's bound is within round-off of the threshold)")
             keep[fixed] = False
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], sign=c_sign[keep], open=still[keep],
-                          margin=c_margin[keep], branch=c_branch[keep]):
+                          margin=c_margin[keep], branch=found.branch[keep],
+                          alpha=found.alpha[keep], beta=found.beta[keep]):
             return finish("unknown", f"domain cap: more than {cap} open domains")
         result.max_queue = max(result.max_queue, queue.size)
         if progress is not None:
             progress({"domains": result.domains, "open": queue.size,
-                      "seconds": timer.now() - timer.start})
+                      "seconds": timer.now() - timer.start,
+                      "margin": float(queue.fields["margin"][:queue.size].min())
+                      if queue.size else float("inf")})
     return finish("unsat", f"all {result.domains} domains proved")
 
 
