@@ -2128,6 +2128,12 @@ RECORDER = _Recorder()
 # that already exists, so the allocation limit it would also check cannot be newly passed.
 # (Skipping the call saves three Python frames per op.) Anything else (a device array) takes
 # ``record``.
+# The attributes of every attribute-free op recorded here: one shared empty dict, never written
+# (nothing mutates a tensor's ``_attrs``), instead of a new one per op (each new dict counts
+# towards the garbage collector's next pass).
+_NO_ATTRS: dict[str, Any] = {}
+
+
 def _record1(prim: Primitive, x: Tensor) -> Tensor:
     """``RECORDER.record(prim, (x,), {})`` for an attribute-free op of a float tensor."""
     v = x._value
@@ -2136,8 +2142,8 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
     out = prim.forward(v)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (x,), {}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+        return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
@@ -2151,8 +2157,8 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
         shape = prim.infer(shape, b.shape)
     out = prim.forward(va, vb)
     if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (a, b), {}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+        return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
@@ -2166,7 +2172,7 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
     out = prim.forward(v, c=c)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
         return Tensor._result(out, prim, (x,), {"c": c}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 _EXP = REGISTRY["exp"]
