@@ -168,6 +168,19 @@ class Tensor(Ref):
     _vc: list[int] | None
     _freed: bool
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The reverse pass keys its graph by the tensors themselves (``_graph_of``), which is
+        # right only for the identity hash: a subclass that defines ``__eq__`` alone keeps it
+        # (Python would make it unhashable), one that redefines ``__hash__`` is refused by name
+        # rather than risk two tensors meeting as one key.
+        super().__init_subclass__(**kwargs)
+        if cls.__hash__ is not Tensor.__hash__:
+            if cls.__dict__.get("__hash__", 0) is not None:
+                raise TorchLeanError(f"{cls.__name__}: a Tensor subclass cannot redefine "
+                                     "__hash__ (tensors hash by identity, as in torch; the "
+                                     "reverse pass keys its graph by tensor)")
+            cls.__hash__ = Tensor.__hash__  # type: ignore[method-assign]
+
     def __init__(self, *data: Any, device: Any = None) -> None:
         if len(data) == 1 and not isinstance(data[0], int | np.integer):
             arr = tensor(data[0], dtype=get_default_dtype() if not isinstance(
