@@ -53,9 +53,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--block", type=int, default=5, help="steps per timed block")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch's intra-op threads (NumPy's elementwise kernels use one)")
     args = ap.parse_args()
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     xa, ya = data()
     g_tl, g_t = tl_step(xa, ya), torch_step(torch, xa, ya)
     for a, b in zip(g_tl, g_t, strict=True):
@@ -76,7 +78,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in med.items():
         print(f"{k:18s} {v * 1e3:8.3f} ms/step (median of {args.rounds})")
-    print(f"ratio torchlean-tensor / torch = {med['torchlean-tensor'] / med['torch']:.3f}")
+    print(f"ratio torchlean-tensor / torch = {med['torchlean-tensor'] / med['torch']:.3f} "
+          f"({args.threads} thread{'s' if args.threads > 1 else ''})")
 
 
 if __name__ == "__main__":

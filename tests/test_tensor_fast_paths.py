@@ -105,3 +105,19 @@ def test_hot_unary_methods_name_a_wrong_call(name):
         with pytest.raises(tl.SignatureError, match=f"{name}: takes no arguments"):
             getattr(x, name)(*args, **kwargs)
     assert getattr(x, name)().shape == (3,)
+
+
+def test_subclasses_keep_the_identity_hash_the_reverse_pass_keys_by():
+    class Eq(tl.Tensor):  # __eq__ alone: Python would make it unhashable
+        def __eq__(self, other):
+            return tl.Tensor.__eq__(self, other)
+
+    x = tl.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    a = Eq(np.array([3.0, 4.0], np.float32)).requires_grad_()
+    (x * a + a).sum().backward()
+    assert np.array_equal(a.grad.numpy(), np.array([2.0, 3.0], np.float32))
+    assert hash(a) == object.__hash__(a)
+    with pytest.raises(tl.TorchLeanError, match="cannot redefine __hash__"):
+        class ByValue(tl.Tensor):
+            def __hash__(self):
+                return 0

@@ -168,6 +168,19 @@ class Tensor(Ref):
     _vc: list[int] | None
     _freed: bool
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The reverse pass keys its graph by the tensors themselves (``_graph_of``), which is
+        # right only for the identity hash: a subclass that defines ``__eq__`` alone keeps it
+        # (Python would make it unhashable), one that redefines ``__hash__`` is refused by name
+        # rather than risk two tensors meeting as one key.
+        super().__init_subclass__(**kwargs)
+        if cls.__hash__ is not Tensor.__hash__:
+            if cls.__dict__.get("__hash__", 0) is not None:
+                raise TorchLeanError(f"{cls.__name__}: a Tensor subclass cannot redefine "
+                                     "__hash__ (tensors hash by identity, as in torch; the "
+                                     "reverse pass keys its graph by tensor)")
+            cls.__hash__ = Tensor.__hash__  # type: ignore[method-assign]
+
     def __init__(self, *data: Any, device: Any = None) -> None:
         if len(data) == 1 and not isinstance(data[0], int | np.integer):
             arr = tensor(data[0], dtype=get_default_dtype() if not isinstance(
@@ -2128,6 +2141,12 @@ RECORDER = _Recorder()
 # that already exists, so the allocation limit it would also check cannot be newly passed.
 # (Skipping the call saves three Python frames per op.) Anything else (a device array) takes
 # ``record``.
+# The attributes of every attribute-free op recorded here: one shared empty dict, never written
+# (nothing mutates a tensor's ``_attrs``), instead of a new one per op (each new dict counts
+# towards the garbage collector's next pass).
+_NO_ATTRS: dict[str, Any] = {}
+
+
 def _record1(prim: Primitive, x: Tensor) -> Tensor:
     """``RECORDER.record(prim, (x,), {})`` for an attribute-free op of a float tensor."""
     v = x._value
@@ -2136,8 +2155,8 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
     out = prim.forward(v)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (x,), {}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+        return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
@@ -2151,8 +2170,8 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
         shape = prim.infer(shape, b.shape)
     out = prim.forward(va, vb)
     if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
-        return Tensor._result(out, prim, (a, b), {}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+        return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
@@ -2166,7 +2185,7 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
     out = prim.forward(v, c=c)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
         return Tensor._result(out, prim, (x,), {"c": c}, shape)
-    return Tensor._result(out, None, (), {}, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
 _EXP = REGISTRY["exp"]
