@@ -447,3 +447,66 @@ def test_embedding_bag_module_and_channel_dropout():
     assert 0.35 < (per_channel[:, 0] == 0).mean() < 0.65
     drop.eval()
     np.testing.assert_array_equal(drop(tl.ones(2, 2, 1, 1)).numpy(), 1.0)
+
+
+# --- torch.autograd.functional, retain_grad, printing --------------------------------------------
+
+def _exp_adder(x, y):
+    return 2 * x.exp() + 3 * y * x
+
+
+def _cubes(x):
+    return (x ** 3).sum() + (x[0] * x[1])
+
+
+def _scaled(t):
+    return t * t.sum()
+
+
+FUNCTIONAL = {
+    "jacobian": lambda af, x, y: af.jacobian(_exp_adder, (x, y)),
+    "jacobian_single": lambda af, x, y: af.jacobian(_scaled, x),
+    "hessian": lambda af, x, y: af.hessian(_cubes, x),
+    "vjp": lambda af, x, y: af.vjp(_scaled, x, v=y)[1],
+    "jvp": lambda af, x, y: af.jvp(_scaled, x, v=y)[1],
+    "hvp": lambda af, x, y: af.hvp(_cubes, x, v=y)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_autograd_functional_matches_torch(name):
+    a, b = RNG.standard_normal(3), RNG.standard_normal(3)
+    found = []
+    for m in (torch, tl):
+        out = FUNCTIONAL[name](m.autograd.functional, m.tensor(a), m.tensor(b))
+        found.append([t.numpy() for t in out] if isinstance(out, tuple) else [out.numpy()])
+    for ours, theirs in zip(found[1], found[0], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_retain_grad_keeps_a_non_leaf_gradient():
+    found = []
+    for m in (torch, tl):
+        x = m.tensor([1.0, -2.0, 3.0], dtype=m.float64, requires_grad=True)
+        h = (x * 2).tanh()
+        h.retain_grad()
+        (h * h).sum().backward()
+        found.append((h.grad.numpy(), x.grad.numpy()))
+    np.testing.assert_allclose(found[1][0], found[0][0], rtol=1e-6)
+    np.testing.assert_allclose(found[1][1], found[0][1], rtol=1e-6)
+
+
+def test_tensors_print_as_torch():
+    cases = [lambda m: m.tensor([-0.8115, 0.5084, -0.7322, -0.2080]),
+             lambda m: m.tensor([[1e-5, 1.0], [1000.0, 2.0]]),
+             lambda m: m.tensor([100.5, 2.25]),
+             lambda m: m.arange(12).reshape(3, 4),
+             lambda m: m.tensor([[True, False]]),
+             lambda m: m.triu(m.full((3, 3), float("-inf")), diagonal=1),
+             lambda m: m.zeros(2, 1, 2, dtype=m.float64),
+             lambda m: m.tensor([1.5, -2.0], requires_grad=True),
+             lambda m: m.tensor([1.5, -2.0], requires_grad=True) * 2,
+             lambda m: m.arange(2000.0) / 7,
+             lambda m: m.linspace(0, 1, 40)]
+    for make in cases:
+        assert repr(make(tl)) == repr(make(torch))
