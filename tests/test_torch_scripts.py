@@ -132,6 +132,9 @@ HELD_OUT_2: dict[str, tuple[tuple, dict[str, tuple]]] = {
                                       "mlp_dev_loss": near(1.2), "bn_train_loss": near(0.15),
                                       "bn_val_loss": near(0.15), "layered_final_loss": near(0.15),
                                       "update_ratio": near(0.5)}),
+    # every hand-written gradient matches autograd (counted); losses from the framework's stream
+    "karpathy_backprop_ninja": (EXACT, {"first_loss": near(0.15), "train_loss": near(0.25),
+                                        "val_loss": near(0.25)}),
 }
 HELD_OUT.update(HELD_OUT_2)
 SCRIPTS.update(HELD_OUT)
