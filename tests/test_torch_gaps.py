@@ -510,3 +510,16 @@ def test_tensors_print_as_torch():
              lambda m: m.linspace(0, 1, 40)]
     for make in cases:
         assert repr(make(tl)) == repr(make(torch))
+
+
+def test_modules_print_as_torch():
+    def build(m):
+        return m.nn.Sequential(
+            m.nn.Conv2d(3, 6, 5), m.nn.MaxPool2d(2, 2), m.nn.Conv2d(6, 4, 3, padding=1, bias=False),
+            m.nn.BatchNorm2d(4), m.nn.ReLU(inplace=True), m.nn.Dropout2d(0.25), m.nn.Flatten(),
+            m.nn.LayerNorm(8), m.nn.Dropout(0.5), m.nn.LeakyReLU(0.2, inplace=True),
+            m.nn.ModuleList([m.nn.Linear(2, 2) for _ in range(3)] + [m.nn.Tanh()]),
+            m.nn.TransformerEncoderLayer(8, 2, 16), m.nn.EmbeddingBag(10, 3, mode="sum"),
+            m.nn.CrossEntropyLoss(), m.nn.LogSoftmax(dim=1))
+
+    assert repr(build(tl)) == repr(build(torch))
