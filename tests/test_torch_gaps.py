@@ -523,3 +523,29 @@ def test_modules_print_as_torch():
             m.nn.CrossEntropyLoss(), m.nn.LogSoftmax(dim=1))
 
     assert repr(build(tl)) == repr(build(torch))
+
+
+@pytest.mark.parametrize("mode", ["GRU", "LSTM"])
+def test_packed_sequences_match_torch(mode):
+    theirs = getattr(torch.nn, mode)(3, 4, num_layers=2, bidirectional=True,
+                                     batch_first=True).double()
+    ours = getattr(tl.nn, mode)(3, 4, num_layers=2, bidirectional=True, batch_first=True,
+                                dtype="float64")
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = RNG.standard_normal((3, 5, 3))
+    lengths = [2, 5, 3]  # unsorted: enforce_sorted=False
+    found = []
+    for m, module in ((torch, theirs), (tl, ours)):
+        xt = m.tensor(x, requires_grad=True)
+        rnn = m.nn.utils.rnn
+        packed = rnn.pack_padded_sequence(xt, lengths, batch_first=True, enforce_sorted=False)
+        out, h = module(packed)
+        padded, lens = rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
+        hh = h[0] if mode == "LSTM" else h
+        ((padded ** 2).sum() + (hh * 3).sum()).backward()
+        found.append([padded.detach().numpy(), hh.detach().numpy(), xt.grad.numpy(),
+                      lens.numpy(), packed.batch_sizes.numpy(), packed.data.detach().numpy()])
+    for ours_value, theirs_value in zip(found[1], found[0], strict=True):
+        np.testing.assert_allclose(ours_value, theirs_value, rtol=1e-10, atol=1e-12)
+    with pytest.raises(tl.TorchLeanError, match="sorted in decreasing order"):
+        tl.nn.utils.rnn.pack_padded_sequence(tl.zeros(5, 3, 3), [2, 5, 3])
