@@ -361,7 +361,7 @@ def test_modules_match_torch(name: str, path: str) -> None:
 def test_loss_module_weight_is_a_buffer_and_repr() -> None:
     loss = nn.CrossEntropyLoss(weight=WEIGHT)
     np.testing.assert_array_equal(loss.state_dict()["weight"], WEIGHT)
-    assert "reduction='mean'" in repr(loss)
+    assert repr(loss) == "CrossEntropyLoss()"  # torch prints losses without arguments
     assert nn.MSELoss().state_dict() == {}
 
 

@@ -447,3 +447,105 @@ def test_embedding_bag_module_and_channel_dropout():
     assert 0.35 < (per_channel[:, 0] == 0).mean() < 0.65
     drop.eval()
     np.testing.assert_array_equal(drop(tl.ones(2, 2, 1, 1)).numpy(), 1.0)
+
+
+# --- torch.autograd.functional, retain_grad, printing --------------------------------------------
+
+def _exp_adder(x, y):
+    return 2 * x.exp() + 3 * y * x
+
+
+def _cubes(x):
+    return (x ** 3).sum() + (x[0] * x[1])
+
+
+def _scaled(t):
+    return t * t.sum()
+
+
+FUNCTIONAL = {
+    "jacobian": lambda af, x, y: af.jacobian(_exp_adder, (x, y)),
+    "jacobian_single": lambda af, x, y: af.jacobian(_scaled, x),
+    "hessian": lambda af, x, y: af.hessian(_cubes, x),
+    "vjp": lambda af, x, y: af.vjp(_scaled, x, v=y)[1],
+    "jvp": lambda af, x, y: af.jvp(_scaled, x, v=y)[1],
+    "hvp": lambda af, x, y: af.hvp(_cubes, x, v=y)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_autograd_functional_matches_torch(name):
+    a, b = RNG.standard_normal(3), RNG.standard_normal(3)
+    found = []
+    for m in (torch, tl):
+        out = FUNCTIONAL[name](m.autograd.functional, m.tensor(a), m.tensor(b))
+        found.append([t.numpy() for t in out] if isinstance(out, tuple) else [out.numpy()])
+    for ours, theirs in zip(found[1], found[0], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_retain_grad_keeps_a_non_leaf_gradient():
+    found = []
+    for m in (torch, tl):
+        x = m.tensor([1.0, -2.0, 3.0], dtype=m.float64, requires_grad=True)
+        h = (x * 2).tanh()
+        h.retain_grad()
+        (h * h).sum().backward()
+        found.append((h.grad.numpy(), x.grad.numpy()))
+    np.testing.assert_allclose(found[1][0], found[0][0], rtol=1e-6)
+    np.testing.assert_allclose(found[1][1], found[0][1], rtol=1e-6)
+
+
+def test_tensors_print_as_torch():
+    cases = [lambda m: m.tensor([-0.8115, 0.5084, -0.7322, -0.2080]),
+             lambda m: m.tensor([[1e-5, 1.0], [1000.0, 2.0]]),
+             lambda m: m.tensor([100.5, 2.25]),
+             lambda m: m.arange(12).reshape(3, 4),
+             lambda m: m.tensor([[True, False]]),
+             lambda m: m.triu(m.full((3, 3), float("-inf")), diagonal=1),
+             lambda m: m.zeros(2, 1, 2, dtype=m.float64),
+             lambda m: m.tensor([1.5, -2.0], requires_grad=True),
+             lambda m: m.tensor([1.5, -2.0], requires_grad=True) * 2,
+             lambda m: m.arange(2000.0) / 7,
+             lambda m: m.linspace(0, 1, 40)]
+    for make in cases:
+        assert repr(make(tl)) == repr(make(torch))
+
+
+def test_modules_print_as_torch():
+    def build(m):
+        return m.nn.Sequential(
+            m.nn.Conv2d(3, 6, 5), m.nn.MaxPool2d(2, 2), m.nn.Conv2d(6, 4, 3, padding=1, bias=False),
+            m.nn.BatchNorm2d(4), m.nn.ReLU(inplace=True), m.nn.Dropout2d(0.25), m.nn.Flatten(),
+            m.nn.LayerNorm(8), m.nn.Dropout(0.5), m.nn.LeakyReLU(0.2, inplace=True),
+            m.nn.ModuleList([m.nn.Linear(2, 2) for _ in range(3)] + [m.nn.Tanh()]),
+            m.nn.TransformerEncoderLayer(8, 2, 16), m.nn.EmbeddingBag(10, 3, mode="sum"),
+            m.nn.CrossEntropyLoss(), m.nn.LogSoftmax(dim=1))
+
+    assert repr(build(tl)) == repr(build(torch))
+
+
+@pytest.mark.parametrize("mode", ["GRU", "LSTM"])
+def test_packed_sequences_match_torch(mode):
+    theirs = getattr(torch.nn, mode)(3, 4, num_layers=2, bidirectional=True,
+                                     batch_first=True).double()
+    ours = getattr(tl.nn, mode)(3, 4, num_layers=2, bidirectional=True, batch_first=True,
+                                dtype="float64")
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = RNG.standard_normal((3, 5, 3))
+    lengths = [2, 5, 3]  # unsorted: enforce_sorted=False
+    found = []
+    for m, module in ((torch, theirs), (tl, ours)):
+        xt = m.tensor(x, requires_grad=True)
+        rnn = m.nn.utils.rnn
+        packed = rnn.pack_padded_sequence(xt, lengths, batch_first=True, enforce_sorted=False)
+        out, h = module(packed)
+        padded, lens = rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
+        hh = h[0] if mode == "LSTM" else h
+        ((padded ** 2).sum() + (hh * 3).sum()).backward()
+        found.append([padded.detach().numpy(), hh.detach().numpy(), xt.grad.numpy(),
+                      lens.numpy(), packed.batch_sizes.numpy(), packed.data.detach().numpy()])
+    for ours_value, theirs_value in zip(found[1], found[0], strict=True):
+        np.testing.assert_allclose(ours_value, theirs_value, rtol=1e-10, atol=1e-12)
+    with pytest.raises(tl.TorchLeanError, match="sorted in decreasing order"):
+        tl.nn.utils.rnn.pack_padded_sequence(tl.zeros(5, 3, 3), [2, 5, 3])

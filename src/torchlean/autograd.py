@@ -12,6 +12,8 @@ ref given to ``apply`` raises ``TraceError``). ``Variable`` is torch's deprecate
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from .core.errors import ShapeError, TorchLeanError, TraceError
 from .core.registry import ARRAY_OPS, Primitive
+from .engine import autograd_functional as functional
 from .engine.ops_interface import Ref
 from .engine.tensor import Tensor, _leaf, enable_grad, is_grad_enabled, no_grad
 from .engine.tensor import autograd as _namespace
@@ -169,4 +172,13 @@ def _node(cls: Any, ctx: FunctionCtx, args: Sequence[Any], inputs: list[tuple[in
         samples=lambda rng: [])
 
 
-__all__ = ["Function", "FunctionCtx", "Variable", "backward", "enable_grad", "grad", "no_grad"]
+# torch.autograd.functional and torch.autograd.profiler (importable by their dotted names too)
+profiler = types.ModuleType("torchlean.autograd.profiler",
+                            "torch.autograd.profiler stand-in: profile times the block only.")
+profiler.profile = functional.profile  # type: ignore[attr-defined]
+profiler.record_function = functional.record_function  # type: ignore[attr-defined]
+sys.modules.setdefault("torchlean.autograd.functional", functional)
+sys.modules.setdefault("torchlean.autograd.profiler", profiler)
+
+__all__ = ["Function", "FunctionCtx", "Variable", "backward", "enable_grad", "functional", "grad",
+           "no_grad", "profiler"]

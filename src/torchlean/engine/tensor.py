@@ -1128,8 +1128,10 @@ class Tensor(Ref):
                                f"Tensor.{name} is not implemented)")
 
     def retain_grad(self) -> None:
-        raise TorchLeanError("retain_grad: not supported; use tl.autograd.grad(out, [t]) for the "
-                             "gradient of a non-leaf tensor")
+        """Keep this non-leaf tensor's gradient in ``.grad`` at the next ``backward()`` (a leaf
+        keeps it anyway), as torch's."""
+        if self._op is not None:
+            _RETAINED[id(self)] = self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1913,6 +1915,10 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step 
     return plan
 
 
+# Non-leaf tensors whose gradient ``backward()`` keeps (``retain_grad``), by id until then.
+_RETAINED: dict[int, Tensor] = {}
+
+
 def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
              retain_graph: bool, accumulate: bool = False) -> list[tuple[Tensor, Any]]:
     """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``
@@ -1947,6 +1953,8 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
                 t._freed = True
                 t._parents = ()
             if accumulate:
+                if _RETAINED and g is not None and _RETAINED.pop(id(t), None) is t:
+                    _accumulate(t, g)  # retain_grad() on a non-leaf
                 continue
         elif accumulate:
             if g is not None and t.requires_grad:

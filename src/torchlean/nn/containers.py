@@ -46,6 +46,21 @@ class ModuleList(Module):
         for i, m in enumerate(modules):
             self._modules[str(i)] = m
 
+    def __repr__(self) -> str:
+        """torch's: runs of identical entries collapse to ``(0-3): 4 x Linear(...)``."""
+        reprs = [repr(m) for m in self._modules.values()]
+        if not reprs:
+            return f"{type(self).__name__}()"
+        runs: list[list[Any]] = [[0, 0, reprs[0]]]
+        for i, r in enumerate(reprs[1:], 1):
+            if r == runs[-1][2]:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, r])
+        lines = [(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}").replace(
+            "\n", "\n  ") for a, b, r in runs]
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return ModuleList(list(self._modules.values())[index])

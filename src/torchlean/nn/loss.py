@@ -32,7 +32,7 @@ class _Loss(Module):
         self.reduction = TF._reduction(name, reduction)
 
     def extra_repr(self) -> str:
-        return f"reduction={self.reduction!r}"
+        return ""  # torch prints losses without arguments
 
 
 class _WeightedLoss(_Loss):
@@ -153,6 +153,10 @@ class LeakyReLU(Module):
 
     def forward(self, input: Any) -> Any:
         return TF.leaky_relu(input, self.negative_slope, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace
+                                                          else "")
 
 
 class ELU(Module):

@@ -514,10 +514,18 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        lines = [f"  ({name}): " + repr(m).replace("\n", "\n  ")
-                 for name, m in self._modules.items()]
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+        # torch's layout: a lone extra_repr on the head line, else one entry per line
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + repr(m).replace("\n", "\n  ")
+                       for name, m in self._modules.items()]
+        lines = extra_lines + child_lines
+        text = f"{type(self).__name__}("
+        if len(extra_lines) == 1 and not child_lines:
+            text += extra_lines[0]
+        elif lines:
+            text += "\n  " + "\n  ".join(lines) + "\n"
+        return text + ")"
 
 
 class Sequential(Module):
@@ -595,6 +603,19 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
+def _conv_repr(m: Any) -> str:
+    """torch's ``_ConvNd.extra_repr``: padding, output padding and bias only when not default."""
+    text = (f"{m.in_channels}, {m.out_channels}, kernel_size={m.kernel_size}, "
+            f"stride={m.stride}")
+    if m.padding != (0, 0):
+        text += f", padding={m.padding}"
+    if getattr(m, "output_padding", (0, 0)) != (0, 0):
+        text += f", output_padding={m.output_padding}"
+    if m.bias is None:
+        text += ", bias=False"
+    return text
+
+
 class Conv2d(Module):
     """2-D convolution over ``(C, H, W)`` or ``(N, C, H, W)``; weight ``(out, in, kH, kW)``."""
 
@@ -620,8 +641,7 @@ class Conv2d(Module):
         return F.conv2d(_use(x, self.weight), bias, x, stride=self.stride, padding=self.padding)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+        return _conv_repr(self)
 
 
 class ConvTranspose2d(Module):
@@ -655,8 +675,7 @@ class ConvTranspose2d(Module):
                                   padding=self.padding, output_padding=self.output_padding)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+        return _conv_repr(self)
 
 
 class LayerNorm(Module):
@@ -694,7 +713,8 @@ class LayerNorm(Module):
         return F.layer_norm(x, gamma, beta, eps=self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine="
+                f"{self.weight is not None}, bias={self.bias is not None}")
 
 
 class BatchNorm2d(Module):
@@ -788,7 +808,13 @@ class BatchNorm2d(Module):
             self.num_batches_tracked.add_(1)
 
     def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine=True, "
+                f"bias=True, track_running_stats=True")
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """torch's name for ``MultiheadAttention.out_proj`` (a ``Linear``), so the module prints
+    as torch's does."""
 
 
 class MultiheadAttention(Module):
@@ -842,7 +868,8 @@ class MultiheadAttention(Module):
                                     "in_proj_weight")
         self.in_proj_bias = (Param(np.zeros(3 * d, as_dtype(dtype)), "in_proj_bias")
                              if with_bias else None)
-        self.out_proj = Linear(d, d, bias=with_bias, dtype=dtype, generator=generator)
+        out_proj = NonDynamicallyQuantizableLinear if causal is None else Linear
+        self.out_proj = out_proj(d, d, bias=with_bias, dtype=dtype, generator=generator)
         if with_bias:
             assert self.out_proj.bias is not None
             self.out_proj.bias.assign(np.zeros(d, as_dtype(dtype)))
@@ -881,6 +908,9 @@ class MultiheadAttention(Module):
         return F.multi_head_attention(wq, wk, wv, wo, x, mask=allowed, num_heads=self.num_heads)
 
     def extra_repr(self) -> str:
+        # torch prints no extra line; the self-attention form says what it is
+        if self.in_proj_bias is not None or not self.causal:
+            return ""
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}"
 
 
@@ -929,6 +959,7 @@ class MaxPool2d(Module):
         self.kernel_size = _pair("MaxPool2d kernel_size", kernel_size, 1)
         self.stride = self.kernel_size if stride is None else _pair("MaxPool2d stride", stride, 1)
         self.padding = _pair("MaxPool2d padding", padding)
+        self._given = (kernel_size, kernel_size if stride is None else stride, padding)
 
     def forward(self, x: Any) -> Any:
         if self.padding == (0, 0):
@@ -937,7 +968,8 @@ class MaxPool2d(Module):
                                 padding=self.padding)
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        k, st, pad = self._given
+        return f"kernel_size={k}, stride={st}, padding={pad}, dilation=1, ceil_mode=False"
 
 
 class AvgPool2d(Module):
@@ -948,6 +980,7 @@ class AvgPool2d(Module):
         self.kernel_size = _pair("AvgPool2d kernel_size", kernel_size, 1)
         self.stride = self.kernel_size if stride is None else _pair("AvgPool2d stride", stride, 1)
         self.padding = _pair("AvgPool2d padding", padding)
+        self._given = (kernel_size, kernel_size if stride is None else stride, padding)
 
     def forward(self, x: Any) -> Any:
         if self.padding == (0, 0):
@@ -956,7 +989,8 @@ class AvgPool2d(Module):
                                 padding=self.padding)
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        k, st, pad = self._given
+        return f"kernel_size={k}, stride={st}, padding={pad}"
 
 
 class Dropout(Module):
@@ -978,7 +1012,7 @@ class Dropout(Module):
         return x
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace=False"
 
 
 class Flatten(Module):
@@ -1015,6 +1049,9 @@ class ReLU(Module):
         if self.inplace:  # torch's in-place relu: on tensors, one recorded in-place op
             return functional.relu(x, inplace=True)
         return F.relu(x)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class GELU(Module):

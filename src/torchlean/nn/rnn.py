@@ -28,6 +28,7 @@ from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from .modules import Module, _const, _positive, _shape, _use, uniform_init
+from .utils.rnn import PackedSequence
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
@@ -162,9 +163,11 @@ class _RNNBase(Module):
             given = F.unsqueeze(given, 1)
         return [given[k] for k in range(count)]
 
-    def _direction(self, xw: list[list[Any]], h: Any, c: Any, suffix: str, reverse: bool
-                   ) -> tuple[list[Any], Any, Any]:
-        """Run one direction of one layer over the per-step, per-gate input projections."""
+    def _direction(self, xw: list[list[Any]], h: Any, c: Any, suffix: str, reverse: bool,
+                   masks: list[Any] | None = None) -> tuple[list[Any], Any, Any]:
+        """Run one direction of one layer over the per-step, per-gate input projections;
+        ``masks[t]`` ``(B, 1)`` (packed input) holds a sequence's state past its end and zeroes
+        its output there."""
         w_hh, b_hh = _weights(self, h, "hh", suffix)
         if self.proj_size:
             w_hr = _use(h, getattr(self, f"weight_hr{suffix}"))
@@ -172,20 +175,44 @@ class _RNNBase(Module):
         outputs: list[Any] = [None] * len(xw)
         order = range(len(xw) - 1, -1, -1) if reverse else range(len(xw))
         for t in order:
-            h, c = _step(self.mode, xw[t], h, c, w_hh, b_hh)
+            h_new, c_new = _step(self.mode, xw[t], h, c, w_hh, b_hh)
             if self.proj_size:
-                h = F.linear(w_hr, no_bias, h)
-            outputs[t] = h
+                h_new = F.linear(w_hr, no_bias, h_new)
+            if masks is None:
+                h, c = h_new, c_new
+                outputs[t] = h
+                continue
+            m, keep = masks[t]
+            h = h_new * m + h * keep
+            if c is not None:
+                c = c_new * m + c * keep
+            outputs[t] = h_new * m
         return outputs, h, c
 
     def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002  (torch's name)
+        if isinstance(input, PackedSequence):
+            return self._packed(input, hx)
+        return self._run(input, hx, None)
+
+    def _packed(self, packed: PackedSequence, hx: Any) -> Any:
+        """A packed batch: the padded time-major batch run with per-step masks."""
+        x = packed.padded
+        steps = _shape(x)[0]
+        valid = np.arange(steps)[:, None] < packed.lengths[None, :]
+        masks = [(_const(x, valid[t][:, None].astype(np.float64)),
+                  _const(x, (~valid[t])[:, None].astype(np.float64))) for t in range(steps)]
+        output, state = self._run(x, hx, masks)
+        return PackedSequence(output, packed.lengths), state
+
+    def _run(self, input: Any, hx: Any, masks: list[Any] | None) -> Any:  # noqa: A002
         layer = type(self).__name__
         shape = _check_float_input(layer, input, (2, 3), self.input_size)
+        batch_first = self.batch_first and masks is None  # a packed batch is time-major
         batched = len(shape) == 3
         x = input
         if not batched:
             x = F.unsqueeze(x, 1)
-        elif self.batch_first:
+        elif batch_first:
             x = F.transpose(x, 0, 1)
         steps, batch = _shape(x)[0], _shape(x)[1]
         if steps == 0:
@@ -213,7 +240,7 @@ class _RNNBase(Module):
                 projected = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
                 xw = [[p[t] for p in projected] for t in range(steps)]
                 outs, h, c = self._direction(xw, h0[k * directions + d],
-                                             c0[k * directions + d], suffix, bool(d))
+                                             c0[k * directions + d], suffix, bool(d), masks)
                 per_direction.append(F.stack(outs, 0))
                 h_n.append(h)
                 c_n.append(c)
@@ -225,7 +252,7 @@ class _RNNBase(Module):
             output = F.squeeze(output, 1)
             h_out = F.squeeze(h_out, 1)
             c_out = F.squeeze(c_out, 1) if lstm else None
-        elif self.batch_first:
+        elif batch_first:
             output = F.transpose(output, 0, 1)
         return (output, (h_out, c_out)) if lstm else (output, h_out)
 

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import namespace_of, to_host
-from ..core.errors import TorchLeanError
-from ..engine.tensor import Tensor, no_grad, tensor
+from ...core.backend import namespace_of, to_host
+from ...core.errors import TorchLeanError
+from ...engine.tensor import Tensor, cat, no_grad, tensor
+from . import rnn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "rnn",
+           "vector_to_parameters"]
 
 
 def _params(op: str, parameters: Any) -> list[Any]:
@@ -104,3 +106,24 @@ def clip_grad_value_(parameters: Any, clip_value: float, foreach: Any = None) ->
         else:
             xp = namespace_of(g)
             g[...] = xp.clip(g, -bound, bound)
+
+
+def parameters_to_vector(parameters: Any) -> Tensor:
+    """The parameters flattened and concatenated into one vector (torch's)."""
+    params = _params("parameters_to_vector", parameters)
+    return cat([p.reshape(-1) for p in params])
+
+
+def vector_to_parameters(vec: Any, parameters: Any) -> None:
+    """Copy consecutive slices of ``vec`` into the parameters (torch's)."""
+    params = _params("vector_to_parameters", parameters)
+    total = sum(p.numel() for p in params)
+    if not isinstance(vec, Tensor) or vec.ndim != 1 or vec.numel() != total:
+        raise TorchLeanError(f"vector_to_parameters: expected a 1-D tensor of {total} entries, "
+                             f"found {getattr(vec, 'shape', type(vec).__name__)}")
+    start = 0
+    with no_grad():
+        for p in params:
+            n = p.numel()
+            p.copy_(vec[start:start + n].reshape(p.shape))
+            start += n
