@@ -228,8 +228,8 @@ class _Tracer:
         key = (type(c), c, like.shape if small else (), like.dtype.str)
         sym = self._scalars.get(key)
         if sym is None:
-            if small:
-                full = np.full(like.shape, c, dtype=like.dtype)
+            if small:  # in the result's memory order (a channels-last one stays so)
+                full = np.full_like(like, c, dtype=like.dtype)
                 full.setflags(write=False)
             else:
                 full = like.dtype.type(c)
@@ -394,8 +394,8 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     free_regs: list[str] = []
     free_set: set[str] = set()  # the same names, for membership tests
     n_regs = 0
-    buffers: list[tuple[tuple[int, ...], Any]] = []
-    free_bufs: dict[tuple[tuple[int, ...], Any], list[int]] = {}
+    buffers: list[tuple[tuple[int, ...], Any, tuple[int, ...]]] = []
+    free_bufs: dict[tuple[tuple[int, ...], Any, tuple[int, ...]], list[int]] = {}
     buf_of: dict[int, int] = {}
     buf_release: dict[int, list[int]] = {}  # step index -> buffers free after it
     lines = [f"def plan({', '.join(names[s.id] for s in tracer.inputs)}):"]
@@ -412,7 +412,10 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
         sid = step.out.id
         if sid in buffered:
             value = step.out.value
-            shape_key = (value.shape, value.dtype)
+            # The traced value's memory order too: a channels-last convolution output stays so
+            # through the ops that write into this buffer (a C-order buffer would turn the
+            # layout back, and every later op would mix layouts).
+            shape_key = (value.shape, value.dtype, _memory_order(value))
             pool = free_bufs.setdefault(shape_key, [])
             if pool:
                 b = pool.pop()
@@ -458,8 +461,8 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
         if sym.id not in keep:
             sym.value = None
     candidates.clear()
-    for b, (shape, dtype) in enumerate(buffers):
-        glob[f"b{b}"] = np.empty(shape, dtype)
+    for b, (shape, dtype, order) in enumerate(buffers):
+        glob[f"b{b}"] = np.empty([shape[i] for i in order], dtype).transpose(np.argsort(order))
     # The plan's first run, on the traced inputs, must give the traced outputs bit for bit (a
     # last guard against anything the analysis above missed; then the interpreter stays).
     got = plan.run([s.value for s in tracer.inputs])
@@ -473,6 +476,11 @@ def _fast_here(prim: Any, args: Sequence[Any], attrs: dict[str, Any]) -> bool:
     dispatcher's test in ``registry._dispatch_forward``)."""
     return (KERNELS.fast and prim.fast_forward is not None and "xp" not in attrs
             and (not args or type(args[-1].value) is np.ndarray))
+
+
+def _memory_order(value: Any) -> tuple[int, ...]:
+    """The axes of an array from the largest stride to the smallest (C order: 0, 1, ...)."""
+    return tuple(sorted(range(value.ndim), key=lambda i: -abs(value.strides[i])))
 
 
 def _trace_forward(tracer: _Tracer, graph: Any, arrays: Sequence[Any]
