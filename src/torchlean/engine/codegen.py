@@ -536,12 +536,14 @@ def _reverse_plan(tracer: _Tracer, graph: Any, saved: dict[int, _Sym]) -> list[A
         i, rule, kwargs, parents, targets = step
         prim = graph.nodes[i].op
         if prim.fast_vjp is not None:
-            plan[idx] = (i, _fast_rule(tracer, prim, rule, saved.get(i)), kwargs, parents,
-                         targets)
+            needed = tuple(k in targets for k in range(len(parents)))  # input indices
+            plan[idx] = (i, _fast_rule(tracer, prim, rule, saved.get(i), needed), kwargs,
+                         parents, targets)
     return plan
 
 
-def _fast_rule(tracer: _Tracer, prim: Any, rule: Any, saved: _Sym | None) -> Any:
+def _fast_rule(tracer: _Tracer, prim: Any, rule: Any, saved: _Sym | None,
+               needed: tuple[bool, ...]) -> Any:
     reduce = rule is not prim.vjp  # vjp_rule wrapped the dispatcher to sum cotangents back
     halves = residuals.EXPLICIT.get(prim.name)
 
@@ -549,6 +551,9 @@ def _fast_rule(tracer: _Tracer, prim: Any, rule: Any, saved: _Sym | None) -> Any
         if not isinstance(g, _Sym) or type(g.value) is not np.ndarray:
             return rule(ops, g, ins, out, **kwargs)  # the dispatcher takes the reference too
         if saved is not None and halves is not None:
+            if prim.name in residuals.SKIPS and not all(needed):
+                # Cotangents nobody receives are not computed (the rest: the same bits).
+                kwargs = {**kwargs, "needed": needed}
             both = tracer.call(_explicit_vjp, [halves[1], g, *ins, out, saved], kwargs)
         else:
             both = tracer.call(_stored_vjp, [prim.fast_vjp, g, *ins, out], kwargs)

@@ -46,9 +46,11 @@ def vjp(ops: Any, g: Any, xs: Any, out: Any, eps: float = 1e-6) -> tuple[Any, An
     return vjp_from(ops, g, xs, out, residuals.load(out, _SAVED, _key(xs[0], eps)), eps)
 
 
-def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6
-             ) -> tuple[Any, Any, Any]:
-    """The VJP from ``forward_saving``'s ``saved`` (recomputed when ``None``: the same bits)."""
+def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6,
+             needed: tuple[bool, ...] = (True, True, True)) -> tuple[Any, Any, Any]:
+    """The VJP from ``forward_saving``'s ``saved`` (recomputed when ``None``: the same bits);
+    ``x``'s cotangent is skipped (``None``) where ``needed`` says so (generated code: a data
+    input, as the first layer norm of W5)."""
     x, gamma, _ = xs
     xhat, rstd = _stats(x, (x.ndim - 1,), eps) if saved is None else saved
     d = x.shape[-1]
@@ -56,6 +58,8 @@ def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6
     xh2 = xhat.reshape(-1, d)
     ggamma = np.einsum("ij,ij->j", g2, xh2)
     gbeta = g2.sum(axis=0)
+    if not needed[0]:
+        return None, ggamma, gbeta
     gxhat = g2 * gamma
     # Row means as a matrix-vector product (NumPy's mean reduces a short last axis row by row:
     # 10.8 -> 1.7 us on W5's 256 rows of 64).
@@ -69,4 +73,4 @@ def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6
 
 
 attach_fast("layer_norm", forward=forward, vjp=vjp)
-residuals.explicit("layer_norm", forward_saving, vjp_from)
+residuals.explicit("layer_norm", forward_saving, vjp_from, skips=True)

@@ -77,8 +77,17 @@ def size() -> int:
 EXPLICIT: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
 
-def explicit(name: str, forward_saving: Callable[..., Any], vjp_from: Callable[..., Any]) -> None:
+# Names whose ``vjp_from`` also takes ``needed`` (one bool per input) and then may skip, and
+# return ``None`` for, the cotangents of inputs that receive none: generated code passes it (a
+# data input's cotangent is never computed); the other cotangents are the same bits.
+SKIPS: set[str] = set()
+
+
+def explicit(name: str, forward_saving: Callable[..., Any], vjp_from: Callable[..., Any],
+             skips: bool = False) -> None:
     """Declare the explicit halves of primitive ``name``'s fast kernel (once)."""
     if name in EXPLICIT:
         raise TypeError(f"primitive {name}: explicit residual halves declared twice")
     EXPLICIT[name] = (forward_saving, vjp_from)
+    if skips:
+        SKIPS.add(name)
