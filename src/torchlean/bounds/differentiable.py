@@ -330,11 +330,6 @@ def _batch_norm(ins: list[State | None], attrs: dict[str, Any], i: int, node: An
 
 # --- the backward (CROWN) pass for a specification ---------------------------------------------
 
-def _pos_neg(a: Value) -> tuple[Value, Value]:
-    pos = F.relu(a)
-    return pos, a - pos
-
-
 def _batched(v: Value, batch: int, k: int | None = None) -> Value:
     """``v`` of shape (B, *s) as (B, 1, *s), to broadcast against coefficients (B, K, *s)."""
     shape = tuple(v.shape)
@@ -342,17 +337,33 @@ def _batched(v: Value, batch: int, k: int | None = None) -> Value:
 
 
 def _dot(a: Value, v: Value, batch: int, k: int) -> Value:
-    """``sum_s a[b, j, s] * v[b, 0, s]``: shape (B, K)."""
+    """``sum_s a[b, j, s] * v[b, 0, s]`` (``v`` of shape (B, 1, *s), or (1, 1, *s) for every
+    example): shape (B, K). A matrix-vector product per example when ``v`` has ``a``'s
+    trailing shape (no product array of ``a``'s size is made, in the pass or its gradient);
+    otherwise a broadcast product and a sum."""
+    a_shape, v_shape = tuple(a.shape), tuple(v.shape)
+    if v_shape[2:] == a_shape[2:] and v_shape[1] == 1:
+        size = int(np.prod(a_shape[2:], dtype=np.int64))
+        if v_shape[0] == batch:
+            out = F.apply("bmm", F.reshape(a, (batch, k, size)), F.reshape(v, (batch, size, 1)))
+        else:
+            out = F.matmul(F.reshape(a, (batch * k, size)), F.reshape(v, (size, 1)))
+        return F.reshape(out, (batch, k))
     prod = a * v
     return F.reduce_sum(F.reshape(prod, (batch, k, -1)), axis=2)
 
 
 def _concretise(a: Value, s: State, batch: int, k: int) -> Value:
-    lo, hi = _ends(s)
-    if isinstance(s, Point) and tuple(lo.shape)[:1] != (batch,):
-        lo = hi = F.apply("broadcast_to", lo, shape=(batch, *tuple(a.shape)[2:]))
-    pos, neg = _pos_neg(a)
-    return _dot(pos, _batched(lo, batch), batch, k) + _dot(neg, _batched(hi, batch), batch, k)
+    """``min`` of ``sum a x`` over the box of ``s``: ``a . mid - |a| . rad`` (the same as
+    ``a+ . lo + a- . hi``, with one array of ``a``'s size instead of two)."""
+    if isinstance(s, Point):
+        value = s.value
+        if tuple(value.shape)[:1] != (batch,):
+            value = F.apply("broadcast_to", value, shape=(batch, *tuple(a.shape)[2:]))
+        return _dot(a, _batched(value, batch), batch, k)
+    mid, rad = _mid_rad(s)
+    return (_dot(a, _batched(mid, batch), batch, k)
+            - _dot(F.abs(a), _batched(rad, batch), batch, k))
 
 
 Backward = Callable[..., tuple[list[tuple[int, Value]], Value | None]]
@@ -426,9 +437,10 @@ def _bw_relu(a: Value, node: Any, states: list[State | None], batch: int, k: int
     slope = u / F.max(u + neg_l, ctx.const(1e-30))
     intercept = slope * neg_l
     lower = F.positive_mask(hi + lo)  # CROWN's adaptive lower slope: 1 where u > -l
-    pos, neg = _pos_neg(a)
-    coeff = pos * lower + neg * slope
-    return [(x_id, coeff)], _dot(neg, intercept, batch, k)
+    # a+ lower + a- slope, and a- . intercept, written with as few arrays of a's size as can be
+    pos = F.relu(a)
+    coeff = a * slope + pos * (lower - slope)
+    return [(x_id, coeff)], _dot(a, intercept, batch, k) - _dot(pos, intercept, batch, k)
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -491,10 +503,11 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     others_hi = F.apply("max_pool2d", hi - chosen * _NOT_SELECTED, **pool)
     dominated = 1.0 - F.positive_mask(others_hi - best_lo)  # lo_j >= every other hi
     top = F.apply("max_pool2d", x.hi, **pool)  # the pooled node's IBP upper bound
-    pos, neg = _pos_neg(a)
+    pos = F.relu(a)
     dom = _batched(dominated, batch)
-    coeff = pos + neg * dom
-    bias = _dot(neg * (1.0 - dom), _batched(top, batch), batch, k)
+    coeff = a * dom + pos * (1.0 - dom)  # a+ + a- dom
+    loose = _batched(top * (1.0 - dominated), batch)  # a- . top where not dominated
+    bias = _dot(a, loose, batch, k) - _dot(pos, loose, batch, k)
     # each window's coefficient goes to its chosen entry: (B,K,C,Ho,1,Wo,1) * (B,1,C,Ho,kh,Wo,kw)
     spread = (F.reshape(coeff, (batch, k, c, ho, 1, wo, 1))
               * F.reshape(chosen, (batch, 1, c, ho, kernel[0], wo, kernel[1])))
@@ -589,16 +602,22 @@ def input_box(x: Value, eps: Value, clip: tuple[float, float] | None) -> tuple[V
     return lo, hi
 
 
-def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> Value:
-    """``C[b, j] = e_y - e_j`` for every class ``j`` (the row ``j = y`` is zero): (B, N, N)."""
+def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Value]:
+    """The margins' specification without the true class's own (zero) row, as the reference's:
+    ``C[b, i] = e_y - e_j`` for the ``N - 1`` classes ``j != y`` in order, (B, N - 1, N); and
+    ``E[b, i] = e_j``, which puts those rows back in their columns. (The zero row would cost a
+    tenth of the CROWN pass for a bound known to be 0.)"""
+    n = num_classes
     if ctx.owner is None:
-        onehot = F.one_hot_array(np.asarray(labels).astype(np.int64), num_classes,
-                                 dtype=ctx.dtype)
+        onehot = F.one_hot_array(np.asarray(labels).astype(np.int64), n, dtype=ctx.dtype)
     else:
-        onehot = F.apply("one_hot", labels, num_classes=num_classes)
+        onehot = F.apply("one_hot", labels, num_classes=n)
     batch = int(tuple(labels.shape)[0])
-    rows = F.reshape(onehot, (batch, 1, num_classes))
-    return rows - ctx.const(np.eye(num_classes))
+    # others[y] = the unit rows e_j of the classes j != y, in order: (N, (N - 1) * N)
+    eye = np.eye(n)
+    others = np.stack([np.delete(eye, y, axis=0) for y in range(n)]).reshape(n, (n - 1) * n)
+    rows = F.reshape(F.matmul(onehot, ctx.const(others)), (batch, n - 1, n))
+    return F.reshape(onehot, (batch, 1, n)) - rows, rows
 
 
 def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta: Value = 0.0,
@@ -627,13 +646,17 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
                           f"{out_shape}")
     lo, hi = input_box(x, eps, clip)
     states = node_bounds(graph, lo, hi, ctx, x)
-    spec = _margin_spec(labels, int(out_shape[1]), ctx)
-    ibp_lb = spec_lower_bounds(graph, states, spec, False, ctx)
-    if not crown:
-        return ibp_lb
-    crown_lb = spec_lower_bounds(graph, states, spec, True, ctx)
-    return crown_lb * beta + ibp_lb * (1.0 - beta) if isinstance(beta, Ref) else (
-        crown_lb * float(beta) + ibp_lb * (1.0 - float(beta)))
+    n = int(out_shape[1])
+    spec, columns = _margin_spec(labels, n, ctx)
+    lower = spec_lower_bounds(graph, states, spec, False, ctx)
+    if crown:
+        crown_lb = spec_lower_bounds(graph, states, spec, True, ctx)
+        lower = crown_lb * beta + lower * (1.0 - beta) if isinstance(beta, Ref) else (
+            crown_lb * float(beta) + lower * (1.0 - float(beta)))
+    # (B, N - 1) back to (B, N), 0 in the true class's column
+    batch = int(shape[0])
+    placed = F.apply("bmm", F.reshape(lower, (batch, 1, n - 1)), columns)
+    return F.reshape(placed, (batch, n))
 
 
 def clean_logits(model: Any, x: Value) -> Value:
