@@ -140,7 +140,7 @@ def _wrong(**options):
 
 
 @pytest.mark.parametrize("options", [{}, {"per_conjunction": True, "child_steps": 3},
-                                     {"warm": False, "refresh": True}])
+                                     {"warm": True, "refresh": True}])
 def test_verdicts_match_enumerated_truth(options):
     wrong, split = _wrong(**options)
     assert wrong == []

@@ -116,7 +116,8 @@ class PairBounds:
     output for the best slopes (``mu``, ``(P, n_k)``, for branching); and the input point
     minimising the last linear bound (``primal``, ``(P, n_in)``, a candidate counterexample);
     the best slopes and multipliers found (``alpha``, ``beta``: ``(P, n_k)`` float32 each, a
-    child's warm start)."""
+    child's warm start) and the traced bound they gave (``traced``, ``(P,)``: above
+    ``lower`` by the rigorous evaluation's round-off enclosure)."""
 
     lower: Array
     lo: list[Array]
@@ -126,6 +127,7 @@ class PairBounds:
     steps: int
     alpha: list[Array]
     beta: list[Array]
+    traced: Array
 
 
 def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],
@@ -227,7 +229,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     ``x_lo``/``x_hi`` ``(P, n_in)``: the input box per pair; ``lo``/``hi``/``sign`` per relu
     layer ``(P, n_k)``: inherited pre-activation bounds (already intersected with the splits)
     and the split signs (+1 active, -1 inactive, 0 free); ``thresholds`` ``(P,)``: a pair stops
-    pulling the optimiser once its traced bound is above it; ``alpha0``, ``beta0``: starting
+    being optimised once its traced bound is above it (so pass the row's threshold plus what
+    the rigorous bound is expected to lose against the traced one); ``alpha0``, ``beta0``: starting
     slopes and multipliers.
     """
     n_pairs = rows.shape[0]
@@ -320,7 +323,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         prop.alpha, prop.extra = {}, {}
     lower = np.where(empty, np.inf, lower)
     primal = np.where(primal_mu > 0, x_lo, x_hi)
-    return PairBounds(lower, lo, hi, mus, primal, done, best[:n_layers], best[n_layers:])
+    return PairBounds(lower, lo, hi, mus, primal, done, best[:n_layers], best[n_layers:],
+                      best_val)
 
 
 def refresh_bounds(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Array],

@@ -13,11 +13,14 @@ The problem is ``bab.Spec``'s: an input box and a disjunction of conjunctions of
    inactive child; the children inherit their parent's pre-activation bounds (valid on the
    parent, so on them) intersected with the split (the interval sweep tightens the later
    layers; ``refresh`` would also re-bound them by CROWN, which measured slower on MNIST-FC:
-   about as many domains for 15-30% more CPU time), and start their batched beta-CROWN pass from their
-   parent's best alpha and beta per row (``warm``; so a child's bound starts where its
-   parent's ended, and margins do not fall back along a branch); the network is run on each
-   pair's proposed input (a counterexample there ends the search); children with every
-   conjunction refuted are dropped, the rest queued with their own best neuron to split next.
+   about as many domains for 15-30% more CPU time), and get their batched beta-CROWN pass
+   (``warm`` would start it from their parent's best alpha and beta per row: 1.4x faster on
+   one MNIST-FC instance, 3x more domains and no answer in twice the time on another, so it
+   is off); a pair stops being optimised once its traced bound clears the threshold by twice
+   what its parent's rigorous bound lost to round-off; the network is run
+   on each pair's proposed input (a counterexample there ends the search); children with
+   every conjunction refuted are dropped, the rest queued with their own best neuron to split
+   next.
 
 It stops at the first counterexample that ``confirm`` accepts (``sat``), when every domain is
 proved (``unsat``), at the timeout, at the domain cap or when a domain has no unstable neuron
@@ -59,7 +62,7 @@ __all__ = ["search", "supports", "verify_network"]
 
 ROOT_STEPS = 20  # alpha-CROWN steps on the whole box (as `vnn --method alpha-crown`)
 ROOT_BETA_STEPS = 20  # Adam steps of the first beta-CROWN pass on the whole box
-CHILD_STEPS = 20  # of a split domain's pass (warm-started from its parent's alpha and beta)
+CHILD_STEPS = 20  # of a split domain's pass
 BATCH = 64  # domains split per round
 PAIRS_PER_PASS = 256  # (domain, row) pairs in one batched beta-CROWN pass
 REFRESH_BATCH = 64  # domains per CROWN refresh of their intermediate bounds
@@ -80,7 +83,8 @@ class _Pass:
     none left), the proposed inputs of the pairs ``(P, n)``, the passes run, and the best
     slopes and multipliers per domain and slot (``(N, R, S)`` float32, slot = the row's place
     in its conjunction; each domain has one conjunction open: the children's warm start; the
-    given ones where a pair was not evaluated)."""
+    given ones where a pair was not evaluated); per domain the most its traced bounds were
+    above the rigorous ones (``gap``, ``(N,)``)."""
 
     lower: Array
     lo: Array
@@ -90,6 +94,7 @@ class _Pass:
     passes: int
     alpha: Array
     beta: Array
+    gap: Array
 
 
 class _Passes:
@@ -149,12 +154,13 @@ class _Passes:
 
     def run(self, lo: Array, hi: Array, sign: Array, open_: Array, *, steps: int,
             alpha0: Array | None = None, beta0: Array | None = None,
-            over: Callable[[], bool] = lambda: False) -> _Pass:
+            lift: Array | None = None, over: Callable[[], bool] = lambda: False) -> _Pass:
         """Bound every open row of each domain (flat bounds ``(N, S)``, signs, open
         conjunctions ``(N, J)``, at most one per domain when ``alpha0``/``beta0`` are given),
         starting from the slopes ``alpha0`` and multipliers ``beta0`` (``(N, R, S)`` by slot;
-        default: the rows' root slopes and zero) with ``steps`` Adam steps. Once ``over()`` the
-        remaining pairs are left unevaluated (their rows stay open)."""
+        default: the rows' root slopes and zero) with ``steps`` Adam steps; a pair stops being
+        optimised once its traced bound is ``lift`` (per domain) above its threshold. Once
+        ``over()`` the remaining pairs are left unevaluated (their rows stay open)."""
         spec = self.spec
         n_dom, n_rows, n_flat = len(lo), len(spec.b), lo.shape[1]
         row_open = open_[:, spec.group]  # (N, K)
@@ -165,6 +171,8 @@ class _Passes:
         best_gap = np.full(n_dom, np.inf)
         branch = np.full(n_dom, -1, dtype=np.int64)
         primal = np.zeros((len(dom), spec.lower.shape[0]))
+        gaps = np.zeros(n_dom)
+        lift = np.zeros(n_dom) if lift is None else lift
         slot = self.slot
         if alpha0 is None:
             alpha = np.zeros((n_dom, self.n_slots, n_flat), np.float32)
@@ -186,7 +194,7 @@ class _Passes:
             x_hi = np.broadcast_to(spec.upper, (size, spec.upper.shape[0]))
             result = bound_pairs(self.models.get(size), self.chain(size), x_lo, x_hi,
                                  spec.a[r], self.split(lo[d]), self.split(hi[d]),
-                                 self.split(sign[d]), thresholds=spec.b[r],
+                                 self.split(sign[d]), thresholds=spec.b[r] + lift[d],
                                  alpha0=self.split(start_alpha[pad]),
                                  beta0=self.split(beta[d, slot[r]]),
                                  steps=steps, kernel=self.kernel)
@@ -199,6 +207,8 @@ class _Passes:
             alpha[d, slot[r]] = np.concatenate(result.alpha, axis=1)[:n]
             beta[d, slot[r]] = np.concatenate(result.beta, axis=1)[:n]
             primal[start:stop] = result.primal[:n]
+            gap = result.traced[:n] - result.lower[:n]
+            np.maximum.at(gaps, d, np.where(np.isfinite(gap), gap, 0.0))
             scores = np.concatenate(babsr_scores(result.lo, result.hi, result.mu), axis=1)[:n]
             gap = result.lower[:n] - spec.b[r]
             # each domain splits on the best neuron of its worst open row
@@ -208,14 +218,14 @@ class _Passes:
                     branch[d[p]] = int(np.argmax(scores[p]))
                     best_score[d[p]] = float(scores[p].max())
         branch[best_score <= 0] = -1
-        return _Pass(lower, new_lo, new_hi, branch, primal, passes, alpha, beta)
+        return _Pass(lower, new_lo, new_hi, branch, primal, passes, alpha, beta, gaps)
 
 
 def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, Array] | None],
            *, timeout: float | None = None, kernel: bool = True, batch: int = BATCH,
            steps: int = ROOT_BETA_STEPS, child_steps: int = CHILD_STEPS,
            root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
-           refresh: bool = False, warm: bool = True, per_conjunction: bool = False,
+           refresh: bool = False, warm: bool = False, per_conjunction: bool = False,
            clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
@@ -320,12 +330,19 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     if np.any(keep & (found.branch < 0)):
         return finish("unknown", "no unstable neuron left to split")
     n_flat = lo.shape[1]
-    per_domain = 17 * n_flat + 8 * passes.n_slots * n_flat + spec.n_conj + 32
+    per_domain = 17 * n_flat + 8 * passes.n_slots * n_flat * warm + spec.n_conj + 40
     cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
     queue = _Queue(cap)
+
+    def kept(found: _Pass, keep: Array) -> dict[str, Array]:
+        """What a queued domain keeps of a pass (its slopes and multipliers only if warm)."""
+        out = {"branch": found.branch[keep], "gap": found.gap[keep]}
+        if warm:
+            out.update(alpha=found.alpha[keep], beta=found.beta[keep])
+        return out
+
     queue.push(lo=found.lo[keep], hi=found.hi[keep], sign=sign[keep], open=still[keep],
-               margin=margin[keep], branch=found.branch[keep], alpha=found.alpha[keep],
-               beta=found.beta[keep])
+               margin=margin[keep], **kept(found, keep))
     result.max_queue = queue.size
 
     # 3. split until done
@@ -344,15 +361,17 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         c_hi[n + idx, j] = np.minimum(c_hi[n + idx, j], 0.0)  # inactive child: z <= 0
         c_sign[n + idx, j] = -1
         c_open = np.concatenate([got["open"], got["open"]])
-        c_alpha = np.concatenate([got["alpha"], got["alpha"]])
-        c_beta = np.concatenate([got["beta"], got["beta"]])
+        c_alpha = np.concatenate([got["alpha"], got["alpha"]]) if warm else None
+        c_beta = np.concatenate([got["beta"], got["beta"]]) if warm else None
+        # a child climbs until its traced bound clears the threshold by twice the round-off
+        # its parent's rigorous bound lost (else it would stop where the rigorous one fails)
+        c_lift = 2.0 * np.concatenate([got["gap"], got["gap"]])
         timer.stage("split")
         if refresh:
             c_lo, c_hi = passes.refresh(c_lo, c_hi, passes.layer_of(np.concatenate([j, j])))
             timer.stage("refresh")
         found = passes.run(c_lo, c_hi, c_sign, c_open, steps=child_steps,
-                           alpha0=c_alpha if warm else None, beta0=c_beta if warm else None,
-                           over=timer.over)
+                           alpha0=c_alpha, beta0=c_beta, lift=c_lift, over=timer.over)
         result.passes += found.passes
         result.domains += 2 * n
         timer.stage("bounds")
@@ -388,8 +407,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                               "linear program's bound is within round-off of the threshold)")
             keep[fixed] = False
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], sign=c_sign[keep], open=still[keep],
-                          margin=c_margin[keep], branch=found.branch[keep],
-                          alpha=found.alpha[keep], beta=found.beta[keep]):
+                          margin=c_margin[keep], **kept(found, keep)):
             return finish("unknown", f"domain cap: more than {cap} open domains")
         result.max_queue = max(result.max_queue, queue.size)
         if progress is not None:
