@@ -394,6 +394,8 @@ SAMPLING = {
                                                         mode="linear"), [X4]),
     "nearest_fractional": (lambda m, x: m.nn.functional.interpolate(x, scale_factor=1.5),
                            [X4]),
+    "upsample_bilinear": (lambda m, x: m.nn.Upsample(scale_factor=2, mode="bilinear",
+                                                     align_corners=True)(x), [X4]),
     "affine_grid": (lambda m, t: m.nn.functional.affine_grid(t, (2, 3, 4, 6),
                                                              align_corners=False), [THETA]),
     "grid_sample": (lambda m, x, t: m.nn.functional.grid_sample(

@@ -280,15 +280,22 @@ class ParameterDict(Module):
 
 
 class Upsample(Module):
-    """``F.interpolate`` as a module (nearest only)."""
+    """``F.interpolate`` as a module (nearest or the linear modes)."""
 
     def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
-                 align_corners: Any = None) -> None:
+                 align_corners: Any = None, recompute_scale_factor: Any = None) -> None:
         super().__init__()
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners = align_corners
 
     def forward(self, input: Any) -> Any:
-        return TF.interpolate(input, self.size, self.scale_factor, self.mode)
+        return TF.interpolate(input, self.size, self.scale_factor, self.mode,
+                              self.align_corners)
+
+    def extra_repr(self) -> str:
+        info = (f"size={self.size}" if self.size is not None
+                else f"scale_factor={float(self.scale_factor)}")
+        return f"{info}, mode='{self.mode}'"
 
 
 class PixelShuffle(Module):
