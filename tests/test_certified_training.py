@@ -425,6 +425,9 @@ def test_batch_norm_steps_agree_eager_and_compiled_and_update_the_running_statis
         for step in (0, 3):  # eps 0, then mid-ramp
             hook.step_count = step
             losses.append(hook.step(x, y))
+            # the progress statistics: at eps 0 from the logits (the margins' cross-entropy is
+            # the natural loss), mid-ramp from the bounds the loss used
+            assert hook.epoch_stats()["robust_loss"] == pytest.approx(losses[-1], rel=1e-5)
             own(x)
             for a, b in ((model[1], own[1]), (model[6], own[6])):
                 np.testing.assert_allclose(a.running_mean.numpy(), b.running_mean.numpy(),

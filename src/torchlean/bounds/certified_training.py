@@ -55,6 +55,9 @@ __all__ = ["METHODS", "CertifiedConfig", "CertifiedTraining", "CertifiedTraining
            "Schedule", "clip_grad_norm", "smooth_ramp"]
 
 METHODS = ("ibp", "crown-ibp")
+# Below this weight CROWN-IBP's CROWN bound is left out (the IBP bound alone), as the reference
+# does: the last steps of the ramp do not pay a CROWN pass for a vanishing share of the loss.
+CROWN_WEIGHT_FLOOR = 1e-5
 INITS = ("default", "ibp")
 
 
@@ -261,7 +264,8 @@ class CertifiedTraining:
     def _phase(self, eps: float, beta: float) -> str:
         if eps == 0.0:
             return "natural"
-        return "crown-ibp" if self.config.method == "crown-ibp" and beta > 0 else "ibp"
+        crown = self.config.method == "crown-ibp" and beta >= CROWN_WEIGHT_FLOOR
+        return "crown-ibp" if crown else "ibp"
 
     def step(self, x: Any, y: Any) -> float:
         """One batch: the loss at this step's eps, kappa and beta; gradients accumulated into
@@ -318,8 +322,14 @@ class CertifiedTraining:
         """Robust loss and verified error of the batch from the bounds the loss used (before
         this step's update); at eps 0, or off the host graph, from the same bound rules run
         on arrays."""
-        if lower is None:
-            crown = self.config.method == "crown-ibp" and beta > 0
+        if lower is None and eps == 0.0:
+            # a point: the bounds are the margins themselves, from one forward pass (the
+            # natural phase's loss graph does not hold them; a bound pass would cost more)
+            logits = np.asarray(to_host(clean_logits(self.model, x.astype(self.dtype))),
+                                dtype=np.float64)
+            lower = logits[np.arange(len(labels)), labels][:, None] - logits
+        elif lower is None:
+            crown = self._phase(eps, beta) == "crown-ibp"
             lower = margin_lower_bounds(self.model, x.astype(self.dtype), labels, eps,
                                         beta=beta, crown=crown, clip=self.config.clip,
                                         dtype=self.dtype)
