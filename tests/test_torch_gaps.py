@@ -498,6 +498,27 @@ def test_retain_grad_keeps_a_non_leaf_gradient():
     np.testing.assert_allclose(found[1][1], found[0][1], rtol=1e-6)
 
 
+def test_retain_grad_persists_holds_no_reference_and_checks_its_input():
+    found = []
+    for m in (torch, tl):
+        x = m.tensor([1.0, -2.0], dtype=m.float64, requires_grad=True)
+        y = x * 3
+        flags = [y.retains_grad]
+        before = sys.getrefcount(y)
+        y.retain_grad()
+        held = sys.getrefcount(y) - before  # torch keeps the flag on the tensor too
+        flags += [y.retains_grad, x.retains_grad]
+        z = (y * y).sum()
+        z.backward(retain_graph=True)
+        z.backward()  # the flag persists: the second backward accumulates into y.grad
+        found.append((flags, held, y.grad.numpy().copy()))
+        with pytest.raises(Exception, match="requires_grad"):
+            m.tensor([1.0]).retain_grad()
+    assert found[1][0] == found[0][0] == [False, True, False]
+    assert found[1][1] == found[0][1] == 0
+    np.testing.assert_array_equal(found[1][2], found[0][2])
+
+
 def test_tensors_print_as_torch():
     cases = [lambda m: m.tensor([-0.8115, 0.5084, -0.7322, -0.2080]),
              lambda m: m.tensor([[1e-5, 1.0], [1000.0, 2.0]]),

@@ -156,8 +156,10 @@ class Tensor(Ref):
     ``tl.Tensor(data)`` and ``tl.Tensor(*sizes)`` are torch's legacy constructors (the default
     float dtype; sizes give zeros, where torch leaves memory uninitialised)."""
 
+    # ``_retains`` (set by ``retain_grad`` only, read with a default) is never initialised: the
+    # per-op constructor stays as short as it was.
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
-                 "_freed")
+                 "_freed", "_retains")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
     _value: Any
     _op: Primitive | None
@@ -1128,10 +1130,22 @@ class Tensor(Ref):
                                f"Tensor.{name} is not implemented)")
 
     def retain_grad(self) -> None:
-        """Keep this non-leaf tensor's gradient in ``.grad`` at the next ``backward()`` (a leaf
-        keeps it anyway), as torch's."""
+        """Keep this non-leaf tensor's gradient in ``.grad`` at every ``backward()`` that reaches
+        it (a leaf keeps it anyway), as torch's."""
+        global _ANY_RETAINED
+        if not self.requires_grad:
+            raise TorchLeanError("retain_grad: can't retain_grad on a tensor that has "
+                                 "requires_grad=False (as in torch)")
         if self._op is not None:
-            _RETAINED[id(self)] = self
+            # A flag on the tensor, not a registry: nothing outlives the tensor (a module-level
+            # table kept every flagged tensor alive until a backward reached it).
+            self._retains = True
+            _ANY_RETAINED = True
+
+    @property
+    def retains_grad(self) -> builtins.bool:
+        """Whether ``backward()`` keeps this non-leaf tensor's gradient (``retain_grad``)."""
+        return self._op is not None and getattr(self, "_retains", False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1915,8 +1929,9 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step 
     return plan
 
 
-# Non-leaf tensors whose gradient ``backward()`` keeps (``retain_grad``), by id until then.
-_RETAINED: dict[int, Tensor] = {}
+# Whether any tensor was ever flagged by ``retain_grad``: until then ``backward()`` skips the
+# per-node flag lookup (the W1 hot path).
+_ANY_RETAINED = False
 
 
 def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
@@ -1953,7 +1968,7 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
                 t._freed = True
                 t._parents = ()
             if accumulate:
-                if _RETAINED and g is not None and _RETAINED.pop(id(t), None) is t:
+                if _ANY_RETAINED and g is not None and getattr(t, "_retains", False):
                     _accumulate(t, g)  # retain_grad() on a non-leaf
                 continue
         elif accumulate:

@@ -382,10 +382,6 @@ def half(self: Any, memory_format: Any = None) -> Any:
                          "and float64)")
 
 
-def retains_grad(self: Any) -> builtins.bool:
-    return False
-
-
 # --- arithmetic --------------------------------------------------------------------------------
 
 def logsumexp(self: Any, dim: Any, keepdim: builtins.bool = False) -> Any:
