@@ -48,7 +48,7 @@ import numpy as np
 from ..core.errors import TorchLeanError
 from ..core.registry import ARRAY_OPS, REGISTRY
 from ..engine.graph import Graph, GraphNode
-from .ibp import RULES, Context, Interval
+from .ibp import RULES, Context, Interval, linear_point
 from .rounding import ETA64, U64, down, gamma, libm_hi, libm_lo, mag, mid_rad, sum_down, up
 
 Array = Any
@@ -144,7 +144,14 @@ class Propagation:
         ins = [self.ivals[p] for p in node.parents]
         assert all(x is not None for x in ins)
         attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}
-        out = rule(ins, attrs, self.ctx)  # type: ignore[arg-type]
+        w = ins[0]
+        if (node.op.name == "linear" and w is not None and w.lo is w.hi
+                and np.ndim(w.lo) == 2 and np.ndim(ins[2].lo) == 2):  # type: ignore[union-attr]
+            # constant weights: |W| formed once, shared with CROWN's residual term
+            out = linear_point(w.lo, ins[1], ins[2], self.ctx,  # type: ignore[arg-type]
+                               self.abs_const(node.parents[0]))
+        else:
+            out = rule(ins, attrs, self.ctx)  # type: ignore[arg-type]
         lo, hi = np.broadcast_to(out.lo, node.shape), np.broadcast_to(out.hi, node.shape)
         eps = out.eps if self.kernel else 0.0
         if self.kernel and np.any(eps):
@@ -378,6 +385,26 @@ class Propagation:
         nu[p] = total
         slack.append(_dot_rest(np.abs(total), self.vmax(p), up_bound=True) * (2 * U64))
 
+    def readers(self) -> list[list[int]]:
+        """Per node, the nodes that take it as an input (computed once)."""
+        key = ("readers", None)
+        if key not in self._cache:
+            out: list[list[int]] = [[] for _ in self.nodes]
+            for j, node in enumerate(self.nodes):
+                for p in node.parents:
+                    out[p].append(j)
+            self._cache[key] = out
+        return self._cache[key]  # type: ignore[no-any-return]
+
+    def abs_const(self, p: int) -> Array:
+        """``|c|`` of a constant node (its point value), computed once."""
+        key = ("abs", p)
+        if key not in self._cache:
+            box = self.ivals[p]
+            assert box is not None
+            self._cache[key] = np.abs(box.lo)
+        return self._cache[key]
+
     def vmax(self, p: int) -> Array:
         key = ("vmax", p)
         if key not in self._cache:
@@ -476,7 +503,7 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     out_f, in_f = w.shape
     key = ("absJ", i)
     if key not in prop._cache:
-        prop._cache[key] = prop.vmax(px) @ np.abs(w).T
+        prop._cache[key] = prop.vmax(px) @ prop.abs_const(pw).T
     if v.ndim == 3 and v.shape[0] == 1 and not prop.whole:
         unit = prop.selection is not None and v is prop.selection[0]
         return _linear_shared(prop, i, v[0], w, b, px, nu, terms, slack, unit)
@@ -534,8 +561,51 @@ def _linear_shared(prop: Propagation, i: int, v: Array, w: Array, b: Array, px: 
     slack.append(up(res * (1 + gamma(n2)) + n2 * ETA64) * gamma(max(out_f, in_f) + 4))
     if kern is not None:
         slack.append(up(kern * (1 + gamma(n2)) + n2 * ETA64))
-    prop.accumulate(nu, px, contribution[None], slack)
+    box = _input_box(prop, i, px) if prop.trace is None and in_f == contribution.shape[1] else None
+    if box is None:
+        prop.accumulate(nu, px, contribution[None], slack)
+        return COVERED
+    # The layer reads the data input (maybe through a reshape) and nothing else does: the dual
+    # term of the input, min over the box of contribution . x, as ``_concretize`` takes it,
+    # on the product while it is at hand (|.| in place: the array is this function's own).
+    c, r_c = box
+    centre = contribution @ c
+    both = np.abs(contribution, out=contribution) @ r_c
+    n = in_f + 4
+    terms.append(down(centre - both[:, 0] - gamma(2 * n) * (both[:, 1] + both[:, 0])
+                      - n * ETA64)[None])
     return COVERED
+
+
+def _input_box(prop: Propagation, i: int, px: int) -> tuple[Array, Array] | None:
+    """For a layer ``i`` whose input ``px`` is the data input of one example, or a reshape of
+    it, read by this layer alone (so no other multiplier reaches it), with a finite box and no
+    rounding in the reshape: the box's flat centre ``c`` and the columns ``[r, |c|]``."""
+    if px in prop.extra:
+        return None
+    key = ("input_box", i)
+    if key not in prop._cache:
+        prop._cache[key] = _find_input_box(prop, i, px)
+    return prop._cache[key]  # type: ignore[no-any-return]
+
+
+def _find_input_box(prop: Propagation, i: int, px: int) -> tuple[Array, Array] | None:
+    readers = prop.readers()
+    node = prop.nodes[px]
+    src = px
+    if node.op is not None:
+        if (node.op.name not in ("reshape", "flatten") or len(node.parents) != 1
+                or readers[px] != [i] or np.any(prop.bx(px).eps)):
+            return None
+        src = node.parents[0]
+    if src not in prop.data_ids or readers[src] != [px if src != px else i] or src in prop.extra:
+        return None
+    box = prop.bx(src)
+    lo, hi = np.asarray(box.lo), np.asarray(box.hi)
+    if lo.shape[0] != 1 or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return None
+    c, r = mid_rad(lo.reshape(-1), hi.reshape(-1))
+    return c, np.stack([r, np.abs(c)], axis=1)
 
 
 def _times_w(prop: Propagation, v: Array, w: Array) -> Array:

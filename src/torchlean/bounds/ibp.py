@@ -227,16 +227,18 @@ def bilinear(f: Callable[[Array, Array], Array], a: Interval, b: Interval, n: in
     return Interval(lo, hi, eps)
 
 
-def _linear_point(w: Array, b: Interval, x: Interval, ctx: Context) -> Interval:
+def linear_point(w: Array, b: Interval, x: Interval, ctx: Context,
+                 abs_w: Array | None = None) -> Interval:
     """``bilinear`` for ``x W^T + b`` with constant weights (a point, ``lo is hi``: how the bound
     engine passes them) and a matrix ``x``: the same centre, radius and magnitude sums, with
     ``|W|`` formed once and the radius and magnitude as one product (each column of the
-    stacked product is its own sum; the ``gamma_n`` bounds hold whatever the blocking)."""
+    stacked product is its own sum; the ``gamma_n`` bounds hold whatever the blocking).
+    ``abs_w``: ``|W|`` when the caller has it."""
     n = int(np.shape(w)[1])
     xc, xr = mid_rad(x.lo, x.hi)
     rows = np.shape(xc)[0]
     centre = xc @ w.T
-    both = np.concatenate([xr, np.abs(xc) + xr]) @ np.abs(w).T
+    both = np.concatenate([xr, np.abs(xc) + xr]) @ (np.abs(w) if abs_w is None else abs_w).T
     rad, m = both[:rows], both[rows:]
     centre = centre + 0.5 * (b.lo + b.hi)
     rad = rad + up(0.5 * (b.hi - b.lo))
@@ -255,7 +257,7 @@ def _terms(w_shape: tuple[int, ...], first_axis: int = 1) -> int:
 def _linear(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Interval:
     w, b, x = ins
     if w.lo is w.hi and np.ndim(w.lo) == 2 and np.ndim(x.lo) == 2:
-        return _linear_point(w.lo, b, x, ctx)
+        return linear_point(w.lo, b, x, ctx)
     return bilinear(lambda wv, xv: _fwd("linear")(wv, np.zeros(wv.shape[0]), xv), w, x,
                     int(np.shape(w.lo)[1]), ctx, bias=b)
 
