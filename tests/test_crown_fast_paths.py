@@ -1,5 +1,6 @@
-"""The bound engine's one-example fast paths (relu on unstable neurons only, linear layers over
-the neurons with a nonzero multiplier, unit rows as rows of W, IBP of point-weight linear layers).
+"""The bound engine's one-example fast paths (relu on active and unstable neurons only, passing a
+``Compact`` multiplier; linear layers over the neurons with a nonzero multiplier; unit rows as
+rows of W; a first layer concretizing its own product; IBP of point-weight linear layers).
 
 On random ReLU MLPs with many inactive neurons, traced for one example: sampled float32
 executions (a third of them box corners) never leave any node's bounds nor the specification's;
@@ -67,6 +68,14 @@ def _violations(c, result, spec, lo, hi, rng, n=150):
     return bad
 
 
+def _recording(fn, out):
+    def recorded(*args):
+        out.append(fn(*args))
+        return out[-1]
+
+    return recorded
+
+
 def _spy(monkeypatch, module, name, calls):
     real = getattr(module, name)
 
@@ -82,11 +91,14 @@ def test_one_example_paths_sound_and_equal_to_the_general_ones(seed, monkeypatch
     for width in (0.05, 0.3):
         one, two, lo, hi, spec, rng = _case(seed, width)
         calls: dict[str, int] = {}
-        for name in ("_relu_one", "_linear_shared", "linear_point"):
+        for name in ("_relu_one", "_linear_shared", "linear_point", "_find_input_box"):
             _spy(monkeypatch, engine, name, calls)
+        fused: list = []
+        monkeypatch.setattr(engine, "_input_box", _recording(engine._input_box, fused))
         fast = B.compute_bounds(one, lo, hi, method="crown", spec=spec)
         assert calls.get("linear_point", 0) >= 4 and calls.get("_linear_shared", 0) > 0
         assert calls.get("_relu_one", 0) > 0
+        assert any(f is not None for f in fused)  # the first layer concretized its product
         assert _violations(one, fast, spec, lo, hi, rng) == 0
         monkeypatch.undo()
         # Same arithmetic as the general paths (real-valued bounds: the kernel terms of the
@@ -119,10 +131,18 @@ def _planted(monkeypatch, which):
     elif which == "linear":
         real_l = engine._linear_shared
 
-        def wrong_l(prop, i, v, w, b, px, nu, terms, slack, unit):  # drops the bias
-            return real_l(prop, i, v, w, 0.0 * b, px, nu, terms, slack, unit)
+        def wrong_l(prop, i, v, w, b, *rest):  # drops the bias
+            return real_l(prop, i, v, w, 0.0 * b, *rest)
 
         monkeypatch.setattr(engine, "_linear_shared", wrong_l)
+    elif which == "input":
+        real_b = engine._input_box
+
+        def wrong_b(*args):  # the input box's radius halved
+            got = real_b(*args)
+            return None if got is None else (got[0], got[1] * np.array([0.5, 1.0]))
+
+        monkeypatch.setattr(engine, "_input_box", wrong_b)
     else:
         real_p = engine.linear_point
 
@@ -134,7 +154,7 @@ def _planted(monkeypatch, which):
         monkeypatch.setattr(engine, "linear_point", wrong_p)
 
 
-@pytest.mark.parametrize("which", ["relu", "linear", "ibp"])
+@pytest.mark.parametrize("which", ["relu", "linear", "input", "ibp"])
 def test_a_planted_error_in_each_fast_path_is_caught(which, monkeypatch):
     one, _, lo, hi, spec, rng = _case(3, 0.3)
     _planted(monkeypatch, which)

@@ -314,6 +314,9 @@ class Propagation:
             if v is None:
                 continue
             node = self.nodes[i]
+            if isinstance(v, Compact) and (self.trace is not None or node.op is None
+                                           or node.op.name != "linear"):
+                v = v.dense()
             if isinstance(v, Scaled):
                 if _linear_scaled(self, i, v, nu, terms, slack):
                     if self.kernel and np.any(self.bx(i).eps):
@@ -331,10 +334,14 @@ class Propagation:
             if handler is not None and i not in self.data_ids and self.batched(i):
                 done = handler(self, i, v, nu, terms, slack)
             if not done:
+                if isinstance(v, Compact):
+                    v = v.dense()
                 if node.op is not None and not self.linear_only:
                     self.fallbacks.add((i, node.op.name))
                 terms.append(self._concretize(v, self.bx(i)))
             elif self.kernel and done != COVERED:
+                if isinstance(v, Compact):
+                    v = v.dense()
                 eps = self.bx(i).eps
                 if np.any(eps):
                     slack.append(_dot_rest(np.abs(v), eps, up_bound=True))
@@ -377,9 +384,9 @@ class Propagation:
         if prev is None:
             nu[p] = contribution
             return
-        if isinstance(prev, Scaled):
+        if isinstance(prev, Scaled | Compact):
             prev = prev.dense()
-        if isinstance(contribution, Scaled):
+        if isinstance(contribution, Scaled | Compact):
             contribution = contribution.dense()
         total = prev + contribution
         nu[p] = total
@@ -504,6 +511,8 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     key = ("absJ", i)
     if key not in prop._cache:
         prop._cache[key] = prop.vmax(px) @ prop.abs_const(pw).T
+    if isinstance(v, Compact):
+        return _linear_shared(prop, i, v.vals, w, b, px, nu, terms, slack, False, v.cols)
     if v.ndim == 3 and v.shape[0] == 1 and not prop.whole:
         unit = prop.selection is not None and v is prop.selection[0]
         return _linear_shared(prop, i, v[0], w, b, px, nu, terms, slack, unit)
@@ -517,13 +526,14 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
 
 def _linear_shared(prop: Propagation, i: int, v: Array, w: Array, b: Array, px: int,
                    nu: dict[int, Array], terms: list[Array], slack: list[Array],
-                   unit: bool) -> int:
+                   unit: bool, live: Array | None = None) -> int:
     """``linear`` under multipliers ``v`` (K, out_f) shared by every example: the same dual
     terms as the general path (``_dot_down`` for the bias, ``_dot_rest`` for the product's
     residual and for the kernel's rounding ``eps``), with the three magnitude sums taken as one
     product ``|v| [|b|, |J| max|x|, eps]``, and only over the neurons whose multipliers are not
-    all zero (``_times_w``). Each column is its own sum of nonnegative terms, so its
-    ``gamma_n`` bound holds whatever the product's blocking; dropped terms are exact zeros."""
+    all zero (``_times_w``; ``live``: ``v`` holds only those columns, from a ``Compact``).
+    Each column is its own sum of nonnegative terms, so its ``gamma_n`` bound holds whatever
+    the product's blocking; dropped terms are exact zeros."""
     out_f, in_f = w.shape
     absj = prop._cache[("absJ", i)]  # (B, out_f)
     eps = prop.bx(i).eps if prop.kernel else 0.0
@@ -539,9 +549,17 @@ def _linear_shared(prop: Propagation, i: int, v: Array, w: Array, b: Array, px: 
         kern = np.broadcast_to(eps, absj.shape)[:, rows] if with_eps else None
         n = 5
     else:
-        live = np.flatnonzero(v.any(axis=0))
-        if len(live) <= SPARSE_SHARE * out_f:
-            v, w, b, absj = np.take(v, live, axis=1), w[live], b[live], np.take(absj, live, axis=1)
+        if live is None:
+            live = np.flatnonzero(v.any(axis=0))
+            if len(live) <= SPARSE_SHARE * out_f:
+                v = np.take(v, live, axis=1)
+            else:
+                live = None
+        if live is not None:
+            got = prop._cache.get(("rows", i))
+            if got is None or got[0] is not live:  # the relu's columns are one array per pass
+                got = prop._cache[("rows", i)] = (live, w[live], b[live])
+            w, b, absj = got[1], got[2], np.take(absj, live, axis=1)
             if with_eps:
                 eps = np.broadcast_to(eps, prop.bshape(prop.nodes[i]))[:, live]
         contribution = v @ w
@@ -963,30 +981,47 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
 def _relu_one(prop: Propagation, px: int, v: Array, nu: dict[int, Array], terms: list[Array],
               slack: list[Array]) -> None:
     """``_relu`` for one example with CROWN's slopes: the same multiplier and dual terms, with
-    the work on the unstable neurons only (a stable neuron's slope is 0 or 1 for either sign of
-    the multiplier and its terms are exactly 0; dropping exact zeros from a sum leaves its
-    ``gamma_n`` bound valid)."""
+    the work on the active and unstable neurons only. An inactive neuron's slope is 0 for
+    either sign of the multiplier, and a stable neuron's terms are exactly 0 (dropping exact
+    zeros from a sum leaves its ``gamma_n`` bound valid). The multiplier passed on is kept
+    ``Compact`` (the values on those neurons), which a linear layer multiplies as it is."""
     key = ("relu_one", px)
     if key not in prop._cache:
         lower, upper, l_unstable, w_unstable = _slopes(prop, px)
-        unstable = np.flatnonzero(w_unstable.reshape(-1) > 0)
-        prop._cache[key] = (
-            (prop.bx(px).lo.reshape(-1) >= 0).astype(np.float64), unstable,
-            lower.reshape(-1)[unstable], upper.reshape(-1)[unstable],
-            (upper * l_unstable).reshape(-1)[unstable], w_unstable.reshape(-1)[unstable])
-    active, unstable, lo_s, up_s, ul, width = prop._cache[key]
+        lo = prop.bx(px).lo.reshape(-1)
+        cols = np.flatnonzero((lo >= 0) | (w_unstable.reshape(-1) > 0))
+        prop._cache[key] = (cols, lower.reshape(-1)[cols], upper.reshape(-1)[cols],
+                            (upper * l_unstable).reshape(-1)[cols],
+                            w_unstable.reshape(-1)[cols], bool(np.any(w_unstable)))
+    cols, lo_s, up_s, ul, width, any_unstable = prop._cache[key]
     v2 = v.reshape(v.shape[1], -1)
-    vx = v2 * active  # slope 1 on active neurons, 0 on inactive ones
+    vc = np.take(v2, cols, axis=1)
     n = v2.shape[1] + 4
-    if len(unstable):
-        vu = np.take(v2, unstable, axis=1)
-        vx[:, unstable] = np.where(vu >= 0, lo_s, up_s) * vu
-        t = np.minimum(vu, 0.0) @ ul
+    if any_unstable:
+        # terms over the unstable columns (ul and width are 0 on the active ones)
+        t = np.minimum(vc, 0.0) @ ul
         terms.append(down(-t * (1 + gamma(2 * n)) - ETA64 * n)[None])
         n2 = v2.shape[1] + 2
-        s = up((np.abs(vu) @ width) * (1 + gamma(n2)) + n2 * ETA64)
+        s = up((np.abs(vc) @ width) * (1 + gamma(n2)) + n2 * ETA64)
         slack.append(s[None] * (10 * U64))
-    prop.accumulate(nu, px, vx.reshape(v.shape), slack)
+        vc *= np.where(vc >= 0, lo_s, up_s)  # slope 1 on the active columns either way
+    compact = Compact(vc, cols, v.shape)
+    op = prop.nodes[px].op
+    keep = not prop.whole and v.ndim == 3 and op is not None and op.name == "linear"
+    prop.accumulate(nu, px, compact if keep else compact.dense(), slack)
+
+
+class Compact:
+    """Multipliers ``(1, K, n)`` of one example that are zero outside the columns ``cols``:
+    their values there, ``vals`` (K, len(cols)). A definition (``dense`` is exact)."""
+
+    def __init__(self, vals: Array, cols: Array, shape: tuple[int, ...]) -> None:
+        self.vals, self.cols, self.shape = vals, cols, shape
+
+    def dense(self) -> Array:
+        out = np.zeros((self.vals.shape[0], int(np.prod(self.shape[2:]))))
+        out[:, self.cols] = self.vals
+        return out.reshape(self.shape)
 
 
 class Scaled:
