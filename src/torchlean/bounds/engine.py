@@ -120,9 +120,6 @@ class Propagation:
         # 1, K, *rest)); at the data input it is the bound's linear coefficient of each input
         # (branch and bound splits the input that weighs most).
         self.trace: dict[int, Array] | None = None
-        # While ``crown_node`` runs: its unit-row multipliers ``(nu0, neuron per row, sign per
-        # row)``, recognised by identity (``_times_w``).
-        self.selection: tuple[Array, Array, Array] | None = None
         # Batched mode: axis 0 of every varying node is the example. Otherwise ("whole" mode)
         # the graph is one example and multipliers carry the full node shape.
         self.whole = not all(self._batch_safe(i) for i, nd in enumerate(graph.nodes)
@@ -274,31 +271,27 @@ class Propagation:
         n = int(np.prod(rest))
         lo = np.array(box.lo, dtype=np.float64).reshape(self.batch, n)
         hi = np.array(box.hi, dtype=np.float64).reshape(self.batch, n)
-        consumers = [nd.op.name for nd in self.nodes if nd.op is not None and i in nd.parents]
-        if consumers and all(c == "relu" for c in consumers):
+        consumers = [self.nodes[j].op for j in self.readers()[i]]
+        if consumers and all(c is not None and c.name == "relu" for c in consumers):
             wanted = np.flatnonzero(((lo < 0) & (hi > 0)).any(axis=0))
         else:
             wanted = np.arange(n)
         width = max(1, CHUNK_ENTRIES // max(1, self.batch * self._widest()))
         for start in range(0, len(wanted), width):
             which = wanted[start:start + width]
-            rows = np.zeros((len(which), n))
-            rows[np.arange(len(which)), which] = 1.0
-            rows = rows.reshape((1, len(which)) + rest)
-            nu0 = np.concatenate([rows, -rows], axis=1)
-            # unit rows: a linear node's handler reads its weights' rows instead of a product
-            self.selection = (nu0, np.concatenate([which, which]),
-                              np.repeat([1.0, -1.0], len(which)))
-            try:
-                bound = self.lower(i, nu0)
-            finally:
-                self.selection = None
+            nu0 = Unit(np.concatenate([which, which]), np.repeat([1.0, -1.0], len(which)),
+                       (1, 2 * len(which)) + rest)
+            bound = self.lower(i, nu0)
             lo[:, which] = bound[:, : len(which)]
             hi[:, which] = -bound[:, len(which):]
         return lo.reshape(shape), hi.reshape(shape)
 
     def _widest(self) -> int:
-        return max(int(np.prod(self.rest(i))) for i, n in enumerate(self.nodes) if n.shape)
+        key = ("widest", None)
+        if key not in self._cache:
+            self._cache[key] = max(int(np.prod(self.rest(i)))
+                                   for i, n in enumerate(self.nodes) if n.shape)
+        return self._cache[key]  # type: ignore[no-any-return]
 
     def lower(self, target: int, nu0: Array) -> Array:
         """A rigorous lower bound, per example and row, of ``sum(nu0[:, k] * v_target)``."""
@@ -314,8 +307,8 @@ class Propagation:
             if v is None:
                 continue
             node = self.nodes[i]
-            if isinstance(v, Compact) and (self.trace is not None or node.op is None
-                                           or node.op.name != "linear"):
+            if isinstance(v, Compact | Unit) and (self.trace is not None or node.op is None
+                                                  or node.op.name != "linear"):
                 v = v.dense()
             if isinstance(v, Scaled):
                 if _linear_scaled(self, i, v, nu, terms, slack):
@@ -334,13 +327,13 @@ class Propagation:
             if handler is not None and i not in self.data_ids and self.batched(i):
                 done = handler(self, i, v, nu, terms, slack)
             if not done:
-                if isinstance(v, Compact):
+                if isinstance(v, Compact | Unit):
                     v = v.dense()
                 if node.op is not None and not self.linear_only:
                     self.fallbacks.add((i, node.op.name))
                 terms.append(self._concretize(v, self.bx(i)))
             elif self.kernel and done != COVERED:
-                if isinstance(v, Compact):
+                if isinstance(v, Compact | Unit):
                     v = v.dense()
                 eps = self.bx(i).eps
                 if np.any(eps):
@@ -512,11 +505,13 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     if key not in prop._cache:
         prop._cache[key] = prop.vmax(px) @ prop.abs_const(pw).T
     if isinstance(v, Compact):
-        return _linear_shared(prop, i, v.vals, w, b, px, nu, terms, slack, False, v.cols)
-    if v.ndim == 3 and v.shape[0] == 1 and not prop.whole:
-        unit = prop.selection is not None and v is prop.selection[0]
-        return _linear_shared(prop, i, v[0], w, b, px, nu, terms, slack, unit)
-    contribution = _times_w(prop, v, w).reshape(v.shape[:-1] + (in_f,))
+        return _linear_shared(prop, i, v.vals, w, b, px, nu, terms, slack, v.cols)
+    if isinstance(v, Unit) and (len(v.shape) != 3 or prop.whole):
+        v = v.dense()
+    if isinstance(v, Unit) or (v.ndim == 3 and v.shape[0] == 1 and not prop.whole):
+        return _linear_shared(prop, i, v if isinstance(v, Unit) else v[0], w, b, px, nu,
+                              terms, slack)
+    contribution = _times_w(v, w).reshape(v.shape[:-1] + (in_f,))
     terms.append(_dot_down(v, b))
     # each entry of the product sums out_f terms
     slack.append(_dot_rest(np.abs(v), prop._cache[key], True) * gamma(max(out_f, in_f) + 4))
@@ -526,22 +521,22 @@ def _linear(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
 
 def _linear_shared(prop: Propagation, i: int, v: Array, w: Array, b: Array, px: int,
                    nu: dict[int, Array], terms: list[Array], slack: list[Array],
-                   unit: bool, live: Array | None = None) -> int:
+                   live: Array | None = None) -> int:
     """``linear`` under multipliers ``v`` (K, out_f) shared by every example: the same dual
     terms as the general path (``_dot_down`` for the bias, ``_dot_rest`` for the product's
     residual and for the kernel's rounding ``eps``), with the three magnitude sums taken as one
     product ``|v| [|b|, |J| max|x|, eps]``, and only over the neurons whose multipliers are not
-    all zero (``_times_w``; ``live``: ``v`` holds only those columns, from a ``Compact``).
+    all zero (as ``_times_w``; ``live``: ``v`` holds only those columns, from a ``Compact``;
+    a ``Unit`` ``v`` reads rows of W).
     Each column is its own sum of nonnegative terms, so its ``gamma_n`` bound holds whatever
     the product's blocking; dropped terms are exact zeros."""
     out_f, in_f = w.shape
     absj = prop._cache[("absJ", i)]  # (B, out_f)
     eps = prop.bx(i).eps if prop.kernel else 0.0
     with_eps = bool(np.any(eps))
-    if unit:
+    if isinstance(v, Unit):
         # crown_node's unit rows +-e_j: pick rows of W, b and the magnitude columns (exact)
-        assert prop.selection is not None
-        rows, signs = prop.selection[1], prop.selection[2]
+        rows, signs = v.rows, v.signs
         contribution = w[rows] * signs[:, None]
         centre = b[rows] * signs
         mags = np.abs(b[rows])
@@ -626,27 +621,19 @@ def _find_input_box(prop: Propagation, i: int, px: int) -> tuple[Array, Array] |
     return c, np.stack([r, np.abs(c)], axis=1)
 
 
-def _times_w(prop: Propagation, v: Array, w: Array) -> Array:
-    """``v W`` over the last axis, as rows ``(rows, in_f)``: the exact same products as the
-    dense GEMM, without the ones that are known to be zero.
-
-    - The multipliers a bound of the node itself starts from (``crown_node``'s unit rows,
-      ``prop.selection``) pick rows of ``W``: no arithmetic at all.
-    - Otherwise only the columns of ``v`` that are nonzero somewhere take part: a relu whose
-      neuron is inactive in every example passes a zero multiplier, and on the VNN-COMP MNIST
-      networks most first- and second-layer neurons are (206 and 181 of 256 on 256x6
-      ``prop_0_0.03``). Dropping zero terms leaves every sum with fewer terms, so the
-      caller's error bound for the dense sum still holds.
-    """
+def _times_w(v: Array, w: Array) -> Array:
+    """``v W`` over the last axis, as rows ``(rows, in_f)``: the same products as the dense
+    GEMM without the ones known to be zero. Only the columns of ``v`` that are nonzero
+    somewhere take part: a relu whose neuron is inactive in every example passes a zero
+    multiplier, and on the VNN-COMP MNIST networks most first- and second-layer neurons are
+    (206 and 181 of 256 on 256x6 ``prop_0_0.03``). Dropping zero terms leaves every sum with
+    fewer terms, so the caller's error bound for the dense sum still holds."""
     out_f = w.shape[0]
     v2 = v.reshape(-1, out_f)
-    sel = prop.selection
-    if sel is not None and v is sel[0] and v.shape[0] == 1 and v2.shape[0] == v.shape[1]:
-        return w[sel[1]] * sel[2][:, None]
     live = np.flatnonzero(v2.any(axis=0))
     if len(live) > SPARSE_SHARE * out_f:
         return v2 @ w
-    return v2[:, live] @ w[live]
+    return np.take(v2, live, axis=1) @ w[live]
 
 
 def _adjoint(prop: Propagation, i: int, v: Array, px: int, inputs: list[Any],
@@ -1009,6 +996,19 @@ def _relu_one(prop: Propagation, px: int, v: Array, nu: dict[int, Array], terms:
     op = prop.nodes[px].op
     keep = not prop.whole and v.ndim == 3 and op is not None and op.name == "linear"
     prop.accumulate(nu, px, compact if keep else compact.dense(), slack)
+
+
+class Unit:
+    """Unit multipliers ``(1, K, *rest)``: row k is ``signs[k]`` at the flat neuron
+    ``rows[k]`` and 0 elsewhere (``crown_node``'s rows; a linear layer reads rows of W)."""
+
+    def __init__(self, rows: Array, signs: Array, shape: tuple[int, ...]) -> None:
+        self.rows, self.signs, self.shape = rows, signs, shape
+
+    def dense(self) -> Array:
+        out = np.zeros((len(self.rows), int(np.prod(self.shape[2:]))))
+        out[np.arange(len(self.rows)), self.rows] = self.signs
+        return out.reshape(self.shape)
 
 
 class Compact:
