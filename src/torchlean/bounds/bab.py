@@ -36,11 +36,12 @@ inherit. On ACAS Xu property 1 CROWN's intermediate bounds stall on boxes stradd
 neuron's hyperplane (the networks' large internal values cancel at the output): on ``4_9`` the
 worst margin stays near -60 from depth 10 on, where alpha-CROWN's is -3; with it the 17
 property-1 instances that timed out at 116 s are answered. Easy instances end before
-``alpha_after`` and never pay for it. Other networks: CROWN on the child's box with every pre-activation bound
-also intersected with the parent's (valid on the larger box, so on the child's): a little
-tighter than CROWN alone, at no cost. With ``refresh_every=r > 1`` the CROWN pass over the
-intermediate layers (nearly all of a pass's time) runs only every ``r``-th split and the
-children in between use the inherited bounds and their own intervals (cheaper, looser: on
+``alpha_after`` and never pay for it; where alpha-CROWN proves under a quarter of the boxes it
+is given (CROWN's cheap splits then win: ``3_3`` property 2), it is given up after a probe.
+Other networks: CROWN on the child's box with every pre-activation bound also intersected
+with the parent's (valid on the larger box, so on the child's): a little tighter than CROWN alone,
+at no cost. With ``refresh_every=r > 1`` the CROWN pass over the intermediate layers (nearly
+all of a pass's time) runs only every ``r``-th split and the children in between use the inherited bounds and their own intervals (cheaper, looser: on
 ACAS Xu it needed more domains than it saved, hence the default 1). Other methods (``ibp``,
 ``alpha-crown``) run ``compute_bounds`` on each box.
 
@@ -87,10 +88,17 @@ MAX_QUEUE_BYTES = 512 * 2**20  # and at most this much memory for their boxes
 GRADIENT_BATCH = 64  # reverse mode slows down sharply on bigger batches (measured)
 ATTACK_EVERY = 8  # rounds of splitting between two attacks on the worst domains
 PAIR_BATCH = 1024  # boxes per pass on the chain path (verify_network)
-ALPHA_BATCH = 64  # boxes per alpha-CROWN pass (Models.alpha_pairs)
+ALPHA_BATCH = 16  # boxes per alpha-CROWN pass (Models.alpha_pairs): its cost per box grows with
+# the batch (the optimised rows are the union of the boxes' unstable neurons): 8.9 ms a box at 16,
+# 17.7 at 64, 26.1 at 256 (5 steps, 4_9 property 1, depth-10 boxes)
 ALPHA_LR = 0.2  # its Adam step size (compute_bounds' default)
-ALPHA_STEPS = 10  # alpha-CROWN steps on the children CROWN leaves open (0: never)
-ALPHA_AFTER = 4096  # ... once this many domains have been bounded (easy instances never pay)
+ALPHA_STEPS = 5  # alpha-CROWN steps on the children CROWN leaves open (0: never; 5 took less
+# CPU than 10 on 3 of 4 property-1 instances)
+ALPHA_AFTER = 1024  # ... once this many domains have been bounded (easy instances never pay;
+# on the property-1 instances 1,024 took 1.1-3.6x less CPU than 2,048)
+ALPHA_PER_ROUND = 256  # open children given alpha-CROWN per round at most
+ALPHA_PROBE = 128  # after this many boxes, alpha-CROWN stays on only if it proved at least
+ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 
 
 class BabError(BoundsError):
@@ -168,6 +176,7 @@ class BabResult:
     max_queue: int = 0
     reused: int = 0
     alpha: int = 0
+    alpha_proved: int = 0
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
 
@@ -478,7 +487,8 @@ class Models:
         return lower, flat, coef, const, reused
 
     def alpha_pairs(self, lo: Array, hi: Array, spec: Spec, lower: Array, kept: Array, *,
-                    kernel: bool, steps: int) -> tuple[Array, Array]:
+                    kernel: bool, steps: int, over: Callable[[], bool] | None = None
+                    ) -> tuple[Array, Array]:
         """alpha-CROWN (``bounds.alpha``: every bound's relu lower slopes optimised) on boxes that
         ``bound_pairs`` left open, starting from its bounds: the row lower bounds ``lower``
         ``(N, K)`` and the hidden layers' bounds ``kept`` (flat, ``bound_pairs``' layout) both
@@ -490,7 +500,8 @@ class Models:
         while optimised slopes tighten them several-fold (depth 8, worst 64 boxes: median margin
         -41 by CROWN, -15 after 10 steps, 36% proved). Sound as the engine's alpha-CROWN is: any
         slopes give a valid bound, evaluated rigorously; the starting bounds are valid on these
-        boxes, so their intersections are."""
+        boxes, so their intersections are. ``over()``: stop early (the boxes left keep their
+        bounds) once it says so."""
         found = self.chain_crown(kernel)
         assert found is not None
         chain = found[0]
@@ -500,6 +511,8 @@ class Models:
         lower, kept = lower.copy(), kept.copy()
         k_rows = spec.a.shape[0]
         for start, stop, size in self.chunks(len(lo), ALPHA_BATCH):
+            if over is not None and over():  # the rest keep CROWN's bounds
+                break
             model = self.get(size)
             graph = model.graph
             shape = (size, *self.features)
@@ -937,6 +950,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
     result.max_queue = 1
 
+    alpha_live = pairs and alpha_steps > 0
     # 3. split until done
     span = np.where(spec.upper > spec.lower, spec.upper - spec.lower, 1.0)
     rounds = 0
@@ -995,15 +1009,23 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         result.domains += len(c_lo)
         result.passes += 1
         still, c_margin = _margins(spec, lower, c_open)
-        if pairs and alpha_steps and result.domains > alpha_after and still.any():
-            # alpha-CROWN on the children CROWN left open (see Models.alpha_pairs)
+        if alpha_live and result.domains > alpha_after and still.any():
+            # alpha-CROWN on the children CROWN left open (see Models.alpha_pairs), those
+            # nearest a proof first, at most ALPHA_PER_ROUND
             timer.stage("bounds")
             which = np.flatnonzero(still.any(axis=1))
+            which = which[np.argsort(-c_margin[which], kind="stable")[:ALPHA_PER_ROUND]]
             lower[which], kept[which] = models.alpha_pairs(
                 c_lo[which], c_hi[which], spec, lower[which], kept[which], kernel=kernel,
-                steps=alpha_steps)
+                steps=alpha_steps, over=timer.over)
             result.alpha += len(which)
             still, c_margin = _margins(spec, lower, c_open)
+            result.alpha_proved += int(np.sum(~still[which].any(axis=1)))
+            # it pays where CROWN stalls (property 1: it proves 44-81% of the boxes CROWN
+            # leaves open); where it proves few, CROWN's cheap splits win (3_3 property 2:
+            # 12%, and 10x slower): give it up
+            alpha_live = (result.alpha < ALPHA_PROBE
+                          or result.alpha_proved >= ALPHA_MIN_RATE * result.alpha)
             timer.stage("alpha")
         keep = still.any(axis=1)
         timer.stage("bounds")
@@ -1081,6 +1103,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         total.passes += found.passes
         total.reused += found.reused
         total.alpha += found.alpha
+        total.alpha_proved += found.alpha_proved
         total.max_queue = max(total.max_queue, found.max_queue)
         for k, v in found.stages.items():
             total.stages[k] = total.stages.get(k, 0.0) + v
