@@ -41,9 +41,10 @@ is given (CROWN's cheap splits then win: ``3_3`` property 2), it is given up aft
 Other networks: CROWN on the child's box with every pre-activation bound also intersected
 with the parent's (valid on the larger box, so on the child's): a little tighter than CROWN alone,
 at no cost. With ``refresh_every=r > 1`` the CROWN pass over the intermediate layers (nearly
-all of a pass's time) runs only every ``r``-th split and the children in between use the inherited bounds and their own intervals (cheaper, looser: on
-ACAS Xu it needed more domains than it saved, hence the default 1). Other methods (``ibp``,
-``alpha-crown``) run ``compute_bounds`` on each box.
+all of a pass's time) runs only every ``r``-th split and the children in between use the
+inherited bounds and their own intervals (cheaper, looser: on ACAS Xu it needed more domains
+than it saved, hence the default 1). Other methods (``ibp``, ``alpha-crown``) run
+``compute_bounds`` on each box.
 
 Soundness. ``unsat`` rests on the bounds alone (with ``kernel=True``, the default, the engine's
 and ``bounds.chain_crown``'s bounds enclose the float32 kernels' results in round-to-nearest:
