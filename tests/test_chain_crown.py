@@ -158,3 +158,82 @@ def test_networks_ending_in_a_relu_fall_back_to_the_engine():
     plain = _mlp((3, 6, 2), 0)
     models = bab.Models(lambda b: tl.compile(lambda v: plain(v), (b, 3)), max_batch=4)
     assert models.chain_crown(True) is not None
+
+
+def _alpha_violations(models, lo, hi, spec_rows, rng, n_points=200):
+    """Sampled float32 values outside the bounds after ``Models.alpha_pairs`` (a count), and
+    how much alpha-CROWN tightened the rows (the summed gain)."""
+    b = np.full(len(spec_rows), 1e6)  # thresholds never met: every box stays open
+    spec = bab.Spec(lo[0], hi[0], lo[0], hi[0],
+                    spec_rows, b, np.zeros(len(b), np.int64), 1)
+    lower, kept, _, _, _ = models.bound_pairs(lo, hi, spec_rows, None, None, kernel=True,
+                                              settled=lambda low, idx: np.zeros(len(idx), bool))
+    low2, kept2 = models.alpha_pairs(lo, hi, spec, lower, kept, kernel=True, steps=8)
+    assert np.all(low2 >= lower) and kept2.dtype == kept.dtype
+    chain = models.chain_crown(True)[0]
+    n_box = len(lo)
+    graph = models.get(n_box).graph
+    params = [np.asarray(p.data) for p in graph.params]
+    bad = 0
+    for f in rng.uniform(size=(n_points, lo.shape[1])):
+        x = np.minimum(np.maximum((lo + f * (hi - lo)).astype(np.float32), lo), hi)
+        values = graph.evaluate(graph.check_inputs("test", [x.astype(np.float32).reshape(
+            (n_box, *models.features)), *params]))
+        offset = 0
+        for layer in chain.layers[:-1]:
+            n = layer.w.shape[0]
+            v = np.asarray(values[layer.pre], np.float64).reshape(n_box, -1)
+            bad += int(np.sum(v < kept2[:, offset:offset + n])
+                       + np.sum(v > kept2[:, offset + n:offset + 2 * n]))
+            offset += 2 * n
+        y = np.asarray(values[graph.output], np.float64).reshape(n_box, -1)
+        bad += int(np.sum(y @ spec_rows.T < low2))
+    return bad, float(np.sum(low2 - lower))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_alpha_pairs_bounds_enclose_the_float32_network(seed):
+    models, lo, hi, rows, rng = _random_case(seed)
+    bad, _ = _alpha_violations(models, lo, hi, rows, rng)
+    assert bad == 0
+
+
+def test_bab_with_alpha_on_open_children_gives_the_exact_verdicts():
+    from test_bab import CASES, _verdicts
+
+    assert _verdicts(CASES[::2], intermediate="pairs", attack_steps=0, alpha_after=0,
+                     alpha_steps=4) == []
+
+
+def test_a_planted_wrong_alpha_bound_is_caught(monkeypatch):
+    from test_bab import CASES, _verdicts
+
+    real = bab.optimise
+
+    def too_tight(prop, *args, **kwargs):
+        out = real(prop, *args, **kwargs)
+        for iv in prop.ivals:  # every interval shrunk towards its middle: wrong
+            if iv is not None and np.ndim(iv.lo) == 2:
+                mid = 0.5 * (iv.lo + iv.hi)
+                iv.lo, iv.hi = mid - 0.2 * (mid - iv.lo), mid + 0.2 * (iv.hi - mid)
+        return out
+
+    monkeypatch.setattr(bab, "optimise", too_tight)
+    models, lo, hi, rows, rng = _random_case(1)
+    assert _alpha_violations(models, lo, hi, rows, rng)[0] > 0
+    wrong = _verdicts(CASES, intermediate="pairs", attack_steps=0, alpha_after=0,
+                      alpha_steps=2)
+    assert any(truth == "sat" and answer == "unsat" for _, truth, answer, _ in wrong)
+
+
+@pytest.mark.skipif(not ACAS.is_dir(), reason="the shared benchmarks are absent")
+def test_alpha_pairs_on_acas_xu_property_1_boxes_tighten_and_enclose():
+    # boxes of property 1 where CROWN's intermediate bounds stall (network 4_9)
+    proto = onnx.load(str(ACAS / "ACASXU_run2a_4_9_batch_2000.onnx")).proto
+    models = bab.Models(lambda n: onnx.load(proto, [(n, 1, 1, 5)]), max_batch=4)
+    lo = np.array([[0.6, 0.0, 0.0625, 0.45, -0.5], [0.6, -0.0625, 0.4375, 0.45, -0.5]])
+    hi = lo + np.array([0.04, 0.0625, 0.0625, 0.05, 0.05])
+    rows = np.array([[-1.0, 0, 0, 0, 0]])
+    bad, gain = _alpha_violations(models, lo, hi, rows, np.random.default_rng(0), n_points=60)
+    assert bad == 0
+    assert gain > 10.0  # CROWN's margins there are about -230 and -140; alpha's far better

@@ -29,13 +29,22 @@ input, valid on every sub-box: each child is first tried with its parent's funct
 ``O(n)`` concretization; a child it proves gets no pass), and the split goes to the input whose
 coefficient times width, in the rows still open, is largest (``split="auto"``; the reference's
 "sb" rule). Once the queue holds a quarter of its cap, the domains nearest a proof are taken
-first, so it shrinks. Other networks: CROWN on the child's box with every pre-activation bound
-also intersected with the parent's (valid on the larger box, so on the child's): a little
-tighter than CROWN alone, at no cost. With ``refresh_every=r > 1`` the CROWN pass over the
-intermediate layers (nearly all of a pass's time) runs only every ``r``-th split and the
-children in between use the inherited bounds and their own intervals (cheaper, looser: on
-ACAS Xu it needed more domains than it saved, hence the default 1). Other methods (``ibp``,
-``alpha-crown``) run ``compute_bounds`` on each box.
+first, so it shrinks. Once ``alpha_after`` domains have been bounded, the children CROWN leaves
+open also get ``alpha_steps`` of alpha-CROWN (``Models.alpha_pairs``: the relu lower slopes of
+every bound optimised, ``bounds.alpha``), whose tighter intermediate bounds their own children
+inherit. On ACAS Xu property 1 CROWN's intermediate bounds stall on boxes straddling an early
+neuron's hyperplane (the networks' large internal values cancel at the output): on ``4_9`` the
+worst margin stays near -60 from depth 10 on, where alpha-CROWN's is -3; with it the 17
+property-1 instances that timed out at 116 s are answered. Easy instances end before
+``alpha_after`` and never pay for it; where alpha-CROWN proves under a quarter of the boxes it
+is given (CROWN's cheap splits then win: ``3_3`` property 2), it is given up after a probe.
+Other networks: CROWN on the child's box with every pre-activation bound also intersected
+with the parent's (valid on the larger box, so on the child's): a little tighter than CROWN alone,
+at no cost. With ``refresh_every=r > 1`` the CROWN pass over the intermediate layers (nearly
+all of a pass's time) runs only every ``r``-th split and the children in between use the
+inherited bounds and their own intervals (cheaper, looser: on ACAS Xu it needed more domains
+than it saved, hence the default 1). Other methods (``ibp``, ``alpha-crown``) run
+``compute_bounds`` on each box.
 
 Soundness. ``unsat`` rests on the bounds alone (with ``kernel=True``, the default, the engine's
 and ``bounds.chain_crown``'s bounds enclose the float32 kernels' results in round-to-nearest:
@@ -60,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from . import METHODS, compute_bounds
+from .alpha import optimise
 from .chain_crown import ChainCrown, concretize
 from .engine import BoundsError, Propagation
 from .forward import Chain, chain_of, forward_bounds
@@ -79,6 +89,17 @@ MAX_QUEUE_BYTES = 512 * 2**20  # and at most this much memory for their boxes
 GRADIENT_BATCH = 64  # reverse mode slows down sharply on bigger batches (measured)
 ATTACK_EVERY = 8  # rounds of splitting between two attacks on the worst domains
 PAIR_BATCH = 1024  # boxes per pass on the chain path (verify_network)
+ALPHA_BATCH = 16  # boxes per alpha-CROWN pass (Models.alpha_pairs): its cost per box grows with
+# the batch (the optimised rows are the union of the boxes' unstable neurons): 8.9 ms a box at 16,
+# 17.7 at 64, 26.1 at 256 (5 steps, 4_9 property 1, depth-10 boxes)
+ALPHA_LR = 0.2  # its Adam step size (compute_bounds' default)
+ALPHA_STEPS = 5  # alpha-CROWN steps on the children CROWN leaves open (0: never; 5 took less
+# CPU than 10 on 3 of 4 property-1 instances)
+ALPHA_AFTER = 1024  # ... once this many domains have been bounded (easy instances never pay;
+# on the property-1 instances 1,024 took 1.1-3.6x less CPU than 2,048)
+ALPHA_PER_ROUND = 256  # open children given alpha-CROWN per round at most
+ALPHA_PROBE = 128  # after this many boxes, alpha-CROWN stays on only if it proved at least
+ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 
 
 class BabError(BoundsError):
@@ -155,6 +176,8 @@ class BabResult:
     passes: int = 0
     max_queue: int = 0
     reused: int = 0
+    alpha: int = 0
+    alpha_proved: int = 0
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
 
@@ -464,6 +487,69 @@ class Models:
             flat[todo] = np.concatenate(parts, axis=1) if parts else np.zeros((len(todo), 0))
         return lower, flat, coef, const, reused
 
+    def alpha_pairs(self, lo: Array, hi: Array, spec: Spec, lower: Array, kept: Array, *,
+                    kernel: bool, steps: int, over: Callable[[], bool] | None = None
+                    ) -> tuple[Array, Array]:
+        """alpha-CROWN (``bounds.alpha``: every bound's relu lower slopes optimised) on boxes that
+        ``bound_pairs`` left open, starting from its bounds: the row lower bounds ``lower``
+        ``(N, K)`` and the hidden layers' bounds ``kept`` (flat, ``bound_pairs``' layout) both
+        tightened (never loosened), for the children to inherit.
+
+        Why: on ACAS Xu property 1 the networks' large internal values cancel at the output;
+        boxes that straddle an early neuron's hyperplane keep CROWN's intermediate bounds loose
+        however small they get (the worst margin stalls near -60 below depth 11 on ``4_9``),
+        while optimised slopes tighten them several-fold (depth 8, worst 64 boxes: median margin
+        -41 by CROWN, -15 after 10 steps, 36% proved). Sound as the engine's alpha-CROWN is: any
+        slopes give a valid bound, evaluated rigorously; the starting bounds are valid on these
+        boxes, so their intersections are. ``over()``: stop early (the boxes left keep their
+        bounds) once it says so."""
+        found = self.chain_crown(kernel)
+        assert found is not None
+        chain = found[0]
+        sizes = [layer.w.shape[0] for layer in chain.layers[:-1]]
+        pre = {layer.pre: k for k, layer in enumerate(chain.layers[:-1])}
+        offsets = np.concatenate([[0], np.cumsum([2 * n for n in sizes])])
+        lower, kept = lower.copy(), kept.copy()
+        k_rows = spec.a.shape[0]
+        for start, stop, size in self.chunks(len(lo), ALPHA_BATCH):
+            if over is not None and over():  # the rest keep CROWN's bounds
+                break
+            model = self.get(size)
+            graph = model.graph
+            shape = (size, *self.features)
+            prop = Propagation(graph, self.consts(model),
+                               self.pad(lo[start:stop], size).reshape(shape),
+                               self.pad(hi[start:stop], size).reshape(shape),
+                               kernel=kernel, n_data=1)
+            inh = self.pad(kept[start:stop], size).astype(np.float64)
+            for i, node in enumerate(graph.nodes):
+                if node.kind != "op":
+                    continue
+                iv = prop.interval(i)
+                if i in pre:
+                    o, n = offsets[pre[i]], sizes[pre[i]]
+                    iv.lo = np.maximum(iv.lo, inh[:, o:o + n].reshape(node.shape))
+                    iv.hi = np.maximum(np.minimum(iv.hi, inh[:, o + n:o + 2 * n].reshape(
+                        node.shape)), iv.lo)
+            rows = np.broadcast_to(spec.a.reshape((1, k_rows, *self.out_rest)),
+                                   (size, k_rows, *self.out_rest)).copy()
+            start_low = self.pad(lower[start:stop], size)
+            (low, _), _ = optimise(prop, graph.output, rows,
+                                   (start_low, np.full_like(start_low, np.inf)),
+                                   thresholds=np.broadcast_to(spec.b, start_low.shape).copy(),
+                                   steps=steps, lr=ALPHA_LR, groups=spec.group)
+            lower[start:stop] = np.maximum(lower[start:stop], low[:stop - start])
+            for i, k in pre.items():
+                tight = prop.ivals[i]
+                assert tight is not None
+                o, n = offsets[k], sizes[k]
+                part = kept[start:stop]
+                part[:, o:o + n] = np.maximum(part[:, o:o + n], _f32_down(
+                    np.asarray(tight.lo, np.float64).reshape(size, n)[:stop - start]))
+                part[:, o + n:o + 2 * n] = np.minimum(part[:, o + n:o + 2 * n], _f32_up(
+                    np.asarray(tight.hi, np.float64).reshape(size, n)[:stop - start]))
+        return lower, kept
+
     def chain(self, size: int, prop: Propagation) -> Chain | None:
         """The network's chain structure (``bounds.forward``) for this batch size, or None."""
         if size not in self._chains:
@@ -738,6 +824,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            batch: int = 256, max_domains: int = MAX_DOMAINS, attack_steps: int = 40,
            attack_chains: int = 256, seed: int = 0, bound_options: dict[str, Any] | None = None,
            split: str = "auto", refresh_every: int = 1,
+           alpha_steps: int = ALPHA_STEPS, alpha_after: int = ALPHA_AFTER,
            clock: Callable[[], float] = time.monotonic,
            progress: Callable[[dict[str, Any]], None] | None = None) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set (see module).
@@ -753,7 +840,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     for name, value, least in (("batch", batch, 1), ("max_domains", max_domains, 1),
                                ("attack_steps", attack_steps, 0),
                                ("attack_chains", attack_chains, 1), ("seed", seed, 0),
-                               ("refresh_every", refresh_every, 1)):
+                               ("refresh_every", refresh_every, 1),
+                               ("alpha_steps", alpha_steps, 0), ("alpha_after", alpha_after, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
     if method not in METHODS:
@@ -863,6 +951,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
     result.max_queue = 1
 
+    alpha_live = pairs and alpha_steps > 0
     # 3. split until done
     span = np.where(spec.upper > spec.lower, spec.upper - spec.lower, 1.0)
     rounds = 0
@@ -921,6 +1010,24 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         result.domains += len(c_lo)
         result.passes += 1
         still, c_margin = _margins(spec, lower, c_open)
+        if alpha_live and result.domains > alpha_after and still.any():
+            # alpha-CROWN on the children CROWN left open (see Models.alpha_pairs), those
+            # nearest a proof first, at most ALPHA_PER_ROUND
+            timer.stage("bounds")
+            which = np.flatnonzero(still.any(axis=1))
+            which = which[np.argsort(-c_margin[which], kind="stable")[:ALPHA_PER_ROUND]]
+            lower[which], kept[which] = models.alpha_pairs(
+                c_lo[which], c_hi[which], spec, lower[which], kept[which], kernel=kernel,
+                steps=alpha_steps, over=timer.over)
+            result.alpha += len(which)
+            still, c_margin = _margins(spec, lower, c_open)
+            result.alpha_proved += int(np.sum(~still[which].any(axis=1)))
+            # it pays where CROWN stalls (property 1: it proves 44-81% of the boxes CROWN
+            # leaves open); where it proves few, CROWN's cheap splits win (3_3 property 2:
+            # 12%, and 10x slower): give it up
+            alpha_live = (result.alpha < ALPHA_PROBE
+                          or result.alpha_proved >= ALPHA_MIN_RATE * result.alpha)
+            timer.stage("alpha")
         keep = still.any(axis=1)
         timer.stage("bounds")
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], open=still[keep], margin=c_margin[keep],
@@ -996,6 +1103,8 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         total.domains += found.domains
         total.passes += found.passes
         total.reused += found.reused
+        total.alpha += found.alpha
+        total.alpha_proved += found.alpha_proved
         total.max_queue = max(total.max_queue, found.max_queue)
         for k, v in found.stages.items():
             total.stages[k] = total.stages.get(k, 0.0) + v
