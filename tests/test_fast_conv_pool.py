@@ -14,6 +14,7 @@ import pytest
 
 from torchlean.core.registry import ARRAY_OPS, FAST_RTOL, REGISTRY, fast_kernels
 from torchlean.ops.fast import conv as fast_conv
+from torchlean.ops.fast import pool as fast_pool
 
 
 def _channels_last(a: np.ndarray) -> np.ndarray:
@@ -55,3 +56,61 @@ def test_transposed_convolution_value_owns_its_memory() -> None:
                                atol=FAST_RTOL["float32"] * float(np.abs(want).max()))
     owner = out if out.base is None else out.base
     assert owner.nbytes == out.nbytes  # not a view into the (K, ...) GEMM output
+
+
+def _special(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Relu'd normals (many tied zeros) with -0.0, NaN, +-inf and repeated maxima planted."""
+    x = np.maximum(rng.standard_normal(shape), 0.0).astype(dtype)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=(5, max(1, flat.size // 12)), replace=False)
+    flat[picks[0]] = -0.0
+    flat[picks[1]] = np.nan
+    flat[picks[2]] = -np.inf
+    flat[picks[3]] = np.inf
+    flat[picks[4]] = 1.5  # equal maxima in one window
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,attrs,shape", [
+    ("max_pool2d", {"kernel_size": 2}, (3, 4, 8, 6)),
+    ("max_pool2d", {"kernel_size": (3, 2), "stride": (1, 2)}, (2, 3, 7, 8)),
+    ("max_pool", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 8)),
+    ("max_pool", {"kernel_size": (2,), "stride": (3,)}, (2, 3, 11)),  # gaps between windows
+])
+def test_max_pool_winner_code_is_bitwise_the_reference(dtype: str, name: str,
+                                                       attrs: dict, shape: tuple) -> None:
+    """The forward's winner code routes the VJP to the reference's cells, bit for bit, on
+    ties (0.0 against -0.0 included), NaN windows and infinities, for a channels-last input
+    too; and the route without a code (a missed residual) gives the same bits."""
+    rng = np.random.default_rng(len(shape) + len(attrs))
+    prim = REGISTRY[name]
+    with np.errstate(invalid="ignore"):
+        _compare_routes(rng, prim, name, attrs, shape, dtype)
+
+
+def _compare_routes(rng: np.random.Generator, prim: object, name: str, attrs: dict,
+                    shape: tuple, dtype: str) -> None:
+    for layout in ("c", "last") if len(shape) == 4 else ("c",):
+        x = _special(rng, shape, dtype)
+        x = _channels_last(x) if layout == "last" else x
+        want_out = prim.reference_forward(x, **attrs)
+        g = rng.standard_normal(want_out.shape).astype(dtype)
+        g.reshape(-1)[::7] = np.inf  # g * 0 is NaN there: the zero factors must match too
+        want = prim.reference_vjp(ARRAY_OPS, g, [x], want_out, **attrs)[0]
+        with fast_kernels(True):
+            out = prim.forward(x, **attrs)
+            assert fast_pool.residuals.load(out, fast_pool._CODE, _code_key(x, attrs, name)) \
+                is not None
+            got = prim.vjp(ARRAY_OPS, g, [x], out, **attrs)[0]
+            k, s, p = fast_pool._attrs("max_pool", x, attrs, 2 if name == "max_pool2d" else None)
+            without = fast_pool._backward(x, g, out, k, s, p)
+        assert out.tobytes() == want_out.tobytes()
+        for a in (got, without):
+            assert a.shape == want.shape
+            assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def _code_key(x: np.ndarray, attrs: dict, name: str) -> tuple:
+    k, s, p = fast_pool._attrs("max_pool", x, attrs, 2 if name == "max_pool2d" else None)
+    return fast_pool._key(x, k, s, p)
