@@ -114,3 +114,34 @@ def _compare_routes(rng: np.random.Generator, prim: object, name: str, attrs: di
 def _code_key(x: np.ndarray, attrs: dict, name: str) -> tuple:
     k, s, p = fast_pool._attrs("max_pool", x, attrs, 2 if name == "max_pool2d" else None)
     return fast_pool._key(x, k, s, p)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,attrs,shape", [
+    ("max_pool2d", {"kernel_size": 2}, (3, 4, 8, 6)),                       # tiled: one pass
+    ("max_pool2d", {"kernel_size": (3, 2), "stride": (1, 2)}, (2, 3, 7, 8)),  # overlapping
+    ("max_pool", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 8)),
+])
+def test_fused_relu_pool_vjp_is_bitwise_the_two_rules(dtype: str, name: str, attrs: dict,
+                                                      shape: tuple) -> None:
+    """``relu_vjp`` (what generated code calls for relu -> max pool) gives the bits of
+    ``mul(max_pool_vjp(g), positive_mask(c))``, the reference rules, with NaN, +-inf, -0.0 and
+    ties in ``c`` and infinities in ``g``; with and without the forward's winner code."""
+    rng = np.random.default_rng(len(shape) + 11)
+    prim = REGISTRY[name]
+    c = _special(rng, shape, dtype) - np.asarray(0.5, dtype)  # negatives: relu zeroes them
+    c.reshape(-1)[::9] = -0.0
+    with np.errstate(invalid="ignore"):
+        x = np.maximum(c, np.zeros((), dtype))
+        out = prim.reference_forward(x, **attrs)
+        g = rng.standard_normal(out.shape).astype(dtype)
+        g.reshape(-1)[::5] = -np.inf
+        pooled = prim.reference_vjp(ARRAY_OPS, g, [x], out, **attrs)[0]
+        want = np.multiply(pooled, REGISTRY["positive_mask"].forward(c))
+        fused = fast_pool.RELU_FUSED[name]
+        with fast_kernels(True):
+            kept = prim.forward(x, **attrs)
+            got = fused(g, x, kept, **attrs)
+        missed = fused(g, x, out, **attrs)  # no code kept for this array
+    for a in (got, missed):
+        assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(want).tobytes()

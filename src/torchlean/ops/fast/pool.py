@@ -108,12 +108,13 @@ def _forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
 
 
 def _backward(x: Any, g: Any, best: Any, k: tuple[int, ...], s: tuple[int, ...],
-              p: tuple[int, ...], code: Any = None) -> Any:
+              p: tuple[int, ...], code: Any = None, positive: bool = False) -> Any:
     """g routed to each window's first maximum (row-major window order), as the reference's
     ``max_pool_backward`` with the maxima given; the result in ``x``'s layout. With the
     forward's ``code`` the winners are ``code == j`` (a contiguous uint8 compare per offset);
     without it, the reference's ``v == best`` and the first-of-them test on the input's
-    windows (the same cells, so the same bits)."""
+    windows (the same cells, so the same bits). ``positive``: only windows whose maximum is
+    > 0 route (``relu_vjp``)."""
     d = len(k)
     spatial = tuple(x.shape[x.ndim - d:])
     out = g.shape[g.ndim - d:]
@@ -133,9 +134,12 @@ def _backward(x: Any, g: Any, best: Any, k: tuple[int, ...], s: tuple[int, ...],
     taken = None
     last = prod(k) - 1
     hit = None
+    pos = np.greater(best, 0) if positive else None
     for j, off in enumerate(kernel_offsets(k)):
         if views is None:
             hit = np.equal(code, np.uint8(j), out=hit)
+            if pos is not None:
+                np.logical_and(hit, pos, out=hit)
         else:
             hit = np.equal(views[j], best)
             if taken is None:
@@ -144,6 +148,8 @@ def _backward(x: Any, g: Any, best: Any, k: tuple[int, ...], s: tuple[int, ...],
                 np.greater(hit, taken, out=hit)  # a maximum here and none at an earlier offset
                 if j < last:
                     np.logical_or(taken, hit, out=taken)
+            if pos is not None:
+                hit = np.logical_and(hit, pos)  # a new array: ``taken`` may be this one
         target = buf[(Ellipsis,) + tuple(slice(o, o + ss * (n - 1) + 1, ss)
                                          for o, ss, n in zip(off, s, out, strict=True))]
         if tiled:
@@ -177,6 +183,34 @@ def max_vjp(fixed_d: int | None) -> Any:
     return vjp
 
 
-attach_fast("max_pool", forward=max_forward(None), vjp=max_vjp(None))
-attach_fast("max_pool2d", forward=max_forward(2), vjp=max_vjp(2))
-attach_fast("max_pool2d_pad", forward=max_forward(2), vjp=max_vjp(2))
+def relu_vjp(fixed_d: int | None) -> Any:
+    """The VJP of ``relu`` applied to this pooling's VJP, when the pooled input ``x`` is
+    ``relu(c)``: ``mul(max_pool_vjp(g), positive_mask(c))`` in one pass (generated code fuses
+    the three calls, ``engine.codegen``). The same bits: at a window's winning cell ``x`` equals
+    the maximum, so ``c > 0`` there exactly when the maximum is > 0, and every other cell is
+    ``g * 0`` on both sides (``(g * 0) * m`` is ``g * 0`` for ``m`` in {0, 1}, signs and NaNs
+    included). Saves the float mask (two passes over ``c``) and the product (three). Only for
+    windows that tile the input (each cell written once): where the reference sums into a
+    zero buffer, ``(0 + g) * 0`` and ``0 + g * 0`` differ in the sign of zero, so other
+    geometries take the product itself (``x > 0`` is ``c > 0``: ``x = max(c, 0)``)."""
+
+    def fused(g: Any, x: Any, out: Any, **attrs: Any) -> Any:
+        k, s, p = _attrs("max_pool", x, attrs, fixed_d)
+        code = residuals.load(out, _CODE, _key(x, k, s, p))
+        d = len(k)
+        tiled = s == k and not any(p) and all(
+            o * kk == n for o, kk, n in zip(g.shape[g.ndim - d:], k, x.shape[x.ndim - d:],
+                                            strict=True))
+        if tiled:
+            return _backward(x, g, out, k, s, p, code, positive=True)
+        routed = _backward(x, g, out, k, s, p, code)
+        return routed * (x > 0).astype(x.dtype)
+
+    return fused
+
+
+# Primitive name -> its fused relu VJP (``relu_vjp``), for generated code.
+RELU_FUSED: dict[str, Any] = {}
+for _name, _d in (("max_pool", None), ("max_pool2d", 2), ("max_pool2d_pad", 2)):
+    attach_fast(_name, forward=max_forward(_d), vjp=max_vjp(_d))
+    RELU_FUSED[_name] = relu_vjp(_d)
