@@ -14,6 +14,7 @@ from torchlean.bench import harness as H
 from torchlean.core.registry import REGISTRY, fast_kernels
 from torchlean.engine import codegen, transforms
 from torchlean.engine.graph import Graph, GraphBuilder
+from torchlean.ops.fast import pool as fast_pool
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -56,6 +57,9 @@ def test_training_step_bitwise_equal_to_interpreter(workload: str, fast: bool) -
             assert "forward_saving" in repr(plans[0].fn.__globals__.values())
             # The first layer norm's input is data: its cotangent is not computed.
             assert "needed=" in plans[0].source
+        if uses_fast and workload == "W3":  # relu -> max pool's reverse steps fused
+            fused = {id(f) for f in fast_pool.RELU_FUSED.values()}
+            assert any(id(v) in fused for v in plans[0].fn.__globals__.values())
         # forward too
         ref_out = _interpreted(c, lambda: c.forward(*params, *inputs))
         for _ in range(3):

@@ -8,8 +8,9 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
 
 - ``conv``: 2-D convolutions write channels-last GEMM results (returned as (N, C, H, W) views),
   the bias fused into the forward GEMM and the kernel-gradient GEMM (a column of ones), the
-  im2col matrix kept for the kernel gradient, the stride-1 input gradient as shifted GEMMs on a
-  flat padded grid; other dimensions keep (N, C, ...) results and a batch-last col2im;
+  im2col matrix kept for the kernel gradient, the stride-1 input gradient as one batched GEMM
+  per kernel offset added in image-row runs; other dimensions keep (N, C, ...) results and a
+  batch-last col2im;
 - ``pool``: max pooling keeps its input's memory layout (so a channels-last activation stays
   so for the next convolution); its VJP hands the forward's output (the window maxima) to the
   first-maximum routing instead of recomputing them, and skips the second geometry check;
