@@ -878,14 +878,12 @@ def silu(x: Any) -> Any:
     return apply("mul", x, apply("sigmoid", x))
 
 
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def gelu(x: Any) -> Any:
-    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    cube = apply("mul", apply("square", x), x)
-    inner = apply("scale", apply("add", x, apply("scale", cube, c=0.044715)), c=_GELU_C)
-    return apply("scale", apply("mul", x, apply("add_scalar", apply("tanh", inner), c=1.0)), c=0.5)
+def gelu(x: Any, approximate: str = "tanh") -> Any:
+    """GELU, the ``gelu`` primitive: the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3))) by default (the seed's), or ``approximate="none"``, 0.5 x (1 + erf(x /
+    sqrt 2)). One node (it was a composite of nine: the primitive's reference kernel computes
+    the same ops in the same order)."""
+    return apply("gelu", x, approximate=approximate)
 
 
 def global_avg_pool2d(x: Any) -> Any:
