@@ -8,9 +8,11 @@ the value, with inputs converted and checked as the tape checks them (no autodif
 
 There is one function here per registered primitive that takes inputs, generated from the
 registry (nullary primitives such as ``rand_uniform`` need an owner to draw from: use
-``Session.rand_uniform``), plus derived ops built only from primitives (silu, gelu,
+``Session.rand_uniform``), plus derived ops built only from primitives (silu,
 global_avg_pool2d, cross_entropy, nll, mean, the torch-style ``cat``, ``sum_dims``, ...): they
 have no rules of their own, so their derivatives are whatever the primitives' rules compose to.
+(``gelu`` was one of those; it is a primitive now, whose ``approximate="tanh"`` default is the
+old derived op, bit for bit.)
 
 ``Ref`` is the base of every recorded value (session refs, graph variables, ``tl.Tensor``); it
 gives them the Python operators ``+ - * / @ **``, NumPy/PyTorch indexing, and torch-style
@@ -876,14 +878,6 @@ def mean(x: Any) -> Any:
 def silu(x: Any) -> Any:
     """x * sigmoid(x)."""
     return apply("mul", x, apply("sigmoid", x))
-
-
-def gelu(x: Any, approximate: str = "tanh") -> Any:
-    """GELU, the ``gelu`` primitive: the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
-    0.044715 x^3))) by default (the seed's), or ``approximate="none"``, 0.5 x (1 + erf(x /
-    sqrt 2)). One node (it was a composite of nine: the primitive's reference kernel computes
-    the same ops in the same order)."""
-    return apply("gelu", x, approximate=approximate)
 
 
 def global_avg_pool2d(x: Any) -> Any:
