@@ -1,7 +1,8 @@
 """The ``gelu`` primitive: reference and fast kernels against PyTorch (forward, backward, second
 order), the reference equal bit for bit to the composite it replaced, the fast kernel against
 the reference on special values, its residual, generated code, the interval rule (sound, and
-tighter than the composite's), CROWN's interval fallback, and ONNX export / import."""
+tighter than the composite's), CROWN's interval fallback, and ONNX export / import; and the other
+W5 kernel change: linear on a stacked input as one GEMM."""
 
 from __future__ import annotations
 
@@ -279,3 +280,18 @@ def test_fast_dispatch_leaves_other_dtypes_to_the_reference() -> None:
     want = GELU.reference_vjp(ARRAY_OPS, g64, [x32], y, approximate="tanh")[0]
     assert mixed.dtype == want.dtype
     np.testing.assert_array_equal(mixed, want)
+
+
+def test_linear_on_a_stacked_input_is_one_gemm_over_its_rows() -> None:
+    """W5's linears take (B, n, d) inputs: the kernel flattens them into one GEMM (as the VJP
+    does), so each output row is the 2-D linear of its input row, and torch agrees."""
+    rng = np.random.default_rng(13)
+    w, b = rng.standard_normal((7, 5)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    linear = REGISTRY["linear"].forward
+    y = linear(w, b, x)
+    assert y.shape == (3, 4, 7)
+    np.testing.assert_array_equal(y, linear(w, b, x.reshape(12, 5)).reshape(3, 4, 7))
+    np.testing.assert_array_equal(linear(w, b, x[:, :0]), np.zeros((3, 0, 7), np.float32))
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b))
+    np.testing.assert_allclose(y, want.numpy(), rtol=1e-5, atol=1e-6)
