@@ -40,6 +40,8 @@ EXCLUDED: dict[str, str] = {
     "pool_fold": _POOL_ADJOINT,
     "erf": "erf is not a function of the standard (the device path also reinterprets float64 "
            "bits as uint64, which the standard cannot)",
+    "gelu": "its exact form (approximate='none') and that form's derivative use erf, not a "
+            "function of the standard",
     "scatter_add_nat": "scatter-add with repeated indices (ufunc add.at) is not in the standard",
     "gather_vec_nat": "its VJP is scatter_add_nat, a scatter-add (add.at) the standard lacks",
     "gather_rows_nat": "its VJP is scatter_add_nat, a scatter-add (add.at) the standard lacks",

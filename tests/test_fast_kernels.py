@@ -69,7 +69,7 @@ def _agree(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], seed: int
 def test_the_fast_set_is_the_expected_one() -> None:
     # What ops.fast attaches (a kernel removed or added must be a decision, seen here).
     assert FAST == ["conv", "conv2d", "conv_core", "conv_transpose_core", "conv_weight_grad",
-                    "layer_norm", "max_pool", "max_pool2d", "max_pool2d_pad",
+                    "gelu", "layer_norm", "max_pool", "max_pool2d", "max_pool2d_pad",
                     "multi_head_attention"]
     for name in FAST:
         prim = REGISTRY[name]

@@ -54,6 +54,7 @@ BAD: dict[Any, list[Any]] = {
     K.OPTIONAL_BOOL_MASK: [np.ones((2, 2)), "a", [[True], [True, False]], 1],
     K.FLOAT_DTYPE: ["int32", "complex64", "nope", 3],
     K.INDEX_TUPLE: [0, [0], None, "a"],
+    K.GELU_APPROXIMATE: ["erf", "Tanh", None, True, 1, ("tanh",), b"tanh"],
 }
 
 # Limit results to a million entries while fuzzing, so an oversized request is refused cheaply.

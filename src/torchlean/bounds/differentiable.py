@@ -54,6 +54,7 @@ from .. import nn
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.transforms import compile as compile_fn
+from ..ops.elementwise import GELU_C, GELU_K, INV_SQRT2
 from . import ibp as interval_rules
 from .engine import BoundsError, UnsupportedOpError
 
@@ -184,12 +185,29 @@ def _square(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Bo
     return Box(F.square(below), F.max(F.square(lo), F.square(hi)))
 
 
+def _gelu(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
+    """The rules of the composite ``gelu`` computes (``ops.elementwise``), chained."""
+
+    def op(prim: str, args: list[State], **kw: Any) -> Box:
+        return IBP_RULES[prim](args, kw, prim, ctx)
+
+    x = ins[0]
+    if attrs.get("approximate", "tanh") == "tanh":
+        cube = op("mul", [op("square", [x]), x])
+        inner = op("scale", [op("add", [x, op("scale", [cube], c=GELU_K)])], c=GELU_C)
+        factor = op("add_scalar", [op("tanh", [inner])], c=1.0)
+    else:
+        factor = op("add_scalar", [op("erf", [op("scale", [x], c=INV_SQRT2)])], c=1.0)
+    return op("scale", [op("mul", [x, factor])], c=0.5)
+
+
 for _name in _MONOTONE:
     IBP_RULES[_name] = _monotone
 for _name in _LINEAR_IN_X:
     IBP_RULES[_name] = _linear_in_x
 IBP_RULES.update({"matmul": _matmul, "bmm": _matmul, "matmul_nd": _matmul, "sub": _sub,
-                  "mul": _mul, "scale": _scale, "abs": _abs, "square": _square})
+                  "mul": _mul, "scale": _scale, "abs": _abs, "square": _square,
+                  "gelu": _gelu})
 # Each rule here has a sound counterpart in ``ibp`` (the numeric certifier's interval rules).
 assert all(interval_rules.rule_for(n) is not None for n in IBP_RULES), "rule without a twin"
 

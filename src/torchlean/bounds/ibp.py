@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..core.registry import REGISTRY
+from ..ops.elementwise import GELU_C, GELU_K, INV_SQRT2
 from .rounding import (
     ETA32,
     ETA64,
@@ -496,6 +497,81 @@ def _layer_norm(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Int
     glo, ghi = _products(xhat.lo, xhat.hi, g.lo, g.hi)
     lo, hi = down(glo + b.lo), up(ghi + b.hi)
     return Interval(lo, hi, _kernel_rel(lo, hi, ctx, KERNEL32_ULPS + 4 * d))
+
+
+# --- GELU --------------------------------------------------------------------------------------
+# The ``gelu`` kernel computes exactly the ops of the composite it replaced, in its order, so
+# the composite's rules chained (each intermediate widened by its kernel error, as the engine
+# widens nodes with ``kernel``) enclose the float32 kernel's result: that chain is the float32
+# enclosure. The real enclosure is tighter: both GELU forms are unimodal, decreasing on
+# (-inf, x*] and increasing on [x*, inf) with x* near -0.752 (for x < 0 the sign of f' is that
+# of 1 - (1 - s) 2C |x| (1 + 3K x^2), s = sigmoid(2C x (1 + K x^2)), in the tanh form, and of
+# m(|x|) - |x| with m Mills' ratio in the exact form; both are strictly monotone in |x|, so
+# change sign once, and that between -0.8 and -0.7, for the float64 and float32 readings of the
+# constants alike). So over [l, u] the greatest value is at an end, and the least is f(u) on
+# the falling part, f(l) on the rising part, else at least the minimum over [-0.8, -0.7]
+# (``_GELU_MIN``: the chain over 4,096 slices of it). Each f(end) is enclosed by the chain on
+# that point. The rule returns this real enclosure with ``eps`` large enough to cover the
+# float32 chain: with ``kernel`` the bounds are the composite's, without it they are tighter.
+
+_GELU_FALLING_TO = -0.8  # f decreases up to here ...
+_GELU_RISING_FROM = -0.7  # ... and increases from here on
+
+
+def _gelu_chain(x: Interval, approximate: str, ctx: Context, kernel: bool) -> Interval:
+    """The composite's interval rules chained over ``x``; with ``kernel`` each intermediate is
+    widened by its kernel error (what the engine does per node)."""
+
+    def op(name: str, ins: list[Interval], **attrs: Any) -> Interval:
+        iv = RULES[name](ins, attrs, ctx)
+        if kernel and np.any(iv.eps):
+            return Interval(down(iv.lo - iv.eps), up(iv.hi + iv.eps))
+        return Interval(iv.lo, iv.hi)
+
+    if approximate == "tanh":
+        cube = op("mul", [op("square", [x]), x])
+        inner = op("scale", [op("add", [x, op("scale", [cube], c=GELU_K)])], c=GELU_C)
+        factor = op("add_scalar", [op("tanh", [inner])], c=1.0)
+    else:
+        factor = op("add_scalar", [op("erf", [op("scale", [x], c=INV_SQRT2)])], c=1.0)
+    return op("scale", [op("mul", [x, factor])], c=0.5)
+
+
+def _gelu_min(approximate: str) -> float:
+    """A lower bound of f over [-0.8, -0.7] (so of its minimum): the least chain bound over
+    4,096 equal slices (the real chain's bounds do not depend on the context)."""
+    edges = np.linspace(_GELU_FALLING_TO, _GELU_RISING_FROM, 4097)
+    return float(np.min(_gelu_chain(Interval(edges[:-1], edges[1:]), approximate, Context(),
+                                    False).lo))
+
+
+_GELU_MIN = {form: _gelu_min(form) for form in ("tanh", "none")}
+
+
+@bound_rule("gelu")
+def _gelu(ins: list[Interval], attrs: dict[str, Any], ctx: Context) -> Interval:
+    x = ins[0]
+    approximate = attrs.get("approximate", "tanh")
+    lo, hi = np.asarray(x.lo, np.float64), np.asarray(x.hi, np.float64)
+    whole = _gelu_chain(Interval(lo, hi), approximate, ctx, False)
+    floated = _gelu_chain(Interval(lo, hi), approximate, ctx, True)
+
+    def at(p: Array) -> Interval:  # an enclosure of f(p) at each point p
+        return _gelu_chain(Interval(p, p), approximate, ctx, False)
+
+    a, b = _GELU_FALLING_TO, _GELU_RISING_FROM
+    inf = np.inf
+    falling = at(np.minimum(hi, a))  # f's least value on [l, min(u, a)] when l <= a
+    rising = at(np.maximum(lo, b))  # f's least value on [max(l, b), u] when u >= b
+    low = np.minimum(np.minimum(np.where(lo <= a, falling.lo, inf),
+                                np.where(hi >= b, rising.lo, inf)),
+                     np.where((lo <= b) & (hi >= a), _GELU_MIN[approximate], inf))
+    high = np.maximum(at(lo).hi, at(hi).hi)
+    with np.errstate(invalid="ignore"):  # NaN ends keep the chain's bounds
+        out_lo = np.where(np.isnan(low), whole.lo, np.maximum(low, whole.lo))
+        out_hi = np.where(np.isnan(high), whole.hi, np.minimum(high, whole.hi))
+        eps = up(np.maximum(np.maximum(out_lo - floated.lo, floated.hi - out_hi), 0.0))
+    return Interval(out_lo, out_hi, np.where(np.isnan(eps), np.inf, eps))
 
 
 def rule_for(name: str) -> Rule | None:

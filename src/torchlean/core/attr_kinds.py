@@ -190,6 +190,21 @@ def _bool(op: str, name: str, value: Any) -> bool:
 BOOL: Kind = _bool
 
 
+def choice_kind(choices: tuple[str, ...]) -> Kind:
+    """One of the strings ``choices`` (exactly: not a bytes, not another case)."""
+    expected = " or ".join(repr(c) for c in choices)
+
+    def check(op: str, name: str, value: Any) -> str:
+        if type(value) is not str or value not in choices:
+            raise _bad(op, name, expected, value)
+        return value
+
+    return check
+
+
+GELU_APPROXIMATE = choice_kind(("tanh", "none"))  # torch's and ONNX Gelu's names
+
+
 def _nat_indices(op: str, name: str, value: Any) -> Any:
     """An int or an array of ints (any shape), each >= 0: Nat-style indices."""
     v = _as_int(value)

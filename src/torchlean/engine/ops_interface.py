@@ -8,9 +8,11 @@ the value, with inputs converted and checked as the tape checks them (no autodif
 
 There is one function here per registered primitive that takes inputs, generated from the
 registry (nullary primitives such as ``rand_uniform`` need an owner to draw from: use
-``Session.rand_uniform``), plus derived ops built only from primitives (silu, gelu,
+``Session.rand_uniform``), plus derived ops built only from primitives (silu,
 global_avg_pool2d, cross_entropy, nll, mean, the torch-style ``cat``, ``sum_dims``, ...): they
 have no rules of their own, so their derivatives are whatever the primitives' rules compose to.
+(``gelu`` was one of those; it is a primitive now, whose ``approximate="tanh"`` default is the
+old derived op, bit for bit.)
 
 ``Ref`` is the base of every recorded value (session refs, graph variables, ``tl.Tensor``); it
 gives them the Python operators ``+ - * / @ **``, NumPy/PyTorch indexing, and torch-style
@@ -876,16 +878,6 @@ def mean(x: Any) -> Any:
 def silu(x: Any) -> Any:
     """x * sigmoid(x)."""
     return apply("mul", x, apply("sigmoid", x))
-
-
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def gelu(x: Any) -> Any:
-    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    cube = apply("mul", apply("square", x), x)
-    inner = apply("scale", apply("add", x, apply("scale", cube, c=0.044715)), c=_GELU_C)
-    return apply("scale", apply("mul", x, apply("add_scalar", apply("tanh", inner), c=1.0)), c=0.5)
 
 
 def global_avg_pool2d(x: Any) -> Any:

@@ -513,13 +513,10 @@ def gelu(input: Any, approximate: str = "none") -> Any:
     """GELU: exact ``0.5 x (1 + erf(x / sqrt 2))`` (torch's default), or ``approximate='tanh'``.
     """
     x = _float_tensor("gelu", "input", input)
-    if approximate == "tanh":
-        return F.gelu(x)
-    if approximate != "none":
+    if approximate not in ("none", "tanh"):
         raise TorchLeanError(f"gelu: approximate must be 'none' or 'tanh', found "
                              f"{approximate!r}")
-    erf = F.apply("erf", F.apply("scale", x, c=1.0 / math.sqrt(2.0)))
-    return F.apply("scale", F.apply("mul", x, F.apply("add_scalar", erf, c=1.0)), c=0.5)
+    return F.gelu(x, approximate=approximate)
 
 
 def silu(input: Any, inplace: bool = False) -> Any:

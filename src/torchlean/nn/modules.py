@@ -1068,8 +1068,6 @@ class GELU(Module):
     def forward(self, x: Any) -> Any:
         if self.approximate == "tanh":
             return F.gelu(x)
-
-
         return gelu(x, approximate="none")
 
     def extra_repr(self) -> str:

@@ -25,6 +25,7 @@ from ..core.shape import per_axis
 from ..engine.graph import Graph
 from ..engine.transforms import Compiled
 from ..engine.transforms import compile as tl_compile
+from ..ops.elementwise import GELU_C, GELU_K, INV_SQRT2
 from ..ops.general import check_perm
 from ..ops.pool import geometry
 from . import codec
@@ -332,6 +333,24 @@ def _max_weight(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
     return e.node("Mul", [e.node("Add", [greater, not_less]), e.const(0.5)])
 
 
+def _gelu(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+          attrs: dict[str, Any]) -> str:
+    # ONNX has Gelu from opset 20; before, the ops of the reference kernel in its order.
+    approximate = str(attrs.get("approximate", "tanh"))
+    if e.writer.opset >= 20:
+        return e.node("Gelu", ins, approximate=approximate)
+    x = ins[0]
+    if approximate == "tanh":
+        cube = e.node("Mul", [e.node("Mul", [x, x]), x])
+        inner = e.node("Mul", [e.node("Add", [x, e.node("Mul", [cube, e.const(GELU_K)])]),
+                               e.const(GELU_C)])
+        factor = e.node("Add", [e.node("Tanh", [inner]), e.const(1.0)])
+    else:
+        factor = e.node("Add", [e.node("Erf", [e.node("Mul", [x, e.const(INV_SQRT2)])]),
+                                e.const(1.0)])
+    return e.node("Mul", [e.node("Mul", [x, factor]), e.const(0.5)])
+
+
 class _Inexpressible(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -403,6 +422,7 @@ COMPOSED: dict[str, Emitter] = {
     "max_weight": _max_weight,
     "gather_scalar_nat": _gather("scalar"),
     "embedding": _embedding,
+    "gelu": _gelu,
 }
 
 EXPORTED_PRIMITIVES: tuple[str, ...] = tuple(sorted(set(DIRECT) | set(COMPOSED)))

@@ -451,12 +451,9 @@ def _softmax(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> 
 def _gelu(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
     x = ctx.var(xs[0])
     approximate = attrs.get("approximate", "none")
-    if approximate == "tanh":
-        return [F.gelu(x)]
-    if approximate != "none":
+    if approximate not in ("tanh", "none"):
         raise Unsupported(f"approximate={approximate!r}")
-    inner = ctx.ops.erf(ctx.ops.scale(x, c=1.0 / math.sqrt(2.0)))
-    return [ctx.ops.scale(ctx.ops.mul(x, ctx.ops.add_scalar(inner, c=1.0)), c=0.5)]
+    return [ctx.ops.gelu(x, approximate=approximate)]
 
 
 def _matmul(ctx: _Context, a: Var, b: Var) -> Var:

@@ -9,6 +9,7 @@ primitives so they can be differentiated again; the masks (``sign``, ``positive_
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,8 @@ from ..core.registry import (
 )
 from ..core.shape import broadcast_shapes
 from .array_api import astype
-from .samples import away_from_zero, binary_samples, normal, positive, unary_samples
+from .general import _erf as erf_kernel
+from .samples import away_from_zero, binary_samples, dim, normal, positive, unary_samples
 
 
 def _check_real(op: str, name: str, value: Any) -> None:
@@ -430,4 +432,76 @@ elementwise_unary(
     torch_ref=lambda torch, x, eps: torch.log(torch.nn.functional.softplus(x) + eps),
     error_inputs=[ErrorInput(((3,),), {"eps": [1e-6]}, ShapeError,
                              r"eps must be a positive number.*found \[1e-06\]")],
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# GELU, one primitive with an ``approximate`` attribute (torch's and ONNX's names): "tanh"
+# (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the seed's F.gelu) or "none" (exact,
+# 0.5 x (1 + erf(x / sqrt 2))). Until it was a primitive, GELU was recorded as the composite of
+# 8-9 ops below; the reference kernel performs exactly those ops in the same order (so the same
+# bits as the composite), and the interval rule is the composite's rules chained
+# (``bounds.ibp``). One node instead of nine is what makes the eager step cheaper; the fast
+# kernel (``ops.fast.elementwise``) also keeps tanh / erf for the VJP.
+
+GELU_C = math.sqrt(2.0 / math.pi)
+GELU_K = 0.044715
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _gelu_infer(shape: tuple[int, ...], approximate: str = "tanh") -> tuple[int, ...]:
+    K.GELU_APPROXIMATE("gelu", "approximate", approximate)
+    return shape
+
+
+def _gelu(x: Any, approximate: str = "tanh") -> Any:
+    # The composite's ops in its order: square, mul, scale, add, scale, tanh, add_scalar, mul,
+    # scale (tanh form); scale, erf, add_scalar, mul, scale (exact form).
+    if approximate == "tanh":
+        inner = (x + ((x * x) * x) * GELU_K) * GELU_C
+        return (x * (namespace_of(x).tanh(inner) + 1.0)) * 0.5
+    return (x * (erf_kernel(x * INV_SQRT2) + 1.0)) * 0.5
+
+
+def _gelu_derivative(ops: Any, x: Any, y: Any, approximate: str = "tanh") -> Any:
+    if approximate == "tanh":
+        # 0.5 (1 + t) + 0.5 x (1 - t^2) C (1 + 3 K x^2), t = tanh(C (x + K x^3))
+        t = ops.tanh(ops.scale(ops.add(x, ops.scale(ops.mul(ops.square(x), x), c=GELU_K)),
+                               c=GELU_C))
+        sech2 = ops.add_scalar(ops.scale(ops.square(t), c=-1.0), c=1.0)
+        slope = ops.scale(ops.add_scalar(ops.scale(ops.square(x), c=3.0 * GELU_K), c=1.0),
+                          c=GELU_C)
+        return ops.scale(ops.add(ops.add_scalar(t, c=1.0), ops.mul(x, ops.mul(sech2, slope))),
+                         c=0.5)
+    # Phi(x) + x phi(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
+    cdf = ops.scale(ops.add_scalar(ops.erf(ops.scale(x, c=INV_SQRT2)), c=1.0), c=0.5)
+    pdf = ops.scale(ops.exp(ops.scale(ops.square(x), c=-0.5)), c=INV_SQRT_2PI)
+    return ops.add(cdf, ops.mul(x, pdf))
+
+
+def _gelu_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((normal(rng, dim(rng, 1, 5)),), {"approximate": "tanh"}),
+            Sample((2 * normal(rng, dim(rng, 1, 3), dim(rng, 1, 3)),), {"approximate": "none"}),
+            Sample((3 * normal(rng, 2, dim(rng, 1, 3), 2),), {"approximate": "tanh"},
+                   note="tails"),
+            Sample((3 * normal(rng, 2, 3),), {"approximate": "none"}, note="tails")]
+
+
+elementwise_unary(
+    "gelu", _gelu, _gelu_derivative,
+    attrs={"approximate": "tanh"}, attr_kinds={"approximate": K.GELU_APPROXIMATE},
+    infer=_gelu_infer,
+    semantics="GELU: approximate='tanh' (the default) 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 "
+              "x^3))), computed as (x * (tanh((x + ((x * x) * x) * 0.044715) * sqrt(2/pi)) + "
+              "1)) * 0.5; approximate='none' 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.functional."
+              "gelu, ONNX Gelu). Derivative 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + "
+              "3 * 0.044715 x^2) (tanh form), Phi(x) + x phi(x) (exact form).",
+    samples=_gelu_samples,
+    torch_ref=lambda torch, x, approximate="tanh": torch.nn.functional.gelu(
+        x, approximate=approximate),
+    error_inputs=[ErrorInput(((3,),), {"approximate": "erf"}, ShapeError,
+                             "gelu: approximate must be 'tanh' or 'none', found 'erf'"),
+                  ErrorInput(((3,),), {"approximate": True}, ShapeError,
+                             "gelu: approximate must be 'tanh' or 'none', found True")],
 )

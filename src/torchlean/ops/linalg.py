@@ -16,6 +16,7 @@ from ..core.backend import namespace_of
 from ..core.errors import ShapeError
 from ..core.registry import ErrorInput, Primitive, Sample, bilinear, bilinear_jvp, register
 from ..core.shape import Shape, size
+from .array_api import reshape
 from .samples import dim, normal
 
 # ---------------------------------------------------------------------------------------------
@@ -37,7 +38,16 @@ def _linear_infer(w: Shape, b: Shape, x: Shape) -> Shape:
 def _linear(w: Any, b: Any, x: Any) -> Any:
     # The GEMM's result is fresh: adding the bias in place saves one output-sized allocation
     # (and its page faults) per call; the sums are the same float32 additions, bit for bit.
-    y = w @ x if x.ndim == 1 else x @ w.T
+    if x.ndim == 1:
+        y = w @ x
+    elif x.ndim == 2:
+        y = x @ w.T
+    else:
+        # A stacked input as one (rows, in) GEMM, as the VJP already flattens it: NumPy's
+        # matmul runs one GEMM per leading index of a 3-D operand (W5's (8, 32, 64) input:
+        # 184 -> 100 us a call, one thread).
+        lead = tuple(x.shape[:-1])
+        y = reshape(reshape(x, (size(lead), x.shape[-1])) @ w.T, lead + (w.shape[0],))
     if y.ndim == 0 or (b.dtype != y.dtype
                        and y.dtype != namespace_of(y).result_type(y.dtype, b.dtype)):
         return y + b  # a 0-d result is a scalar, and mixed dtypes must promote as before

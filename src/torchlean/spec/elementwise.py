@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import DomainError
+from ..ops.elementwise import GELU_C, GELU_K, INV_SQRT2
 from ._arrays import broadcast_index, broadcast_shape, empty, prepare
 from .defs import define
-from .scalar import constant, exp, is_true, log, log1p, select, sqrt, tanh
+from .scalar import constant, erf, exp, is_true, log, log1p, select, sqrt, tanh
 
 
 def binary(name: str, a: Any, b: Any, f: Callable[[Any, Any], Any]) -> np.ndarray:
@@ -242,3 +243,21 @@ def inverse(x: Any) -> np.ndarray:
 def safe_log(x: Any, eps: float = 1e-6) -> np.ndarray:
     """out[i] = log(softplus(x) + eps), total on all reals (softplus(x) + eps > 0)."""
     return unary("safe_log", x, lambda v: log(_softplus(v) + constant(eps, v)), eps=eps)
+
+
+def _gelu_tanh(v: Any) -> Any:
+    inner = constant(GELU_C, v) * (v + constant(GELU_K, v) * v * v * v)
+    return constant(0.5, v) * v * (1 + tanh(inner))
+
+
+def _gelu_exact(v: Any) -> Any:
+    return constant(0.5, v) * v * (1 + erf(v * constant(INV_SQRT2, v)))
+
+
+@define("gelu", rational=False)
+def gelu(x: Any, approximate: str = "tanh") -> np.ndarray:
+    """out[i] = 0.5 x (1 + tanh(C (x + K x^3))) for approximate='tanh', 0.5 x (1 + erf(x S))
+    for approximate='none', with the float64 constants the kernel uses: C = sqrt(2/pi),
+    K = 0.044715, S = 1/sqrt(2), each rounded to the nearest double."""
+    return unary("gelu", x, _gelu_tanh if approximate == "tanh" else _gelu_exact,
+                 approximate=approximate)
