@@ -178,6 +178,23 @@ def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(e
         assert np.all(ours <= margins + 1e-5)  # the float32 network's rounding
 
 
+def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine():
+    """The backward rules' other paths: a max pool whose input is not a relu (no fused relu
+    step: the relu after it is passed on its own) and a stride-2 convolution (the transposed
+    convolution with output padding) give the engine's CROWN over IBP bounds too."""
+    nn.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, dtype="float64"), nn.MaxPool2d(2),
+                          nn.ReLU(), nn.Conv2d(3, 4, 3, stride=2, padding=1, dtype="float64"),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(4 * 2 * 2, 5, dtype="float64"))
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0, 1, (5, 1, 8, 8))
+    y = rng.integers(0, 5, 5)
+    for eps in (0.02, 0.1):
+        mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+        ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+        np.testing.assert_allclose(_without_true(mine, y), ref, rtol=1e-9, atol=1e-10)
+
+
 def _tiny_cnn(dtype="float64", seed=3):
     nn.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, dtype=dtype), nn.ReLU(),

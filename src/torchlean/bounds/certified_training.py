@@ -223,6 +223,7 @@ class CertifiedTraining:
         # the ref whose value the batch statistics read (the bounds, or the logits at eps 0) in
         # the graph being traced
         self._traced_stat: Any = None
+        self._eager_stat: Any = None  # its value, on the eager tape
 
     def bind(self, model: Any, steps_per_epoch: int, backend: str, dtype: Any,
              device: str = "cpu", check_finite: bool = False) -> None:
@@ -237,16 +238,26 @@ class CertifiedTraining:
         mixed = any(k > 0 for k in self.config.kappa)
         clip = self.config.clip
 
+        eager = backend == "eager"
+
+        def keep(owner: Any, stat: Any) -> None:
+            # The batch statistics read this ref's value: a traced graph's node (read where the
+            # compiled step runs), or on the eager tape its value, read now (no second pass).
+            if eager:
+                self._eager_stat = owner.value(stat)
+            else:
+                self._traced_stat = stat
+
         def natural(owner: Any, x: Any, y: Any) -> Any:
             logits = clean_logits(model, x)
-            self._traced_stat = logits  # its node: the batch statistics read its value
+            keep(owner, logits)
             return F.cross_entropy(logits, y)
 
         def robust(with_crown: bool) -> Any:
             def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
                                             clip=clip)
-                self._traced_stat = lower  # its node: the batch statistics read its value
+                keep(owner, lower)
                 rob = robust_cross_entropy(lower, y)
                 if not mixed:
                     return rob
@@ -295,7 +306,9 @@ class CertifiedTraining:
             with fast_kernels(self._fast):
                 value, pairs, stat = self._run_compiled(stepper, inputs)
         else:
+            self._eager_stat = None
             value, pairs = stepper.value_and_grads(inputs, extra_key=self.model.training)
+            stat, self._eager_stat = self._eager_stat, None
         for p, g in pairs:
             if g is not None:
                 p.accumulate_grad(g)
