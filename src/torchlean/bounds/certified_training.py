@@ -26,6 +26,14 @@ forward pass of the model, before the optimiser's update, as the reference's cle
 does), so the trained model certifies in eval mode with them. The bounds used for training are
 not rounded outward; certify the trained model with the sound certifier (``torchlean certify``).
 
+Speed. Each phase's loss (natural, IBP, CROWN-IBP) is one stepper, traced once per batch shape.
+On the compiled backend (host) a step runs that graph's generated plan (``engine.codegen``) with
+the fast kernels, the node the progress statistics read (the bounds; the logits at eps 0) being
+one more output of the plan; on the eager backend the statistics are read off the tape as the
+loss records them. So no step pays for a second bound pass. Training runs in the model's
+precision (float32): the bounds are a training signal, and certification is the sound
+certifier's job (``torchlean certify``).
+
 (This lives with the bounds, layer 5, rather than in ``training``: it needs the bound rules, and
 imports only go down; ``fit`` knows it only as a generic ``objective``.)
 """

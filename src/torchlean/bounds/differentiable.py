@@ -18,7 +18,12 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
   chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
   The pass goes through linear layers, 2-D convolutions (their adjoint), reshapes, sums, relus
   and 2-D max pooling with tiling windows (the numeric engine's relaxation); in float64 it
-  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests).
+  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests). A relu whose
+  only use is a max pool is relaxed inside the pool's rule, at the pooled size (the pool
+  passes coefficients to one entry per window only), and window spreading and picking are
+  products with a 0/1 matrix: the pass's work on the (B, K, ...) coefficient arrays is then the
+  convolutions' adjoints and a few elementwise products (auto_LiRPA's pass has the same
+  shape).
 
 Nodes that have no backward (CROWN) handler are concretised with their IBP interval where the
 backward pass meets them (still a valid bound, looser).
@@ -35,11 +40,11 @@ already affine (running statistics, traced as constants). Updating the running s
 training step's business (``certified_training``).
 
 NOT SOUND UNDER ROUND-OFF. These bounds are a training signal: they are computed in the working
-precision (float32 in training) with no outward rounding, so they can be a few ulps tighter than
-the exact ones. Certification of the trained model must use the sound certifier
-(``torchlean.bounds.compute_bounds`` / ``torchlean certify``), as ``torchlean train --certified``
-and its documentation do. In float64 they agree with the sound float64 IBP values up to rounding
-(checked by tests/test_certified_training.py).
+precision (float32 in training, with the fast kernels when the training step runs them) with no
+outward rounding, so they can be a few ulps tighter than the exact ones. Certification of the
+trained model must use the sound certifier (``torchlean.bounds.compute_bounds`` / ``torchlean
+certify``), as ``torchlean train --certified`` and its documentation do. In float64 they agree
+with the sound float64 IBP values up to rounding (checked by tests/test_certified_training.py).
 """
 
 from __future__ import annotations
