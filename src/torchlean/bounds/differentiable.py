@@ -49,6 +49,7 @@ with the sound float64 IBP values up to rounding (checked by tests/test_certifie
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +137,8 @@ def _monotone(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> 
 
 
 def _mid_rad(s: Box) -> tuple[Value, Value]:
-    return (s.lo + s.hi) * 0.5, (s.hi - s.lo) * 0.5
+    mid = (s.lo + s.hi) * 0.5
+    return mid, s.hi - mid  # one op fewer than (hi - lo) / 2 (ops cost on the eager tape)
 
 
 def _linear_in_x(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
@@ -146,7 +148,10 @@ def _linear_in_x(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) 
                                  "the data input may be perturbed)")
     mid, rad = _mid_rad(x)
     centre = F.apply(name, w.value, b.value, mid, **attrs)
-    radius = F.apply(name, F.abs(w.value), b.value * 0.0, rad, **attrs)
+    if name == "conv2d" and set(attrs) <= {"stride", "padding"}:
+        radius = F.apply("conv_core", F.abs(w.value), rad, **attrs)  # no bias to zero out
+    else:
+        radius = F.apply(name, F.abs(w.value), b.value * 0.0, rad, **attrs)
     return Box(centre - radius, centre + radius)
 
 
@@ -662,6 +667,15 @@ def input_box(x: Value, eps: Value, clip: tuple[float, float] | None) -> tuple[V
     return lo, hi
 
 
+@functools.lru_cache(maxsize=8)
+def _others(n: int) -> np.ndarray:
+    """``others[y]``: the unit rows ``e_j`` of the classes ``j != y``, in order: (N, (N-1) N)."""
+    eye = np.eye(n)
+    others = np.stack([np.delete(eye, y, axis=0) for y in range(n)]).reshape(n, (n - 1) * n)
+    others.flags.writeable = False  # shared by every call
+    return others
+
+
 def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Value]:
     """The margins' specification without the true class's own (zero) row, as the reference's:
     ``C[b, i] = e_y - e_j`` for the ``N - 1`` classes ``j != y`` in order, (B, N - 1, N); and
@@ -673,10 +687,7 @@ def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Val
     else:
         onehot = F.apply("one_hot", labels, num_classes=n)
     batch = int(tuple(labels.shape)[0])
-    # others[y] = the unit rows e_j of the classes j != y, in order: (N, (N - 1) * N)
-    eye = np.eye(n)
-    others = np.stack([np.delete(eye, y, axis=0) for y in range(n)]).reshape(n, (n - 1) * n)
-    rows = F.reshape(F.matmul(onehot, ctx.const(others)), (batch, n - 1, n))
+    rows = F.reshape(F.matmul(onehot, ctx.const(_others(n))), (batch, n - 1, n))
     return F.reshape(onehot, (batch, 1, n)) - rows, rows
 
 
