@@ -178,6 +178,23 @@ def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(e
         assert np.all(ours <= margins + 1e-5)  # the float32 network's rounding
 
 
+def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine():
+    """The backward rules' other paths: a max pool whose input is not a relu (no fused relu
+    step: the relu after it is passed on its own) and a stride-2 convolution (the transposed
+    convolution with output padding) give the engine's CROWN over IBP bounds too."""
+    nn.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, dtype="float64"), nn.MaxPool2d(2),
+                          nn.ReLU(), nn.Conv2d(3, 4, 3, stride=2, padding=1, dtype="float64"),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(4 * 2 * 2, 5, dtype="float64"))
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0, 1, (5, 1, 8, 8))
+    y = rng.integers(0, 5, 5)
+    for eps in (0.02, 0.1):
+        mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+        ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+        np.testing.assert_allclose(_without_true(mine, y), ref, rtol=1e-9, atol=1e-10)
+
+
 def _tiny_cnn(dtype="float64", seed=3):
     nn.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, dtype=dtype), nn.ReLU(),
@@ -536,3 +553,32 @@ def test_model_configs_with_batch_norm():
     assert sum(isinstance(m, nn.BatchNorm2d) for m in cnn) == 2
     with pytest.raises(TorchLeanError, match="batch_norm"):
         models.build({**config, "batch_norm": "yes"})
+
+
+@pytest.mark.parametrize("step", [0, 1])  # eps 0 (the natural loss), mid-ramp (CROWN-IBP)
+def test_compiled_steps_run_the_generated_plan_and_equal_the_interpreted_one(step):
+    """From its second call on, a phase's compiled step runs the graph's generated plan with the
+    statistics node as an extra output: the same loss, statistics and gradients, bit for bit,
+    as the first (interpreted) call on the same weights and batch."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 1, (6, 1, 4, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    model = _tiny_cnn("float32")
+    hook = CertifiedTraining(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1, ramp_epochs=2))
+    hook.bind(model, steps_per_epoch=1, backend="compiled", dtype=np.float32)
+    at = 2 if step else 0
+    s = hook.schedule
+    assert hook._phase(s.eps(at), s.beta(at)) == ("crown-ibp" if step else "natural")
+    runs = []
+    for _ in range(3):
+        for p in model.parameters():
+            p.grad = None
+        hook.step_count = at
+        loss = hook.step(x, y)
+        runs.append((loss, hook.epoch_stats(), [p.grad.numpy().copy() for p in model.parameters()]))
+    plans = list(hook._plans.values())
+    assert len(plans) == 1 and plans[0] is not None and hasattr(plans[0], "run")
+    for loss, stats, grads in runs[1:]:
+        assert loss == runs[0][0] and stats == runs[0][1]
+        for a, b in zip(grads, runs[0][2], strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -26,6 +26,14 @@ forward pass of the model, before the optimiser's update, as the reference's cle
 does), so the trained model certifies in eval mode with them. The bounds used for training are
 not rounded outward; certify the trained model with the sound certifier (``torchlean certify``).
 
+Speed. Each phase's loss (natural, IBP, CROWN-IBP) is one stepper, traced once per batch shape.
+On the compiled backend (host) a step runs that graph's generated plan (``engine.codegen``) with
+the fast kernels, the node the progress statistics read (the bounds; the logits at eps 0) being
+one more output of the plan; on the eager backend the statistics are read off the tape as the
+loss records them. So no step pays for a second bound pass. Training runs in the model's
+precision (float32): the bounds are a training signal, and certification is the sound
+certifier's job (``torchlean certify``).
+
 (This lives with the bounds, layer 5, rather than in ``training``: it needs the bound rules, and
 imports only go down; ``fit`` knows it only as a generic ``objective``.)
 """
@@ -40,6 +48,8 @@ import numpy as np
 
 from ..core.backend import namespace_of, to_host
 from ..core.errors import TorchLeanError
+from ..core.registry import fast_kernels
+from ..engine import codegen
 from ..engine import ops_interface as F
 from ..engine.session import Options
 from ..engine.tensor import no_grad
@@ -218,7 +228,10 @@ class CertifiedTraining:
         self._bound = False
         self._last: dict[str, float] = {}
         self._epoch = np.zeros(3)  # robust loss sum, verified errors, examples
-        self._traced_lower: Any = None  # the bounds' ref in the graph being traced
+        # the ref whose value the batch statistics read (the bounds, or the logits at eps 0) in
+        # the graph being traced
+        self._traced_stat: Any = None
+        self._eager_stat: Any = None  # its value, on the eager tape
 
     def bind(self, model: Any, steps_per_epoch: int, backend: str, dtype: Any,
              device: str = "cpu", check_finite: bool = False) -> None:
@@ -233,14 +246,26 @@ class CertifiedTraining:
         mixed = any(k > 0 for k in self.config.kappa)
         clip = self.config.clip
 
+        eager = backend == "eager"
+
+        def keep(owner: Any, stat: Any) -> None:
+            # The batch statistics read this ref's value: a traced graph's node (read where the
+            # compiled step runs), or on the eager tape its value, read now (no second pass).
+            if eager:
+                self._eager_stat = owner.value(stat)
+            else:
+                self._traced_stat = stat
+
         def natural(owner: Any, x: Any, y: Any) -> Any:
-            return F.cross_entropy(clean_logits(model, x), y)
+            logits = clean_logits(model, x)
+            keep(owner, logits)
+            return F.cross_entropy(logits, y)
 
         def robust(with_crown: bool) -> Any:
             def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
                                             clip=clip)
-                self._traced_lower = lower  # its node: the batch statistics read its value
+                keep(owner, lower)
                 rob = robust_cross_entropy(lower, y)
                 if not mixed:
                     return rob
@@ -254,10 +279,14 @@ class CertifiedTraining:
             self._steppers["crown-ibp"] = Stepper(robust(True), opts)
         self.dtype = np.dtype(dtype)
         # Compiled on the host: run the graph here, so the bounds the loss was computed from
-        # give the batch statistics too (no second bound pass). Otherwise: the stepper, and
-        # the statistics from the rules run again on arrays.
+        # (the logits at eps 0) give the batch statistics too (no second pass). Otherwise: the
+        # stepper, and the statistics from the rules run again on arrays.
         self._direct = backend == "compiled" and device == "cpu" and not check_finite
-        self._lower_ids: dict[int, int] = {}
+        self._fast = opts.fast_kernels
+        # per compiled graph (by id): the statistics node, and its generated plan (None: it
+        # could not be emitted, the graph is interpreted)
+        self._stat_ids: dict[int, int] = {}
+        self._plans: dict[int, Any] = {}
         self._norms = has_batch_norm(model)
         self._bound = True
 
@@ -280,53 +309,75 @@ class CertifiedTraining:
         inputs = [x, y_float] if phase == "natural" else [
             x, y_float, *(np.asarray(v, dtype=self.dtype) for v in (eps, kappa, beta))]
         stepper = self._steppers[phase]
-        lower = None
+        stat = None
         if self._direct:
-            value, pairs, lower = self._run_compiled(stepper, inputs, phase)
+            with fast_kernels(self._fast):
+                value, pairs, stat = self._run_compiled(stepper, inputs)
         else:
+            self._eager_stat = None
             value, pairs = stepper.value_and_grads(inputs, extra_key=self.model.training)
+            stat, self._eager_stat = self._eager_stat, None
         for p, g in pairs:
             if g is not None:
                 p.accumulate_grad(g)
         if math.isfinite(self.config.grad_clip):
             clip_grad_norm(self.params, self.config.grad_clip)
-        self._batch_stats(np.asarray(x), labels, eps, beta, lower)
+        self._batch_stats(np.asarray(x), labels, eps, beta, stat)
         if self._norms and self.model.training:
             with no_grad():  # the layers update their running statistics from the clean batch
                 self.model(np.asarray(x, dtype=self.dtype))
         self.step_count += 1
         return float(to_host(value))
 
-    def _run_compiled(self, stepper: Stepper, inputs: list[Any], phase: str
+    def _run_compiled(self, stepper: Stepper, inputs: list[Any]
                       ) -> tuple[Any, list[tuple[Any, Any]], Any]:
-        """The loss, parameter gradients and (robust phases) the margins' lower bounds, from
-        one run of the phase's compiled graph on the host (the stepper's graph, traced once per
-        input shape; its nodes are read where it records them)."""
+        """The loss, parameter gradients and the statistics node's value (the margins' lower
+        bounds; the logits at eps 0), from one run of the phase's compiled graph on the host
+        (the stepper's graph, traced once per input shape): its generated plan (``codegen``,
+        with that node as an extra output) from the second call on, the interpreter before and
+        wherever no plan could be emitted. Runs in the caller's kernel set."""
         xs = [np.asarray(v, dtype=self.dtype) for v in inputs]
         c = stepper.compiled_for(xs, self.model.training)
-        if id(c) not in self._lower_ids and self._traced_lower is not None:
-            self._lower_ids[id(c)] = self._traced_lower.id
-            self._traced_lower = None
+        key = id(c)
+        if key not in self._stat_ids:
+            assert self._traced_stat is not None, "the loss was traced without its statistics"
+            self._stat_ids[key] = self._traced_stat.id
+            self._traced_stat = None
+        stat_id = self._stat_ids[key]
         g = c.graph
-        values = g.evaluate(g.check_inputs("certified training step",
-                                           xs + [p.array for p in g.params]), np)
-        grads = g.backprop(values, g.output, np.ones((), dtype=self.dtype))
+        arrays = g.check_inputs("certified training step", xs + [p.array for p in g.params])
+        got = None
+        if key in self._plans:
+            plan = self._plans[key]
+            if plan is _UNSEEN:  # second call: emit (a one-off shape never pays for it)
+                plan = self._plans[key] = codegen.emit_value_and_backward(g, arrays, (stat_id,))
+            got = None if plan is None else plan.run(arrays)
+        else:
+            self._plans[key] = _UNSEEN
+        if got is not None:
+            value, stat, grads = got[0], got[1], got[2:]
+        else:
+            values = g.evaluate(arrays, np)
+            grads = _grads_or_none(g.backprop(values, g.output, np.ones((), dtype=self.dtype)),
+                                   g.inputs)
+            value, stat = values[g.output], values[stat_id]
         first = len(xs)
-        pairs = [(p, grads[g.inputs[first + k]] if p.requires_grad else None)
+        pairs = [(p, grads[first + k] if p.requires_grad else None)
                  for k, p in enumerate(g.params)]
-        lower_id = self._lower_ids.get(id(c)) if phase != "natural" else None
-        return values[g.output], pairs, None if lower_id is None else values[lower_id]
+        return value, pairs, stat
 
     def _batch_stats(self, x: Any, labels: Any, eps: float, beta: float,
-                     lower: Any = None) -> None:
+                     stat: Any = None) -> None:
         """Robust loss and verified error of the batch from the bounds the loss used (before
-        this step's update); at eps 0, or off the host graph, from the same bound rules run
-        on arrays."""
-        if lower is None and eps == 0.0:
-            # a point: the bounds are the margins themselves, from one forward pass (the
-            # natural phase's loss graph does not hold them; a bound pass would cost more)
-            logits = np.asarray(to_host(clean_logits(self.model, x.astype(self.dtype))),
-                                dtype=np.float64)
+        this step's update; ``stat``: those bounds, or at eps 0 the logits), else from the
+        same bound rules run on arrays (at eps 0 a forward pass)."""
+        lower = stat
+        if eps == 0.0:
+            # a point: the bounds are the margins themselves (from the logits of the loss's
+            # graph, or of one forward pass; a bound pass would cost more)
+            if stat is None:
+                stat = clean_logits(self.model, x.astype(self.dtype))
+            logits = np.asarray(to_host(stat), dtype=np.float64)
             lower = logits[np.arange(len(labels)), labels][:, None] - logits
         elif lower is None:
             crown = self._phase(eps, beta) == "crown-ibp"
@@ -361,3 +412,11 @@ class CertifiedTraining:
             return {}
         return {"robust_loss": float(total / seen), "verified_error": float(wrong / seen),
                 "eps": float(self._last.get("eps", 0.0))}
+
+
+_UNSEEN = object()  # a compiled graph run once (interpreted): its plan is emitted on the next
+
+
+def _grads_or_none(grads: list[Any], ids: list[int]) -> list[Any]:
+    """The cotangents of nodes ``ids`` (``None`` where none arrived)."""
+    return [grads[i] for i in ids]

@@ -18,7 +18,12 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
   chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
   The pass goes through linear layers, 2-D convolutions (their adjoint), reshapes, sums, relus
   and 2-D max pooling with tiling windows (the numeric engine's relaxation); in float64 it
-  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests).
+  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests). A relu whose
+  only use is a max pool is relaxed inside the pool's rule, at the pooled size (the pool
+  passes coefficients to one entry per window only), and window spreading and picking are
+  products with a 0/1 matrix: the pass's work on the (B, K, ...) coefficient arrays is then the
+  convolutions' adjoints and a few elementwise products (auto_LiRPA's pass has the same
+  shape).
 
 Nodes that have no backward (CROWN) handler are concretised with their IBP interval where the
 backward pass meets them (still a valid bound, looser).
@@ -35,15 +40,16 @@ already affine (running statistics, traced as constants). Updating the running s
 training step's business (``certified_training``).
 
 NOT SOUND UNDER ROUND-OFF. These bounds are a training signal: they are computed in the working
-precision (float32 in training) with no outward rounding, so they can be a few ulps tighter than
-the exact ones. Certification of the trained model must use the sound certifier
-(``torchlean.bounds.compute_bounds`` / ``torchlean certify``), as ``torchlean train --certified``
-and its documentation do. In float64 they agree with the sound float64 IBP values up to rounding
-(checked by tests/test_certified_training.py).
+precision (float32 in training, with the fast kernels when the training step runs them) with no
+outward rounding, so they can be a few ulps tighter than the exact ones. Certification of the
+trained model must use the sound certifier (``torchlean.bounds.compute_bounds`` / ``torchlean
+certify``), as ``torchlean train --certified`` and its documentation do. In float64 they agree
+with the sound float64 IBP values up to rounding (checked by tests/test_certified_training.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +99,9 @@ class _Ctx:
         # the node's id (what the backward rules are given)
         self.clean: dict[int, Value] = {}
         self.affine: dict[int, tuple[Value, Value]] = {}
+        # the backward pass's graph and how many nodes use each node (``spec_lower_bounds``)
+        self.graph: Any = None
+        self.consumers: list[int] = []
 
     def const(self, array: Any) -> Value:
         arr = np.asarray(array, dtype=self.dtype)
@@ -129,7 +138,8 @@ def _monotone(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> 
 
 
 def _mid_rad(s: Box) -> tuple[Value, Value]:
-    return (s.lo + s.hi) * 0.5, (s.hi - s.lo) * 0.5
+    mid = (s.lo + s.hi) * 0.5
+    return mid, s.hi - mid  # one op fewer than (hi - lo) / 2 (ops cost on the eager tape)
 
 
 def _linear_in_x(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
@@ -139,7 +149,10 @@ def _linear_in_x(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) 
                                  "the data input may be perturbed)")
     mid, rad = _mid_rad(x)
     centre = F.apply(name, w.value, b.value, mid, **attrs)
-    radius = F.apply(name, F.abs(w.value), b.value * 0.0, rad, **attrs)
+    if name == "conv2d" and set(attrs) <= {"stride", "padding"}:
+        radius = F.apply("conv_core", F.abs(w.value), rad, **attrs)  # no bias to zero out
+    else:
+        radius = F.apply(name, F.abs(w.value), b.value * 0.0, rad, **attrs)
     return Box(centre - radius, centre + radius)
 
 
@@ -447,18 +460,29 @@ def _bw_relu(a: Value, node: Any, states: list[State | None], batch: int, k: int
     (x_id,) = node.parents
     s = states[x_id]
     assert isinstance(s, Box)
-    lo, hi = _batched(s.lo, batch), _batched(s.hi, batch)
+    slope, intercept, lower = _relu_slopes(_batched(s.lo, batch), _batched(s.hi, batch), ctx)
+    coeff, bias = _relu_relaxed(a, slope, intercept, lower, batch, k)
+    return [(x_id, coeff)], bias
+
+
+def _relu_slopes(lo: Value, hi: Value, ctx: _Ctx) -> tuple[Value, Value, Value]:
+    """CROWN's relaxation of a relu over ``[lo, hi]``, per neuron: the upper line's slope and
+    intercept (the chord ``u (x - l) / (u - l)`` on unstable neurons, ``x`` when active, 0 when
+    inactive), and the lower line's slope (adaptive: 1 where ``u > -l``, else 0)."""
     u = F.relu(hi)
     neg_l = F.relu(-lo)  # -min(l, 0)
-    # Upper relaxation: the chord u (x - l) / (u - l) on unstable neurons, x when active, 0
-    # when inactive (u = 0). The floor on the denominator only matters where u = 0.
+    # the floor on the denominator only matters where u = 0
     slope = u / F.max(u + neg_l, ctx.const(1e-30))
-    intercept = slope * neg_l
-    lower = F.positive_mask(hi + lo)  # CROWN's adaptive lower slope: 1 where u > -l
-    # a+ lower + a- slope, and a- . intercept, written with as few arrays of a's size as can be
+    return slope, slope * neg_l, F.positive_mask(hi + lo)
+
+
+def _relu_relaxed(a: Value, slope: Value, intercept: Value, lower: Value, batch: int,
+                  k: int) -> tuple[Value, Value]:
+    """Coefficients ``a`` (B, K, *s) of a relu's output moved to its input: ``a+ lower + a-
+    slope``, and the bias ``a- . intercept`` (B, K); the relaxation's arrays are (B, 1, *s).
+    Written with as few arrays of ``a``'s size as can be (``a- = a - a+``)."""
     pos = F.relu(a)
-    coeff = a * slope + pos * (lower - slope)
-    return [(x_id, coeff)], _dot(a, intercept, batch, k) - _dot(pos, intercept, batch, k)
+    return a * slope + pos * (lower - slope), _dot(a - pos, intercept, batch, k)
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -484,12 +508,24 @@ def _bw_conv(a: Value, node: Any, states: list[State | None], batch: int, k: int
     flat = F.reshape(a, (batch * k, c_out, h_out, w_out))
     back = F.apply("conv_transpose_core", w.value, flat, stride=s, padding=pad,
                    output_padding=extra)
-    per_channel = F.reduce_sum(F.reshape(a, (batch * k, c_out, h_out * w_out)), axis=2)
-    bias = F.reshape(F.matmul(per_channel, F.reshape(b.value, (c_out, 1))), (batch, k))
+    # sum(a * b): each channel's coefficients summed (a matrix-vector product), then . b
+    per_channel = F.matmul(F.reshape(a, (batch * k * c_out, h_out * w_out)),
+                           ctx.const(np.ones((h_out * w_out, 1))))
+    bias = F.reshape(F.matmul(F.reshape(per_channel, (batch * k, c_out)),
+                              F.reshape(b.value, (c_out, 1))), (batch, k))
     return [(x_id, F.reshape(back, (batch, k, *x_shape)))], bias
 
 
 _NOT_SELECTED = 1e30  # pushes a window's selected entry below every other upper bound
+
+
+def _upsample(ho: int, wo: int, kernel: tuple[int, int]) -> np.ndarray:
+    """The 0/1 matrix (Ho * Wo, H * W) that copies each window's value to its cells (tiling
+    windows). Spreading and picking per window are matrix products with it: NumPy runs those
+    far faster than products and sums over the tiny strided window axes."""
+    kh, kw = kernel
+    rows = np.arange(ho * kh)[:, None] // kh * wo + np.arange(wo * kw)[None, :] // kw
+    return (rows.reshape(1, -1) == np.arange(ho * wo)[:, None]).astype(np.float64)
 
 
 def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k: int,
@@ -498,7 +534,12 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     auto_LiRPA's at its initial slopes): ``max >= x_j``, ``j`` the window's entry of greatest
     lower bound (first in row-major order); ``max <= x_j`` where ``j`` dominates the window
     (its lower bound >= every other entry's upper bound), else ``max <= the window's top upper
-    bound``. The choice of ``j`` and the dominance are piecewise constant: no gradient."""
+    bound``. The choice of ``j`` and the dominance are piecewise constant: no gradient.
+
+    The coefficients land on the chosen entries only, so when the pooled node is a relu used by
+    nothing else, the relu's relaxation is applied here, at the pooled size, to the chosen
+    entries (its slopes picked there), and the coefficients go straight to the relu's input:
+    the same bound with a quarter of the work on coefficient arrays."""
     (x_id,) = node.parents
     x = states[x_id]
     if not isinstance(x, Box):
@@ -516,6 +557,13 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     lo, hi = F.detach(x.lo), F.detach(x.hi)
     ones = ctx.const(np.ones((batch, c, ho, wo)))
     chosen = F.apply("max_pool_backward", lo, ones, **geom)  # one-hot of j per window
+    spread_matrix = _upsample(ho, wo, kernel)
+    up, down = ctx.const(spread_matrix), ctx.const(np.ascontiguousarray(spread_matrix.T))
+
+    def pick(v: Value) -> Value:  # (B, C, H, W) -> its chosen entries, (B, 1, C, Ho, Wo)
+        flat = F.reshape(v * chosen, (batch * c, h * w))
+        return F.reshape(F.matmul(flat, down), (batch, 1, c, ho, wo))
+
     pool = {"kernel_size": kernel, "stride": kernel}
     best_lo = F.apply("max_pool2d", lo, **pool)
     others_hi = F.apply("max_pool2d", hi - chosen * _NOT_SELECTED, **pool)
@@ -525,12 +573,22 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     dom = _batched(dominated, batch)
     coeff = a * dom + pos * (1.0 - dom)  # a+ + a- dom
     loose = _batched(top * (1.0 - dominated), batch)  # a- . top where not dominated
-    bias = _dot(a, loose, batch, k) - _dot(pos, loose, batch, k)
-    # each window's coefficient goes to its chosen entry: (B,K,C,Ho,1,Wo,1) * (B,1,C,Ho,kh,Wo,kw)
-    spread = (F.reshape(coeff, (batch, k, c, ho, 1, wo, 1))
-              * F.reshape(chosen, (batch, 1, c, ho, kernel[0], wo, kernel[1])))
-    spread = F.reshape(spread, (batch, k, c, h, w))
-    return [(x_id, spread)], bias
+    bias = _dot(a - pos, loose, batch, k)
+    target = x_id
+    relu = ctx.graph.nodes[x_id]
+    if (relu.kind == "op" and relu.op is not None and relu.op.name == "relu"
+            and ctx.consumers[x_id] == 1 and isinstance(states[relu.parents[0]], Box)):
+        pre = states[relu.parents[0]]
+        assert isinstance(pre, Box)
+        slope, intercept, lower = _relu_slopes(pre.lo, pre.hi, ctx)
+        coeff, relu_bias = _relu_relaxed(coeff, pick(slope), pick(intercept), pick(lower),
+                                         batch, k)
+        bias = bias + relu_bias
+        target = relu.parents[0]
+    # each window's coefficient to its chosen entry: upsampled by a product, times the one-hot
+    spread = F.matmul(F.reshape(coeff, (batch * k * c, ho * wo)), up)
+    spread = F.reshape(spread, (batch, k, c, h, w)) * _batched(chosen, batch)
+    return [(target, spread)], bias
 
 
 def _bw_batch_norm(a: Value, node: Any, states: list[State | None], batch: int, k: int,
@@ -583,6 +641,13 @@ def spec_lower_bounds(graph: Any, states: list[State | None], spec: Value, crown
     out_id = graph.output
     shape = tuple(spec.shape)
     batch, k = int(shape[0]), int(shape[1])
+    ctx.graph = graph
+    ctx.consumers = [0] * len(graph.nodes)
+    for n in graph.nodes:
+        for p in n.parents:
+            ctx.consumers[p] += 1
+    for o in graph.outputs:
+        ctx.consumers[o] += 1
     pending: dict[int, Value] = {out_id: spec}
     total: Value = None
     for i in range(out_id, -1, -1):
@@ -620,6 +685,15 @@ def input_box(x: Value, eps: Value, clip: tuple[float, float] | None) -> tuple[V
     return lo, hi
 
 
+@functools.lru_cache(maxsize=8)
+def _others(n: int) -> np.ndarray:
+    """``others[y]``: the unit rows ``e_j`` of the classes ``j != y``, in order: (N, (N-1) N)."""
+    eye = np.eye(n)
+    others = np.stack([np.delete(eye, y, axis=0) for y in range(n)]).reshape(n, (n - 1) * n)
+    others.flags.writeable = False  # shared by every call
+    return others
+
+
 def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Value]:
     """The margins' specification without the true class's own (zero) row, as the reference's:
     ``C[b, i] = e_y - e_j`` for the ``N - 1`` classes ``j != y`` in order, (B, N - 1, N); and
@@ -631,10 +705,7 @@ def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Val
     else:
         onehot = F.apply("one_hot", labels, num_classes=n)
     batch = int(tuple(labels.shape)[0])
-    # others[y] = the unit rows e_j of the classes j != y, in order: (N, (N - 1) * N)
-    eye = np.eye(n)
-    others = np.stack([np.delete(eye, y, axis=0) for y in range(n)]).reshape(n, (n - 1) * n)
-    rows = F.reshape(F.matmul(onehot, ctx.const(others)), (batch, n - 1, n))
+    rows = F.reshape(F.matmul(onehot, ctx.const(_others(n))), (batch, n - 1, n))
     return F.reshape(onehot, (batch, 1, n)) - rows, rows
 
 

@@ -620,9 +620,12 @@ def _zeros_where_none(tracer: _Tracer, found: Sequence[Any], values: Sequence[An
             for i in ids]
 
 
-def emit_value_and_backward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
+def emit_value_and_backward(graph: Any, arrays: Sequence[Any], also: Sequence[int] = ()
+                            ) -> Plan | None:
     """A plan returning ``(loss, grad of input 0, ...)`` for a scalar graph, traced on
-    ``arrays`` (checked inputs, parameters last); ``None`` where the interpreter must stay."""
+    ``arrays`` (checked inputs, parameters last); ``None`` where the interpreter must stay.
+    ``also``: node ids whose forward values are returned too, after the loss (``(loss, *also,
+    grads...)``; certified training reads its bounds node there)."""
     try:
         tracer = _Tracer()
         values, saved = _trace_forward(tracer, graph, arrays)
@@ -631,7 +634,8 @@ def emit_value_and_backward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
         grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
                             graph.nodes[out].requires_grad,
                             _TraceOps(tracer, graph.array_ops()))
-        outputs = [values[out], *_zeros_where_none(tracer, grads, values, graph.inputs)]
+        outputs = [values[out], *(values[i] for i in also),
+                   *_zeros_where_none(tracer, grads, values, graph.inputs)]
         if KERNELS.fast:
             _fuse_relu_pooling(tracer, outputs)
         return _generate(tracer, outputs)
