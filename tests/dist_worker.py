@@ -140,9 +140,9 @@ def resume(outdir: str, ckpt: str) -> None:
         opt = make_optimizer("sgd", model)
         checkpoint.load(ckpt, {"model": model, "optim": opt})
         train_data, _ = make_data("float64")
-        # The second epoch of a run seeded SEED shuffles with SEED + 2 = (SEED + 1) + 1.
-        fit(model, F.cross_entropy, opt, train_data, 1, BATCH, seed=SEED + 1, progress=False,
-            distributed=distributed, check_every=5)
+        # The run seeded SEED, resumed at its second epoch (that epoch's batch order).
+        fit(model, F.cross_entropy, opt, train_data, 1, BATCH, seed=SEED, first_epoch=2,
+            progress=False, distributed=distributed, check_every=5)
         return arrays(model)
 
     got = resumed(True)

@@ -71,6 +71,54 @@ def test_fit_rejects_bad_arguments() -> None:
         tl.train.fit(model, F.cross_entropy, opt, _blobs(), epochs=1, backend="jit")
 
 
+class _OrderRecorder:
+    """A training objective that only records the inputs of each batch (no gradients)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def bind(self, *args: object) -> None:
+        pass
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.seen += [int(v) for v in np.asarray(x)[:, 0]]
+        return 0.0
+
+    def postfix(self) -> dict[str, str]:
+        return {}
+
+    def epoch_stats(self) -> dict[str, float]:
+        return {}
+
+
+def _orders(seed: int, epochs: int = 3, n: int = 40, first_epoch: int = 1) -> list[list[int]]:
+    """The example order of each epoch ``fit`` trains with (example i has input i)."""
+    data = tl.Dataset(np.arange(n, dtype=np.float32)[:, None], np.zeros(n, dtype=np.int64))
+    model = tl.nn.Sequential(tl.nn.Linear(1, 2))
+    recorder = _OrderRecorder()
+    tl.train.fit(model, F.cross_entropy, tl.optim.SGD(model.parameters(), lr=0.1), data,
+                 epochs=epochs, batch_size=7, seed=seed, progress=False, objective=recorder,
+                 first_epoch=first_epoch)
+    return [recorder.seen[k * n:(k + 1) * n] for k in range(epochs)]
+
+
+def test_batch_orders_come_from_one_generator_per_run() -> None:
+    run = _orders(5)
+    assert all(sorted(order) == list(range(40)) for order in run)  # each epoch a permutation
+    assert len({tuple(order) for order in run}) == 3  # reshuffled every epoch
+    assert _orders(5) == run  # the seed fixes every batch
+    other = _orders(6)
+    assert other[0] != run[0]
+    # Seeds are independent runs: epoch e + 1 of seed s is not epoch e of seed s + 1 (as it was
+    # when epoch e shuffled with seed s + e), nor any other epoch of it.
+    assert not {tuple(order) for order in run} & {tuple(order) for order in other}
+    # Resuming at epoch 3 sees the third epoch's order of the uninterrupted run.
+    assert _orders(5, epochs=1, first_epoch=3) == run[2:]
+    for bad in ({"seed": -1}, {"first_epoch": 0}):
+        with pytest.raises(tl.TorchLeanError, match=next(iter(bad))):
+            _orders(**{"seed": 0, **bad})
+
+
 def test_save_load_resume_is_bitwise(tmp_path: Path) -> None:
     train = _blobs(n=64)
 

@@ -19,6 +19,12 @@ linearly from ``kappa[0]`` to ``kappa[1]`` over the ramp (default 0 throughout: 
 pure robust loss). Gradients are clipped to a global norm of ``grad_clip`` (10, as the
 reference).
 
+Shi et al. 2021 ("Fast certified robust training with short warmup"), both off by default:
+``init="ibp"`` draws the weights so that an interval's width keeps its size through a layer
+(``ibp_init``), and ``reg > 0`` adds their warm-up regularisers on the ramp
+(``warmup_regularisers``: interval tightness and relu balance of the IBP pre-activation boxes),
+weighted ``reg * (1 - eps_t / eps)`` as theirs, so they fade out as eps reaches the target.
+
 Batch normalisation is handled as auto_LiRPA's certified training handles it: the bounds use
 the clean batch's statistics (``bounds.differentiable``), the natural loss the batch's own
 statistics, and each step updates the layers' running statistics from the clean batch (one
@@ -55,8 +61,10 @@ from ..engine.session import Options
 from ..engine.tensor import no_grad
 from ..training.stepper import Stepper
 from .differentiable import (
+    Box,
     clean_logits,
     has_batch_norm,
+    input_box,
     margin_lower_bounds,
     robust_cross_entropy,
 )
@@ -90,6 +98,8 @@ class CertifiedConfig:
     power: float = 4.0
     init: str = "default"
     seed: int = 0
+    reg: float = 0.0
+    reg_tol: float = 0.5
 
     def __post_init__(self) -> None:
         where = "certified training"
@@ -122,6 +132,12 @@ class CertifiedConfig:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise CertifiedTrainingError(f"{where}: seed must be an integer >= 0, found "
                                          f"{self.seed!r}")
+        if not _number(self.reg) or not 0 <= self.reg < math.inf:
+            raise CertifiedTrainingError(f"{where}: reg must be a finite number >= 0, found "
+                                         f"{self.reg!r}")
+        if not _number(self.reg_tol) or not 0 < self.reg_tol <= 1:
+            raise CertifiedTrainingError(f"{where}: reg_tol must lie in (0, 1], found "
+                                         f"{self.reg_tol!r}")
         if self.init not in INITS:
             raise CertifiedTrainingError(f"{where}: init must be one of {', '.join(INITS)}, "
                                          f"found {self.init!r}")
@@ -180,6 +196,13 @@ class Schedule:
         """CROWN-IBP's weight of the CROWN bound: ``1 - eps_t / eps``."""
         return max(0.0, 1.0 - self.eps(step) / self.config.eps)
 
+    def reg_weight(self, step: int) -> float:
+        """The warm-up regularisers' weight: ``reg * (1 - eps_t / eps)`` on the ramp (Shi et
+        al. 2021), 0 at eps 0 (no boxes to regularise) and from the target on."""
+        if self.config.reg == 0.0 or self.eps(step) == 0.0:
+            return 0.0
+        return self.config.reg * self.beta(step)
+
 
 def ibp_init(model: Any, seed: int) -> None:
     """Shi et al. 2021's initialisation for IBP training: every weight matrix or kernel but the
@@ -191,6 +214,42 @@ def ibp_init(model: Any, seed: int) -> None:
         fan_in = int(np.prod(p.shape[1:]))
         std = math.sqrt(2.0 * math.pi) / fan_in
         p.assign(rng.normal(0.0, std, p.shape).astype(p.value.dtype))
+
+
+def warmup_regularisers(relu_inputs: list[Box], lo: Any, hi: Any, tol: float) -> Any:
+    """Shi et al. 2021's warm-up regularisers (their ``relu`` and ``tightness`` terms, averaged
+    over the relus), recorded with ``F`` from the IBP boxes of the relus' inputs and the input
+    box ``[lo, hi]``:
+
+    * tightness: ``relu(tol - r0 / r) / tol`` where ``r0`` is the input box's mean radius and
+      ``r`` a pre-activation box's: penalises intervals that grow by more than ``1 / tol``;
+    * relu balance: ``(relu(tol - m) + relu(tol - v)) / tol`` where ``m`` (``v``) is the smaller
+      of the ratios, active over inactive neurons, of the box centres' mean (variance about the
+      layer's mean): penalises layers whose relus are mostly dead (or mostly active).
+
+    A ratio with a zero denominator counts as 0 (the term is then constant, as theirs).
+    """
+    tiny = 1e-12
+    r0 = F.mean(hi - lo) * 0.5
+    total = None
+    for box in relu_inputs:
+        centre, radius = (box.hi + box.lo) * 0.5, (box.hi - box.lo) * 0.5
+        tight = F.relu(tol - F.div(r0, F.clamp(F.mean(radius), lo=tiny, hi=math.inf))) * (1.0 / tol)
+        active = F.relu(F.sign(F.detach(box.lo)))  # 1 where the relu is surely on
+        inactive = F.relu(F.sign(F.neg(F.detach(box.hi))))  # 1 where surely off
+        spread = F.square(centre - F.mean(centre))
+        ratios = []
+        for on, off in ((F.mean(centre * active), F.neg(F.mean(centre * inactive))),
+                        (F.sum(spread * active), F.sum(spread * inactive))):
+            ratio = F.div(on, F.clamp(off, lo=tiny, hi=math.inf))
+            ratio = F.min(ratio, F.apply("inv", F.clamp(ratio, lo=tiny, hi=math.inf)))
+            ratios.append(F.relu(tol - ratio))
+        term = tight + (ratios[0] + ratios[1]) * (1.0 / tol)
+        total = term if total is None else total + term
+    if total is None:
+        raise CertifiedTrainingError("certified training: the warm-up regularisers need a "
+                                     "relu whose input depends on the perturbed input")
+    return total * (1.0 / len(relu_inputs))
 
 
 def clip_grad_norm(params: list[Any], max_norm: float) -> float:
@@ -261,22 +320,34 @@ class CertifiedTraining:
             keep(owner, logits)
             return F.cross_entropy(logits, y)
 
-        def robust(with_crown: bool) -> Any:
-            def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any) -> Any:
+        def robust(with_crown: bool, with_reg: bool) -> Any:
+            def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any,
+                     reg: Any) -> Any:
+                boxes: list[Box] | None = [] if with_reg else None
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
-                                            clip=clip)
+                                            clip=clip, relu_inputs=boxes)
                 keep(owner, lower)
                 rob = robust_cross_entropy(lower, y)
-                if not mixed:
-                    return rob
-                return F.cross_entropy(clean_logits(model, x), y) * kappa + rob * (1.0 - kappa)
+                if mixed:
+                    rob = F.cross_entropy(clean_logits(model, x), y) * kappa + rob * (1.0 - kappa)
+                if boxes is not None:
+                    lo, hi = input_box(x, eps, clip)
+                    rob = rob + warmup_regularisers(boxes, lo, hi, self.config.reg_tol) * reg
+                return rob
             return loss
 
         # One stepper per phase, so the warm-up and the target phase of CROWN-IBP (beta = 0) do
-        # not pay for bounds they do not use (the reference skips them too).
-        self._steppers = {"natural": Stepper(natural, opts), "ibp": Stepper(robust(False), opts)}
+        # not pay for bounds they do not use (the reference skips them too), nor the target
+        # phase for regularisers of weight 0.
+        self._steppers = {"natural": Stepper(natural, opts),
+                          "ibp": Stepper(robust(False, False), opts)}
+        regularised = self.config.reg > 0
+        if regularised:
+            self._steppers["ibp-reg"] = Stepper(robust(False, True), opts)
         if crown:
-            self._steppers["crown-ibp"] = Stepper(robust(True), opts)
+            self._steppers["crown-ibp"] = Stepper(robust(True, False), opts)
+            if regularised:
+                self._steppers["crown-ibp-reg"] = Stepper(robust(True, True), opts)
         self.dtype = np.dtype(dtype)
         # Compiled on the host: run the graph here, so the bounds the loss was computed from
         # (the logits at eps 0) give the batch statistics too (no second pass). Otherwise: the
@@ -290,11 +361,13 @@ class CertifiedTraining:
         self._norms = has_batch_norm(model)
         self._bound = True
 
-    def _phase(self, eps: float, beta: float) -> str:
+    def _phase(self, eps: float, beta: float, reg: float = 0.0) -> str:
         if eps == 0.0:
             return "natural"
         crown = self.config.method == "crown-ibp" and beta >= CROWN_WEIGHT_FLOOR
-        return "crown-ibp" if crown else "ibp"
+        # the regularisers' weight is reg * beta: left out below the same floor
+        regularised = reg > 0 and beta >= CROWN_WEIGHT_FLOOR
+        return ("crown-ibp" if crown else "ibp") + ("-reg" if regularised else "")
 
     def step(self, x: Any, y: Any) -> float:
         """One batch: the loss at this step's eps, kappa and beta; gradients accumulated into
@@ -302,12 +375,13 @@ class CertifiedTraining:
         if not self._bound:
             raise CertifiedTrainingError("CertifiedTraining.step before bind (fit calls bind)")
         s = self.schedule
-        eps, kappa, beta = s.eps(self.step_count), s.kappa(self.step_count), s.beta(self.step_count)
-        phase = self._phase(eps, beta)
+        step = self.step_count
+        eps, kappa, beta, reg = s.eps(step), s.kappa(step), s.beta(step), s.reg_weight(step)
+        phase = self._phase(eps, beta, reg)
         labels = np.asarray(y)
         y_float = labels.astype(self.dtype)
         inputs = [x, y_float] if phase == "natural" else [
-            x, y_float, *(np.asarray(v, dtype=self.dtype) for v in (eps, kappa, beta))]
+            x, y_float, *(np.asarray(v, dtype=self.dtype) for v in (eps, kappa, beta, reg))]
         stepper = self._steppers[phase]
         stat = None
         if self._direct:

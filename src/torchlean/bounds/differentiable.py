@@ -711,7 +711,7 @@ def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Val
 
 def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta: Value = 0.0,
                         crown: bool = False, clip: tuple[float, float] | None = (0.0, 1.0),
-                        dtype: Any = None) -> Value:
+                        dtype: Any = None, relu_inputs: list[Box] | None = None) -> Value:
     """Lower bounds ``(B, N)`` of the margins ``out[y] - out[j]`` for every class ``j`` over the
     clipped ball (zero at ``j = y``).
 
@@ -719,6 +719,8 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
     ref) are refs of one owner, whose ops then record the bounds, or arrays (numbers; ``dtype``,
     default float32, is the working precision). ``crown=True``: CROWN-IBP, returning
     ``beta * crown + (1 - beta) * ibp``; otherwise IBP. Not rounded outward (module docstring).
+    ``relu_inputs``: a list that receives the input box (the IBP pre-activation bounds) of every
+    relu, in graph order (certified training's warm-up regularisers read them).
     """
     owner = F.owner_of([x, labels, eps, beta])
     if owner is not None:
@@ -735,6 +737,10 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
                           f"{out_shape}")
     lo, hi = input_box(x, eps, clip)
     states = node_bounds(graph, lo, hi, ctx, x)
+    if relu_inputs is not None:
+        relu_inputs += [s for node in graph.nodes if node.kind == "op" and node.op is not None
+                        and node.op.name == "relu"
+                        for s in [states[node.parents[0]]] if isinstance(s, Box)]
     n = int(out_shape[1])
     spec, columns = _margin_spec(labels, n, ctx)
     lower = spec_lower_bounds(graph, states, spec, False, ctx)

@@ -20,7 +20,7 @@ LR_HALVING_EPOCHS = 10
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--grad-clip``,
-    ``--batch-norm``, ``--certified-init``."""
+    ``--batch-norm``, ``--certified-reg``, ``--certified-init``."""
     g = p.add_argument_group(
         "certified training",
         "train for certified robustness on L-infinity balls clipped to [0, 1] (auto_LiRPA's "
@@ -42,6 +42,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="the mlp or cnn with batch normalisation before each hidden relu (as "
                         "the reference's cnn_7layer); bounded with the clean batch's statistics "
                         "in training, certified in eval mode with the running statistics")
+    g.add_argument("--certified-reg", type=_non_negative, default=0.0, metavar="LAMBDA",
+                   help="weight of Shi et al. 2021's warm-up regularisers (interval tightness and "
+                        "relu balance of the IBP pre-activation bounds), decaying with the ramp "
+                        "as LAMBDA * (1 - eps_t / eps) (default 0: off)")
     g.add_argument("--certified-init", choices=INITS, default="default",
                    help="initial weights: the model's default, or ibp (Shi et al. 2021: "
                         "N(0, 2 pi / fan_in^2) for every layer but the last)")
@@ -54,6 +58,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
     if not 0 < v < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, found {text!r}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text!r}")
     return v
 
 
@@ -104,7 +118,7 @@ def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None
     return CertifiedConfig(args.certified, float(args.eps), warmup_epochs=warmup,
                            ramp_epochs=ramp, kappa=(kappa[0], kappa[-1]),
                            grad_clip=float(args.grad_clip), init=args.certified_init,
-                           seed=int(args.seed))
+                           seed=int(args.seed), reg=float(args.certified_reg))
 
 
 def lr_after(config: CertifiedConfig, base_lr: float, epoch: int) -> float:

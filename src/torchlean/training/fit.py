@@ -5,6 +5,12 @@
 compiled once per batch shape, and reports per-epoch metrics (with a tqdm progress bar when tqdm
 is installed and the output is a terminal).
 
+Batch order: one NumPy generator per run, ``numpy.random.default_rng(SeedSequence(seed))``,
+draws each epoch's permutation in turn (``epoch_orders``). Epochs of one run and runs of
+different seeds are therefore independent draws (a run does not see another seed's epochs
+shifted by one, as a seed of ``seed + epoch`` per epoch would make it), and the same seed gives
+the same batches on every run.
+
 On a device (``fit(..., device="cuda")``, or a model already moved there with ``model.to``)
 everything that moves between host and device moves explicitly, and only this: the parameters
 once (``model.to``; they stay there after ``fit``), each batch's inputs and labels once per step
@@ -19,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +41,7 @@ from ..engine.session import Options, Session
 from .distributed import DataParallel, communicator, data_crc
 from .stepper import Stepper
 
-__all__ = ["Dataset", "mean_scalar_over", "fit", "evaluate", "EpochMetrics"]
+__all__ = ["Dataset", "mean_scalar_over", "fit", "evaluate", "EpochMetrics", "epoch_orders"]
 
 
 def mean_scalar_over(xs: Iterable[Any], loss_of: Callable[[Any], Any]) -> Any:
@@ -53,6 +59,26 @@ def mean_scalar_over(xs: Iterable[Any], loss_of: Callable[[Any], Any]) -> Any:
     if total is None:
         raise TorchLeanError("mean_scalar_over: empty input; the mean of no losses is undefined")
     return total * (1.0 / count)
+
+
+def epoch_orders(seed: int, size: int, first_epoch: int = 1) -> Iterator[np.ndarray]:
+    """The example orders of epochs ``first_epoch``, ``first_epoch + 1``, ... of a run seeded
+    ``seed`` over ``size`` examples: successive permutations from one generator seeded with
+    ``SeedSequence(seed)`` (the orders of earlier epochs are drawn and dropped, so a run resumed
+    at ``first_epoch`` sees the batches the whole run would have)."""
+    for name, value, low in (("seed", seed, 0), ("size", size, 0),
+                             ("first_epoch", first_epoch, 1)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise TorchLeanError(f"fit: {name} must be an int >= {low}, found {value!r}")
+    rng = np.random.default_rng(np.random.SeedSequence(int(seed)))
+    for _ in range(int(first_epoch) - 1):
+        rng.permutation(size)
+    return _permutations(rng, int(size))
+
+
+def _permutations(rng: np.random.Generator, size: int) -> Iterator[np.ndarray]:
+    while True:
+        yield rng.permutation(size)
 
 
 @dataclass
@@ -206,12 +232,15 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         should_stop: Callable[[], bool] | None = None, distributed: Any = False,
         check_every: int = 0, check_finite: bool = False,
         device: str | None = None, cuda_graph: bool | None = None,
-        objective: Any = None) -> list[EpochMetrics]:
+        objective: Any = None, first_epoch: int = 1) -> list[EpochMetrics]:
     """Train ``model`` for ``epochs`` and return one ``EpochMetrics`` per epoch.
 
     ``loss_fn(outputs_ref, targets_ref)`` returns a scalar ref (for example ``F.cross_entropy``;
-    integer labels arrive as float class indices, which it accepts). Epoch k shuffles with seed
-    ``seed + k``, so a run is reproducible.
+    integer labels arrive as float class indices, which it accepts). With ``shuffle`` each epoch
+    takes the next permutation of one generator seeded with ``seed`` (``epoch_orders``), so a run
+    is reproducible and its epochs, and runs of different seeds, are independent draws.
+    ``first_epoch=k`` resumes a run at its epoch ``k`` (numbered from 1): the epochs are numbered
+    from ``k`` and see the orders the uninterrupted run would have given them.
 
     ``distributed=True`` (or a ``torchlean.distributed.Communicator``) trains data-parallel over
     MPI, run under ``mpiexec``: every rank calls ``fit`` with the same arguments, takes its shard
@@ -248,6 +277,7 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         raise TorchLeanError(f"fit: epochs must be a positive int, found {epochs!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise TorchLeanError(f"fit: batch_size must be a positive int, found {batch_size!r}")
+    orders = epoch_orders(seed, len(train_data), first_epoch)  # checks seed and first_epoch
     params = list(model.parameters())
     dtype = params[0].dtype if params else np.dtype(np.float32)
     parallel = distributed is not False and distributed is not None
@@ -267,21 +297,22 @@ def fit(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any, train_da
         try:
             dp.start({"epochs": epochs, "batch_size": batch_size, "backend": backend,
                       "seed": seed, "shuffle": shuffle, "dtype": str(dtype),
+                      "first_epoch": first_epoch,
                       # polling a stop request is a collective at every batch
                       "should_stop": should_stop is not None,
                       "train_examples": len(train_data),
                       "train_crc": _data_crc(train_data),
                       "test_examples": None if test_data is None else len(test_data)})
             return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size,
-                               test_data, backend, seed, shuffle,
+                               test_data, backend, orders if shuffle else None,
                                progress and dp.comm.is_main, metrics, on_epoch, should_stop,
-                               stepper, dtype, dp, check_finite)
+                               stepper, dtype, dp, check_finite, None, first_epoch)
         except BaseException as exc:
             dp.fail(exc)  # aborts every rank unless all of them raise this together
             raise
     return _fit_epochs(model, loss_fn, optimizer, train_data, epochs, batch_size, test_data,
-                       backend, seed, shuffle, progress, metrics, on_epoch, should_stop,
-                       stepper, dtype, None, check_finite, objective)
+                       backend, orders if shuffle else None, progress, metrics, on_epoch,
+                       should_stop, stepper, dtype, None, check_finite, objective, first_epoch)
 
 
 def _data_crc(data: Dataset) -> int:
@@ -290,13 +321,14 @@ def _data_crc(data: Dataset) -> int:
 
 def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                 train_data: Dataset, epochs: int, batch_size: int, test_data: Dataset | None,
-                backend: str, seed: int, shuffle: bool, progress: bool,
+                backend: str, orders: Iterator[np.ndarray] | None, progress: bool,
                 metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
                 on_epoch: Callable[[EpochMetrics], None] | None,
                 should_stop: Callable[[], bool] | None, stepper: _Stepper, dtype: Any,
-                dp: Any, check_finite: bool = False, objective: Any = None
-                ) -> list[EpochMetrics]:
-    """The epoch loop of ``fit``; ``dp`` (a ``DataParallel``) or ``None`` for one process."""
+                dp: Any, check_finite: bool = False, objective: Any = None,
+                first_epoch: int = 1) -> list[EpochMetrics]:
+    """The epoch loop of ``fit``; ``orders`` gives each epoch's example order (``None``: the
+    data's own order); ``dp`` (a ``DataParallel``) or ``None`` for one process."""
 
     def stop_requested() -> bool:
         if should_stop is None:
@@ -306,17 +338,19 @@ def _fit_epochs(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
 
     history: list[EpochMetrics] = []
     params = list(model.parameters())
-    saved, saved_epoch = anomaly.snapshot(params), 1  # the last finite state, should it diverge
-    for epoch in range(1, epochs + 1):
+    # the last finite state, should training diverge
+    saved, saved_epoch = anomaly.snapshot(params), first_epoch
+    last_epoch = first_epoch + epochs - 1
+    for epoch in range(first_epoch, last_epoch + 1):
         # p.value: the host value (on a device one readback per epoch, reused by snapshot).
-        if epoch > 1 and all(anomaly.all_finite(p.value) for p in params):
+        if epoch > first_epoch and all(anomaly.all_finite(p.value) for p in params):
             saved, saved_epoch = anomaly.snapshot(params), epoch
         model.train()
-        data = train_data.shuffle(seed + epoch) if shuffle else train_data
+        data = train_data if orders is None else train_data[next(orders)]
         start, cpu_start = time.perf_counter(), time.process_time()
         total, seen = 0.0, 0
         batches = _progress(data.batches(batch_size), -(-len(data) // batch_size),
-                            f"epoch {epoch}/{epochs}", progress)
+                            f"epoch {epoch}/{last_epoch}", progress)
         for batch, (x, y) in enumerate(batches, 1):
             optimizer.zero_grad()
             try:
