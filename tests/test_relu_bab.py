@@ -210,3 +210,39 @@ def test_mnistfc_never_contradicts_published(prop):
     truth = published.get(("mnist-net_256x2.onnx", prop), "?")
     assert found.status in (truth, "unknown", "timeout")
     assert found.status == "unsat" or prop != "prop_0_0.03.vnnlib"
+
+
+def test_hand_written_objective_equals_the_traced_one():
+    # the optimiser climbs beta._Objective (NumPy, gradient written out by hand); the traced
+    # graph of the same Lagrangian, differentiated by torchlean's reverse mode, is the oracle
+    seed, model, spec, _ = CASES[2]
+    chain = beta.relu_chain(tl.compile(lambda v: model(v), (5, spec.lower.size)))
+    rng = np.random.default_rng(1)
+    lo = [rng.normal(size=(5, n)) - 0.3 for n in chain.sizes]
+    hi = [l + rng.uniform(0, 2, size=l.shape) for l in lo]
+    sign = [np.where((l < 0) & (h > 0), rng.integers(-1, 2, size=l.shape), 0).astype(np.int8)
+            for l, h in zip(lo, hi, strict=True)]
+    parts = beta._objective_parts(chain, lo, hi, sign)
+    rows = rng.normal(size=(5, 3))
+    x_lo = np.broadcast_to(spec.lower, (5, spec.lower.size))
+    x_hi = np.broadcast_to(spec.upper, (5, spec.lower.size))
+    graph, marks = beta._trace(chain, rows, parts, x_lo, x_hi)
+    alphas = [rng.uniform(0, 1, l.shape).astype(np.float32) for l in lo]
+    betas = [(rng.uniform(0, 1, l.shape) * (s != 0)).astype(np.float32)
+             for l, s in zip(lo, sign, strict=True)]
+    weight = np.array([1, 0, 1, 1, 0], np.float32)
+    values = graph.evaluate(graph.check_inputs("test", alphas + betas))
+    grads = graph.backprop(values, graph.output, weight)
+    objective = beta._Objective(chain, rows, parts, (spec.lower + spec.upper) / 2,
+                                (spec.upper - spec.lower) / 2)
+    total, mus, mu_in = objective.run(alphas, betas)
+    g_alpha, g_beta = objective.grad(weight)
+    scale = np.abs(values[graph.output]).max()
+    np.testing.assert_allclose(total, values[graph.output], rtol=0, atol=1e-5 * scale)
+    np.testing.assert_allclose(mu_in, values[marks[-1]], rtol=1e-5, atol=1e-6)
+    for k in range(len(chain.pre)):
+        np.testing.assert_allclose(mus[k], values[marks[k]], rtol=1e-5, atol=1e-6)
+        for mine, ref in ((g_alpha[k], grads[graph.inputs[k]]),
+                          (g_beta[k], grads[graph.inputs[len(lo) + k]])):
+            np.testing.assert_allclose(mine, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    assert any(np.abs(g).max() > 0 for g in g_alpha + g_beta)  # not a vacuous comparison
