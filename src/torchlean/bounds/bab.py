@@ -263,6 +263,16 @@ class Models:
             return x
         return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)])
 
+    def propagation(self, lo: Array, hi: Array, size: int, kernel: bool
+                    ) -> tuple[Any, Propagation]:
+        """The batched model of ``size`` boxes and a bound pass over ``[lo, hi]`` (padded to
+        ``size`` with the last box)."""
+        model = self.get(size)
+        shape = (size, *self.features)
+        return model, Propagation(model.graph, self.consts(model),
+                                  self.pad(lo, size).reshape(shape),
+                                  self.pad(hi, size).reshape(shape), kernel=kernel, n_data=1)
+
     def forward(self, x: Array) -> Array:
         """Outputs (float64 copies of the float32 results), flat: ``(N, m)``."""
         parts = []
@@ -340,13 +350,8 @@ class Models:
         k = a.shape[0]
         n_in = int(np.prod(self.features))
         for start, stop, size in self.chunks(len(lo)):
-            model = self.get(size)
+            model, prop = self.propagation(lo[start:stop], hi[start:stop], size, kernel)
             graph = model.graph
-            shape = (size, *self.features)
-            prop = Propagation(graph, self.consts(model),
-                               self.pad(lo[start:stop], size).reshape(shape),
-                               self.pad(hi[start:stop], size).reshape(shape),
-                               kernel=kernel, n_data=1)
             if getattr(prop, "whole", False):  # no batch axis (a batch of one): plain CROWN
                 parts.append(self.bound(lo[start:stop], hi[start:stop], a, method="crown",
                                         kernel=kernel, options={}))
@@ -514,13 +519,8 @@ class Models:
         for start, stop, size in self.chunks(len(lo), ALPHA_BATCH):
             if over is not None and over():  # the rest keep CROWN's bounds
                 break
-            model = self.get(size)
+            model, prop = self.propagation(lo[start:stop], hi[start:stop], size, kernel)
             graph = model.graph
-            shape = (size, *self.features)
-            prop = Propagation(graph, self.consts(model),
-                               self.pad(lo[start:stop], size).reshape(shape),
-                               self.pad(hi[start:stop], size).reshape(shape),
-                               kernel=kernel, n_data=1)
             inh = self.pad(kept[start:stop], size).astype(np.float64)
             for i, node in enumerate(graph.nodes):
                 if node.kind != "op":
