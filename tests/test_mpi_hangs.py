@@ -106,9 +106,11 @@ def test_another_program_that_never_joins_hits_the_timeout(mpi: None) -> None:
 
 _STOPPED = """
 import os, signal
+from torchlean.training import watchdog
 from torchlean.training.distributed import communicator
 comm = communicator(True)
 comm.barrier()
+watchdog.start().timeout_s = 30  # armed only now: start-up skew on a busy machine cannot fire it
 if comm.rank == 1:
     os.kill(os.getpid(), signal.SIGSTOP)  # never continued: the watchdog must end the job
 comm.barrier()
@@ -117,10 +119,10 @@ print("second barrier passed", flush=True)
 
 
 def test_a_stopped_rank_fires_the_watchdog(mpi: None) -> None:
-    # 30 s: beyond the start-up skew of two ranks even on a machine 10x slower than usual (an
-    # import of torchlean there takes ~10 s), so the watchdog fires at the barrier the stopped
-    # rank never reaches, not at start-up.
-    done = _job(["-c", _STOPPED], ["-c", _STOPPED], timeout_s=30)
+    # Start-up runs under the default (huge) collective timeout; each rank sets 30 s after the
+    # first barrier, so the watchdog can only fire at the barrier the stopped rank never
+    # reaches, however slow the ranks' start-up on a busy machine.
+    done = _job(["-c", _STOPPED], ["-c", _STOPPED])
     assert done.returncode != 0
     assert "second barrier passed" not in done.stdout
     assert "torchlean: rank 0 of 2: waiting in a barrier (collective #3)" in done.stderr, \

@@ -60,7 +60,6 @@ from .. import nn
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.transforms import compile as compile_fn
-from ..ops.elementwise import GELU_C, GELU_K, INV_SQRT2
 from . import ibp as interval_rules
 from .engine import BoundsError, UnsupportedOpError
 
@@ -204,14 +203,7 @@ def _gelu(ins: list[State], attrs: dict[str, Any], name: str, ctx: _Ctx) -> Box:
     def op(prim: str, args: list[State], **kw: Any) -> Box:
         return IBP_RULES[prim](args, kw, prim, ctx)
 
-    x = ins[0]
-    if attrs.get("approximate", "tanh") == "tanh":
-        cube = op("mul", [op("square", [x]), x])
-        inner = op("scale", [op("add", [x, op("scale", [cube], c=GELU_K)])], c=GELU_C)
-        factor = op("add_scalar", [op("tanh", [inner])], c=1.0)
-    else:
-        factor = op("add_scalar", [op("erf", [op("scale", [x], c=INV_SQRT2)])], c=1.0)
-    return op("scale", [op("mul", [x, factor])], c=0.5)
+    return interval_rules.gelu_composite(op, ins[0], attrs.get("approximate", "tanh"))
 
 
 for _name in _MONOTONE:

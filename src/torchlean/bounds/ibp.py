@@ -528,6 +528,12 @@ def _gelu_chain(x: Interval, approximate: str, ctx: Context, kernel: bool) -> In
             return Interval(down(iv.lo - iv.eps), up(iv.hi + iv.eps))
         return Interval(iv.lo, iv.hi)
 
+    return gelu_composite(op, x, approximate)
+
+
+def gelu_composite(op: Callable[..., Any], x: Any, approximate: str) -> Any:
+    """GELU as the composite ``ops.elementwise`` computes it, each step ``op(name, inputs,
+    **attrs)``: chained here over intervals, and by ``bounds.differentiable`` over its boxes."""
     if approximate == "tanh":
         cube = op("mul", [op("square", [x]), x])
         inner = op("scale", [op("add", [x, op("scale", [cube], c=GELU_K)])], c=GELU_C)
