@@ -38,6 +38,7 @@ import numpy as np
 
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
+from . import alpha_objective
 from .engine import (
     Propagation,
     _with_k,
@@ -56,6 +57,9 @@ Array = Any
 
 # Most slope entries optimised for the intermediate bounds (beyond it they keep CROWN's).
 ALPHA_ENTRIES = 1 << 24
+# Use the NumPy objective of bounds.alpha_objective on relu chains (False: always the traced
+# graph, the oracle the tests compare it with).
+FAST = True
 # Weight of the intermediate rows' own bounds in the objective of their slopes.
 DIRECT_WEIGHT = 1.0
 # The optimiser stops once no example's best bound has improved for this many steps in a row
@@ -395,17 +399,28 @@ def _needs_traced_batch(prop: Propagation) -> bool:
                for n in prop.nodes)
 
 
-def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: int, lr: float,
-              intermediate: bool, groups: Array) -> tuple[Array, dict[str, Any]]:
+class _Problem:
+    """What one alpha-CROWN optimisation works on: the intermediate targets (node, neurons) and
+    their rows, the slopes' layout (bound, node) and starting values, and ``traced()``: the
+    objective traced into a graph (its slopes and offsets as inputs) and the id of its node of
+    the specification's bound."""
+
+    def __init__(self, targets: list[tuple[int, Array]], rows_of: dict[int, Array],
+                 layout: list[tuple[int, int]], init: list[Array], traced: Any) -> None:
+        self.targets, self.rows_of, self.layout, self.init = targets, rows_of, layout, init
+        self.traced = traced
+
+
+def _problem(prop: Propagation, out_id: int, spec: Array, intermediate: bool
+             ) -> _Problem | None:
     nodes = prop.nodes
-    t = t + STOP_MARGIN  # the optimiser's own thresholds (see STOP_MARGIN); the caller's stay
     acts = [i for i, n in enumerate(nodes)
             if i < out_id and n.kind == "op" and n.op is not None and prop.batched(i)
             and ((n.op.name == "relu" and _unstable(prop, n.parents[0]).any())
                  or (n.op.name in SMOOTH and _finite(prop, n.parents[0])))]
     k = spec.shape[1]
     if not acts:
-        return prop.lower(out_id, spec), {"alpha_steps": 0}
+        return None
     # Intermediate targets: pre-activations of the optimised nodes that CROWN bounded (beyond
     # the first layer), each with its rows: the neurons whose bounds shape the relaxation (the
     # union over examples of the unstable ones for a relu; all for tanh / sigmoid).
@@ -474,10 +489,32 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
         direct = F.reshape(direct, shape=(direct.shape[0], 1))
         return value + F.broadcast_to(direct, shape=tuple(value.shape)) * DIRECT_WEIGHT
 
+
+    def traced() -> tuple[Any, int]:
+        aux0 = _offsets(prop, layout, init)
+        graph = compile_fn(objective, *[a.shape for a in init], *[a.shape for a in aux0],
+                           dtype="float64").graph
+        return graph, spec_node[-1]
+
+    return _Problem(targets, rows_of, layout, init, traced)
+
+
+def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: int, lr: float,
+              intermediate: bool, groups: Array) -> tuple[Array, dict[str, Any]]:
+    t = t + STOP_MARGIN  # the optimiser's own thresholds (see STOP_MARGIN); the caller's stay
+    k = spec.shape[1]
+    problem = _problem(prop, out_id, spec, intermediate)
+    if problem is None:
+        return prop.lower(out_id, spec), {"alpha_steps": 0}
+    targets, rows_of, layout, init = (problem.targets, problem.rows_of, problem.layout,
+                                      problem.init)
     aux0 = _offsets(prop, layout, init)
-    compiled = compile_fn(objective, *[a.shape for a in init], *[a.shape for a in aux0],
-                          dtype="float64")
-    graph = compiled.graph
+    # a chain of affine layers and relus: the same objective and gradient in NumPy, over the
+    # neurons that are not inactive (bounds.alpha_objective); else the traced graph
+    fast = (alpha_objective.build(prop, out_id, spec, layout, targets, DIRECT_WEIGHT) if FAST
+            else None)
+    if fast is None:
+        graph, spec_node = problem.traced()
     caps = _caps(prop, layout, init)
     # tanh / sigmoid bounds are far more sensitive to their slopes than relu bounds: smaller
     # steps (relative to the slope's range)
@@ -494,11 +531,16 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
     stale = 0  # steps since any example's best bound last improved
     try:
         for step in range(1, steps + 1):
-            aux = aux0 if step == 1 else _offsets(prop, layout, alphas)
-            values = graph.evaluate(graph.check_inputs("alpha-crown", alphas + aux))
+            if fast is not None:
+                total = fast.value(alphas)
+                value = fast.spec_value()
+            else:
+                aux = aux0 if step == 1 else _offsets(prop, layout, alphas)
+                values = graph.evaluate(graph.check_inputs("alpha-crown", alphas + aux))
+                total = values[graph.output]
+                value = np.asarray(values[spec_node])
             # the traced bound (plain float64) only ranks the slopes: the best per example is
             # evaluated rigorously at the end
-            value = np.asarray(values[spec_node[0]])
             better = _score(value, t, groups) > _score(best, t, groups)
             best = np.where(better[:, None], value, best)
             for j, a in enumerate(alphas):
@@ -512,14 +554,17 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
             if (np.all(_group_gaps(best - t, groups) > 0) or step == steps
                     or stale >= PATIENCE):
                 break
-            out = values[graph.output]
             # d sum over groups of min(max over the group's rows of (bound - t), 0) / d bound:
             # the best row of each group not proved yet
             seed = np.broadcast_to(_seed_rows(value - t, groups, best - t),
-                                   out.shape).astype(np.float64)
-            dense = graph.backprop(values, graph.output, seed)
+                                   np.shape(total)).astype(np.float64)
+            if fast is not None:
+                grads = fast.gradient(seed, alphas)
+            else:
+                dense = graph.backprop(values, graph.output, seed)
+                grads = [dense[graph.inputs[j]] for j in range(len(alphas))]
             for j, a in enumerate(alphas):
-                g = dense[graph.inputs[j]]
+                g = grads[j]
                 if g is None:
                     continue
                 m1[j] = b1 * m1[j] + (1 - b1) * g
@@ -537,7 +582,8 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
         bound = prop.lower(out_id, spec)
     finally:
         prop.alpha = {}
-    return bound, {"alpha_steps": done_steps, "alpha_targets": len(targets)}
+    return bound, {"alpha_steps": done_steps, "alpha_targets": len(targets),
+                   "alpha_objective": "traced" if fast is None else "numpy"}
 
 
 SMOOTH = ("tanh", "sigmoid")
