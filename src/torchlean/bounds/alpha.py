@@ -60,6 +60,7 @@ ALPHA_ENTRIES = 1 << 24
 # Use the NumPy objective of bounds.alpha_objective on relu chains (False: always the traced
 # graph, the oracle the tests compare it with).
 FAST = True
+FAST_DTYPE = np.float64
 # Weight of the intermediate rows' own bounds in the objective of their slopes.
 DIRECT_WEIGHT = 1.0
 # The optimiser stops once no example's best bound has improved for this many steps in a row
@@ -511,8 +512,8 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
     aux0 = _offsets(prop, layout, init)
     # a chain of affine layers and relus: the same objective and gradient in NumPy, over the
     # neurons that are not inactive (bounds.alpha_objective); else the traced graph
-    fast = (alpha_objective.build(prop, out_id, spec, layout, targets, DIRECT_WEIGHT) if FAST
-            else None)
+    fast = (alpha_objective.build(prop, out_id, spec, layout, targets, DIRECT_WEIGHT,
+                                  FAST_DTYPE) if FAST else None)
     if fast is None:
         graph, spec_node = problem.traced()
     caps = _caps(prop, layout, init)

@@ -58,12 +58,14 @@ class ChainObjective:
 
     def __init__(self, prop: Propagation, layers: list[_Layer], x_lo: Array, x_hi: Array,
                  spec: Array, layout: list[tuple[int, int]],
-                 targets: list[tuple[int, Array]], out_id: int, direct_weight: float) -> None:
+                 targets: list[tuple[int, Array]], out_id: int, direct_weight: float,
+                 dtype: Any) -> None:
         self.direct_weight = direct_weight
+        self.dtype = dtype
         self.layers = layers
         self.layout = layout
         self.out_id = out_id
-        self.x_lo, self.x_hi = x_lo, x_hi
+        self.x_lo, self.x_hi = x_lo.astype(dtype), x_hi.astype(dtype)
         self.batch = prop.batch
         self.targets = targets
         self.layer_of = {lay.top: k for k, lay in enumerate(layers)}
@@ -82,7 +84,8 @@ class ChainObjective:
             unstable = (lo < 0) & (hi > 0)
             intercept = np.where(unstable, -upper * lo, 0.0)
             self.keep.append(keep)
-            self.base.append((lo, hi, lower, upper, unstable.astype(np.float64), intercept))
+            self.base.append(tuple(x.astype(dtype) for x in (lo, hi, lower, upper, unstable,
+                                                             intercept)))
         # the layers' weights on the kept neurons (columns: the previous relu's kept ones)
         self.w: list[Array] = []
         self.b: list[Array] = []
@@ -91,8 +94,8 @@ class ChainObjective:
             w = lay.w[rows]
             if k > 0:
                 w = w[:, self.keep[k - 1]]
-            self.w.append(np.ascontiguousarray(w))
-            self.b.append(lay.b[rows])
+            self.w.append(np.ascontiguousarray(w, dtype=dtype))
+            self.b.append(lay.b[rows].astype(dtype))
         # the passes: each target (rows +e, -e of its ``which``), then the specification
         self.passes: list[tuple[int, Array, Array]] = []
         for px, which in targets:
@@ -102,11 +105,11 @@ class ChainObjective:
                 wj = wj[:, self.keep[j - 1]]
             w0 = np.concatenate([wj, -wj])[None]
             b0 = np.concatenate([layers[j].b[which], -layers[j].b[which]])[None]
-            self.passes.append((j, w0, b0))
+            self.passes.append((j, w0.astype(dtype), b0.astype(dtype)))
         s = np.asarray(spec, np.float64).reshape(spec.shape[0], spec.shape[1], -1)
         last = len(layers) - 1
         ws = layers[last].w if last == 0 else layers[last].w[:, self.keep[last - 1]]
-        self.passes.append((last, s @ ws, s @ layers[last].b))
+        self.passes.append((last, (s @ ws).astype(dtype), (s @ layers[last].b).astype(dtype)))
         # where each alpha array sits: (pass index, relu layer)
         pass_of = {px: n for n, (px, _) in enumerate(targets)}
         pass_of[out_id] = len(targets)
@@ -137,7 +140,7 @@ class ChainObjective:
             lower = lower * (1.0 - mask) + active
         if alpha is None:
             return lower[:, None], s, t, still
-        a = alpha[:, :, self.keep[k]] * still[:, None] + (lower * (1.0 - still))[:, None]
+        a = alpha * still[:, None] + (lower * (1.0 - still))[:, None]
         return a, s, t, still
 
     def value(self, alphas: list[Array]) -> Array:
@@ -164,10 +167,10 @@ class ChainObjective:
                 value = total
         assert value is not None
         self._state = (saved, boxes)
-        self._spec = value
+        self._spec = value.astype(np.float64)
         if not self.targets:
-            return value
-        return value + self.direct_weight * np.asarray(direct)[:, None]
+            return self._spec
+        return self._spec + self.direct_weight * np.asarray(direct, np.float64)[:, None]
 
     def spec_value(self) -> Array:
         """The specification's bound (B, K) of the last ``value`` call."""
@@ -182,15 +185,16 @@ class ChainObjective:
         steps = []
         for k in range(j - 1, -1, -1):
             slot = self.slot.get((n, k))
-            a, s, t, still = self._relax(k, None if slot is None else alphas[slot], boxes.get(k))
+            alpha = None if slot is None else alphas[slot][:, :, self.keep[k]].astype(self.dtype)
+            a, s, t, still = self._relax(k, alpha, boxes.get(k))
             neg = np.minimum(v, 0.0)
-            pos = v - neg
-            g = pos * a + neg * s[:, None]
-            total += (neg * t[:, None]).sum(axis=2) + g @ self.b[k]
-            steps.append((k, v, pos, neg, a, s, t, still, slot))
+            slope = np.where(v > 0, a, s[:, None])  # the line each row's multiplier takes
+            g = v * slope
+            total += np.matmul(neg, t[:, :, None])[..., 0] + g @ self.b[k]
+            steps.append((k, v, neg, slope, t, still, slot))
             v = g @ self.w[k]
-        total += (np.maximum(v, 0.0) * self.x_lo[:, None] + np.minimum(v, 0.0)
-                  * self.x_hi[:, None]).sum(axis=2)
+        total += (np.matmul(np.maximum(v, 0.0), self.x_lo[:, :, None])
+                  + np.matmul(np.minimum(v, 0.0), self.x_hi[:, :, None]))[..., 0]
         return total, steps, v
 
     # --- gradient -----------------------------------------------------------------------------
@@ -198,7 +202,7 @@ class ChainObjective:
     def gradient(self, seed: Array, alphas: list[Array]) -> list[Array | None]:
         """Gradients of ``sum(seed * value(alphas))`` in the slopes (the last ``value`` call's)."""
         saved, boxes = self._state
-        seed = np.broadcast_to(np.asarray(seed, np.float64), (self.batch, seed.shape[-1]))
+        seed = np.broadcast_to(np.asarray(seed, self.dtype), (self.batch, seed.shape[-1]))
         grads: list[Array | None] = [None] * len(alphas)
         # d objective / d (lo, hi) of the optimised boxes, filled by later passes first
         dbox = {k: (np.zeros_like(lo), np.zeros_like(hi)) for k, (lo, hi) in boxes.items()}
@@ -221,26 +225,31 @@ class ChainObjective:
         """Pass ``n``'s adjoint with row weights ``omega`` (B, R), from the input up: the
         minimising input vertex run through the relaxed layers."""
         _, steps, v_in = saved
+        omega = omega.astype(self.dtype)
         om = omega[:, :, None]
         # d total / d (multiplier at the input): the box's end that minimises each entry
         vbar = om * np.where(v_in < 0, self.x_hi[:, None], self.x_lo[:, None])
-        for k, v, pos, neg, a, s, t, still, slot in reversed(steps):
+        for k, v, neg, slope, t, still, slot in reversed(steps):
             gbar = vbar @ self.w[k].T + om * self.b[k]  # d total / d g_k
             if slot is not None:
                 full = np.zeros(alphas[slot].shape)
-                full[:, :, self.keep[k]] = gbar * pos * still[:, None]
+                full[:, :, self.keep[k]] = gbar * np.maximum(v, 0.0) * still[:, None]
                 grads[slot] = full
             if k in dbox:
-                self._box_grad(k, (gbar * neg).sum(axis=1), (om * neg).sum(axis=1), dbox)
-            vbar = gbar * np.where(v > 0, a, s[:, None]) + om * (v < 0) * t[:, None]
+                self._box_grad(k, (gbar * neg).sum(axis=1), np.matmul(omega[:, None], neg)[:, 0],
+                               dbox)
+            vbar = gbar * slope
+            vbar += np.where(v < 0, om * t[:, None], 0.0)
 
     def _box_grad(self, k: int, ds: Array, dt: Array, dbox: dict[int, tuple[Array, Array]]
                   ) -> None:
         """Add to relu layer ``k``'s box gradient that of its chord slope ``s`` (``ds``) and
         intercept ``t`` (``dt``), both (B, n): ``s = u / (u - l)``, ``t = -s l`` with ``l``
         and ``u`` clamped to their sides of 0."""
-        lo, hi = self._state[1][k]
+        # in float64 whatever the objective's dtype: ``d * d`` underflows float32 where l = u = 0
+        lo, hi = (np.asarray(x, np.float64) for x in self._state[1][k])
         mask = self.base[k][4]
+        ds, dt = np.asarray(ds, np.float64), np.asarray(dt, np.float64)
         lc, uc = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
         d = uc - lc + 1e-30
         chord = uc / d
@@ -253,7 +262,8 @@ class ChainObjective:
 
 
 def build(prop: Propagation, out_id: int, spec: Array, layout: list[tuple[int, int]],
-          targets: list[tuple[int, Array]], direct_weight: float = 1.0) -> ChainObjective | None:
+          targets: list[tuple[int, Array]], direct_weight: float = 1.0,
+          dtype: Any = np.float64) -> ChainObjective | None:
     """The NumPy objective for ``alpha._optimise``'s problem, or ``None`` when the graph is not
     a chain of affine layers and relus ending at ``out_id`` (the traced objective is used)."""
     if prop.whole or prop.extra:
@@ -287,7 +297,7 @@ def build(prop: Propagation, out_id: int, spec: Array, layout: list[tuple[int, i
         return None
     x_lo, x_hi = start
     return ChainObjective(prop, layers, x_lo, x_hi, spec, layout, targets, out_id,
-                          direct_weight)
+                          direct_weight, dtype)
 
 
 def _affine(prop: Propagation, i: int) -> tuple[Array, Array, int] | None:
