@@ -5,9 +5,9 @@ relus (the VNN-COMP MNIST-FC and ACAS Xu networks).
 intermediate target's CROWN pass, the relaxations built on their bounds, the specification's
 pass), which is general but slow: its products are dense over every neuron, and each step pays
 the graph's evaluation and reverse-mode overhead. On a chain ``x -> A_0 -> relu -> A_1 -> ... ->
-A_{L-1}`` (``A_k`` a ``linear`` or a ``matmul`` by a constant, with constant shifts; the input
-may be reshaped and shifted first) the same objective is a short sequence of products, written
-here with its hand-derived gradient:
+A_{L-1}`` (``bounds.forward.chain_of``: ``A_k`` a ``linear``, or a ``matmul`` by a constant and
+an ``add``; the input may be reshaped and shifted first) the same objective is a short sequence
+of products, written here with its hand-derived gradient:
 
 - a pass from ``z_j`` down to the input keeps, per relu, only the neurons that are not inactive
   in some example (an inactive neuron's multiplier is exactly 0 whatever the slopes), so every
@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from .engine import Propagation, relu_slopes
+from .forward import chain_of
 
 Array = Any
 
 # Ops that pass a chain's value on unchanged but for its shape, and constant shifts.
 _RESHAPES = ("reshape", "flatten", "detach")
-_MATMULS = ("matmul", "matmul_nd")
 
 
 @dataclass
@@ -265,86 +265,31 @@ def build(prop: Propagation, out_id: int, spec: Array, layout: list[tuple[int, i
           targets: list[tuple[int, Array]], direct_weight: float = 1.0,
           dtype: Any = np.float64) -> ChainObjective | None:
     """The NumPy objective for ``alpha._optimise``'s problem, or ``None`` when the graph is not
-    a chain of affine layers and relus ending at ``out_id`` (the traced objective is used)."""
-    if prop.whole or prop.extra:
+    a chain of affine layers and relus ending at ``out_id`` (``bounds.forward.chain_of``; then
+    the traced objective is used)."""
+    if prop.extra:
         return None
-    nodes = prop.nodes
-    layers: list[_Layer] = []
-    i = out_id
-    relu: int | None = None
-    while True:
-        found = _affine(prop, i)
-        if found is None:
+    chain = chain_of(prop, max_inputs=None)
+    if chain is None or chain.layers[-1].pre != out_id:
+        return None
+    layers = [_Layer(lay.pre, lay.w, lay.b, lay.relu) for lay in chain.layers]
+    for lay in layers[:-1]:
+        box = prop.bx(lay.top)
+        if lay.relu is None or not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
             return None
-        w, b, below = found
-        layers.append(_Layer(i, w, b, relu))
-        node = nodes[below]
-        if node.op is not None and node.op.name == "relu" and prop.batched(below):
-            relu, i = below, node.parents[0]
-            box = prop.bx(i)
-            if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
-                return None
-            continue
-        start = _start_box(prop, below)
-        if start is None:
-            return None
-        break
-    layers.reverse()  # the walk met each layer's relu (above it) just before the layer
     if np.ndim(spec) != 3 or spec.shape[2] != layers[-1].w.shape[0]:
         return None
     known = {lay.relu for lay in layers} | {lay.top for lay in layers}
     if any(r not in known for _, r in layout) or any(px not in known for px, _ in targets):
         return None
-    x_lo, x_hi = start
-    return ChainObjective(prop, layers, x_lo, x_hi, spec, layout, targets, out_id,
+    # the box where the traced objective takes it (the data input, through reshapes and
+    # constant shifts), else the chain's start node's
+    start = _start_box(prop, chain.start)
+    if start is None:
+        box = prop.bx(chain.start)
+        start = (np.asarray(box.lo, np.float64), np.asarray(box.hi, np.float64))
+    return ChainObjective(prop, layers, start[0], start[1], spec, layout, targets, out_id,
                           direct_weight, dtype)
-
-
-def _affine(prop: Propagation, i: int) -> tuple[Array, Array, int] | None:
-    """Node ``i`` as ``h @ w.T + b`` of a varying node ``h`` (returned): constant shifts over a
-    ``linear`` or a ``matmul`` by a constant matrix."""
-    nodes = prop.nodes
-    shift: Array = 0.0
-    while True:
-        node = nodes[i]
-        if node.op is None or not prop.batched(i) or len(prop.rest(i)) != 1:
-            return None
-        name = node.op.name
-        if name in ("add", "sub") and len(node.parents) == 2:
-            a, c = node.parents
-            if prop.variable[a] and not prop.variable[c]:
-                sign = 1.0 if name == "add" else -1.0
-            elif name == "add" and prop.variable[c] and not prop.variable[a]:
-                a, c, sign = c, a, 1.0
-            else:
-                return None
-            cv = prop.point(c)
-            n = prop.rest(i)[0]
-            if (cv is None or nodes[a].shape != node.shape
-                    or (cv.size != 1 and (cv.shape[-1] != n or cv.size != n))):
-                return None
-            shift = shift + sign * np.asarray(cv, np.float64).ravel()
-            i = a
-            continue
-        break
-    if name == "linear":
-        pw, pb, px = node.parents
-        w, b = prop.point(pw), prop.point(pb)
-        if w is None or b is None or w.ndim != 2 or prop.variable[pw] or prop.variable[pb]:
-            return None
-        bias = np.asarray(b, np.float64).ravel()
-    elif name in _MATMULS:
-        px, pw = node.parents
-        w = prop.point(pw)
-        if w is None or w.ndim != 2 or prop.variable[pw]:
-            return None
-        w = w.T
-        bias = np.zeros(w.shape[0])
-    else:
-        return None
-    if not prop.batched(px) or tuple(prop.rest(px)) != (w.shape[1],):
-        return None
-    return (np.asarray(w, np.float64), np.broadcast_to(bias + shift, (w.shape[0],)).copy(), px)
 
 
 def _start_box(prop: Propagation, i: int) -> tuple[Array, Array] | None:

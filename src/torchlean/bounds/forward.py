@@ -70,11 +70,13 @@ def _const(prop: Any, p: int) -> Array | None:
     return None if prop.variable[p] else prop.point(p)
 
 
-def chain_of(prop: Any) -> Chain | None:
+def chain_of(prop: Any, max_inputs: int | None = MAX_INPUTS) -> Chain | None:
     """The chain structure of ``prop``'s graph (a ``Propagation`` whose constants are set), or
     None when the graph is anything else (then callers use backward CROWN). Recognised layers:
     ``linear(W, b, x)``, and ``matmul(x, W)`` optionally followed by ``add(., b)`` (ONNX MatMul
-    + Add, as ACAS Xu's networks import), each optionally followed by ``relu``."""
+    + Add, as ACAS Xu's networks import), each optionally followed by ``relu``. ``max_inputs``:
+    None for chains of any input width (alpha-CROWN's NumPy objective, ``bounds.alpha_objective``,
+    carries no per-input coefficients)."""
     if prop.whole:
         return None
     nodes = prop.nodes
@@ -93,7 +95,8 @@ def chain_of(prop: Any) -> Chain | None:
         return None
     x = nodes[first].parents[2] if nodes[first].op.name == "linear" else nodes[first].parents[0]
     shape = tuple(nodes[x].shape)
-    if len(shape) != 2 or shape[1] > MAX_INPUTS or not prop.variable[x]:
+    if (len(shape) != 2 or (max_inputs is not None and shape[1] > max_inputs)
+            or not prop.variable[x]):
         return None
     layers: list[Layer] = []
     used: set[int] = set()
