@@ -26,6 +26,7 @@ from torchlean.bounds.engine import Propagation, UnsupportedOpError
 from torchlean.cli import certified as cli_certified
 from torchlean.cli.common import blas_threads
 from torchlean.core.errors import TorchLeanError
+from torchlean.data import Dataset
 from torchlean.engine import ops_interface as F
 from torchlean.engine.params import Param
 from torchlean.engine.session import Options
@@ -605,6 +606,32 @@ def test_short_certified_run_certifies_far_more_than_natural_training():
     assert results["ibp"] >= results["natural"] + 0.3, results
 
 
+@pytest.mark.parametrize("model_name", ["mlp", "cnn"])
+def test_certified_runs_are_the_same_bits_eager_and_compiled(model_name):
+    """``torchlean train --certified`` defaults to the compiled backend because its steps are
+    eager's to the bit: a short CROWN-IBP run through every phase (warm-up, ramp with
+    0 < beta < 1, target) ends with identical weights on both backends."""
+    data = load_data(model_name, "digits", 0)
+    train = Dataset(np.asarray(data.train.inputs[:96], np.float32),
+                    np.asarray(data.train.targets[:96]))
+    weights = {}
+    for backend in ("eager", "compiled"):
+        model = models.build(models.config_for(model_name, data, seed=3))
+        opt = optim.Adam(model.parameters(), lr=1e-3)
+        objective = CertifiedTraining(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1,
+                                                      ramp_epochs=2))
+        with blas_threads(1):
+            history = fit(model, F.cross_entropy, opt, train, 4, 32, backend=backend, seed=1,
+                          progress=False, objective=objective)
+        assert history[-1].extra["eps"] == pytest.approx(0.1)
+        weights[backend] = [np.array(p.value) for p in model.parameters()]
+    start = models.build(models.config_for(model_name, data, seed=3))
+    assert any(not np.array_equal(a, np.asarray(p.value))  # it trained
+               for a, p in zip(weights["eager"], start.parameters(), strict=True))
+    for a, b in zip(weights["eager"], weights["compiled"], strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, capsys):
     path = str(tmp_path / "c.safetensors")
     code = cli.main(["train", "--certified", "crown-ibp", "--eps", "0.05", "--epochs", "3",
@@ -612,8 +639,10 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     out = capsys.readouterr().out
     assert code == 0
     assert "certified training: crown-ibp at eps 0.05" in out and "verified err" in out
+    assert "compiled backend" in out  # certified training's default backend
     _, metadata = checkpoint.read_file(path)
     settings = json.loads(metadata["settings"])
+    assert settings["backend"] == "compiled"
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3

@@ -91,10 +91,16 @@ def output_path(text: str) -> str:
     return text
 
 
-def add_runtime_options(p: argparse.ArgumentParser) -> None:
-    """``--backend``, ``--device`` and ``--threads``, shared by train and eval."""
-    p.add_argument("--backend", choices=("eager", "compiled"), default="eager",
-                   help="eager tape, or a graph compiled once per batch shape (default eager)")
+def add_runtime_options(p: argparse.ArgumentParser, backend_help: str | None = None) -> None:
+    """``--backend``, ``--device`` and ``--threads``, shared by train and eval.
+
+    ``backend_help``: the command chooses the default backend itself (``--backend`` defaults
+    to ``None``) and says how in this help text.
+    """
+    p.add_argument("--backend", choices=("eager", "compiled"),
+                   default=None if backend_help else "eager",
+                   help=backend_help or "eager tape, or a graph compiled once per batch shape "
+                                        "(default eager)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run (cuda needs CuPy and a GPU; default cpu)")
     add_threads_option(p)

@@ -64,7 +64,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
                    help="sgd (momentum 0.9), adam or adamw (weight decay 0.01); default: the "
                         "recipe")
-    common.add_runtime_options(p)
+    common.add_runtime_options(p, backend_help=(
+        "eager tape, or a graph compiled once per batch shape (default eager; with --certified "
+        "compiled: its steps give the same bits as eager's, run as generated code, in less "
+        "time)"))
     p.add_argument("--seed", type=common.seed_int, default=0,
                    help="seeds the data split, the initial weights and the shuffles "
                         "(default 0)")
@@ -198,6 +201,8 @@ def _run_on_this_rank(args: argparse.Namespace) -> int:
     model_name = args.model
     dataset_name = args.dataset or models.DEFAULT_DATASET[model_name]
     models.check_compatible(model_name, dataset_name)
+    if args.backend is None:  # certified training's steps are the same bits compiled, faster
+        args.backend = "compiled" if args.certified is not None else "eager"
     common.check_device(args.device, bool(getattr(args, "distributed", False)))
     recipe = models.RECIPES[(model_name, dataset_name)]
     if args.certified is not None:
