@@ -149,7 +149,10 @@ class Stepper:
                 if param is not None and param.requires_grad:
                     report_param(param, g)
 
-        by_id = backend.linked_tape().backward_scalar(out.id, on_leaf)
+        # Only the parameters' cotangents are read (fused reverse steps allowed), except when
+        # the finite check below names the first non-finite node of the whole pass.
+        by_id = backend.linked_tape().backward_scalar(out.id, on_leaf,
+                                                      leaves_only=not self.opts.check_finite)
         if self.opts.check_finite:  # forward values were checked as they were recorded
             anomaly.check_tape_grads(backend.linked_tape(), by_id)
         value = s.value(out)
