@@ -277,7 +277,6 @@ class Tape:
         run as one (``_fused_relu_pooling``); that relu's own cotangent is then not formed."""
         entries = self._entries
         plan = self._plan
-        pools: list[int] = []
         for k in range(len(plan), out + 1):
             # A repeated node's step was computed on an earlier pass (the entry is shared).
             e = entries[k]
@@ -285,11 +284,11 @@ class Tape:
             if step is UNSET:
                 step = e.step = reverse_step(entries, k)
             plan.append(step)
-            if e.op in _POOLS:
-                pools.append(k)
         run = plan
-        if fuse and pools and KERNELS.fast and self.xp is np:
-            run = _fused_relu_pooling(entries, plan, pools, out)
+        if fuse and KERNELS.fast and self.xp is np:
+            pools = [k for k in range(out + 1) if entries[k].op in _POOLS]
+            if pools:
+                run = _fused_relu_pooling(entries, plan, pools, out)
         return run_reverse(run, self._values, out, seed, entries[out].requires_grad,
                            ARRAY_OPS, on_leaf)
 
