@@ -78,6 +78,36 @@ def test_interleaved_timing_runs_every_entry_block_times_per_round() -> None:
         assert t["rounds"] == 4 and t["min_ms"] <= t["median_ms"] <= t["max_ms"]
 
 
+def test_the_cpu_clock_is_the_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clock="cpu"`` reads ``CLOCKS["cpu"]`` (process CPU time) around every block, and
+    nothing else: a fake clock that advances 2 ms per read gives 2 ms per block."""
+    reads = []
+
+    def fake() -> float:
+        reads.append(1)
+        return 0.002 * len(reads)
+
+    monkeypatch.setitem(bench.CLOCKS, "cpu", fake)
+    out = bench.time_interleaved({"a": lambda: None, "b": lambda: None}, block=2, rounds=3,
+                                 warmup=1, clock="cpu")
+    assert len(reads) == 2 * 2 * 3
+    for t in out.values():
+        assert t["median_ms"] == pytest.approx(2.0 / 2)  # 2 ms per block of 2 steps
+
+
+def test_cpu_clock_run_says_so(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--workloads", "W1", "--frameworks", "numpy", "--rounds", "1",
+                     "--threads", "1", "--main-jobs", "none", "--clock", "cpu",
+                     "--json", str(path)]) == 0
+    assert "clock: cpu" in capsys.readouterr().out
+    result = json.loads(path.read_text())
+    assert result["runs"][0]["clock"] == "cpu" and "--clock cpu" in result["command"]
+    assert cli.main(["bench", "--device", "cuda", "--clock", "cpu", "--main-jobs",
+                     "none"]) == 2
+    assert "--clock cpu does not apply to --device cuda" in capsys.readouterr().err
+
+
 def test_report_and_json_for_one_small_run(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bench.json"
     status = cli.main(["bench", "--workloads", "W1", "--frameworks",

@@ -715,13 +715,20 @@ class Timing:
                 "rounds": len(self.seconds)}
 
 
+# What ``--clock`` reads: wall time, or this process's CPU time (every thread's, so at 1 thread
+# it is the step's own work, unswollen by other processes on a shared machine).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: int,
-                     warmup: int = 2, seed: int = 0, sync: Callable[[], Any] | None = None
-                     ) -> dict[str, dict[str, float]]:
+                     warmup: int = 2, seed: int = 0, sync: Callable[[], Any] | None = None,
+                     clock: str = "wall") -> dict[str, dict[str, float]]:
     """Warm up every step, then ``rounds`` rounds; each round runs a block of ``block`` steps
     of every entry in a shuffled order. Medians and min-max over rounds. ``sync`` (the GPU
     benchmark: wait for the device) is called before each block's clock starts and before it
-    stops, so a block's time includes all the device work it queued."""
+    stops, so a block's time includes all the device work it queued. ``clock``: a key of
+    ``CLOCKS``."""
+    now = CLOCKS[clock]
     wait = sync or (lambda: None)
     for fn in steps.values():
         for _ in range(warmup):
@@ -735,11 +742,11 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
             fn = steps[name]
             wait()
             f0 = _faults()
-            t0 = time.perf_counter()
+            t0 = now()
             for _ in range(block):
                 fn()
             wait()
-            t1 = time.perf_counter()
+            t1 = now()
             timings[name].seconds.append((t1 - t0) / block)
             timings[name].faults.append((_faults() - f0) / block)
     return {name: t.summary() for name, t in timings.items()}
@@ -781,9 +788,10 @@ def machine_info() -> dict[str, Any]:
             "blas": blas_info()}
 
 
-def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check: bool = True
-                   ) -> dict[str, Any]:
-    """Build, check agreement (unless ``check`` is false) and time one workload."""
+def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check: bool = True,
+                   clock: str = "wall") -> dict[str, Any]:
+    """Build, check agreement (unless ``check`` is false) and time one workload on ``clock``
+    (``CLOCKS``)."""
     data = make_data(workload)
     impls: dict[str, Impl] = {}
     notes: dict[str, str] = {}
@@ -803,7 +811,7 @@ def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check:
     steps: dict[str, Callable[[], Any]] = {fw: impl.step for fw, impl in impls.items()}
     for impl in impls.values():
         steps.update(impl.extra)
-    times = time_interleaved(steps, BLOCK[workload], rounds)
+    times = time_interleaved(steps, BLOCK[workload], rounds, clock=clock)
     for fw, impl in impls.items():
         if impl.note:
             times[fw]["note"] = impl.note  # type: ignore[assignment]
@@ -837,12 +845,13 @@ def _spawn(extra: list[str], threads: int) -> dict[str, Any]:
 
 
 def run_isolated(workloads: Sequence[str], frameworks: Sequence[str], rounds: int,
-                 threads: int) -> dict[str, Any]:
+                 threads: int, clock: str = "wall") -> dict[str, Any]:
     tl_fws = [f for f in frameworks if f.startswith("torchlean")]
     # The NumPy floor runs in the same fresh process (it loads nothing but NumPy), so isolated
     # ratios are taken at the same moment: on a shared machine the load moves between runs.
     got = _spawn(["--child", "time", "--frameworks", ",".join([*tl_fws, "numpy"]),
-                  "--workloads", ",".join(workloads), "--rounds", str(rounds)], threads)
+                  "--workloads", ",".join(workloads), "--rounds", str(rounds),
+                  "--clock", clock], threads)
     times: dict[str, dict[str, Any]] = {w: got[w] for w in workloads}
     memory: dict[str, Any] = {}
     for fw in [*tl_fws, "torch", "numpy"]:
@@ -1163,6 +1172,9 @@ def format_report(result: dict[str, Any]) -> str:
                  f"OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}")
     lines.append("load average at start {:.2f} {:.2f} {:.2f}; at end {:.2f} {:.2f} {:.2f}".format(
         *m["load_average"], *result["load_average_end"]))
+    if result.get("clock", "wall") == "cpu":
+        lines.append("clock: cpu (this process's CPU time, all threads: ms of CPU per step, not "
+                     "of waiting; above 1 thread it sums the threads)")
     if result.get("device") == "cuda":
         lines.append(f"device cuda: {result['gpu']}; timing synchronises the device before "
                      "and after each block of steps")

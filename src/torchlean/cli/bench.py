@@ -54,6 +54,10 @@ def add_parser(sub: Any) -> None:
                    default=0, help="epochs of each main job (default 0: the recipe's)")
     p.add_argument("--json", default=None, metavar="PATH", type=common.output_path,
                    help="also write JSON here")
+    p.add_argument("--clock", choices=tuple(H.CLOCKS), default="wall",
+                   help="what a step's time is read from: wall (default) or cpu (this "
+                        "process's CPU time: on a shared machine at --threads 1, the step's "
+                        "own work; above 1 thread the threads' sum, not the wait)")
     p.add_argument("--isolated", action="store_true",
                    help="also time torchlean alone in fresh processes and measure peak "
                         "memory of 200 W2 steps per framework")
@@ -80,6 +84,7 @@ def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Validate the arguments, run, print the table (and write JSON)."""
     gpu = getattr(args, "device", "cpu") == "cuda"
+    args.clock = getattr(args, "clock", "wall")
     all_workloads, all_frameworks = ((H.GPU_WORKLOADS, H.GPU_FRAMEWORKS) if gpu
                                      else (H.WORKLOADS, H.FRAMEWORKS))
     where = " on --device cuda" if gpu else ""
@@ -97,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
         if args.isolated:
             raise H.BenchError("bench: --isolated times CPU processes; it does not apply to "
                                "--device cuda")
+        if args.clock != "wall":
+            raise H.BenchError("bench: --clock cpu does not apply to --device cuda (the "
+                               "device's work is not this process's CPU time); use --clock "
+                               "wall")
         return _run_gpu(args, workloads, frameworks)
     if getattr(args, "child", None):
         args.threads = threads[0]
@@ -104,16 +113,20 @@ def run(args: argparse.Namespace) -> int:
     command = (f"torchlean bench --workloads {','.join(workloads)} --frameworks "
                f"{','.join(frameworks)} --rounds {args.rounds} --threads "
                f"{','.join(map(str, threads))} --main-jobs {','.join(jobs) or 'none'}"
-               + (" --isolated" if args.isolated else ""))
+               + (" --isolated" if args.isolated else "")
+               + (f" --clock {args.clock}" if args.clock != "wall" else ""))
     runs = []
     for count in threads:
         limiter = H.pin_threads(count)
         result: dict[str, Any] = {"machine": H.machine_info(), "threads": count,
-                                  "rounds": args.rounds, "command": command}
-        result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds)
+                                  "rounds": args.rounds, "command": command,
+                                  "clock": args.clock}
+        result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds,
+                                                   clock=args.clock)
                                for w in workloads}
         if args.isolated:
-            result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, count)
+            result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, count,
+                                                args.clock)
         del limiter
         result["load_average_end"] = list(os.getloadavg())
         print(H.format_report(result), flush=True)
@@ -146,7 +159,8 @@ def _child(args: argparse.Namespace, workloads: list[str], frameworks: list[str]
             impl.step()
         print(json.dumps({"peak_mib": H.peak_rss_mib()}))
         return 0
-    out = {w: H.bench_workload(w, frameworks, args.rounds, check=False)["times"]
+    out = {w: H.bench_workload(w, frameworks, args.rounds, check=False,
+                               clock=args.clock)["times"]
            for w in workloads}
     print(json.dumps(out))
     del limiter

@@ -137,7 +137,9 @@ class Stepper:
         s = self._session
         s.reset()
         backend = s._backend
-        out = self.fn(backend, *[s.input(x, requires_grad=False) for x in xs])
+        # The batch as data leaves without a copy: the tape is freed before this returns, so
+        # no later edit of the caller's arrays can reach it (W2: one 400 KB copy a step).
+        out = self.fn(backend, *[backend.leaf("input", x, False, copy=False) for x in xs])
         if not isinstance(out, Ref) or out.shape != ():
             raise ShapeError("loss must be a scalar ref")
         on_leaf = None
@@ -149,7 +151,10 @@ class Stepper:
                 if param is not None and param.requires_grad:
                     report_param(param, g)
 
-        by_id = backend.linked_tape().backward_scalar(out.id, on_leaf)
+        # Only the parameters' cotangents are read (fused reverse steps allowed), except when
+        # the finite check below names the first non-finite node of the whole pass.
+        by_id = backend.linked_tape().backward_scalar(out.id, on_leaf,
+                                                      leaves_only=not self.opts.check_finite)
         if self.opts.check_finite:  # forward values were checked as they were recorded
             anomaly.check_tape_grads(backend.linked_tape(), by_id)
         value = s.value(out)

@@ -1,0 +1,80 @@
+"""W3 eager with and without the tape's fused relu -> max pool reverse step (issue 26).
+
+``Tape._reverse(fuse=True)`` (training passes: ``Stepper`` asks for the leaves' cotangents only)
+runs ``relu`` and the max pooling that is its only consumer as one reverse step
+(``ops.fast.pool.relu_vjp``). This times the harness's W3 step (the CNN, one SGD step) in one
+process, four sides interleaved in shuffled order: torchlean eager with the fusion, the same
+with the fusion switched off (the tape's plan run as recorded), torchlean compiled and PyTorch
+eager. CPU time (``time.process_time``) at one thread, so a shared machine's load does not
+swell one side more than another; the table gives medians over rounds and ratios to PyTorch.
+Run: ``python benchmarks/bench_eager_fusion.py [--rounds N] [--block N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torchlean.bench import harness
+from torchlean.core import alloc
+from torchlean.engine import tape
+
+
+def _unfused(step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` with the fusion off: the tape runs its recorded reverse plan as it is."""
+    real = tape._fused_relu_pooling
+
+    def run() -> Any:
+        tape._fused_relu_pooling = lambda entries, plan, pools, out: plan
+        try:
+            return step()
+        finally:
+            tape._fused_relu_pooling = real
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--block", type=int, default=5, help="steps per timed block")
+    args = ap.parse_args()
+    alloc.pin_thresholds()  # as the torchlean command does
+    limiter = harness.pin_threads(1)
+    data = harness.make_data("W3")
+    steps: dict[str, Callable[[], Any]] = {
+        "eager fused": harness.build_torchlean("W3", data, "eager").step,
+        "eager unfused": _unfused(harness.build_torchlean("W3", data, "eager").step),
+        "compiled": harness.build_torchlean("W3", data, "compiled").step,
+    }
+    torch_impl = harness.build("W3", "torch", data)
+    if not isinstance(torch_impl, str):
+        steps["torch"] = torch_impl.step
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for fn in steps.values():
+        for _ in range(3):
+            fn()
+    order = list(steps)
+    shuffle = random.Random(0)
+    for _ in range(args.rounds):
+        shuffle.shuffle(order)
+        for name in order:
+            t0 = time.process_time()
+            for _ in range(args.block):
+                steps[name]()
+            times[name].append((time.process_time() - t0) / args.block * 1e3)
+    ref = statistics.median(times["torch"]) if "torch" in times else None
+    print(f"W3 step, CPU ms (one thread, {args.rounds} rounds of {args.block} steps)")
+    for name, ts in times.items():
+        m = statistics.median(ts)
+        ratio = f"  {m / ref:.3f}x torch" if ref else ""
+        print(f"  {name:<14}{m:8.3f} ms{ratio}")
+    del limiter
+
+
+if __name__ == "__main__":
+    main()
