@@ -401,11 +401,12 @@ def test_alpha_crown_proves_an_acas_instance_crown_leaves_open():
 
 # The MNIST-FC counterexamples (published sat) that sampling and Adam-stepped PGD missed: the
 # multi-targeted signed PGD from output-diversified starts finds the first two (each in its first
-# attempt); on the third (mnist-net_256x2 prop_0_0.05) the network is flat and every PGD chain
-# stalls, and the bound of a relu-split domain proposes the point (bab's flow for many inputs).
+# attempt); on the third (mnist-net_256x2 prop_0_0.05) the network is flat and every chain of it
+# stalls (1-3 of 256 first-layer neurons on anywhere it goes), and PGD from the vertices that
+# switch on the first layer's unstable neurons finds it (``attack.switch_on_starts``).
 ONCE_MISSED = [("mnist-net_256x2.onnx", "prop_9_0.05.vnnlib", "crown", "diversified PGD"),
                ("mnist-net_256x4.onnx", "prop_1_0.05.vnnlib", "crown", "diversified PGD"),
-               ("mnist-net_256x2.onnx", "prop_0_0.05.vnnlib", "bab", "relu branch and bound")]
+               ("mnist-net_256x2.onnx", "prop_0_0.05.vnnlib", "crown", "switch-on vertices")]
 
 
 @needs_shared

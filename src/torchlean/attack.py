@@ -1,7 +1,9 @@
 """Adversarial attacks (FGSM, PGD) on a compiled classifier: the empirical side of certification.
 
 ``sample_box`` and ``pgd_box`` attack a box with general linear objectives (the unsafe sets of
-VNN-LIB properties, ``torchlean.bounds.properties``) instead of a labelled example's ball.
+VNN-LIB properties, ``torchlean.bounds.properties``) instead of a labelled example's ball;
+``switch_on_starts`` gives PGD starts it cannot reach by itself: the box vertices that switch on
+the first relu's neurons (a neuron that is off wherever PGD goes passes it no gradient).
 
 Both attacks run the compiled graph that ``torchlean.bounds`` certifies (``tl.compile`` of the
 logits, float32 kernels) and take input gradients from its reverse mode (``Compiled.vjp``), so an
@@ -396,3 +398,63 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
         if np.any(best_obj <= 0):
             break
     return BoxAttackResult(best, best_obj, best_target, evaluations)
+
+
+def switch_on_starts(compiled: Any, lower: Array, upper: Array, *, limit: int | None = None
+                     ) -> Array:
+    """Per unstable neuron of the network's first relu, the box vertex that maximises its
+    pre-activation: PGD starts in parts of the box that gradient steps do not find.
+
+    A ReLU network can be flat around the box's centre with a counterexample behind a neuron
+    that is off along every descent path (it passes no gradient, so no chain is ever drawn
+    towards switching it on): MNIST-FC ``mnist-net_256x2 prop_0_0.05``, where only 1-3 of 256
+    first-layer neurons are on anywhere PGD goes. Each neuron's input gradient at the box's
+    centre (one reverse pass per batch of neurons, seeded at the pre-activation) gives its
+    range over the box, ``z(c) +- |g| . (upper - lower) / 2``, and its maximising vertex
+    (``upper`` where ``g > 0``, ``lower`` where ``g < 0``, the centre where 0): exact when
+    the layers before the relu are affine (linear, matmul, add, conv, reshapes; otherwise a
+    linearisation, and the starts are only candidates either way). Unstable: the range
+    straddles 0. Order: the neurons off at the centre first (those are the ones PGD cannot
+    see), each group by its largest value, most first; at most ``limit`` of them. Returns
+    ``(S, *input shape)`` starts in the network's float type (``S = 0`` when the graph has no
+    relu, or none is unstable).
+    """
+    lo, hi, shape, _ = _box_check("switch_on_starts", compiled, lower, upper)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise AttackError(f"switch_on_starts: limit must be an integer >= 0, found {limit!r}")
+    graph = compiled.graph
+    empty = np.zeros((0, *shape[1:]), dtype=lo.dtype)
+    relu = next((i for i, node in enumerate(graph.nodes)
+                 if node.kind == "op" and node.op is not None and node.op.name == "relu"), None)
+    if relu is None or len(graph.inputs) - len(graph.params) != 1:
+        return empty
+    pre = graph.nodes[relu].parents[0]
+    pre_shape = tuple(graph.nodes[pre].shape)
+    n = shape[0]
+    if not pre_shape or pre_shape[0] != n:
+        return empty
+    width = int(np.prod(pre_shape[1:]))
+    centre = np.minimum(np.maximum(lo + (hi - lo) / 2, lo), hi)
+    xs = graph.check_inputs("switch_on_starts",
+                            [np.broadcast_to(centre, shape).copy(),
+                             *[p.array for p in graph.params]])
+    values = graph.evaluate(xs, np)
+    z = np.asarray(values[pre], dtype=np.float64).reshape(n, width)[0]
+    radius = (hi.astype(np.float64) - lo.astype(np.float64)).reshape(-1) / 2
+    grads = np.zeros((width, radius.size))
+    for first in range(0, width, n):  # one reverse pass seeds n neurons, one per batch row
+        count = min(n, width - first)
+        seed = np.zeros((n, width), dtype=lo.dtype)
+        seed[np.arange(count), first + np.arange(count)] = 1
+        cot = graph.backprop(values, pre, seed.reshape(pre_shape))[graph.inputs[0]]
+        if cot is not None:
+            grads[first:first + count] = np.asarray(cot, np.float64).reshape(n, -1)[:count]
+    reach = np.abs(grads) @ radius
+    top, bottom = z + reach, z - reach
+    unstable = np.flatnonzero((top > 0) & (bottom < 0))
+    order = unstable[np.lexsort((-top[unstable], z[unstable] > 0))][:limit]
+    flat_lo, flat_hi, flat_c = lo.reshape(-1), hi.reshape(-1), centre.reshape(-1)
+    g = grads[order]
+    starts = np.where(g > 0, flat_hi, np.where(g < 0, flat_lo, flat_c))
+    return starts.astype(lo.dtype).reshape((len(order), *shape[1:]))

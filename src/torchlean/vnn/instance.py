@@ -74,6 +74,12 @@ SIGN_STEP = 0.125
 SIGN_DECAY = 0.98
 SIGN_RESTARTS = 2
 DIVERSIFY = 10
+# PGD from the vertices switching on the first relu's unstable neurons, after the signed PGD
+# (``_attack``'s ``switched``): at most this many batches of chains, this many steps, and this
+# share of the coordinates redrawn in the chains beyond one per neuron
+SWITCH_BATCHES = 2
+SWITCH_STEPS = 50
+SWITCH_REDRAW = 0.25
 MAX_CANDIDATES = 8  # attack points checked on the network per attack call
 # alpha-CROWN's steps (auto_LiRPA's count; it stops once every conjunction is refuted): 20 left
 # 4 ACAS Xu instances open that 100 prove (the last margins come in the last steps)
@@ -273,6 +279,38 @@ def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: prope
         cex = _counterexample(net, prop, result.inputs, np.argsort(result.objective))
         return cex, result.timed_out or clock.over()
 
+    def switched(rng_seed: int) -> tuple[tuple[Any, Any] | None, bool]:
+        # The same PGD, untargeted, from the vertices that switch on the first relu's unstable
+        # neurons (``attack.switch_on_starts``; the chains left over start from copies with
+        # a share of the coordinates redrawn).
+        starts = attack.switch_on_starts(chains, lo, hi, limit=SWITCH_BATCHES * n_chains)
+        if not len(starts):
+            return None, False
+        # a batch of the next power of two (at least 16) when fewer starts than chains: the
+        # PGD's cost is in proportion to its chains
+        size = min(n_chains, max(16, 1 << (len(starts) - 1).bit_length()))
+        model = net.batched(size) if size < n_chains else chains
+        if model is None:
+            model, size = chains, n_chains
+        rng = np.random.default_rng(rng_seed + 5)
+        for first in range(0, len(starts), size):
+            points = np.resize(starts[first:first + size], (size, *feat))
+            copies = np.arange(size) >= len(starts) - first
+            redraw = (rng.uniform(size=points.shape) < SWITCH_REDRAW) & copies.reshape(
+                (-1,) + (1,) * len(feat))
+            drawn = lo + rng.uniform(size=points.shape) * (hi - lo)
+            points = np.where(redraw, drawn, points).astype(lo.dtype)
+            result = attack.pgd_box(
+                model, lo, hi, objectives, steps=SWITCH_STEPS, seed=rng_seed + 6,
+                step_size=SIGN_STEP, rule="sign", decay=SIGN_DECAY, loss="hinge",
+                untargeted=True, deadline=clock.deadline,
+                starts=attack.BoxAttackResult(points, np.zeros(size),
+                                              np.zeros(size, dtype=np.int64)))
+            cex = _counterexample(net, prop, result.inputs, np.argsort(result.objective))
+            if cex is not None or result.timed_out or clock.over():
+                return cex, True
+        return None, False
+
     for attempt in range(attempts):
         rng_seed = seed + 7919 * attempt
         if prop.n_inputs > LOW_DIMENSION:
@@ -282,6 +320,9 @@ def _attack(net: Network, models: tuple[Any, Any], prop: Property, region: prope
             cex, stop = signed(rng_seed)
             if cex is not None or stop:
                 return cex, f"diversified PGD, attempt {attempt + 1}"
+            cex, stop = switched(rng_seed)
+            if cex is not None or stop:
+                return cex, f"PGD from switch-on vertices, attempt {attempt + 1}"
             continue
         # Escalate: cheap first (most counterexamples are easy), then up to a million samples
         # (for low-dimensional inputs they find what PGD's local steps miss).
