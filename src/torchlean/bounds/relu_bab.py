@@ -55,6 +55,7 @@ from .bab import (
     verify_property,
 )
 from .beta import Chain, babsr_scores, bound_pairs, refresh_bounds, relu_chain
+from .lp_bounds import tighten
 
 Array = Any
 
@@ -71,6 +72,8 @@ BATCH = 128
 PAIRS_PER_PASS = 256  # (domain, row) pairs in one batched beta-CROWN pass
 REFRESH_BATCH = 64  # domains per CROWN refresh of their intermediate bounds
 FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
+# LPs (two per unstable neuron) that ``lp=True`` may spend on the root's intermediate bounds
+LP_MAX = 2000
 
 
 def supports(model: Any) -> bool:
@@ -230,7 +233,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            steps: int = ROOT_BETA_STEPS, child_steps: int = CHILD_STEPS,
            root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
            refresh: bool = False, warm: bool = False, per_conjunction: bool = False,
-           clock: Callable[[], float] | None = None,
+           lp: bool = False, lp_max: int = LP_MAX, clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set by splitting
@@ -241,13 +244,17 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     alpha-CROWN steps on the whole box; ``refresh``: re-bound the layers after a split by
     CROWN in the children (tighter, dearer: measured slower on MNIST-FC); ``warm``: children
     start from their parent's slopes and multipliers (else from the root's slopes and zero);
-    ``per_conjunction``: one search tree per open conjunction (see step 2); ``clock``: what
+    ``per_conjunction``: one search tree per open conjunction (see step 2); ``lp``: tighten the
+    root's intermediate bounds by linear programs first (``bounds.lp_bounds``, at most
+    ``lp_max`` LPs; off: on MNIST-FC 256x6 they gave almost nothing over alpha-CROWN's bounds
+    for about 0.05-0.1 CPU-s each, see ``lp_bounds``); ``clock``: what
     ``timeout`` is measured by (default ``time.monotonic``, looked up at the call). Options of
     ``bab.search`` that do not apply here (the input-split rule, attack sizes) are ignored.
     """
     for name, value, least in (("batch", batch, 1), ("steps", steps, 1),
                                ("child_steps", child_steps, 1),
-                               ("root_steps", root_steps, 0), ("max_domains", max_domains, 1)):
+                               ("root_steps", root_steps, 0), ("max_domains", max_domains, 1),
+                               ("lp_max", lp_max, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
@@ -302,6 +309,13 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                          for p in chain.pre], axis=1)
     hi = np.concatenate([np.asarray(root.nodes[p][1], np.float64).reshape(1, -1)
                          for p in chain.pre], axis=1)
+    if lp:  # the LP-tightened bounds are valid on the whole box, so on every domain
+        t_lo, t_hi, _ = tighten(models, chain, spec.lower, spec.upper,
+                                [v.reshape(-1) for v in _split_flat(chain, lo)],
+                                [v.reshape(-1) for v in _split_flat(chain, hi)], kernel=kernel,
+                                max_lps=lp_max, over=timer.over)
+        lo, hi = np.concatenate(t_lo)[None], np.concatenate(t_hi)[None]
+        timer.stage("lp")
     # the root's slopes, per row: CROWN's adaptive ones from its bounds (a warm start)
     root_alpha = np.repeat((hi > -lo).astype(np.float64), k, axis=0)
     passes = _Passes(models, spec, {1: chain}, kernel=kernel, root_alpha=root_alpha,
@@ -401,10 +415,10 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             f_beta = np.zeros((len(fixed), passes.n_slots, n_flat), np.float32)
             f_dom, f_row = np.nonzero(f_open[:, spec.group])
             f_beta[f_dom, passes.slot[f_row]] = duals
-            lp = passes.run(c_lo[fixed], c_hi[fixed], c_sign[fixed], f_open, steps=1,
-                            alpha0=found.alpha[fixed], beta0=f_beta)
-            result.passes += lp.passes
-            f_still, _ = _margins(spec, lp.lower, f_open)
+            fixed_pass = passes.run(c_lo[fixed], c_hi[fixed], c_sign[fixed], f_open, steps=1,
+                                    alpha0=found.alpha[fixed], beta0=f_beta)
+            result.passes += fixed_pass.passes
+            f_still, _ = _margins(spec, fixed_pass.lower, f_open)
             timer.stage("bounds")
             if f_still.any():
                 return finish("unknown", "a domain with every neuron fixed stays open (its "
@@ -420,6 +434,12 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                       "margin": float(queue.fields["margin"][:queue.size].min())
                       if queue.size else float("inf")})
     return finish("unsat", f"all {result.domains} domains proved")
+
+
+def _split_flat(chain: Chain, flat: Array) -> list[Array]:
+    """Flat per-domain bounds ``(N, S)`` as one array per relu layer."""
+    cuts = np.cumsum(chain.sizes)[:-1]
+    return np.split(flat, cuts, axis=1)
 
 
 def _linear_programs(passes: _Passes, chain: Chain, spec: Spec, lo: Array, hi: Array,
