@@ -141,10 +141,16 @@ def test_switch_on_starts_are_each_unstable_neurons_maximising_vertex():
     order = sorted(first, key=lambda i: -(z[i] + reach[i]))
     for k, i in enumerate(order):
         np.testing.assert_array_equal(starts[k], np.where(w[i] > 0, hi, lo))
+    # a cap on the neurons examined: evenly spaced ones
+    few = attack.switch_on_starts(net, lo, hi, neurons=3)
+    spaced = [i for i in (0, 6, 11) if i in unstable]
+    assert {tuple(s) for s in few} == {tuple(np.where(w[i] > 0, hi, lo)) for i in spaced}
     # no relu: no starts; bad inputs: a named error
     linear = tl.compile(lambda x: nn.Linear(6, 2)(x), (5, 6))
     assert attack.switch_on_starts(linear, lo, hi).shape == (0, 6)
     with pytest.raises(attack.AttackError, match="limit"):
         attack.switch_on_starts(net, lo, hi, limit=-1)
+    with pytest.raises(attack.AttackError, match="neurons"):
+        attack.switch_on_starts(net, lo, hi, neurons=0)
     with pytest.raises(attack.AttackError, match="lower <= upper"):
         attack.switch_on_starts(net, hi + 1, hi)

@@ -400,8 +400,8 @@ def pgd_box(compiled: Any, lower: Array, upper: Array, objectives: Any, *, steps
     return BoxAttackResult(best, best_obj, best_target, evaluations)
 
 
-def switch_on_starts(compiled: Any, lower: Array, upper: Array, *, limit: int | None = None
-                     ) -> Array:
+def switch_on_starts(compiled: Any, lower: Array, upper: Array, *, limit: int | None = None,
+                     neurons: int = 1024) -> Array:
     """Per unstable neuron of the network's first relu, the box vertex that maximises its
     pre-activation: PGD starts in parts of the box that gradient steps do not find.
 
@@ -415,14 +415,19 @@ def switch_on_starts(compiled: Any, lower: Array, upper: Array, *, limit: int | 
     the layers before the relu are affine (linear, matmul, add, conv, reshapes; otherwise a
     linearisation, and the starts are only candidates either way). Unstable: the range
     straddles 0. Order: the neurons off at the centre first (those are the ones PGD cannot
-    see), each group by its largest value, most first; at most ``limit`` of them. Returns
+    see), each group by its largest value, most first; at most ``limit`` of them. A relu of
+    more than ``neurons`` neurons (a convolution's) has that many examined, evenly spaced (the
+    work is one reverse pass per network batch of them). Returns
     ``(S, *input shape)`` starts in the network's float type (``S = 0`` when the graph has no
     relu, or none is unstable).
     """
     lo, hi, shape, _ = _box_check("switch_on_starts", compiled, lower, upper)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 0):
-        raise AttackError(f"switch_on_starts: limit must be an integer >= 0, found {limit!r}")
+    for name, value, least in (("limit", limit, 0), ("neurons", neurons, 1)):
+        if value is None and name == "limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise AttackError(f"switch_on_starts: {name} must be an integer >= {least}, found "
+                              f"{value!r}")
     graph = compiled.graph
     empty = np.zeros((0, *shape[1:]), dtype=lo.dtype)
     relu = next((i for i, node in enumerate(graph.nodes)
@@ -435,18 +440,19 @@ def switch_on_starts(compiled: Any, lower: Array, upper: Array, *, limit: int | 
     if not pre_shape or pre_shape[0] != n:
         return empty
     width = int(np.prod(pre_shape[1:]))
+    examined = np.unique(np.linspace(0, width - 1, min(width, neurons)).round().astype(np.int64))
     centre = np.minimum(np.maximum(lo + (hi - lo) / 2, lo), hi)
     xs = graph.check_inputs("switch_on_starts",
                             [np.broadcast_to(centre, shape).copy(),
                              *[p.array for p in graph.params]])
     values = graph.evaluate(xs, np)
-    z = np.asarray(values[pre], dtype=np.float64).reshape(n, width)[0]
+    z = np.asarray(values[pre], dtype=np.float64).reshape(n, width)[0][examined]
     radius = (hi.astype(np.float64) - lo.astype(np.float64)).reshape(-1) / 2
-    grads = np.zeros((width, radius.size))
-    for first in range(0, width, n):  # one reverse pass seeds n neurons, one per batch row
-        count = min(n, width - first)
+    grads = np.zeros((len(examined), radius.size))
+    for first in range(0, len(examined), n):  # a reverse pass seeds n neurons, one per row
+        count = min(n, len(examined) - first)
         seed = np.zeros((n, width), dtype=lo.dtype)
-        seed[np.arange(count), first + np.arange(count)] = 1
+        seed[np.arange(count), examined[first:first + count]] = 1
         cot = graph.backprop(values, pre, seed.reshape(pre_shape))[graph.inputs[0]]
         if cot is not None:
             grads[first:first + count] = np.asarray(cot, np.float64).reshape(n, -1)[:count]
