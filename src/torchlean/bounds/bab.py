@@ -113,7 +113,8 @@ ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 LOOKAHEADS = ("all", "off")
 LOOKAHEAD = "all"
 LOOKAHEAD_INPUTS = 8
-LOOKAHEAD_FIRST = 10.0  # verify_network: seconds of look-ahead before the heuristic's splits
+LOOKAHEAD_FIRST = 20.0  # verify_network: seconds of look-ahead before the heuristic's splits (4_9
+# property 1 needs 10 CPU-s with it, 17 without)
 
 
 class BabError(BoundsError):
