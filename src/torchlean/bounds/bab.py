@@ -113,8 +113,10 @@ ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 LOOKAHEADS = ("all", "off")
 LOOKAHEAD = "all"
 LOOKAHEAD_INPUTS = 8
-LOOKAHEAD_FIRST = 20.0  # verify_network: seconds of look-ahead before the heuristic's splits (4_9
-# property 1 needs 10 CPU-s with it, 17 without)
+LOOKAHEAD_FIRST = 10.0  # verify_network: seconds of look-ahead before the heuristic's splits
+# (measured, CPU-s, with / without the 10 s phase: 4_9 property 1 25 / 17, 1_1 property 6 29 / 18,
+# 3_3 property 2 35 / 25; 20 s would trade 4_9's loss for 1_1's: look-ahead alone needs 10 and
+# over 78 there)
 
 
 class BabError(BoundsError):
