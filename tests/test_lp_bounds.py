@@ -16,6 +16,7 @@ import itertools
 
 import numpy as np
 import pytest
+from relu_patterns import interval_signs
 from scipy.optimize import linprog
 
 import torchlean as tl
@@ -58,12 +59,7 @@ def _setup(seed, shrink=1.0):
 def _exact_range(layers, lo, hi, k, j):
     """Least and greatest value of pre-activation ``j`` of relu layer ``k`` over the box (real
     arithmetic), by one LP per activation pattern of the earlier layers; None if too many."""
-    fixed, l, u = [], lo, hi
-    for w, b in layers[:k]:
-        c, r = (l + u) / 2, (u - l) / 2
-        zl, zu = w @ c + b - np.abs(w) @ r - 1e-9, w @ c + b + np.abs(w) @ r + 1e-9
-        fixed.append(np.where(zl >= 0, 1, np.where(zu <= 0, 0, -1)))
-        l, u = np.maximum(zl, 0), np.maximum(zu, 0)
+    fixed = interval_signs(layers[:k], lo, hi)
     free = [(i, n) for i, f in enumerate(fixed) for n in np.flatnonzero(f < 0)]
     if len(free) > MAX_FREE:
         return None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from relu_patterns import interval_signs
 
 import torchlean as tl
 from torchlean import nn
@@ -53,12 +54,7 @@ def _exact_least(layers, lo, hi, rows):
     from scipy.optimize import linprog
 
     # interval bounds fix the sign of some neurons
-    fixed, l, u = [], lo, hi
-    for w, b in layers[:-1]:
-        c, r = (l + u) / 2, (u - l) / 2
-        zl, zu = w @ c + b - np.abs(w) @ r - 1e-9, w @ c + b + np.abs(w) @ r + 1e-9
-        fixed.append(np.where(zl >= 0, 1, np.where(zu <= 0, 0, -1)))
-        l, u = np.maximum(zl, 0), np.maximum(zu, 0)
+    fixed = interval_signs(layers[:-1], lo, hi)
     free = [(k, j) for k, f in enumerate(fixed) for j in np.flatnonzero(f < 0)]
     if len(free) > MAX_FREE:
         return None
