@@ -216,6 +216,35 @@ def test_inherited_bounds_and_other_split_rules_keep_the_verdicts():
     assert _verdicts(CASES[:8], attack_steps=0, split="bound") == []
 
 
+def test_look_ahead_modes_keep_the_verdicts():
+    # the default tries every input and keeps the best split; "off" takes the heuristic's
+    assert _verdicts(CASES[::2], attack_steps=0, lookahead="off") == []
+    assert _verdicts(CASES[1::2], attack_steps=0, lookahead="off", split="bound") == []
+
+
+def test_best_split_keeps_each_domains_best_worse_half():
+    cand_p = np.array([0, 0, 0, 1, 2, 2])
+    first = np.array([-3.0, -1.0, np.inf, -2.0, -5.0, -5.0])
+    second = np.array([-1.0, -2.0, -4.0, -9.0, -5.0, np.inf])
+    pick = bab._best_split(cand_p, np.concatenate([first, second]))
+    # domain 0: worse halves -3, -2, -4 -> candidate 1; domain 1: its only one; domain 2: a tie
+    # at -5 goes to the heuristic's first
+    assert pick.tolist() == [1, 3, 4, 7, 9, 10]
+
+
+def test_a_look_ahead_that_loses_a_half_is_caught(monkeypatch):
+    real = bab._best_split
+
+    def first_half_twice(cand_p, margin):
+        pick = real(cand_p, margin)
+        half = len(pick) // 2
+        return np.concatenate([pick[:half], pick[:half]])  # every second half dropped
+
+    monkeypatch.setattr(bab, "_best_split", first_half_twice)
+    wrong = _verdicts(CASES, attack_steps=0)
+    assert any(truth == "sat" and answer == "unsat" for _, truth, answer, _ in wrong)
+
+
 def test_forward_intermediate_bounds_keep_the_verdicts():
     # forward-mode pre-activation bounds, then CROWN per (box, unstable neuron) where open
     assert _verdicts(CASES, intermediate="forward", attack_steps=0) == []
@@ -278,6 +307,8 @@ def test_bad_problems_raise_named_errors():
         bab.search(models, spec, confirm, method="beta-crown")
     with pytest.raises(bab.BabError, match="split"):
         bab.search(models, spec, confirm, split="sideways")
+    with pytest.raises(bab.BabError, match="lookahead"):
+        bab.search(models, spec, confirm, lookahead="sometimes")
     with pytest.raises(bab.BabError, match="lower > upper"):
         bab.Spec(spec.upper + 1, spec.upper, spec.inner_lower, spec.inner_upper, spec.a,
                  spec.b, spec.group, spec.n_conj)
