@@ -20,13 +20,15 @@ The loop (``search``):
    with every conjunction refuted are dropped, the others queued. Every few rounds the worst
    domains are attacked.
 
-Look-ahead (``lookahead="all"``, the default): each domain is split along each of its best
+Look-ahead (``lookahead="all"``; ``search``'s default is ``"off"``, ``verify_network`` looks
+ahead for its first ``LOOKAHEAD_FIRST`` seconds): each domain is split along each of its best
 ``LOOKAHEAD_INPUTS`` inputs by that score (on ACAS Xu: all 5), every candidate's halves are
-bounded in the same batched pass, and the split kept is the one whose worse half has the best
-margin (FSB-style strong branching over inputs). The score reads the bound's linear dependence
-on the inputs and is blind to how an input's width loosens the relaxations: on ACAS Xu ``5_7``
+bounded in the same batched pass, and the split kept is the one whose worse half gains most over
+the parent's margin, then whose better half does (FSB-style strong branching over inputs);
+where none gains, the score's own split. The score reads the bound's linear dependence on the
+inputs and is blind to how an input's width loosens the relaxations: on ACAS Xu ``5_7``
 property 1 it never split the heading (width 0.5 in every open domain after 100,000 domains, all
-stuck at margin -5.85, a timeout at 116 CPU-s); looking ahead it is ``unsat`` in 3 CPU-s.
+stuck at margin -5.85, a timeout at 116 CPU-s); looking ahead it is ``unsat`` in 2-3 CPU-s.
 
 The bound pass (``method="crown"``) on a network that is a plain chain of affine layers and
 relus (``Models(intermediate="pairs")``, the default) is ``bounds.chain_crown``: intervals, the
@@ -111,8 +113,9 @@ ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 # look-ahead splitting: "all": every domain tries its LOOKAHEAD_INPUTS best inputs by the split
 # heuristic and keeps the split whose worse half bounds best; "off": the heuristic's input
 LOOKAHEADS = ("all", "off")
-LOOKAHEAD = "all"
+LOOKAHEAD = "off"  # search's default; verify_network looks ahead first (LOOKAHEAD_FIRST)
 LOOKAHEAD_INPUTS = 8
+LOOKAHEAD_GAIN = 1e-3  # a half closing less than this share of its parent's gap gains none
 LOOKAHEAD_FIRST = 10.0  # verify_network: seconds of look-ahead before the heuristic's splits
 # (measured, CPU-s, with / without the 10 s phase: 4_9 property 1 25 / 17, 1_1 property 6 29 / 18,
 # 3_3 property 2 35 / 25; 20 s would trade 4_9's loss for 1_1's: look-ahead alone needs 10 and
@@ -798,14 +801,25 @@ def _halves(lo: Array, hi: Array, dim: Array, mid: Array) -> tuple[Array, Array]
     return np.concatenate([lo, right_lo]), np.concatenate([left_hi, hi])
 
 
-def _best_split(cand_p: Array, margin: Array) -> Array:
+def _best_split(cand_p: Array, margin: Array, parent: Array) -> Array:
     """Of ``M`` candidate splits (``cand_p[i]``: the domain split; ``margin``: ``(2 M,)``, the
-    halves' margins as ``_halves`` orders them, ``+inf`` when proved), the rows of the two
-    halves of each domain's best one: the largest worse-half margin, ties to the earlier
-    candidate (the split heuristic's order). ``(2 D,)``: first halves, then second halves."""
+    halves' margins as ``_halves`` orders them, ``+inf`` when proved; ``parent``: each domain's
+    own margin, below 0), the rows of the two halves of each domain's best one: the largest gain
+    of the worse half, then of the better half, then the earlier candidate (the split
+    heuristic's order). ``(2 D,)``: first halves, then second halves.
+
+    A half's gain is how much of the parent's gap ``-parent`` it closes, in ``[0, -parent]``
+    (proved: all of it; a sub-box's true margin is at least its parent's, so a bound pass that
+    comes out looser learns nothing), and a gain below ``LOOKAHEAD_GAIN`` of the gap counts as
+    none. Without that floor the rule can halve one input down to float spacing: where the
+    worse half holds the least point (a box with a counterexample), no split gains there but
+    one along an input that barely matters, by ever less, while every half stays open."""
     m = len(cand_p)
-    score = np.minimum(margin[:m], margin[m:])
-    order = np.lexsort((np.arange(m), -score, cand_p))
+    base = parent[cand_p]
+    gap = np.maximum(-base, 0.0)
+    gains = np.minimum(np.maximum(margin.reshape(2, m), base), 0.0) - base
+    gains = np.where(gains > LOOKAHEAD_GAIN * gap + 1e-12, gains, 0.0)
+    order = np.lexsort((np.arange(m), -gains.max(axis=0), -gains.min(axis=0), cand_p))
     first = order[np.r_[True, cand_p[order][1:] != cand_p[order][:-1]]]
     return np.concatenate([first, first + m])
 
@@ -1060,7 +1074,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             # look-ahead over the inputs: the split heuristic reads the bound's input
             # coefficients, blind to how an input's width loosens the relaxations)
             _, c_margin = _margins(spec, lower, c_open)
-            pick = _best_split(cand_p, c_margin)
+            pick = _best_split(cand_p, c_margin, got["margin"])
             c_lo, c_hi, c_open, c_inh, c_age, both = (
                 c_lo[pick], c_hi[pick], c_open[pick], c_inh[pick], c_age[pick], both[pick])
             lower, kept, coef, consts = lower[pick], kept[pick], coef[pick], consts[pick]
