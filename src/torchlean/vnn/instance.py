@@ -469,7 +469,11 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                               "domains of branch and bound)")
             if found.status == "timeout" and not clock.over():  # "unknown": the domain cap
                 left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
-                found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed)
+                # the first run's look-ahead phase ran out: the same phase again would too
+                again: dict[str, Any] = ({"lookahead": "off"} if first is None
+                                         or first > bab.LOOKAHEAD_FIRST else {})
+                found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed,
+                                           **again)
                 clock.stage("bab")
                 domains += found.domains
         result.refuted = result.conjunctions if found.status == "unsat" else 0
