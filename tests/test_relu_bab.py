@@ -137,7 +137,7 @@ def _wrong(**options):
 
 @pytest.mark.parametrize("options", [{}, {"per_conjunction": True, "child_steps": 3},
                                      {"warm": True, "refresh": True},
-                                     {"fsb": 3, "skip": False}])
+                                     {"fsb": 3, "skip": False}, {"deep": 3}])
 def test_verdicts_match_enumerated_truth(options):
     wrong, split = _wrong(**options)
     assert wrong == []
@@ -327,3 +327,21 @@ def test_skipped_rigorous_pass_proves_the_same_pairs():
     assert near.any() and (~near).any()
     np.testing.assert_array_equal(part.lower[near], full.lower[near])
     assert np.all(part.lower[~near] < at[~near])
+
+
+def test_planted_overtight_deepening_is_caught(monkeypatch):
+    # deepen's intermediate bounds made tighter than they are (each lower bound raised, each
+    # upper bound lowered by 45% of the width): domains lose executions, a wrong unsat (seed 1)
+    real = relu_bab._Passes.deepen
+    counted = []
+
+    def over_tight(self, lo, hi, sign, first, steps):
+        new_lo, new_hi = real(self, lo, hi, sign, first, steps)
+        counted.append(1)
+        width = np.where(np.isfinite(new_hi - new_lo), new_hi - new_lo, 0.0)
+        return new_lo + 0.45 * width, new_hi - 0.45 * width
+
+    monkeypatch.setattr(relu_bab._Passes, "deepen", over_tight)
+    wrong, _ = _wrong(deep=3)
+    assert counted
+    assert any(truth == "sat" and status == "unsat" for _, truth, status, _ in wrong)
