@@ -136,7 +136,8 @@ def _wrong(**options):
 
 
 @pytest.mark.parametrize("options", [{}, {"per_conjunction": True, "child_steps": 3},
-                                     {"warm": True, "refresh": True}])
+                                     {"warm": True, "refresh": True},
+                                     {"fsb": 3, "skip": False}, {"deep": 3}])
 def test_verdicts_match_enumerated_truth(options):
     wrong, split = _wrong(**options)
     assert wrong == []
@@ -242,3 +243,105 @@ def test_hand_written_objective_equals_the_traced_one():
                           (g_beta[k], grads[graph.inputs[len(lo) + k]])):
             np.testing.assert_allclose(mine, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
     assert any(np.abs(g).max() > 0 for g in g_alpha + g_beta)  # not a vacuous comparison
+
+
+def _random_domain(seed, n_pairs):
+    """A chain of one of the small cases, random crossing bounds, split signs on some unstable
+    neurons, slopes and multipliers (``(P, n_k)`` per layer)."""
+    _, model, spec, _ = CASES[seed]
+    chain = beta.relu_chain(tl.compile(lambda v: model(v), (n_pairs, spec.lower.size)))
+    rng = np.random.default_rng(seed)
+    lo = [rng.normal(size=(n_pairs, n)) - 0.3 for n in chain.sizes]
+    hi = [l + rng.uniform(0, 2, size=l.shape) for l in lo]
+    # a few split neurons (a fifth of the unstable ones), the rest free to split
+    sign = [np.where((l < 0) & (h > 0) & (rng.uniform(size=l.shape) < 0.2),
+                     rng.choice([-1, 1], size=l.shape), 0).astype(np.int8)
+            for l, h in zip(lo, hi, strict=True)]
+    alphas = [rng.uniform(0, 1, l.shape).astype(np.float32) for l in lo]
+    betas = [(rng.uniform(0, 1, l.shape) * (s != 0)).astype(np.float32)
+             for l, s in zip(lo, sign, strict=True)]
+    return model, spec, chain, rng, lo, hi, sign, alphas, betas
+
+
+def test_child_bounds_equal_the_split_domains_objective():
+    # FSB's look-ahead value of a child must be the traced bound of the domain with the split
+    # applied (bounds intersected, sign set) and the parent's slopes and multipliers
+    n_pairs = 4
+    _, spec, chain, rng, lo, hi, sign, alphas, betas = _random_domain(3, n_pairs)
+    free = np.concatenate([((l < 0) & (h > 0) & (s == 0)) for l, h, s in
+                           zip(lo, hi, sign, strict=True)], axis=1)
+    cand = np.array([rng.choice(np.flatnonzero(f), size=2, replace=False) for f in free])
+    cand[0, 1] = -1  # no candidate: -inf
+    rows = rng.normal(size=(n_pairs, 3))
+    x_lo, x_hi = spec.lower[None], spec.upper[None]
+    got = beta.child_bounds(chain, rows, lo, hi, sign, alphas, betas, x_lo, x_hi, cand)
+    assert got.shape == (n_pairs, 2, 2) and np.all(np.isneginf(got[0, 1]))
+    cut = np.cumsum(chain.sizes)[:-1]
+    checked = 0
+    for p in range(n_pairs):
+        for i in range(2):
+            if cand[p, i] < 0:
+                continue
+            for side, s in enumerate((1, -1)):
+                f_lo = np.concatenate([l[p] for l in lo])
+                f_hi = np.concatenate([h[p] for h in hi])
+                f_sign = np.concatenate([g[p] for g in sign])
+                c = cand[p, i]
+                f_lo[c], f_hi[c] = (max(f_lo[c], 0.0), f_hi[c]) if s > 0 else (f_lo[c], 0.0)
+                f_sign[c] = s
+                parts = beta._objective_parts(chain, [v[None] for v in np.split(f_lo, cut)],
+                                              [v[None] for v in np.split(f_hi, cut)],
+                                              [v[None] for v in np.split(f_sign, cut)])
+                objective = beta._Objective(chain, rows[[p]], parts,
+                                            (spec.lower + spec.upper) / 2,
+                                            (spec.upper - spec.lower) / 2)
+                want, _, _ = objective.run([a[[p]] for a in alphas], [b[[p]] for b in betas])
+                np.testing.assert_allclose(got[p, i, side], want[0], rtol=1e-5, atol=1e-5)
+                checked += 1
+    assert checked == 14
+    assert not np.allclose(got[1:, :, 0], got[1:, :, 1])  # the two sides differ
+
+
+def test_skipped_rigorous_pass_proves_the_same_pairs():
+    # bound_pairs(prove_at=...) runs the rigorous pass only where the traced bound is near the
+    # threshold: the pairs it evaluates get exactly the full pass's bound, the others stay
+    # below their threshold (so the proved pairs are the same)
+    n_pairs = 16
+    model, spec, chain, rng, lo, hi, sign, alphas, betas = _random_domain(5, n_pairs)
+    compiled = tl.compile(lambda v: model(v), (n_pairs, spec.lower.size))
+    x_lo = np.broadcast_to(spec.lower, (n_pairs, spec.lower.size))
+    x_hi = np.broadcast_to(spec.upper, (n_pairs, spec.lower.size))
+    rows = rng.normal(size=(n_pairs, 3))
+    lo = [np.full_like(l, -np.inf) for l in lo]  # nothing inherited: the box's own bounds
+    hi = [np.full_like(h, np.inf) for h in hi]
+    sign = [np.zeros_like(g) for g in sign]
+    full = beta.bound_pairs(compiled, chain, x_lo, x_hi, rows, lo, hi, sign,
+                            thresholds=np.full(n_pairs, 1e9), steps=3)
+    # thresholds around the pairs' bounds: half provable, half not
+    at = full.lower + np.where(np.arange(n_pairs) % 2 == 0, -0.5, 0.5) * (1 + np.abs(full.lower))
+    part = beta.bound_pairs(compiled, chain, x_lo, x_hi, rows, lo, hi, sign,
+                            thresholds=np.full(n_pairs, 1e9), steps=3, prove_at=at)
+    np.testing.assert_array_equal(part.lower > at, full.lower > at)
+    assert (full.lower > at).sum() == n_pairs // 2
+    near = part.traced >= at - beta.SKIP_TOLERANCE * (1 + np.abs(at))
+    assert near.any() and (~near).any()
+    np.testing.assert_array_equal(part.lower[near], full.lower[near])
+    assert np.all(part.lower[~near] < at[~near])
+
+
+def test_planted_overtight_deepening_is_caught(monkeypatch):
+    # deepen's intermediate bounds made tighter than they are (each lower bound raised, each
+    # upper bound lowered by 45% of the width): domains lose executions, a wrong unsat (seed 1)
+    real = relu_bab._Passes.deepen
+    counted = []
+
+    def over_tight(self, lo, hi, sign, first, steps):
+        new_lo, new_hi = real(self, lo, hi, sign, first, steps)
+        counted.append(1)
+        width = np.where(np.isfinite(new_hi - new_lo), new_hi - new_lo, 0.0)
+        return new_lo + 0.45 * width, new_hi - 0.45 * width
+
+    monkeypatch.setattr(relu_bab._Passes, "deepen", over_tight)
+    wrong, _ = _wrong(deep=3)
+    assert counted
+    assert any(truth == "sat" and status == "unsat" for _, truth, status, _ in wrong)

@@ -52,6 +52,10 @@ OPT_DTYPE = "float32"
 # once at most this share of a pass's pairs is still below its threshold, the bound is traced
 # again for those alone (the others stop costing the products with every layer's weights)
 COMPACT = 0.6
+# ``bound_pairs(prove_at=...)`` skips the rigorous pass of pairs whose traced bound is more than
+# this (relative) below their threshold: it could not prove them (the rigorous bound is the
+# traced one less round-off); a pair skipped by mistake is only split again, never unsound
+SKIP_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -299,7 +303,8 @@ class _Objective:
 def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
                 lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
                 alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
-                steps: int = 20, kernel: bool = True) -> PairBounds:
+                steps: int = 20, kernel: bool = True, prove_at: Array | None = None
+                ) -> PairBounds:
     """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
 
     ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
@@ -308,7 +313,10 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     and the split signs (+1 active, -1 inactive, 0 free); ``thresholds`` ``(P,)``: a pair stops
     being optimised once its traced bound is above it (so pass the row's threshold plus what
     the rigorous bound is expected to lose against the traced one); ``alpha0``, ``beta0``: starting
-    slopes and multipliers.
+    slopes and multipliers; ``prove_at`` ``(P,)``: the rows' own thresholds, when given the
+    rigorous pass runs only for the pairs whose traced bound comes within a tolerance of it
+    (the others cannot be proved by it; their ``lower`` is their traced bound, kept below
+    ``prove_at``: never a proof).
     """
     n_pairs = rows.shape[0]
     prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
@@ -386,15 +394,26 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
             else:
                 np.maximum(p, 0.0, out=p)
                 p *= active_beta[j - n_layers]
-    # the rigorous bound with the best slopes and multipliers found
-    prop.alpha = {r: best[k].astype(np.float64).reshape(n_pairs, 1, -1)
-                  for k, r in enumerate(chain.relus)}
-    prop.extra = {p: (-best[n_layers + k].astype(np.float64) * sign[k]).reshape(n_pairs, 1, -1)
-                  for k, p in enumerate(chain.pre)}
-    try:
-        lower = prop.lower(chain.out, rows.reshape(n_pairs, 1, -1))[:, 0]
-    finally:
-        prop.alpha, prop.extra = {}, {}
+    # the rigorous bound with the best slopes and multipliers found, for the pairs it may prove
+    if prove_at is None:
+        need = np.arange(n_pairs)
+        lower = np.full(n_pairs, -np.inf)
+    else:
+        near = best_val >= prove_at - SKIP_TOLERANCE * (1.0 + np.abs(prove_at))
+        need = np.flatnonzero(near & ~empty)
+        # never above the threshold: a pair left out is not proved (ranking value only)
+        lower = np.minimum(best_val, np.nextafter(prove_at, -np.inf))
+    if len(need):
+        sub = prop if len(need) == n_pairs else prop.subset(need)
+        sub.alpha = {r: best[k][need].astype(np.float64).reshape(len(need), 1, -1)
+                     for k, r in enumerate(chain.relus)}
+        sub.extra = {p: (-best[n_layers + k][need].astype(np.float64)
+                         * sign[k][need]).reshape(len(need), 1, -1)
+                     for k, p in enumerate(chain.pre)}
+        try:
+            lower[need] = sub.lower(chain.out, rows[need].reshape(len(need), 1, -1))[:, 0]
+        finally:
+            sub.alpha, sub.extra = {}, {}
     lower = np.where(empty, np.inf, lower)
     primal = np.where(primal_mu > 0, x_lo, x_hi)
     return PairBounds(lower, lo, hi, mus, primal, done, best[:n_layers], best[n_layers:],
@@ -425,3 +444,39 @@ def babsr_scores(lo: list[Array], hi: list[Array], mu: list[Array]) -> list[Arra
                                                                               0.0)
         out.append(np.where(unstable, score + 1e-12, 0.0))
     return out
+
+
+def child_bounds(chain: Chain, rows: Array, lo: list[Array], hi: list[Array],
+                 sign: list[Array], alpha: list[Array], beta: list[Array], x_lo: Array,
+                 x_hi: Array, cand: Array) -> Array:
+    """Traced bounds ``(P, k, 2)`` of the two children (active, inactive) of splitting pair
+    ``p`` on flat neuron ``cand[p, i]``, with the pair's slopes and multipliers (the new split's
+    multiplier 0) and its bounds (no new interval sweep): filtered smart branching's look-ahead
+    (FSB), one evaluation of ``_Objective`` per child instead of an optimisation. Only ranks
+    candidates; ``-inf`` where ``cand`` is negative (no candidate)."""
+    n_pairs, k = cand.shape
+    sizes = chain.sizes
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    parts = _objective_parts(chain, lo, hi, sign)
+    rep = np.repeat(np.arange(n_pairs), 2 * k)  # pair p's children at 2k p + 2 i + side
+    flat = np.repeat(cand.reshape(-1), 2)
+    side = np.tile([1.0, 0.0], n_pairs * k)  # 1: active child, 0: inactive
+    layer = np.searchsorted(offsets, np.maximum(flat, 0), side="right") - 1
+    new_parts = []
+    for q, part in enumerate(parts):
+        unstable, active, upper, intercept, sgn = (x[rep] for x in part)
+        at = np.flatnonzero((layer == q) & (flat >= 0))
+        j = flat[at] - offsets[q]
+        unstable[at, j] = 0.0  # the split neuron is stable in each child: slope 1 or 0
+        active[at, j] = side[at]
+        upper[at, j] = side[at]
+        intercept[at, j] = 0.0
+        sgn[at, j] = 2.0 * side[at] - 1.0
+        new_parts.append((unstable, active, upper, intercept, sgn))
+    objective = _Objective(chain, rows[rep], new_parts, (x_lo[0] + x_hi[0]) / 2,
+                           (x_hi[0] - x_lo[0]) / 2)
+    values, _, _ = objective.run([np.asarray(a, np.float32)[rep] for a in alpha],
+                                 [np.asarray(b, np.float32)[rep] for b in beta])
+    values = np.where(flat < 0, -np.inf, values.astype(np.float64))
+    return values.reshape(n_pairs, k, 2)
+
