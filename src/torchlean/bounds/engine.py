@@ -18,8 +18,9 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
   form (relu: the least of the values at l, u and 0; tanh / sigmoid, with CROWN's tangent or
   chord slopes: ends of the concave part, a tangent of the convex part at its critical point);
 - max pooling (non-overlapping, unpadded windows: ``max_pool2d`` and the ``max_pool`` an ONNX
-  MaxPool imports as): ``max(v) >= v_j`` for the window's entry with the greatest lower bound,
-  ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
+  MaxPool imports as): ``max(v) >= v_j`` for the window's entry with the greatest lower bound
+  (with alpha-CROWN's weights, ``max(v) >= sum_j w_j v_j`` for a convex mix; see
+  ``_pool_mixed``), ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
 - matrix products with one constant factor (``matmul``, ``matmul_nd``, ``bmm``; ONNX MatMul and
   Gemm), ``linear``, convolutions, permutes and every other primitive declared linear (data
   movement, gathers, sums; through the op's own VJP): linear ops as above;
@@ -1341,11 +1342,76 @@ def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     dom = _with_k(dominated)
     coef = np.where(dom | (v >= 0), v, 0.0)
     terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
+    mix = prop.alpha.get(i)
+    if mix is not None and _finite_box(prop.bx(px)):
+        prop.accumulate(nu, px, _pool_mixed(prop.bx(px), k, v, coef, mix, onehot, dom, top,
+                                            terms), slack)
+        return True
     b, kk, c, ho, wo = np.broadcast_shapes(coef.shape, dom.shape)
     spread = (np.broadcast_to(coef, (b, kk, c, ho, wo))[:, :, :, :, None, :, None]
               * onehot.reshape(onehot.shape[0], 1, c, ho, k[0], wo, k[1]))
     prop.accumulate(nu, px, spread.reshape((b, kk) + prop.nodes[px].shape[1:]), slack)
     return True
+
+
+def pool_window_view(a: Array, k: tuple[int, int]) -> Array:
+    """A (..., C, H, W) array as (..., C, H/kh, W/kw, kh*kw): each pooling window's entries
+    on the last axis (row-major within the window)."""
+    *lead, c, h, w = a.shape
+    kh, kw = k
+    t = a.reshape((*lead, c, h // kh, kh, w // kw, kw))
+    n = len(lead)
+    t = t.transpose(tuple(range(n + 1)) + (n + 1, n + 3, n + 2, n + 4))
+    return t.reshape((*lead, c, h // kh, w // kw, kh * kw))
+
+
+def pool_input_view(a: Array, k: tuple[int, int]) -> Array:
+    """The inverse of ``pool_window_view``: (..., C, Ho, Wo, kh*kw) back to (..., C, H, W)."""
+    *lead, c, ho, wo, _ = a.shape
+    kh, kw = k
+    t = a.reshape((*lead, c, ho, wo, kh, kw))
+    n = len(lead)
+    t = t.transpose(tuple(range(n + 1)) + (n + 1, n + 3, n + 2, n + 4))
+    return t.reshape((*lead, c, ho * kh, wo * kw))
+
+
+def _finite_box(box: Interval) -> bool:
+    return bool(np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi)))
+
+
+def _pool_mixed(box: Interval, k: tuple[int, int], v: Array, coef: Array, mix: Array,
+                onehot: Array, dom: Array, top: Array, terms: list[Array]) -> Array:
+    """The max-pool multiplier for alpha-CROWN's window weights ``mix`` (B or 1, K, C, Ho, Wo,
+    kh*kw): where the multiplier is >= 0 and no entry dominates, ``max(x) >= sum_j w_j x_j``
+    for weights ``w_j >= 0`` summing to 1 (any convex mix of a window lower-bounds its max).
+
+    Soundness does not rest on the weights: with ``nu_j = fl(coef * w_j) >= 0`` (negative or NaN
+    weights are set to 0) and ``S = sum_j nu_j`` (exact), ``sum_j nu_j x_j <= S max(x)``, so the
+    dual term ``min over the box of coef max(x) - sum_j nu_j x_j`` is at least
+    ``min over M in [L, U] of (coef - S) M`` (``L`` the window's greatest lower bound, ``U`` its
+    greatest upper bound), evaluated with ``coef - S`` enclosed. For weights on the simplex it
+    is a rounding-sized term; weights that do not sum to 1 are paid for here, never unsound.
+    Dominated windows keep their exact entry, the rest of ``coef`` (negative multipliers) the
+    constant upper bound added by the caller."""
+    kk = k[0] * k[1]
+    dom6 = dom[..., None]
+    weights = np.where(dom6, pool_window_view(_with_k(onehot), k),
+                       np.maximum(np.nan_to_num(np.asarray(mix, np.float64), nan=0.0), 0.0))
+    nu_w = coef[..., None] * weights
+    lower_side = ~dom & (v >= 0)
+    s = nu_w.sum(axis=-1)
+    d = v - s
+    e = gamma(kk + 2) * (np.abs(v) + s)
+    big = _with_k(pool_window_view(box.lo, k).max(axis=-1))  # L: max(x) >= L on the box
+    terms.append(_sum_rest_down(np.where(lower_side, mix_gap(d - e, d + e, big, _with_k(top)),
+                                         0.0)))
+    return pool_input_view(nu_w, k)
+
+
+def mix_gap(d_lo: Array, d_hi: Array, lo: Array, hi: Array) -> Array:
+    """``min of d * M`` over ``d`` in [d_lo, d_hi] and ``M`` in [lo, hi] (a bilinear form: at a
+    corner): what a window's weights that do not sum exactly to its multiplier cost."""
+    return np.minimum(np.minimum(d_lo * lo, d_lo * hi), np.minimum(d_hi * lo, d_hi * hi))
 
 
 def handled() -> Sequence[str]:
