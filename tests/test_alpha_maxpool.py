@@ -46,16 +46,16 @@ def _sampled_spec(model, lo, hi, spec, n: int, seed: int, nodes=None) -> np.ndar
     third of them corners), run by the float32 network; with ``nodes`` (a result's node
     bounds), every node's sampled values are checked inside them too."""
     rng = np.random.default_rng(seed)
-    batch = lo.shape[0]
-    u = rng.random((n, batch, *SHAPE))
+    batch, shape = lo.shape[0], lo.shape[1:]
+    u = rng.random((n, batch, *shape))
     u[: n // 3] = u[: n // 3] < 0.5
     x = (lo + (hi - lo) * u).astype(np.float32)
     x = np.clip(x, np.nextafter(lo.astype(np.float32), np.float32(np.inf)),
                 np.nextafter(hi.astype(np.float32), np.float32(-np.inf)))
     assert np.all((x >= lo) & (x <= hi))
-    big = tl.compile(lambda t: model(t), (n * batch, *SHAPE))
+    big = tl.compile(lambda t: model(t), (n * batch, *shape))
     values = big.graph.evaluate(big.graph.check_inputs("sample", big._full(
-        [x.reshape(n * batch, *SHAPE)])))
+        [x.reshape(n * batch, *shape)])))
     checked = 0
     for i, (nlo, nhi) in enumerate(nodes or []):
         v = np.asarray(values[i], np.float64)
@@ -90,8 +90,9 @@ def test_project_simplex():
                   + 1e-12)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_alpha_with_pool_weights_encloses_float32_samples(seed):
+@pytest.mark.parametrize(("seed", "chord"), [(0, True), (1, True), (1, False)])
+def test_alpha_with_pool_weights_encloses_float32_samples(seed, chord, monkeypatch):
+    monkeypatch.setattr(engine, "POOL_CHORD", chord)
     model, compiled, lo, hi, spec = _case(seed)
     result = B.compute_bounds(compiled, lo, hi, method="alpha-crown", spec=spec, alpha_steps=8)
     assert result.info["alpha_pools"] == 2  # both poolings' weights were optimised
@@ -176,3 +177,72 @@ def test_a_handler_trusting_the_weights_is_caught(monkeypatch):
     bound = prop.lower(compiled.graph.output, spec)
     prop.alpha = {}
     assert np.any(bound > sampled)
+
+
+def test_chord_upper_bound_sound_and_tighter_than_the_constant(monkeypatch):
+    """CROWN with the chord upper side (``engine.pool_upper``) against the constant ``max u``
+    (auto_LiRPA's CROWN): both enclose the samples; the chord is tighter on a case."""
+    gains = []
+    for seed in range(3):
+        model, compiled, lo, hi, spec = _case(seed)
+        sampled = _sampled_spec(model, lo, hi, spec, 150, seed)
+        got = {}
+        for chord in (True, False):
+            monkeypatch.setattr(engine, "POOL_CHORD", chord)
+            got[chord] = B.compute_bounds(compiled, lo, hi, method="crown", spec=spec).spec[0]
+            assert np.all(got[chord] <= sampled)
+        gains.append((got[True] - got[False]).ravel())
+    assert np.concatenate(gains).max() > 1e-3
+
+
+def _shallow(seed: int):
+    """conv / max pool / linear on 2x4 images: the pooling's relaxation is the only one, and
+    samples of the 8-dimensional boxes come near each row's least value."""
+    tl.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(3 * 1 * 2, 3))
+    model.eval()
+    rng = np.random.default_rng(seed)
+    compiled = tl.compile(lambda x: model(x), (3, 1, 2, 4))
+    centre = rng.random((3, 1, 2, 4))
+    lo, hi = np.clip(centre - 0.15, 0, 1), np.clip(centre + 0.15, 0, 1)
+    return model, compiled, lo, hi, rng.normal(size=(3, 4, 3))
+
+
+_POOL_UPPER = engine.pool_upper
+
+
+def _steep(lo, hi, k):
+    """Planted: the chord's slope from the other entries' LOWER bounds (too steep)."""
+    onehot, a, m_lo, l_i = _POOL_UPPER(lo, hi, k)
+    others = np.where(onehot > 0, -np.inf, engine.pool_window_view(lo, k)).max(axis=-1)
+    top = engine.pool_window_view(hi, k).max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steep = np.where(top > l_i, (top - others) / (top - l_i), 0.0)
+    return onehot, np.clip(np.nan_to_num(steep), 0.0, 1.0), m_lo, l_i
+
+
+def _trusting_chord(v, dom, top, onehot, a, m_lo, l_i, terms, slack):
+    """Planted: the dual term taken as the line's intercept ``v (1 - a) U`` (right only for the
+    true chord slope)."""
+    neg = ~dom & (v < 0)
+    q = np.where(neg, v * engine._with_k(a), 0.0)
+    terms.append(engine._sum_rest_down(np.where(neg, (v - q) * engine._with_k(top), 0.0)))
+    return q[..., None] * onehot[:, None]
+
+
+@pytest.mark.parametrize("trusting", [False, True])
+def test_too_steep_chord_is_paid_for_and_a_trusting_rule_is_caught(trusting, monkeypatch):
+    """A too steep chord slope: the engine's term (the least of the two ends) keeps the bound
+    sound; a rule that trusted the line's intercept is caught by the sampled outputs."""
+    wrong = 0
+    for seed in range(3):
+        model, compiled, lo, hi, spec = _shallow(seed)
+        sampled = _sampled_spec(model, lo, hi, spec, 150, seed)
+        with monkeypatch.context() as m:
+            m.setattr(engine, "pool_upper", _steep)
+            if trusting:
+                m.setattr(engine, "_pool_chord", _trusting_chord)
+            bound = B.compute_bounds(compiled, lo, hi, method="crown", spec=spec).spec[0]
+        wrong += int(np.any(bound > sampled))
+    assert wrong >= 1 if trusting else wrong == 0

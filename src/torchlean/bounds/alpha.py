@@ -43,7 +43,7 @@ import numpy as np
 
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
-from . import alpha_objective
+from . import alpha_objective, engine
 from .engine import (
     Propagation,
     _with_k,
@@ -54,6 +54,7 @@ from .engine import (
     min_g,
     pool_geometry,
     pool_input_view,
+    pool_upper,
     pool_window_view,
     pool_windows,
     relu_slopes,
@@ -296,29 +297,42 @@ class _Chain:
             onehot, dominated, top = pool_windows(pbox.lo, pbox.hi, k)
             dom = _with_k(dominated.astype(np.float64))
             coef = v * dom + F.relu(v) * (1.0 - dom)
-            top_k = _with_k(top)
+            neg = F.relu(-v) * (1.0 - dom)  # |v| where the upper side bounds the max
+            top_k: Any = _with_k(top)
             pop = nodes[px].op
             pre = nodes[px].parents[0] if pop is not None and pop.name == "relu" else None
             if pre is not None and pre in boxes:
                 # a relu's output whose input bounds are optimised: the window's greatest upper
                 # bound follows them (as the rigorous pass's, refreshed by _tighten_rows)
                 top_k = _k(F.max_pool2d(F.relu(boxes[pre][1]), kernel_size=k, stride=None))
-            add(_sum_rest(-F.relu(-v) * (1.0 - dom) * top_k))
-            bk, kk = coef.shape[:2]
-            ch, ho, wo = node.shape[1:]
             x_shape = nodes[px].shape
-            up7 = F.reshape(coef, shape=(bk, kk, ch, ho, 1, wo, 1))
-            up7 = F.broadcast_to(up7, shape=(bk, kk, ch, ho, k[0], wo, k[1]))
-            up5 = F.reshape(up7, shape=(bk, kk) + x_shape[1:])
+
+            def spread(c: Any) -> Any:  # (B, K, C, Ho, Wo) -> each window's entries
+                b_, k_, ch, ho, wo = c.shape
+                c7 = F.broadcast_to(F.reshape(c, shape=(b_, k_, ch, ho, 1, wo, 1)),
+                                    shape=(b_, k_, ch, ho, k[0], wo, k[1]))
+                return F.reshape(c7, shape=(b_, k_) + x_shape[1:])
+
+            if engine.POOL_CHORD and _finite(prop, px):
+                # the engine's chord on the entry of greatest upper bound: max <= a x_i + h
+                up_hot, a, m_lo, l_i = pool_upper(pbox.lo, pbox.hi, k)
+                h_k = (_with_k(np.maximum(m_lo - a * l_i, (1.0 - a) * top)) if pre not in boxes
+                       else top_k * _with_k(1.0 - a))
+                add(_sum_rest(-neg * h_k))
+                give(px, spread(-neg * _with_k(a)) * _with_k(pool_input_view(up_hot, k)))
+            else:
+                add(_sum_rest(-neg * top_k))
+            up5 = spread(coef)
             if i not in slope:
                 give(px, up5 * _with_k(onehot))
                 return True
             # optimised window weights (B, K, C, Ho, Wo, kh*kw) on the simplex (the projection
             # keeps them there): the mix in the input's layout; dominated windows keep their
             # exact entry, as the rigorous pass does
-            w7 = F.reshape(slope[i], shape=(bk, slope[i].shape[1], ch, ho, wo, k[0], k[1]))
-            w_in = F.reshape(F.permute(w7, perm=(0, 1, 2, 3, 5, 4, 6)),
-                             shape=(bk, slope[i].shape[1]) + x_shape[1:])
+            ch, ho, wo = node.shape[1:]
+            wk = tuple(slope[i].shape[:2])
+            w7 = F.reshape(slope[i], shape=wk + (ch, ho, wo, k[0], k[1]))
+            w_in = F.reshape(F.permute(w7, perm=(0, 1, 2, 3, 5, 4, 6)), shape=wk + x_shape[1:])
             dom_in = pool_input_view(np.repeat(dominated[..., None], k[0] * k[1], axis=-1)
                                      .astype(np.float64), k)
             give(px, up5 * (_with_k(onehot * dom_in) + w_in * _with_k(1.0 - dom_in)))

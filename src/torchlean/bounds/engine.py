@@ -75,6 +75,9 @@ class UnsupportedOpError(BoundsError):
 
 RELAXED = ("relu", "tanh", "sigmoid", "max_pool2d", "max_pool", "exp", "softplus")
 _MATMULS = ("matmul", "matmul_nd", "bmm")
+# Max pooling's upper side by a chord on the entry of greatest upper bound (``pool_upper``);
+# False: the constant greatest upper bound of the window (auto_LiRPA's CROWN).
+POOL_CHORD = True
 # Elementwise maps by constants: they keep an interval image exact.
 _SHIFTS = ("add", "sub", "add_scalar", "scale", "mul", "reshape", "flatten", "detach", "permute")
 # Linear primitives that act along axis 0 (which is the example axis in batched mode).
@@ -1341,11 +1344,29 @@ def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     onehot, dominated, top = prop._cache[key]
     dom = _with_k(dominated)
     coef = np.where(dom | (v >= 0), v, 0.0)
-    terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
+    box = prop.bx(px)
+    finite = _finite_box(box)
     mix = prop.alpha.get(i)
-    if mix is not None and _finite_box(prop.bx(px)):
-        prop.accumulate(nu, px, _pool_mixed(prop.bx(px), k, v, coef, mix, onehot, dom, top,
-                                            terms), slack)
+    if not (finite and POOL_CHORD):  # the constant upper bound where v < 0
+        terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
+    if not finite:
+        mix = None
+    elif POOL_CHORD:
+        # the upper side (negative multipliers) by the chord of ``pool_upper`` on the entry of
+        # greatest upper bound, instead of the constant ``max u``
+        ukey = ("pool_upper", i)
+        if ukey not in prop._cache:
+            prop._cache[ukey] = pool_upper(box.lo, box.hi, k)
+        up_hot, a, m_lo, l_i = prop._cache[ukey]
+        upper = _pool_chord(v, dom, top, up_hot, a, m_lo, l_i, terms, slack)
+        lower = (_pool_mixed(box, k, v, coef, mix, onehot, dom, top, terms) if mix is not None
+                 else coef[..., None] * pool_window_view(_with_k(onehot), k))
+        # disjoint: the upper side is 0 where the lower side is not
+        prop.accumulate(nu, px, pool_input_view(lower + upper, k), slack)
+        return True
+    if mix is not None:
+        prop.accumulate(nu, px, pool_input_view(
+            _pool_mixed(box, k, v, coef, mix, onehot, dom, top, terms), k), slack)
         return True
     b, kk, c, ho, wo = np.broadcast_shapes(coef.shape, dom.shape)
     spread = (np.broadcast_to(coef, (b, kk, c, ho, wo))[:, :, :, :, None, :, None]
@@ -1405,7 +1426,48 @@ def _pool_mixed(box: Interval, k: tuple[int, int], v: Array, coef: Array, mix: A
     big = _with_k(pool_window_view(box.lo, k).max(axis=-1))  # L: max(x) >= L on the box
     terms.append(_sum_rest_down(np.where(lower_side, mix_gap(d - e, d + e, big, _with_k(top)),
                                          0.0)))
-    return pool_input_view(nu_w, k)
+    return nu_w
+
+
+def pool_upper(lo: Array, hi: Array, k: tuple[int, int]) -> tuple[Array, Array, Array, Array]:
+    """Per window of (B, C, H, W) bounds, the chord upper bound of its max on the entry ``i``
+    of greatest upper bound ``U``: ``max(x) <= U - a (U - x_i)`` with ``a = (U - U2) / (U -
+    l_i)`` clipped to [0, 1] (``U2`` the greatest upper bound of the other entries), the line
+    through ``(l_i, max(U2, l_i))`` and ``(U, U)``; ``a = 0`` is the constant ``U``. Returns the
+    one-hot of ``i`` (window layout, (B, C, Ho, Wo, kh*kw)), ``a``, ``max(U2, l_i)`` and
+    ``l_i``."""
+    lw, hw = pool_window_view(lo, k), pool_window_view(hi, k)
+    j = np.argmax(hw, axis=-1)[..., None]
+    onehot = np.zeros_like(hw)
+    np.put_along_axis(onehot, j, 1.0, axis=-1)
+    top = np.take_along_axis(hw, j, axis=-1)[..., 0]
+    second = np.where(onehot > 0, -np.inf, hw).max(axis=-1)
+    l_i = np.take_along_axis(lw, j, axis=-1)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(top > l_i, (top - second) / (top - l_i), 0.0)
+    a = np.clip(np.nan_to_num(a, nan=0.0, posinf=1.0), 0.0, 1.0)
+    return onehot, a, np.maximum(second, l_i), l_i
+
+
+def _pool_chord(v: Array, dom: Array, top: Array, onehot: Array, a: Array, m_lo: Array,
+                l_i: Array, terms: list[Array], slack: list[Array]) -> Array:
+    """The upper side of a max pooling (windows no entry dominates, multiplier ``v < 0``): the
+    multiplier ``q = fl(v a)`` on the entry ``i`` of ``pool_upper``'s chord (window layout).
+
+    Sound for any ``q <= 0``: for fixed ``x_i`` the dual term ``v max(x) - q x_i`` is least with
+    the other entries at their upper bounds, ``v max(U2, x_i) - q x_i``, concave in ``x_i``: its
+    minimum over ``[l_i, U]`` is at an end, ``min(v max(U2, l_i) - q l_i, (v - q) U)``, evaluated
+    with its rounding (two products and a difference) in ``slack``."""
+    neg = ~dom & (v < 0)
+    ak, mk, lk, tk = _with_k(a), _with_k(m_lo), _with_k(l_i), _with_k(top)
+    q = np.where(neg, v * ak, 0.0)
+    t = np.where(neg, np.minimum(v * mk - q * lk, v * tk - q * tk), 0.0)
+    terms.append(_sum_rest_down(t))
+    err = np.where(neg, np.abs(v) * np.maximum(np.abs(mk), np.abs(tk))
+                   + np.abs(q) * np.maximum(np.abs(lk), np.abs(tk)), 0.0)
+    n = int(np.prod(np.shape(err)[2:])) + 2
+    slack.append(up(np.sum(err, axis=_rest_axes(err)) * (4 * U64) * (1 + gamma(n)) + n * ETA64))
+    return q[..., None] * onehot[:, None]
 
 
 def mix_gap(d_lo: Array, d_hi: Array, lo: Array, hi: Array) -> Array:
