@@ -246,3 +246,37 @@ def test_too_steep_chord_is_paid_for_and_a_trusting_rule_is_caught(trusting, mon
             bound = B.compute_bounds(compiled, lo, hi, method="crown", spec=spec).spec[0]
         wrong += int(np.any(bound > sampled))
     assert wrong >= 1 if trusting else wrong == 0
+
+
+def test_traced_gradient_of_the_weights_is_the_upward_derivative():
+    """alpha-CROWN's traced objective: the reverse-mode gradient of each pooling weight equals
+    the one-sided difference upward (the feasible direction of a weight the simplex projection
+    left at 0, whose multiplier entries are then exactly 0 at the relu below); its value does
+    not depend on which relu form runs."""
+    _, compiled, _, _, spec, prop = _crown_prop(0)
+    out = compiled.graph.output
+    problem = alpha._problem(prop, out, spec, True)
+    graph, _ = problem.traced()
+    aux = alpha._offsets(prop, problem.layout, problem.init)
+    flags = alpha._pool_flags(prop, problem.layout)
+    rng = np.random.default_rng(0)
+    pts = [alpha.project_simplex(a + 0.3 * rng.random(a.shape)) if f else a
+           for a, f in zip(problem.init, flags, strict=True)]
+
+    def value(p):
+        return float(np.sum(graph.evaluate(graph.check_inputs("t", p + aux))[graph.output]))
+
+    values = graph.evaluate(graph.check_inputs("t", pts + aux))
+    dense = graph.backprop(values, graph.output, np.ones(np.shape(values[graph.output])))
+    base, h, checked = value(pts), 1e-6, 0
+    for j in np.flatnonzero(flags):
+        a, grad = pts[j], dense[graph.inputs[j]]
+        for zero in (True, False):
+            cand = np.argwhere(a == 0 if zero else a > 1e-3)
+            for idx in map(tuple, cand[rng.choice(len(cand), 4, replace=False)]):
+                up = [x.copy() for x in pts]
+                up[j][idx] += h
+                slope = (value(up) - base) / h
+                assert abs(grad[idx] - slope) <= 1e-6 + 1e-4 * abs(slope), (j, idx, zero)
+                checked += 1
+    assert checked >= 16
