@@ -43,7 +43,7 @@ import numpy as np
 
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
-from . import alpha_objective
+from . import alpha_objective, engine
 from .engine import (
     Propagation,
     _with_k,
@@ -53,6 +53,9 @@ from .engine import (
     max_g,
     min_g,
     pool_geometry,
+    pool_input_view,
+    pool_upper,
+    pool_window_view,
     pool_windows,
     relu_slopes,
     smooth_slopes,
@@ -77,6 +80,9 @@ PATIENCE = 10
 # rigorous (float32 kernels' rounding included), a little lower. Stopping at 0 left ACAS Xu 1_4
 # prop 3 at a rigorous -0.00003 after 9 steps.
 STOP_MARGIN = 1e-3
+# Optimise max pooling's lower-bound weights over each window (auto_LiRPA's BoundMaxPool alpha)
+# with the slopes; False keeps CROWN's single entry (the tests' reference).
+POOL_MIX = True
 
 
 def _sum_rest(x: Any) -> Any:
@@ -291,16 +297,53 @@ class _Chain:
             onehot, dominated, top = pool_windows(pbox.lo, pbox.hi, k)
             dom = _with_k(dominated.astype(np.float64))
             coef = v * dom + F.relu(v) * (1.0 - dom)
-            add(_sum_rest(-F.relu(-v) * (1.0 - dom) * _with_k(top)))
-            bk, kk = coef.shape[:2]
-            ch, ho, wo = node.shape[1:]
+            neg = F.relu(-v) * (1.0 - dom)  # |v| where the upper side bounds the max
+            top_k: Any = _with_k(top)
+            pop = nodes[px].op
+            pre = nodes[px].parents[0] if pop is not None and pop.name == "relu" else None
+            if pre is not None and pre in boxes:
+                # a relu's output whose input bounds are optimised: the window's greatest upper
+                # bound follows them (as the rigorous pass's, refreshed by _tighten_rows)
+                top_k = _k(F.max_pool2d(F.relu(boxes[pre][1]), kernel_size=k, stride=None))
             x_shape = nodes[px].shape
-            up7 = F.reshape(coef, shape=(bk, kk, ch, ho, 1, wo, 1))
-            up7 = F.broadcast_to(up7, shape=(bk, kk, ch, ho, k[0], wo, k[1]))
-            up5 = F.reshape(up7, shape=(bk, kk) + x_shape[1:])
-            give(px, up5 * _with_k(onehot))
+
+            def spread(c: Any) -> Any:  # (B, K, C, Ho, Wo) -> each window's entries
+                b_, k_, ch, ho, wo = c.shape
+                c7 = F.broadcast_to(F.reshape(c, shape=(b_, k_, ch, ho, 1, wo, 1)),
+                                    shape=(b_, k_, ch, ho, k[0], wo, k[1]))
+                return F.reshape(c7, shape=(b_, k_) + x_shape[1:])
+
+            if engine.POOL_CHORD and _finite(prop, px):
+                # the engine's chord on the entry of greatest upper bound: max <= a x_i + h
+                up_hot, a, m_lo, l_i = pool_upper(pbox.lo, pbox.hi, k)
+                h_k = (_with_k(np.maximum(m_lo - a * l_i, (1.0 - a) * top)) if pre not in boxes
+                       else top_k * _with_k(1.0 - a))
+                add(_sum_rest(-neg * h_k))
+                give(px, spread(-neg * _with_k(a)) * _with_k(pool_input_view(up_hot, k)))
+            else:
+                add(_sum_rest(-neg * top_k))
+            up5 = spread(coef)
+            if i not in slope:
+                give(px, up5 * _with_k(onehot))
+                return True
+            # optimised window weights (B, K, C, Ho, Wo, kh*kw) on the simplex (the projection
+            # keeps them there): the mix in the input's layout; dominated windows keep their
+            # exact entry, as the rigorous pass does
+            ch, ho, wo = node.shape[1:]
+            wk = tuple(slope[i].shape[:2])
+            w7 = F.reshape(slope[i], shape=wk + (ch, ho, wo, k[0], k[1]))
+            w_in = F.reshape(F.permute(w7, perm=(0, 1, 2, 3, 5, 4, 6)), shape=wk + x_shape[1:])
+            dom_in = pool_input_view(np.repeat(dominated[..., None], k[0] * k[1], axis=-1)
+                                     .astype(np.float64), k)
+            give(px, up5 * (_with_k(onehot * dom_in) + w_in * _with_k(1.0 - dom_in)))
             return True
         return False
+
+    def _feeds_pool(self, i: int) -> bool:
+        """Whether node ``i``'s output is read by a max pooling."""
+        prop = self.prop
+        return any(_name(prop, r) in POOLS for r in prop.readers()[i]
+                   if prop.nodes[r].op is not None)
 
     def _relu(self, owner: Any, i: int, v: Any, slope: dict[int, Any], boxes: dict[int, Any],
               add: Any, give: Any) -> bool:
@@ -329,15 +372,29 @@ class _Chain:
                 active = F.positive_mask(lo) * mask
                 still = mask - active - F.positive_mask(-hi) * mask
                 lo_slope = slope[i] * _k(still) + _k(active) + _with_k(lower * (1.0 - mask))
-            give(px, v * _k(up_slope) + F.relu(v) * (lo_slope - _k(up_slope)))
+            give(px, _relu_mult(v, lo_slope, _k(up_slope), self._feeds_pool(i)))
             add(_sum_rest(-F.relu(-v) * _k(intercept)))
         else:
             if i in slope:  # stable neurons keep their exact slope (as the rigorous pass)
                 lo_slope = slope[i] * _with_k(mask) + _with_k(lower * (1.0 - mask))
             intercept = np.where(unstable, -upper * base.lo, 0.0)
-            give(px, v * _with_k(upper) + F.relu(v) * (lo_slope - _with_k(upper)))
+            give(px, _relu_mult(v, lo_slope, _with_k(upper), self._feeds_pool(i)))
             add(_sum_rest(-F.relu(-v) * _with_k(intercept)))
         return True
+
+
+def _relu_mult(v: Any, lo_slope: Any, up_slope: Any, right: bool) -> Any:
+    """A relu's traced multiplier: ``v lo_slope`` where ``v >= 0``, ``v up_slope`` below.
+
+    Where ``v`` is exactly 0 the two forms differ in their derivative only: ``right`` takes the
+    side ``v > 0`` (the lower slope). A max pooling's optimised window weights sit at 0 on most
+    entries (the simplex projection's zeros) and can only grow, which makes ``v`` positive
+    there; the other form's derivative was the side ``v < 0`` (measured: the gradient of a zero
+    weight off by 2.6e-3 of 3.2e-2 against one-sided differences). Relu chains keep the other
+    form, which bounds.alpha_objective's NumPy gradient reproduces."""
+    if right:
+        return v * lo_slope + F.relu(-v) * (lo_slope - up_slope)
+    return v * up_slope + F.relu(v) * (lo_slope - up_slope)
 
 
 def _traced_sum_to(v: Any, rest: tuple[int, ...]) -> Any:
@@ -424,6 +481,8 @@ def _problem(prop: Propagation, out_id: int, spec: Array, intermediate: bool
             if i < out_id and n.kind == "op" and n.op is not None and prop.batched(i)
             and ((n.op.name == "relu" and _unstable(prop, n.parents[0]).any())
                  or (n.op.name in SMOOTH and _finite(prop, n.parents[0])))]
+    # max poolings whose windows are not all decided: their lower-bound mixes are optimised too
+    acts = sorted(acts + (_pools(prop, out_id) if POOL_MIX else []))
     k = spec.shape[1]
     if not acts:
         return None
@@ -438,11 +497,14 @@ def _problem(prop: Propagation, out_id: int, spec: Array, intermediate: bool
             px = nodes[r].parents[0]
             if px not in wanted or any(px == q for q, _ in targets):
                 continue
+            if _name(prop, r) in POOLS:
+                continue
             need = (_unstable(prop, px) if _name(prop, r) == "relu"
                     else np.ones(prop.bshape(nodes[px]), dtype=bool))
             which = np.flatnonzero(need.reshape(prop.batch, -1).any(axis=0))
             size = prop.batch * 2 * which.size * sum(
-                int(np.prod(prop.rest(q))) for q in acts if q < px)
+                int(np.prod(prop.rest(nodes[q].parents[0] if _name(prop, q) in POOLS else q)))
+                for q in acts if q < px)
             if size > budget:
                 break
             budget -= size
@@ -457,7 +519,12 @@ def _problem(prop: Propagation, out_id: int, spec: Array, intermediate: bool
     for tgt, r in layout:
         rows = k if tgt == out_id else 2 * dict(targets)[tgt].size
         pbox = prop.bx(nodes[r].parents[0])
-        if _name(prop, r) == "relu":
+        if _name(prop, r) in POOLS:  # the entry with the greatest lower bound (CROWN's choice)
+            pk = pool_geometry(nodes[r], nodes[nodes[r].parents[0]].shape)
+            assert pk is not None
+            onehot = pool_window_view(pool_windows(pbox.lo, pbox.hi, pk)[0], pk)
+            init.append(np.repeat(_with_k(onehot), rows, axis=1))
+        elif _name(prop, r) == "relu":
             init.append(np.repeat(_with_k(relu_slopes(pbox.lo, pbox.hi)[0]), rows, axis=1))
         else:
             for a in smooth_slopes(_name(prop, r), pbox.lo, pbox.hi):
@@ -471,7 +538,7 @@ def _problem(prop: Propagation, out_id: int, spec: Array, intermediate: bool
         slopes: dict[int, dict[int, Any]] = {}
         a_it, x_it = iter(args[:n_alpha]), iter(args[n_alpha:])
         for tgt, r in layout:
-            if _name(prop, r) == "relu":
+            if _width(prop, r) == 1:
                 slopes.setdefault(tgt, {})[r] = next(a_it)
             else:
                 slopes.setdefault(tgt, {})[r] = (next(a_it), next(a_it)) + tuple(
@@ -524,8 +591,10 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
     caps = _caps(prop, layout, init)
     # tanh / sigmoid bounds are far more sensitive to their slopes than relu bounds: smaller
     # steps (relative to the slope's range)
+    flags = _relu_flags(prop, layout)
     scale = [1.0 if c == 1.0 and _is_relu else SMOOTH_STEP * c for c, _is_relu in
-             zip(caps, _relu_flags(prop, layout), strict=True)]
+             zip(caps, flags, strict=True)]
+    simplex = _pool_flags(prop, layout)
     alphas = [a.copy() for a in init]
     best = np.full((prop.batch if spec.shape[0] == 1 else spec.shape[0], k), -np.inf)
     best_alphas = [a.copy() for a in init]
@@ -578,7 +647,9 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
                 m2[j] = b2 * m2[j] + (1 - b2) * g * g
                 step_j = rate * scale[j] * (m1[j] / (1 - b1 ** step)) / (
                     np.sqrt(m2[j] / (1 - b2 ** step)) + 1e-8)
-                alphas[j] = np.clip(a + step_j, 0.0, caps[j])  # ascent, then projection
+                # ascent, then projection (window weights: onto the simplex)
+                alphas[j] = (project_simplex(a + step_j) if simplex[j]
+                             else np.clip(a + step_j, 0.0, caps[j]))
             rate *= 0.98
         # rigorous bounds with the best slopes: intermediate targets in order (each tightens
         # the boxes the later relaxations use), then the specification
@@ -590,18 +661,65 @@ def _optimise(prop: Propagation, out_id: int, spec: Array, t: Array, *, steps: i
     finally:
         prop.alpha = {}
     return bound, {"alpha_steps": done_steps, "alpha_targets": len(targets),
+                   "alpha_pools": len({r for _, r in layout if _name(prop, r) in POOLS}),
                    "alpha_objective": "traced" if fast is None else "numpy"}
 
 
 SMOOTH = ("tanh", "sigmoid")
+POOLS = ("max_pool2d", "max_pool")
 SMOOTH_STEP = 0.05
 
 
 def _relu_flags(prop: Propagation, layout: list[tuple[int, int]]) -> list[bool]:
+    """Per optimised array: whether it takes relu-sized steps (relu slopes, pool weights)."""
     flags: list[bool] = []
     for _, r in layout:
-        flags += [True] if _name(prop, r) == "relu" else [False, False]
+        flags += [True] if _width(prop, r) == 1 else [False, False]
     return flags
+
+
+def _pool_flags(prop: Propagation, layout: list[tuple[int, int]]) -> list[bool]:
+    """Per optimised array: whether it holds max-pool window weights (projected onto the
+    simplex)."""
+    flags: list[bool] = []
+    for _, r in layout:
+        flags += [_name(prop, r) in POOLS] * _width(prop, r)
+    return flags
+
+
+def _width(prop: Propagation, r: int) -> int:
+    """How many arrays node ``r``'s relaxation optimises: 1 (relu slope, pool weights) or 2
+    (tanh / sigmoid: a lower and an upper slope)."""
+    return 2 if _name(prop, r) in SMOOTH else 1
+
+
+def _pools(prop: Propagation, out_id: int) -> list[int]:
+    """The max poolings before ``out_id`` the engine relaxes (non-overlapping windows on a
+    finite box) with a window no entry dominates for some example."""
+    out = []
+    for i, n in enumerate(prop.nodes[:out_id]):
+        if n.kind != "op" or n.op is None or n.op.name not in POOLS or prop.whole:
+            continue
+        px = n.parents[0]
+        k = pool_geometry(n, prop.nodes[px].shape)
+        if k is None or not prop.batched(i) or not prop.batched(px) or not _finite(prop, px):
+            continue
+        pbox = prop.bx(px)
+        if not pool_windows(pbox.lo, pbox.hi, k)[1].all():
+            out.append(i)
+    return out
+
+
+def project_simplex(w: Array) -> Array:
+    """Euclidean projection of each vector on the last axis onto the probability simplex
+    (sort-based; Duchi et al. 2008, as auto_LiRPA's max-pool weights are projected)."""
+    n = w.shape[-1]
+    srt = -np.sort(-w, axis=-1)
+    css = np.cumsum(srt, axis=-1) - 1.0
+    ks = np.arange(1, n + 1, dtype=np.float64)
+    rho = np.sum(srt - css / ks > 0, axis=-1, keepdims=True)  # >= 1 always
+    theta = np.take_along_axis(css, rho - 1, axis=-1) / rho
+    return np.maximum(w - theta, 0.0)
 
 
 def _name(prop: Propagation, i: int) -> str:
@@ -620,7 +738,7 @@ def _caps(prop: Propagation, layout: list[tuple[int, int]], init: list[Array]) -
     caps: list[float] = []
     for _, r in layout:
         name = _name(prop, r)
-        caps += [1.0] if name == "relu" else [1.0 if name == "tanh" else 0.25] * 2
+        caps += [1.0] if _width(prop, r) == 1 else [1.0 if name == "tanh" else 0.25] * 2
     assert len(caps) == len(init)
     return caps
 
@@ -633,7 +751,7 @@ def _offsets(prop: Propagation, layout: list[tuple[int, int]], alphas: list[Arra
     j = 0
     for _, r in layout:
         name = _name(prop, r)
-        if name == "relu":
+        if _width(prop, r) == 1:
             j += 1
             continue
         box = prop.bx(prop.nodes[r].parents[0])
@@ -674,7 +792,7 @@ def _slopes_for(prop: Propagation, layout: list[tuple[int, int]], alphas: list[A
     out: dict[int, Any] = {}
     j = 0
     for tgt, r in layout:
-        width = 1 if _name(prop, r) == "relu" else 2
+        width = _width(prop, r)
         if tgt == target:
             out[r] = alphas[j] if width == 1 else (alphas[j], alphas[j + 1])
         j += width
@@ -769,6 +887,14 @@ def _tighten_rows(prop: Propagation, px: int, which: Array, b: Array) -> None:
     lo[:, which] = np.maximum(lo[:, which], b[:, :m])
     hi[:, which] = np.minimum(hi[:, which], -b[:, m:])
     iv.lo, iv.hi = lo.reshape(shape), hi.reshape(shape)
+    for r in prop.readers()[px]:
+        # a relu of these bounds (exact in float32): its output box tightens with them, which
+        # the relaxations reading it (a max pooling's window bounds) use
+        out = prop.ivals[r]
+        node = prop.nodes[r]
+        if out is not None and node.op is not None and node.op.name == "relu":
+            out.lo = np.maximum(out.lo, np.maximum(iv.lo, 0.0))
+            out.hi = np.minimum(out.hi, np.maximum(iv.hi, 0.0))
     prop._cache = {key: val for key, val in prop._cache.items() if key[0] == "point"}
 
 

@@ -18,8 +18,9 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
   form (relu: the least of the values at l, u and 0; tanh / sigmoid, with CROWN's tangent or
   chord slopes: ends of the concave part, a tangent of the convex part at its critical point);
 - max pooling (non-overlapping, unpadded windows: ``max_pool2d`` and the ``max_pool`` an ONNX
-  MaxPool imports as): ``max(v) >= v_j`` for the window's entry with the greatest lower bound,
-  ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
+  MaxPool imports as): ``max(v) >= v_j`` for the window's entry with the greatest lower bound
+  (with alpha-CROWN's weights, ``max(v) >= sum_j w_j v_j`` for a convex mix; see
+  ``_pool_mixed``), ``max(v) <= max u`` (or ``= v_j`` when that entry dominates);
 - matrix products with one constant factor (``matmul``, ``matmul_nd``, ``bmm``; ONNX MatMul and
   Gemm), ``linear``, convolutions, permutes and every other primitive declared linear (data
   movement, gathers, sums; through the op's own VJP): linear ops as above;
@@ -74,6 +75,9 @@ class UnsupportedOpError(BoundsError):
 
 RELAXED = ("relu", "tanh", "sigmoid", "max_pool2d", "max_pool", "exp", "softplus")
 _MATMULS = ("matmul", "matmul_nd", "bmm")
+# Max pooling's upper side by a chord on the entry of greatest upper bound (``pool_upper``);
+# False: the constant greatest upper bound of the window (auto_LiRPA's CROWN).
+POOL_CHORD = True
 # Elementwise maps by constants: they keep an interval image exact.
 _SHIFTS = ("add", "sub", "add_scalar", "scale", "mul", "reshape", "flatten", "detach", "permute")
 # Linear primitives that act along axis 0 (which is the example axis in batched mode).
@@ -1340,12 +1344,136 @@ def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     onehot, dominated, top = prop._cache[key]
     dom = _with_k(dominated)
     coef = np.where(dom | (v >= 0), v, 0.0)
-    terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
+    box = prop.bx(px)
+    finite = _finite_box(box)
+    mix = prop.alpha.get(i)
+    if not (finite and POOL_CHORD):  # the constant upper bound where v < 0
+        terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
+    if not finite:
+        mix = None
+    elif POOL_CHORD:
+        # the upper side (negative multipliers) by the chord of ``pool_upper`` on the entry of
+        # greatest upper bound, instead of the constant ``max u``
+        ukey = ("pool_upper", i)
+        if ukey not in prop._cache:
+            prop._cache[ukey] = pool_upper(box.lo, box.hi, k)
+        up_hot, a, m_lo, l_i = prop._cache[ukey]
+        upper = _pool_chord(v, dom, top, up_hot, a, m_lo, l_i, terms, slack)
+        lower = (_pool_mixed(box, k, v, coef, mix, onehot, dom, top, terms) if mix is not None
+                 else coef[..., None] * pool_window_view(_with_k(onehot), k))
+        # disjoint: the upper side is 0 where the lower side is not
+        prop.accumulate(nu, px, pool_input_view(lower + upper, k), slack)
+        return True
+    if mix is not None:
+        prop.accumulate(nu, px, pool_input_view(
+            _pool_mixed(box, k, v, coef, mix, onehot, dom, top, terms), k), slack)
+        return True
     b, kk, c, ho, wo = np.broadcast_shapes(coef.shape, dom.shape)
     spread = (np.broadcast_to(coef, (b, kk, c, ho, wo))[:, :, :, :, None, :, None]
               * onehot.reshape(onehot.shape[0], 1, c, ho, k[0], wo, k[1]))
     prop.accumulate(nu, px, spread.reshape((b, kk) + prop.nodes[px].shape[1:]), slack)
     return True
+
+
+def pool_window_view(a: Array, k: tuple[int, int]) -> Array:
+    """A (..., C, H, W) array as (..., C, H/kh, W/kw, kh*kw): each pooling window's entries
+    on the last axis (row-major within the window)."""
+    *lead, c, h, w = a.shape
+    kh, kw = k
+    t = a.reshape((*lead, c, h // kh, kh, w // kw, kw))
+    n = len(lead)
+    t = t.transpose(tuple(range(n + 1)) + (n + 1, n + 3, n + 2, n + 4))
+    return t.reshape((*lead, c, h // kh, w // kw, kh * kw))
+
+
+def pool_input_view(a: Array, k: tuple[int, int]) -> Array:
+    """The inverse of ``pool_window_view``: (..., C, Ho, Wo, kh*kw) back to (..., C, H, W)."""
+    *lead, c, ho, wo, _ = a.shape
+    kh, kw = k
+    t = a.reshape((*lead, c, ho, wo, kh, kw))
+    n = len(lead)
+    t = t.transpose(tuple(range(n + 1)) + (n + 1, n + 3, n + 2, n + 4))
+    return t.reshape((*lead, c, ho * kh, wo * kw))
+
+
+def _finite_box(box: Interval) -> bool:
+    return bool(np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi)))
+
+
+def _pool_mixed(box: Interval, k: tuple[int, int], v: Array, coef: Array, mix: Array,
+                onehot: Array, dom: Array, top: Array, terms: list[Array]) -> Array:
+    """The max-pool multiplier for alpha-CROWN's window weights ``mix`` (B or 1, K, C, Ho, Wo,
+    kh*kw): where the multiplier is >= 0 and no entry dominates, ``max(x) >= sum_j w_j x_j``
+    for weights ``w_j >= 0`` summing to 1 (any convex mix of a window lower-bounds its max).
+
+    Soundness does not rest on the weights: with ``nu_j = fl(coef * w_j) >= 0`` (negative or NaN
+    weights are set to 0) and ``S = sum_j nu_j`` (exact), ``sum_j nu_j x_j <= S max(x)``, so the
+    dual term ``min over the box of coef max(x) - sum_j nu_j x_j`` is at least
+    ``min over M in [L, U] of (coef - S) M`` (``L`` the window's greatest lower bound, ``U`` its
+    greatest upper bound), evaluated with ``coef - S`` enclosed. For weights on the simplex it
+    is a rounding-sized term; weights that do not sum to 1 are paid for here, never unsound.
+    Dominated windows keep their exact entry, the rest of ``coef`` (negative multipliers) the
+    constant upper bound added by the caller."""
+    kk = k[0] * k[1]
+    dom6 = dom[..., None]
+    weights = np.where(dom6, pool_window_view(_with_k(onehot), k),
+                       np.maximum(np.nan_to_num(np.asarray(mix, np.float64), nan=0.0), 0.0))
+    nu_w = coef[..., None] * weights
+    lower_side = ~dom & (v >= 0)
+    s = nu_w.sum(axis=-1)
+    d = v - s
+    e = gamma(kk + 2) * (np.abs(v) + s)
+    big = _with_k(pool_window_view(box.lo, k).max(axis=-1))  # L: max(x) >= L on the box
+    terms.append(_sum_rest_down(np.where(lower_side, mix_gap(d - e, d + e, big, _with_k(top)),
+                                         0.0)))
+    return nu_w
+
+
+def pool_upper(lo: Array, hi: Array, k: tuple[int, int]) -> tuple[Array, Array, Array, Array]:
+    """Per window of (B, C, H, W) bounds, the chord upper bound of its max on the entry ``i``
+    of greatest upper bound ``U``: ``max(x) <= U - a (U - x_i)`` with ``a = (U - U2) / (U -
+    l_i)`` clipped to [0, 1] (``U2`` the greatest upper bound of the other entries), the line
+    through ``(l_i, max(U2, l_i))`` and ``(U, U)``; ``a = 0`` is the constant ``U``. Returns the
+    one-hot of ``i`` (window layout, (B, C, Ho, Wo, kh*kw)), ``a``, ``max(U2, l_i)`` and
+    ``l_i``."""
+    lw, hw = pool_window_view(lo, k), pool_window_view(hi, k)
+    j = np.argmax(hw, axis=-1)[..., None]
+    onehot = np.zeros_like(hw)
+    np.put_along_axis(onehot, j, 1.0, axis=-1)
+    top = np.take_along_axis(hw, j, axis=-1)[..., 0]
+    second = np.where(onehot > 0, -np.inf, hw).max(axis=-1)
+    l_i = np.take_along_axis(lw, j, axis=-1)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(top > l_i, (top - second) / (top - l_i), 0.0)
+    a = np.clip(np.nan_to_num(a, nan=0.0, posinf=1.0), 0.0, 1.0)
+    return onehot, a, np.maximum(second, l_i), l_i
+
+
+def _pool_chord(v: Array, dom: Array, top: Array, onehot: Array, a: Array, m_lo: Array,
+                l_i: Array, terms: list[Array], slack: list[Array]) -> Array:
+    """The upper side of a max pooling (windows no entry dominates, multiplier ``v < 0``): the
+    multiplier ``q = fl(v a)`` on the entry ``i`` of ``pool_upper``'s chord (window layout).
+
+    Sound for any ``q <= 0``: for fixed ``x_i`` the dual term ``v max(x) - q x_i`` is least with
+    the other entries at their upper bounds, ``v max(U2, x_i) - q x_i``, concave in ``x_i``: its
+    minimum over ``[l_i, U]`` is at an end, ``min(v max(U2, l_i) - q l_i, (v - q) U)``, evaluated
+    with its rounding (two products and a difference) in ``slack``."""
+    neg = ~dom & (v < 0)
+    ak, mk, lk, tk = _with_k(a), _with_k(m_lo), _with_k(l_i), _with_k(top)
+    q = np.where(neg, v * ak, 0.0)
+    t = np.where(neg, np.minimum(v * mk - q * lk, v * tk - q * tk), 0.0)
+    terms.append(_sum_rest_down(t))
+    err = np.where(neg, np.abs(v) * np.maximum(np.abs(mk), np.abs(tk))
+                   + np.abs(q) * np.maximum(np.abs(lk), np.abs(tk)), 0.0)
+    n = int(np.prod(np.shape(err)[2:])) + 2
+    slack.append(up(np.sum(err, axis=_rest_axes(err)) * (4 * U64) * (1 + gamma(n)) + n * ETA64))
+    return q[..., None] * onehot[:, None]
+
+
+def mix_gap(d_lo: Array, d_hi: Array, lo: Array, hi: Array) -> Array:
+    """``min of d * M`` over ``d`` in [d_lo, d_hi] and ``M`` in [lo, hi] (a bilinear form: at a
+    corner): what a window's weights that do not sum exactly to its multiplier cost."""
+    return np.minimum(np.minimum(d_lo * lo, d_lo * hi), np.minimum(d_hi * lo, d_hi * hi))
 
 
 def handled() -> Sequence[str]:
