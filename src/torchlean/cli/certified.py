@@ -19,8 +19,8 @@ LR_HALVING_EPOCHS = 10
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--grad-clip``,
-    ``--batch-norm``, ``--certified-reg``, ``--certified-init``."""
+    """Register ``--certified``, ``--eps``, ``--eps-schedule``, ``--kappa``, ``--beta``,
+    ``--grad-clip``, ``--batch-norm``, ``--certified-reg``, ``--certified-init``."""
     g = p.add_argument_group(
         "certified training",
         "train for certified robustness on L-infinity balls clipped to [0, 1] (auto_LiRPA's "
@@ -36,6 +36,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kappa", default="0", metavar="START[,END]",
                    help="weight of the natural loss against the robust one, linear from START "
                         "to END over the ramp (default 0: the robust loss alone)")
+    g.add_argument("--beta", default="1,0", metavar="START,END",
+                   help="crown-ibp: weight of the CROWN bound against the IBP one, linear in "
+                        "eps_t / eps from START at the start of the ramp to END at the target "
+                        "(default 1,0 as the reference; 1,1 keeps CROWN-IBP throughout)")
     g.add_argument("--grad-clip", type=_positive, default=10.0,
                    help="clip the gradients' global norm (default 10)")
     g.add_argument("--batch-norm", action="store_true",
@@ -115,8 +119,15 @@ def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None
     kappa = _numbers("--kappa", args.kappa, (1, 2), float)
     if not all(0 <= k <= 1 for k in kappa):
         raise CertifiedTrainingError(f"--kappa: weights must lie in [0, 1], found {args.kappa!r}")
+    beta = _numbers("--beta", args.beta, (2,), float)
+    if not all(0 <= b <= 1 for b in beta):
+        raise CertifiedTrainingError(f"--beta: weights must lie in [0, 1], found {args.beta!r}")
+    if args.certified != "crown-ibp" and args.beta != "1,0":
+        raise CertifiedTrainingError("--beta weighs CROWN-IBP's CROWN bound: give it with "
+                                     "--certified crown-ibp")
     return CertifiedConfig(args.certified, float(args.eps), warmup_epochs=warmup,
                            ramp_epochs=ramp, kappa=(kappa[0], kappa[-1]),
+                           beta=(beta[0], beta[1]),
                            grad_clip=float(args.grad_clip), init=args.certified_init,
                            seed=int(args.seed), reg=float(args.certified_reg))
 
