@@ -5,6 +5,7 @@ that certifies far more than natural training with the same steps."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -683,6 +684,8 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert settings["backend"] == "compiled"
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
+    # the mlp's default: Shi et al.'s warm-up regularisers at 0.5; the reference's beta
+    assert settings["certified"]["reg"] == 0.5 and settings["certified"]["beta"] == [1, 0]
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
     assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
@@ -691,6 +694,25 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert code == 0 and "certifying there" in out
     table = [line.split() for line in out.splitlines() if line.strip().startswith("0.05")]
     assert len(table) == 1  # one row, at the trained eps
+
+
+@pytest.mark.parametrize("argv, reg, beta", [
+    (["--model", "mlp"], 0.5, (1.0, 0.0)),
+    (["--model", "cnn"], 0.0, (1.0, 0.0)),
+    (["--model", "mlp", "--certified-reg", "0"], 0.0, (1.0, 0.0)),
+    (["--model", "cnn", "--certified-reg", "0.25", "--beta", "1,0.5"], 0.25, (1.0, 0.5)),
+])
+def test_cli_certified_defaults_per_model(argv, reg, beta):
+    """The warm-up regularisers are on by default for the mlp (0.5) and off for the cnn;
+    ``--certified-reg`` and ``--beta`` override."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    cli_certified.add_options(p)
+    args = p.parse_args(["--certified", "crown-ibp", "--eps", "0.1", *argv])
+    config = cli_certified.config_from(args, 60)
+    assert config.reg == reg and config.beta == beta
 
 
 @pytest.mark.parametrize("argv, message", [
