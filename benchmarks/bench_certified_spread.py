@@ -5,7 +5,9 @@ split of seed 0 (the reference trains on a fixed data set; ``torchlean train --s
 re-split the data):
 
 - ours: what ``torchlean train --model M --certified METHOD --eps E --seed s`` runs (compiled
-  backend, initial weights and batch orders from seed ``s``), through ``fit`` directly;
+  backend, initial weights and batch orders from seed ``s``, the CLI's defaults, e.g. the MLP's
+  warm-up regularisers), through ``fit`` directly; ``--set KEY=VALUE`` changes a setting of its
+  ``CertifiedConfig`` (``--set reg=0`` the reference's recipe exactly);
 - ref: auto_LiRPA's recipe step for step: ``torch.manual_seed(s)``, the torch module's default
   initialisation, a shuffling ``DataLoader`` (batch 64), ``BoundedModule`` (patches mode), its
   ``SmoothedScheduler("start=11,length=30")`` stepped per batch, natural loss at eps 0, robust
@@ -24,6 +26,9 @@ at a directory holding its ``auto_LiRPA`` package.
 
     python benchmarks/bench_certified_spread.py mlp ibp 0.05 --seeds 0,1,2,3,4 --alpha > mlp.jsonl
     python benchmarks/bench_certified_spread.py --summary mlp.jsonl
+
+To choose options without looking at the test set, ``--val 0.2`` trains on 80% of the training
+set and scores on the other 20% (a fixed draw) instead.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import numpy as np  # noqa: E402
 from torchlean import optim  # noqa: E402
 from torchlean.bounds.certified_training import CertifiedConfig, CertifiedTraining  # noqa: E402
 from torchlean.bounds.certify import certify  # noqa: E402
-from torchlean.cli.certified import lr_after  # noqa: E402
+from torchlean.cli.certified import DEFAULT_REG, lr_after  # noqa: E402
 from torchlean.engine import ops_interface as F  # noqa: E402
 from torchlean.training.fit import fit  # noqa: E402
 from torchlean.zoo import models  # noqa: E402
@@ -65,10 +70,37 @@ def torch_net(torch: Any, model: str) -> Any:
                          nn.Flatten(), nn.Linear(32 * 2 * 2, 10))
 
 
+def overrides(settings: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs as ``CertifiedConfig`` keyword arguments (a value with a comma
+    is a pair of floats, e.g. ``kappa=1,0``)."""
+    out: dict[str, Any] = {}
+    for item in settings:
+        key, _, text = item.partition("=")
+        if "," in text:
+            out[key] = tuple(float(t) for t in text.split(","))
+        else:
+            try:
+                out[key] = int(text) if text.isdigit() else float(text)
+            except ValueError:
+                out[key] = text
+    return out
+
+
+def validation_split(data: Any, fraction: float) -> Any:
+    """``data`` with its test set replaced by a held-out ``fraction`` of its training set (a
+    fixed draw), for choosing options without looking at the test set."""
+    n = len(data.train)
+    order = np.random.default_rng(20260101).permutation(n)
+    held = int(round(fraction * n))
+    return type(data)(**{**vars(data), "train": data.train[np.sort(order[held:])],
+                         "test": data.train[np.sort(order[:held])]})
+
+
 def train_ours(args: argparse.Namespace, data: Any, seed: int) -> tuple[Any, float]:
     model = models.build(models.config_for(args.model, data, seed=seed))
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    config = CertifiedConfig(args.method, args.eps, seed=seed)
+    settings = {"reg": DEFAULT_REG[args.model], **overrides(args.set)}  # as `torchlean train`
+    config = CertifiedConfig(args.method, args.eps, seed=seed, **settings)
 
     def on_epoch(record: Any) -> None:
         opt.lr = lr_after(config, 1e-3, record.epoch)
@@ -189,8 +221,10 @@ def summary(paths: list[str]) -> None:
             for line in f:
                 if line.startswith("{"):
                     r = json.loads(line)
-                    runs.setdefault((r["model"], r["method"], r["eps"], r["who"]), []).append(r)
-    for (model, method, eps, who), rs in sorted(runs.items()):
+                    key = (r["model"], r["method"], r["eps"], r["who"], r.get("variant", ""),
+                           r.get("split", "test"))
+                    runs.setdefault(key, []).append(r)
+    for (model, method, eps, who, variant, split), rs in sorted(runs.items()):
         seeds = sorted(r["seed"] for r in rs)
         cells = []
         for col in COLUMNS:
@@ -199,7 +233,8 @@ def summary(paths: list[str]) -> None:
                 sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
                 cells.append(f"{col} {statistics.mean(vals):.3f} +- {sd:.3f}")
         spe = statistics.mean(r["train_cpu_s_per_epoch"] for r in rs)
-        print(f"{model} {method} {eps} {who:4} seeds {seeds}: " + ", ".join(cells)
+        print(f"{model} {method} {eps} {who:4} {variant or 'default'} ({split}) seeds {seeds}: "
+              + ", ".join(cells)
               + f"; {spe:.3f} CPU s/epoch")
 
 
@@ -213,6 +248,11 @@ def main() -> None:
     p.add_argument("--alpha", action="store_true", help="also torchlean's alpha-CROWN")
     p.add_argument("--alirpa-alpha", action="store_true", help="also auto_LiRPA's alpha-CROWN")
     p.add_argument("--alirpa", default=os.environ.get("AUTO_LIRPA", "/tmp/alirpa"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a CertifiedConfig setting for ours (e.g. init=ibp, reg=0.5, kappa=1,0)")
+    p.add_argument("--val", type=float, default=0.0, metavar="FRACTION",
+                   help="train on the rest of the training set and score on this held-out "
+                        "fraction of it instead of the test set (to choose options)")
     p.add_argument("--summary", nargs="+", metavar="JSONL", help="summarise earlier runs")
     args = p.parse_args()
     if args.summary:
@@ -223,6 +263,8 @@ def main() -> None:
     lib = AutoLirpa(args.alirpa)
     from threadpoolctl import threadpool_limits
     data = load_data(args.model, "digits", 0)
+    if args.val:
+        data = validation_split(data, args.val)
     x = np.asarray(data.test.inputs, np.float32)
     y = np.asarray(data.test.targets).astype(np.int64)
     with threadpool_limits(1):
@@ -241,7 +283,9 @@ def main() -> None:
                     for p_, tp in zip(model.parameters(), net.parameters(), strict=True):
                         p_.assign(tp.detach().numpy().astype(np.float32))
                 rec = {"who": who, "model": args.model, "method": args.method, "eps": args.eps,
-                       "seed": seed, "train_cpu_s_per_epoch": round(spe, 4),
+                       "seed": seed, "variant": " ".join(args.set) if who == "ours" else "",
+                       "split": f"val {args.val:g}" if args.val else "test",
+                       "train_cpu_s_per_epoch": round(spe, 4),
                        "certifier_ours": certify_ours(args, model, x, y),
                        "certifier_alirpa": certify_alirpa(args, net, x, y, lib),
                        "load": round(os.getloadavg()[0], 1)}

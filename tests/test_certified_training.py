@@ -5,6 +5,7 @@ that certifies far more than natural training with the same steps."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -576,6 +577,44 @@ def test_regularised_steps_weight_them_by_the_ramp():
     assert losses[0.5, 12] == losses[0.0, 12]  # at the target: the robust loss alone
 
 
+def test_beta_schedule_slides_from_start_to_end():
+    """``beta=(b0, b1)``: CROWN-IBP's CROWN weight is ``b0 + (b1 - b0) eps_t / eps``; the default
+    (1, 0) is the reference's ``1 - eps_t / eps`` to the bit, and (1, 1) keeps the CROWN pass
+    (the crown-ibp phase) at the target, where the default drops it."""
+    base = CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1, ramp_epochs=2)
+    s = Schedule(base, steps_per_epoch=4)
+    assert all(s.beta(k) == 1.0 - s.eps(k) / 0.1 for k in range(14))
+    half = Schedule(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1, ramp_epochs=2,
+                                    beta=(0.8, 0.4)), 4)
+    r = s.eps(7) / 0.1
+    assert 0 < r < 1 and half.beta(7) == pytest.approx(0.8 - 0.4 * r)
+    assert half.beta(0) == 0.8 and half.beta(12) == pytest.approx(0.4)
+    # the regularisers keep fading with the ramp whatever beta does
+    reg = Schedule(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1, ramp_epochs=2,
+                                   beta=(1.0, 1.0), reg=0.5), 4)
+    assert reg.beta(12) == 1.0 and reg.reg_weight(7) == pytest.approx(0.5 * (1 - r))
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 1, (8, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 8)
+    losses, phases = {}, {}
+    for beta in ((1.0, 0.0), (1.0, 1.0)):
+        hook = CertifiedTraining(CertifiedConfig("crown-ibp", 0.1, warmup_epochs=1,
+                                                 ramp_epochs=2, beta=beta))
+        hook.bind(_mlp(), steps_per_epoch=4, backend="compiled", dtype=np.float32)
+        hook.step_count = 12  # at the target
+        phases[beta] = hook._phase(0.1, hook.schedule.beta(12))
+        losses[beta] = hook.step(x, y)
+    assert phases == {(1.0, 0.0): "ibp", (1.0, 1.0): "crown-ibp"}
+    model = _mlp()
+    crown = D.margin_lower_bounds(model, x, y, 0.1, crown=True, beta=1.0)
+    ibp = D.margin_lower_bounds(model, x, y, 0.1, crown=False)
+    assert losses[1.0, 0.0] == pytest.approx(float(D.robust_cross_entropy(ibp, y)), rel=1e-5)
+    assert losses[1.0, 1.0] == pytest.approx(float(D.robust_cross_entropy(crown, y)), rel=1e-5)
+    assert losses[1.0, 1.0] != pytest.approx(losses[1.0, 0.0], rel=1e-3)
+    with pytest.raises(TorchLeanError, match="beta"):
+        CertifiedConfig("crown-ibp", 0.1, beta=(1.0, 1.5))
+
+
 def _certified_fraction(model, x, y, eps):
     c = compile_fn(lambda v: model(v), x.shape)
     lo, hi = box(x, eps)
@@ -645,6 +684,8 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert settings["backend"] == "compiled"
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
+    # the mlp's default: Shi et al.'s warm-up regularisers at 0.5; the reference's beta
+    assert settings["certified"]["reg"] == 0.5 and settings["certified"]["beta"] == [1, 0]
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
     assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
@@ -653,6 +694,25 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert code == 0 and "certifying there" in out
     table = [line.split() for line in out.splitlines() if line.strip().startswith("0.05")]
     assert len(table) == 1  # one row, at the trained eps
+
+
+@pytest.mark.parametrize("argv, reg, beta", [
+    (["--model", "mlp"], 0.5, (1.0, 0.0)),
+    (["--model", "cnn"], 0.0, (1.0, 0.0)),
+    (["--model", "mlp", "--certified-reg", "0"], 0.0, (1.0, 0.0)),
+    (["--model", "cnn", "--certified-reg", "0.25", "--beta", "1,0.5"], 0.25, (1.0, 0.5)),
+])
+def test_cli_certified_defaults_per_model(argv, reg, beta):
+    """The warm-up regularisers are on by default for the mlp (0.5) and off for the cnn;
+    ``--certified-reg`` and ``--beta`` override."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    cli_certified.add_options(p)
+    args = p.parse_args(["--certified", "crown-ibp", "--eps", "0.1", *argv])
+    config = cli_certified.config_from(args, 60)
+    assert config.reg == reg and config.beta == beta
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -665,6 +725,9 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     (["--certified", "ibp", "--eps", "0.1", "--kappa", "2"], "--kappa"),
     (["--certified", "ibp", "--eps", "0.1", "--certified-init", "xavier"], "--certified-init"),
     (["--certified", "ibp", "--eps", "0.1", "--certified-reg", "-1"], "--certified-reg"),
+    (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1"], "--beta"),
+    (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1,2"], "--beta"),
+    (["--certified", "ibp", "--eps", "0.1", "--beta", "1,1"], "--beta"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])

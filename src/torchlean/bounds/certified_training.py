@@ -13,11 +13,13 @@ Schedules, stepped per batch (``Schedule``): ``warmup_epochs`` at eps 0 (natural
 robust loss equals it there), then ``ramp_epochs`` of a smooth ramp to the target eps
 (auto_LiRPA's ``SmoothedScheduler``: polynomial growth of degree ``power`` up to the ``mid``
 fraction of the ramp, then linear, value and slope continuous), then the target. CROWN-IBP's
-``beta`` (the weight of the CROWN bound against the IBP one) is ``1 - eps_t / eps``: 1 at the
-start of the ramp, 0 at the target, as the reference. ``kappa`` (the natural loss's weight) goes
-linearly from ``kappa[0]`` to ``kappa[1]`` over the ramp (default 0 throughout: the reference's
-pure robust loss). Gradients are clipped to a global norm of ``grad_clip`` (10, as the
-reference).
+``beta`` (the weight of the CROWN bound against the IBP one) slides linearly in ``eps_t / eps``
+from ``beta[0]`` at the start of the ramp to ``beta[1]`` at the target; the default (1, 0) is
+the reference's ``1 - eps_t / eps`` (Zhang et al. 2020 also train with 1 -> 1, CROWN-IBP
+throughout, which pays a CROWN pass in the target phase too). ``kappa`` (the natural loss's
+weight) goes linearly from ``kappa[0]`` to ``kappa[1]`` over the ramp (default 0 throughout:
+the reference's pure robust loss). Gradients are clipped to a global norm of ``grad_clip`` (10,
+as the reference).
 
 Shi et al. 2021 ("Fast certified robust training with short warmup"), both off by default:
 ``init="ibp"`` draws the weights so that an interval's width keeps its size through a layer
@@ -100,6 +102,7 @@ class CertifiedConfig:
     seed: int = 0
     reg: float = 0.0
     reg_tol: float = 0.5
+    beta: tuple[float, float] = (1.0, 0.0)
 
     def __post_init__(self) -> None:
         where = "certified training"
@@ -118,6 +121,10 @@ class CertifiedConfig:
                 or not all(_number(k) and 0 <= k <= 1 for k in self.kappa)):
             raise CertifiedTrainingError(f"{where}: kappa must be two numbers in [0, 1] (start, "
                                          f"end), found {self.kappa!r}")
+        if (not isinstance(self.beta, tuple) or len(self.beta) != 2
+                or not all(_number(b) and 0 <= b <= 1 for b in self.beta)):
+            raise CertifiedTrainingError(f"{where}: beta must be two numbers in [0, 1] (start, "
+                                         f"end), found {self.beta!r}")
         if self.clip is not None and (len(self.clip) != 2 or not all(map(_number, self.clip))
                                       or not self.clip[0] < self.clip[1]):
             raise CertifiedTrainingError(f"{where}: clip must be (low, high) with low < high, "
@@ -145,6 +152,7 @@ class CertifiedConfig:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["kappa"], d["clip"] = list(self.kappa), None if self.clip is None else list(self.clip)
+        d["beta"] = list(self.beta)
         return d
 
 
@@ -192,16 +200,23 @@ class Schedule:
         k0, k1 = self.config.kappa
         return k0 + (k1 - k0) * self.progress(step)
 
-    def beta(self, step: int) -> float:
-        """CROWN-IBP's weight of the CROWN bound: ``1 - eps_t / eps``."""
+    def fade(self, step: int) -> float:
+        """``1 - eps_t / eps``: 1 up to the start of the ramp, 0 from the target on."""
         return max(0.0, 1.0 - self.eps(step) / self.config.eps)
+
+    def beta(self, step: int) -> float:
+        """CROWN-IBP's weight of the CROWN bound: ``beta[0] * fade + beta[1] * (1 - fade)``,
+        written so that the default (1, 0) gives the reference's ``1 - eps_t / eps`` bit for
+        bit."""
+        b0, b1 = self.config.beta
+        return max(0.0, b0 + (b1 - b0) * (self.eps(step) / self.config.eps))
 
     def reg_weight(self, step: int) -> float:
         """The warm-up regularisers' weight: ``reg * (1 - eps_t / eps)`` on the ramp (Shi et
         al. 2021), 0 at eps 0 (no boxes to regularise) and from the target on."""
         if self.config.reg == 0.0 or self.eps(step) == 0.0:
             return 0.0
-        return self.config.reg * self.beta(step)
+        return self.config.reg * self.fade(step)
 
 
 def ibp_init(model: Any, seed: int) -> None:
@@ -365,8 +380,8 @@ class CertifiedTraining:
         if eps == 0.0:
             return "natural"
         crown = self.config.method == "crown-ibp" and beta >= CROWN_WEIGHT_FLOOR
-        # the regularisers' weight is reg * beta: left out below the same floor
-        regularised = reg > 0 and beta >= CROWN_WEIGHT_FLOOR
+        # the regularisers' weight is reg * fade: left out below the same floor
+        regularised = reg > 0 and reg >= CROWN_WEIGHT_FLOOR * self.config.reg
         return ("crown-ibp" if crown else "ibp") + ("-reg" if regularised else "")
 
     def step(self, x: Any, y: Any) -> float:
