@@ -10,6 +10,7 @@ import torchlean as tl
 from torchlean.core.registry import FAST_RTOL, fast_kernels
 from torchlean.engine import ops_interface as F
 from torchlean.engine.params import Param
+from torchlean.ops.fast import blas as fast_blas
 from torchlean.optim import fast_update
 
 pytest.importorskip("scipy.linalg")
@@ -71,15 +72,15 @@ def test_reference_update_outside_the_fast_kernels_and_for_other_cases() -> None
 
 def test_without_scipy_the_reference_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     p0, g = _pair(2 * fast_update.MIN_SIZE, "float32", seed=2)
-    monkeypatch.setattr(fast_update, "_blas", None)
+    monkeypatch.setattr(fast_blas, "_blas", None)
     assert np.array_equal(_sgd_once(p0, g, fast=True)[0], p0 + np.float32(-0.1) * g)
 
 
 def test_the_axpy_library_gets_numpys_thread_count() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    fast_update._load()
+    fast_blas._load()
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        fast_update._load()  # (matches SciPy's BLAS to NumPy's now: 1)
+        fast_blas._load()  # (matches SciPy's BLAS to NumPy's now: 1)
         counts = {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()
                   if i["user_api"] == "blas"}
         assert counts and all(n == 1 for n in counts.values())

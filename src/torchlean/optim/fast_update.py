@@ -10,12 +10,9 @@ axpy kernels use fused multiply-adds, so a result may differ from the reference 
 (one ulp of the product's magnitude; about 9% of float32 entries on random data): the tests
 check it within ``registry.FAST_RTOL`` and bitwise where the product is exact.
 
-NumPy does not expose its BLAS's axpy, so it comes from SciPy (``scipy.linalg.blas``), imported
-on the first fast step only (importing ``scipy.linalg`` costs about 0.2 s of CPU, which ``import
-torchlean`` does not pay) and never required: without SciPy the reference runs. SciPy's
-OpenBLAS is a second library with its own thread pool; at load its thread count is set to the
-one NumPy's BLAS has then (threadpoolctl, where installed), so a one-thread run stays one thread
-(axpy goes parallel above 10,000 entries).
+NumPy does not expose its BLAS's axpy, so it comes from SciPy (``ops.fast.blas``: imported on
+the first fast step only, its threads matched to NumPy's BLAS; axpy goes parallel above 10,000
+entries) and is never required: without SciPy the reference runs.
 
 Measured (W2 of ``torchlean bench``: SGD on 784-512-512-10, 1 thread, CPU time, interleaved in
 one process, load 7-10): the six parameters' update 155-165 us -> 70 us with the arrays hot, and
@@ -30,43 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..core.registry import KERNELS
+from ..ops.fast.blas import scipy_blas
 
 # Below this many entries the f2py call costs more than the pass it saves.
 MIN_SIZE = 4096
-
-_UNLOADED = object()
-_blas: Any = _UNLOADED
-
-
-def _load() -> Any:
-    """``scipy.linalg.blas`` with its thread count matched to NumPy's BLAS, or None."""
-    try:
-        from scipy.linalg import blas
-    except ImportError:
-        return None
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return blas
-    controller = ThreadpoolController()
-    numpy_blas = [c for c in controller.lib_controllers
-                  if c.user_api == "blas" and "numpy" in c.filepath]
-    scipy_blas = [c for c in controller.lib_controllers
-                  if c.user_api == "blas" and "scipy" in c.filepath and c not in numpy_blas]
-    if numpy_blas:
-        threads = numpy_blas[0].num_threads
-        for c in scipy_blas:
-            if c.num_threads != threads:
-                c.set_num_threads(threads)
-    return blas
-
-
-def blas_module() -> Any:
-    """SciPy's BLAS wrappers (loaded once), or None where SciPy is missing."""
-    global _blas
-    if _blas is _UNLOADED:
-        _blas = _load()
-    return _blas
 
 
 def sgd_update(p: Any, grad: Any, lr: float) -> bool:
@@ -85,7 +49,7 @@ def sgd_update(p: Any, grad: Any, lr: float) -> bool:
         name = "daxpy"
     else:
         return False
-    blas = blas_module()
+    blas = scipy_blas()
     if blas is None:
         return False
     flat = p.reshape(-1)
@@ -95,4 +59,4 @@ def sgd_update(p: Any, grad: Any, lr: float) -> bool:
     return True
 
 
-__all__ = ["MIN_SIZE", "blas_module", "sgd_update"]
+__all__ = ["MIN_SIZE", "sgd_update"]
