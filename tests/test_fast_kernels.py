@@ -98,6 +98,21 @@ def test_linear_fast_gemm_equals_reference(shape: tuple[int, int, int]) -> None:
         assert np.array_equal(args[1], b.astype(dtype))
 
 
+def test_verify_fast_column_check_on_the_linear_gemm_path() -> None:
+    # linear's registry samples are below MIN_WORK (a sample above it makes the other verify
+    # columns take minutes), so verify's fast column sees the fallback there; its check runs
+    # here on the GEMM path: forward and VJP within FAST_RTOL, then the link bitwise.
+    pytest.importorskip("scipy.linalg")
+    rng = np.random.default_rng(7)
+    sample = Sample((rng.standard_normal((32, 512)) / 16, rng.standard_normal(32),
+                     rng.standard_normal((128, 512))))
+    assert 128 * 32 * 512 >= fast_linalg.MIN_WORK
+    worst = check_fast(REGISTRY["linear"], sample, rng)
+    # Not 0: with 512 inputs OpenBLAS adds C (the bias) before the last block of the sum, not
+    # after it, so the GEMM path's bits differ (0 would mean the reference ran on both sides).
+    assert 0.0 < worst < FAST_RTOL["float32"]
+
+
 def test_linear_fast_falls_back_to_the_reference_bits() -> None:
     rng = np.random.default_rng(5)
     w = rng.standard_normal((512, 512)).astype(np.float32)

@@ -11,8 +11,12 @@ machine's shapes: measured on the 2-core AMD EPYC (Zen 4; NumPy's OpenBLAS 0.3.3
 512 539 -> 441 us, W5's (256, 64) -> 256 107 -> 93 us; below about 2M multiply-adds the f2py
 call costs what it saves ((128, 512) -> 10: 33 -> 36 us), so those keep the reference.
 
-It differs from the reference by rounding only (the bias enters the sum first instead of last):
-``torchlean verify``'s fast column and the tests check it within ``registry.FAST_RTOL``. Other
+It differs from the reference by rounding only: OpenBLAS adds ``C`` (the bias) to the product
+of each block of the inner dimension in turn, so past one block (a few hundred inputs) the bias
+enters before the last block instead of after the whole sum (with one block the bits are the
+reference's). The tests check it within ``registry.FAST_RTOL`` with verify's fast-column check
+(``linear``'s registry samples are below ``MIN_WORK``, so ``torchlean verify`` itself sees the
+fallback there; a sample above it makes the other verify columns take minutes). Other
 cases (a 1-D or stacked input, mixed dtypes, non-contiguous operands, no SciPy) run the
 reference.
 """
