@@ -17,6 +17,7 @@ import numpy as np
 from .. import optim
 from ..core.backend import namespace_of, to_host
 from ..core.errors import ShapeError, TorchLeanError
+from ..core.registry import fast_kernels
 from ..engine import anomaly
 from ..engine import session as _recording
 from ..engine.ops_interface import Ref
@@ -36,8 +37,9 @@ class Session(_recording.Session):
     def _step(self, kind: str, grads: dict[int, Any], **hyper: Any) -> None:
         params = [p for p in self.params() if p.requires_grad]
         ids = self._backend.param_ids
-        optimizer_for(self._optimizers, kind, params, **hyper).step(
-            [grads.get(ids[id(p)]) for p in params])
+        with fast_kernels(self.opts.fast_kernels):  # (SGD's in-place axpy: optim.fast_update)
+            optimizer_for(self._optimizers, kind, params, **hyper).step(
+                [grads.get(ids[id(p)]) for p in params])
         if self.opts.check_finite:
             anomaly.check_parameters(params, f"check_finite ({kind} step)")
 
@@ -180,7 +182,8 @@ class ScalarTrainer:
         loss, grads = self.value_and_grads(*inputs)
         params = [p for p in self.param_list if p.requires_grad]
         chosen = [g for p, g in zip(self.param_list, grads, strict=True) if p.requires_grad]
-        optimizer_for(self._optimizers, kind, params, **hyper).step(chosen)
+        with fast_kernels(self.opts.fast_kernels):  # (SGD's in-place axpy: optim.fast_update)
+            optimizer_for(self._optimizers, kind, params, **hyper).step(chosen)
         return loss
 
     def step(self, lr: float, *inputs: Any) -> float:

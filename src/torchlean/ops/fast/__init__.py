@@ -18,6 +18,9 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
   fused NumPy pass over them instead of recomputing the forward through primitives;
+- ``linalg``: ``linear``'s forward as one BLAS GEMM with the bias as its ``C`` (SciPy's BLAS,
+  ``blas``, loaded on first use; large 2-D float inputs only), faster than NumPy's matmul plus
+  the bias on this machine's OpenBLAS builds;
 - ``elementwise``: not fast kernels in this sense but *exact* array VJPs (tanh, relu, sigmoid,
   exp, mul, sub): the reference rules' arithmetic in one frame, the same bits, registered with
   ``autodiff.register_array_rule`` and run by the reverse driver on the array interpreter always
@@ -29,4 +32,4 @@ Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one 
 described in each module, with the variants that lost.
 """
 
-from . import attention, conv, elementwise, norm, pool  # noqa: F401  (attach the fast kernels)
+from . import attention, conv, elementwise, linalg, norm, pool  # noqa: F401  (attach them)
