@@ -108,16 +108,8 @@ ALPHA_STEPS = 5  # alpha-CROWN steps on the children CROWN leaves open (0: never
 ALPHA_AFTER = 1024  # ... once this many domains have been bounded (easy instances never pay;
 # on the property-1 instances 1,024 took 1.1-3.6x less CPU than 2,048)
 ALPHA_PER_ROUND = 256  # open children given alpha-CROWN per round at most
-# alpha-CROWN runs in a round while it closes domains faster per second than CROWN's splits do
-# (rates over the last few rounds each, see _Rates), a box it proves counting as the two children
-# CROWN would have split it into; while it loses it still gets ALPHA_EXPLORE of the search's
-# time, so the comparison stays current. (Measured on 4_2 property 2: it proves 99% of the boxes
-# it is given, but 10x slower per box than CROWN closes them; per share of the input volume it
-# looked the better, as the boxes it takes are those CROWN is about to close.)
-ALPHA_PROBE = 128  # boxes alpha-CROWN bounds before its rate is compared
-ALPHA_WORTH = 2.0  # CROWN domains a box proved by alpha-CROWN saves, at least
-ALPHA_EXPLORE = 0.05
-RATE_DECAY = 0.875  # per measurement: the rates weigh about the last 8 rounds
+ALPHA_PROBE = 128  # after this many boxes, alpha-CROWN stays on only if it proved at least
+ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 # look-ahead splitting: "all": every domain tries its LOOKAHEAD_INPUTS best inputs by the split
 # heuristic and keeps the split whose worse half bounds best; "off": the heuristic's input
 LOOKAHEADS = ("all", "off")
@@ -718,22 +710,6 @@ class _Clock:
         self._mark = now
 
 
-class _Rates:
-    """Domains closed per second by each bound method over its recent rounds: decayed sums of
-    the domains its proofs closed and of the seconds it took."""
-
-    def __init__(self) -> None:
-        self.closed: dict[str, float] = {"crown": 0.0, "alpha": 0.0}
-        self.seconds: dict[str, float] = {"crown": 0.0, "alpha": 0.0}
-
-    def add(self, kind: str, closed: float, seconds: float) -> None:
-        self.closed[kind] = RATE_DECAY * self.closed[kind] + closed
-        self.seconds[kind] = RATE_DECAY * self.seconds[kind] + seconds
-
-    def rate(self, kind: str) -> float:
-        return self.closed[kind] / max(self.seconds[kind], 1e-9)
-
-
 def _values(spec: Spec, y: Array) -> Array:
     """Per point and conjunction, ``max_k (a_k . y - b_k)`` over its rows (<= 0: met)."""
     gaps = y @ spec.a.T - spec.b  # (N, K)
@@ -1031,16 +1007,13 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
     result.max_queue = 1
 
-    use_alpha = pairs and alpha_steps > 0
-    rates, alpha_seconds = _Rates(), 0.0
+    alpha_live = pairs and alpha_steps > 0
     # 3. split until done
     span = np.where(spec.upper > spec.lower, spec.upper - spec.lower, 1.0)
-    loop_start = timer.now()
     rounds = 0
     while queue.size:
         if timer.over():
             return finish("timeout", f"{queue.size} domains open when the time ran out")
-        round_start = timer.now()
         # worst domains first (counterexamples show up early); when the queue fills, those
         # nearest a proof (their children mostly close, so the queue shrinks)
         got = queue.pop(batch, best=queue.size > cap // 4)
@@ -1106,15 +1079,9 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                 c_lo[pick], c_hi[pick], c_open[pick], c_inh[pick], c_age[pick], both[pick])
             lower, kept, coef, consts = lower[pick], kept[pick], coef[pick], consts[pick]
         still, c_margin = _margins(spec, lower, c_open)
-        now = timer.now()
-        rates.add("crown", float(np.sum(~still.any(axis=1))), now - round_start)
-        if (use_alpha and result.domains > alpha_after and still.any()
-                and (result.alpha < ALPHA_PROBE or rates.rate("alpha") >= rates.rate("crown")
-                     or alpha_seconds <= ALPHA_EXPLORE * (now - loop_start))):
+        if alpha_live and result.domains > alpha_after and still.any():
             # alpha-CROWN on the children CROWN left open (see Models.alpha_pairs), those
-            # nearest a proof first, at most ALPHA_PER_ROUND: while it closes domains faster
-            # than CROWN's splits (property 1: it proves 44-81% of the boxes CROWN leaves
-            # open), else on a small share of the time, to keep its rate current
+            # nearest a proof first, at most ALPHA_PER_ROUND
             timer.stage("bounds")
             which = np.flatnonzero(still.any(axis=1))
             which = which[np.argsort(-c_margin[which], kind="stable")[:ALPHA_PER_ROUND]]
@@ -1123,11 +1090,12 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                 steps=alpha_steps, over=timer.over)
             result.alpha += len(which)
             still, c_margin = _margins(spec, lower, c_open)
-            proved = which[~still[which].any(axis=1)]
-            result.alpha_proved += len(proved)
-            spent = timer.now() - now
-            alpha_seconds += spent
-            rates.add("alpha", ALPHA_WORTH * len(proved), spent)
+            result.alpha_proved += int(np.sum(~still[which].any(axis=1)))
+            # it pays where CROWN stalls (property 1: it proves 44-81% of the boxes CROWN
+            # leaves open); where it proves few, CROWN's cheap splits win (3_3 property 2:
+            # 12%, and 10x slower): give it up
+            alpha_live = (result.alpha < ALPHA_PROBE
+                          or result.alpha_proved >= ALPHA_MIN_RATE * result.alpha)
             timer.stage("alpha")
         keep = still.any(axis=1)
         timer.stage("bounds")
