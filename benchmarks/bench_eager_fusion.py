@@ -13,9 +13,6 @@ Run: ``python benchmarks/bench_eager_fusion.py [--rounds N] [--block N]``.
 from __future__ import annotations
 
 import argparse
-import random
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,23 +51,11 @@ def main() -> None:
     torch_impl = harness.build("W3", "torch", data)
     if not isinstance(torch_impl, str):
         steps["torch"] = torch_impl.step
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for fn in steps.values():
-        for _ in range(3):
-            fn()
-    order = list(steps)
-    shuffle = random.Random(0)
-    for _ in range(args.rounds):
-        shuffle.shuffle(order)
-        for name in order:
-            t0 = time.process_time()
-            for _ in range(args.block):
-                steps[name]()
-            times[name].append((time.process_time() - t0) / args.block * 1e3)
-    ref = statistics.median(times["torch"]) if "torch" in times else None
+    times = harness.time_interleaved(steps, args.block, args.rounds, warmup=3, clock="cpu")
+    ref = times["torch"]["median_ms"] if "torch" in times else None
     print(f"W3 step, CPU ms (one thread, {args.rounds} rounds of {args.block} steps)")
-    for name, ts in times.items():
-        m = statistics.median(ts)
+    for name, t in times.items():
+        m = t["median_ms"]
         ratio = f"  {m / ref:.3f}x torch" if ref else ""
         print(f"  {name:<14}{m:8.3f} ms{ratio}")
     del limiter
