@@ -75,11 +75,11 @@ FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
 # LPs (two per unstable neuron) that ``lp=True`` may spend on the root's intermediate bounds
 LP_MAX = 2000
 FSB = 0  # candidates per domain of the FSB look-ahead (0: BaBSR)
-FSB_CHUNK = 64
+FSB_CHUNK = 64  # domains per look-ahead evaluation
 # FSB ranks a candidate by its better child ("max"; then the worse one), or its worse ("min"):
 # "min" picked balanced splits that helped neither child on 256x4 prop_0_0.03 (no answer after
 # 43,000 domains; "max" and BaBSR about 2,470)
-FSB_REDUCE = "max"  # domains per look-ahead evaluation
+FSB_REDUCE = "max"
 
 
 def supports(model: Any) -> bool:
