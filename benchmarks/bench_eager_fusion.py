@@ -52,12 +52,8 @@ def main() -> None:
     if not isinstance(torch_impl, str):
         steps["torch"] = torch_impl.step
     times = harness.time_interleaved(steps, args.block, args.rounds, warmup=3, clock="cpu")
-    ref = times["torch"]["median_ms"] if "torch" in times else None
-    print(f"W3 step, CPU ms (one thread, {args.rounds} rounds of {args.block} steps)")
-    for name, t in times.items():
-        m = t["median_ms"]
-        ratio = f"  {m / ref:.3f}x torch" if ref else ""
-        print(f"  {name:<14}{m:8.3f} ms{ratio}")
+    title = f"W3 step, CPU ms (one thread, {args.rounds} rounds of {args.block} steps)"
+    print(harness.step_table(title, times))
     del limiter
 
 

@@ -752,6 +752,19 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
     return {name: t.summary() for name, t in timings.items()}
 
 
+def step_table(title: str, times: dict[str, dict[str, float]], ref: str = "torch") -> str:
+    """``time_interleaved``'s medians as lines under ``title``, each with its ratio to ``ref``'s
+    median where ``ref`` was timed (the side-by-side benchmarks' one-table output)."""
+    base = times[ref]["median_ms"] if ref in times else None
+    width = max(len(name) for name in times) + 2
+    lines = [title]
+    for name, t in times.items():
+        m = t["median_ms"]
+        ratio = f"  {m / base:.3f}x {ref}" if base else ""
+        lines.append(f"  {name:<{width}}{m:8.3f} ms{ratio}")
+    return "\n".join(lines)
+
+
 def pin_threads(threads: int) -> Any:
     """Pin BLAS (threadpoolctl) and PyTorch to ``threads``; returns the threadpoolctl limiter
     (keep it alive) or None. JAX's XLA pool follows the cores available (2 here)."""

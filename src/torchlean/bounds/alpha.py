@@ -49,6 +49,7 @@ from .engine import (
     _with_k,
     convex_slopes,
     convex_terms,
+    finite_box,
     handled,
     max_g,
     min_g,
@@ -259,7 +260,7 @@ class _Chain:
         if name in ("tanh", "sigmoid"):
             px = node.parents[0]
             pbox = prop.bx(px)
-            if not (np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi))):
+            if not finite_box(pbox):
                 return False
             if i in slope:
                 # optimised slopes; the lines' offsets sigma(t*) - a t* at the current extreme
@@ -280,7 +281,7 @@ class _Chain:
         if name in ("exp", "softplus"):
             px = node.parents[0]
             pbox = prop.bx(px)
-            if not (np.all(np.isfinite(pbox.lo)) and np.all(np.isfinite(pbox.hi))) or (
+            if not finite_box(pbox) or (
                     name == "exp" and np.any(pbox.hi > 700)):
                 return False
             a_lo, a_hi = convex_slopes(name, pbox.lo, pbox.hi)
@@ -350,7 +351,7 @@ class _Chain:
         prop = self.prop
         px = prop.nodes[i].parents[0]
         base = prop.bx(px)
-        if not (np.all(np.isfinite(base.lo)) and np.all(np.isfinite(base.hi))):
+        if not finite_box(base):
             return False
         lower, upper = relu_slopes(base.lo, base.hi)
         unstable = (base.lo < 0) & (base.hi > 0)
@@ -729,8 +730,7 @@ def _name(prop: Propagation, i: int) -> str:
 
 
 def _finite(prop: Propagation, p: int) -> bool:
-    box = prop.bx(p)
-    return bool(np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi)))
+    return finite_box(prop.bx(p))
 
 
 def _caps(prop: Propagation, layout: list[tuple[int, int]], init: list[Array]) -> list[float]:

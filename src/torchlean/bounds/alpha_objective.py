@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Propagation, relu_slopes
+from .engine import Propagation, finite_box, relu_slopes
 from .forward import chain_of
 
 Array = Any
@@ -275,7 +275,7 @@ def build(prop: Propagation, out_id: int, spec: Array, layout: list[tuple[int, i
     layers = [_Layer(lay.pre, lay.w, lay.b, lay.relu) for lay in chain.layers]
     for lay in layers[:-1]:
         box = prop.bx(lay.top)
-        if lay.relu is None or not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
+        if lay.relu is None or not finite_box(box):
             return None
     if np.ndim(spec) != 3 or spec.shape[2] != layers[-1].w.shape[0]:
         return None

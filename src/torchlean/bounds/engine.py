@@ -355,7 +355,7 @@ class Propagation:
     def _concretize(self, v: Array, box: Interval) -> Array:
         """Lower bound of ``sum(v * x)`` over ``x`` in ``box`` (node-shaped), per (b, k):
         ``v . c - |v| . r`` for a centre and radius enclosing the box, widened by gamma_n."""
-        if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
+        if not finite_box(box):
             lo, hi = _with_k(box.lo), _with_k(box.hi)
             with np.errstate(invalid="ignore"):
                 t = np.where(v > 0, v * lo, np.where(v < 0, v * hi, 0.0))
@@ -938,7 +938,7 @@ def _relu(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list
     px = prop.nodes[i].parents[0]
     box = prop.bx(px)
     assert box is not None
-    if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
+    if not finite_box(box):
         return False
     alpha = prop.alpha.get(i)
     if alpha is None and v.shape[0] == 1 and prop.batch == 1:
@@ -1186,7 +1186,7 @@ def _smooth(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: li
     px = node.parents[0]
     box = prop.bx(px)
     assert box is not None
-    if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
+    if not finite_box(box):
         return False
     key = ("smooth", px)
     if key not in prop._cache:
@@ -1289,7 +1289,7 @@ def _convex_op(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms:
     px = node.parents[0]
     box = prop.bx(px)
     name = node.op.name
-    if not (np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))) or (
+    if not finite_box(box) or (
             name == "exp" and np.any(box.hi > 700)):
         return False
     key = ("convex", px)
@@ -1345,7 +1345,7 @@ def _max_pool(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: 
     dom = _with_k(dominated)
     coef = np.where(dom | (v >= 0), v, 0.0)
     box = prop.bx(px)
-    finite = _finite_box(box)
+    finite = finite_box(box)
     mix = prop.alpha.get(i)
     if not (finite and POOL_CHORD):  # the constant upper bound where v < 0
         terms.append(_sum_rest_down(np.where(dom | (v >= 0), 0.0, v * _with_k(top))))
@@ -1396,7 +1396,8 @@ def pool_input_view(a: Array, k: tuple[int, int]) -> Array:
     return t.reshape((*lead, c, ho * kh, wo * kw))
 
 
-def _finite_box(box: Interval) -> bool:
+def finite_box(box: Interval) -> bool:
+    """Whether every bound of ``box`` is finite (relaxations need finite ends)."""
     return bool(np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi)))
 
 
