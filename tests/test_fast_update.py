@@ -111,3 +111,20 @@ def test_scalar_trainer_steps_use_it_and_eager_equals_compiled() -> None:
         ref.step(0.5, x, y)
     np.testing.assert_allclose(finals[0][0], np.array(ref.params()[0]), rtol=1e-5, atol=1e-6)
     assert not np.array_equal(finals[0][0], w)
+
+
+def test_describe_names_the_gemm_library_without_loading_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What ``torchlean bench`` prints as the fast kernels' GEMM: unloaded, absent, loaded.
+    monkeypatch.setattr(fast_blas, "_blas", fast_blas._UNLOADED)
+    assert "not loaded" in fast_blas.describe()
+    assert fast_blas._blas is fast_blas._UNLOADED  # describing loads nothing
+    monkeypatch.setattr(fast_blas, "_blas", None)
+    assert "NumPy's matmul" in fast_blas.describe()
+    monkeypatch.setattr(fast_blas, "_blas", fast_blas._load())
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    scipy_libs = [i for i in threadpoolctl.threadpool_info()
+                  if i["user_api"] == "blas" and "scipy" in i["filepath"]
+                  and "numpy" not in i["filepath"]]
+    if scipy_libs:  # (a SciPy sharing NumPy's BLAS has none of its own to name)
+        assert str(scipy_libs[0]["version"]) in fast_blas.describe()

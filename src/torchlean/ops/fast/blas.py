@@ -7,6 +7,24 @@ load its thread count is set to the one NumPy's BLAS has then (threadpoolctl, wh
 so a one-thread run stays one thread (a thread limit set earlier through threadpoolctl reached
 only the libraries loaded then). Without SciPy, ``scipy_blas()`` is None and every caller runs
 its reference.
+
+Which BLAS (measured for issue 26, ``benchmarks/bench_gemm.py``: W2's five large products, W3's
+and W5's largest, one thread, CPU time, interleaved with ``torch.mm``, which calls PyTorch's
+oneMKL; 2-core AMD EPYC Zen 4 shared with other jobs, load about 10): no other library's GEMM
+is clearly faster than the ones used now (SciPy's OpenBLAS for ``linear``'s forward, NumPy's
+for every other product), so this stays the one. W2's five GEMMs summed, 15 rounds: the current
+choice 4.34 ms, PyTorch 4.64 ms (0.94x); Intel oneMKL 2026.2 from PyPI (``cblas_sgemm`` of
+``libmkl_rt``, sequential layer) 4.59 ms, 6% slower: on an AMD CPU MKL loads its generic
+``libmkl_def`` code path whatever ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR`` say, and its wheels
+are 221 MB to download, about 690 MB installed; in the W2 step it was 3.6-5.1% slower than
+the current kernels. BLIS (``blis`` 1.3.4, explosion's, BLIS 0.7) is 2.3-3.5x slower: its runtime
+does not know a Zen 4 and picks its ``generic`` kernels, with no override. OpenBLAS 0.3.34
+(``scipy-openblas32``) on its own SkylakeX kernels is level with the current choice; loaded with
+``OPENBLAS_CORETYPE=Haswell`` (set only while it loads) it is the best found, 3.5% faster on
+W2's GEMMs (4.19 ms) and 3.5% on the whole W2 step, 3.5-4.7% on W4's hvp: under the 8% that would
+pay for a second OpenBLAS, an environment trick and a per-CPU choice. SciPy's two operand orders
+(``C^T = B^T A^T``, a C-ordered result, against ``C = A B``, an F-ordered one) differ by at most
+3-4% at these shapes, not consistently.
 """
 
 from __future__ import annotations
@@ -48,4 +66,25 @@ def scipy_blas() -> Any:
     return _blas
 
 
-__all__ = ["scipy_blas"]
+def describe() -> str:
+    """Which GEMM library the fast kernels loaded (``torchlean bench`` prints it), without
+    loading one."""
+    if _blas is _UNLOADED:
+        return "SciPy's BLAS not loaded (no fast GEMM ran)"
+    if _blas is None:
+        return "SciPy absent: the fast kernels ran NumPy's matmul"
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "SciPy's BLAS (threadpoolctl not installed: library unknown)"
+    found = [i for i in threadpool_info()
+             if i.get("user_api") == "blas" and "scipy" in i.get("filepath", "")
+             and "numpy" not in i.get("filepath", "")]
+    if not found:
+        return "SciPy's BLAS (library not found by threadpoolctl)"
+    i = found[0]
+    return (f"SciPy's {i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
+            f"({i.get('num_threads')} threads)")
+
+
+__all__ = ["describe", "scipy_blas"]
