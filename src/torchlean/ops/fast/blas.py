@@ -83,8 +83,9 @@ def describe() -> str:
     if not found:
         return "SciPy's BLAS (library not found by threadpoolctl)"
     i = found[0]
+    threads = i.get("num_threads")
     return (f"SciPy's {i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
-            f"({i.get('num_threads')} threads)")
+            f"({threads} thread{'' if threads == 1 else 's'})")
 
 
 __all__ = ["describe", "scipy_blas"]
