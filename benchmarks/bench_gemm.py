@@ -22,7 +22,9 @@ computes it from the same NumPy buffers with no copy (transposition by flags):
 CPU time (``time.process_time``, so a shared machine's load swells no side more than another),
 rounds interleaved in shuffled order, medians and the ratio to ``torch.mm``. Run:
 ``python benchmarks/bench_gemm.py [--threads 1] [--rounds 15] [--shapes W2,W3,W5] [--dtype
-float32]``.
+float32]``; the optional libraries go in a scratch environment, e.g. ``python -m venv /tmp/g
+--system-site-packages && /tmp/g/bin/pip install mkl blis scipy-openblas32`` (about 1.1 GB
+installed, nearly all of it oneMKL's), then ``/tmp/g/bin/python benchmarks/bench_gemm.py``.
 """
 
 from __future__ import annotations
