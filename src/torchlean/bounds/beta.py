@@ -303,8 +303,8 @@ class _Objective:
 def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
                 lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
                 alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
-                steps: int = 20, kernel: bool = True, prove_at: Array | None = None
-                ) -> PairBounds:
+                steps: int = 20, kernel: bool = True, prove_at: Array | None = None,
+                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR) -> PairBounds:
     """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
 
     ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
@@ -316,7 +316,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     slopes and multipliers; ``prove_at`` ``(P,)``: the rows' own thresholds, when given the
     rigorous pass runs only for the pairs whose traced bound comes within a tolerance of it
     (the others cannot be proved by it; their ``lower`` is their traced bound, kept below
-    ``prove_at``: never a proof).
+    ``prove_at``: never a proof); ``alpha_lr``, ``beta_lr``: Adam's step sizes (a warm start
+    wants a small ``alpha_lr``: Adam's first step moves every slope by about its step size).
     """
     n_pairs = rows.shape[0]
     prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
@@ -341,7 +342,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     primal_mu = np.zeros_like(x_lo)
     m1 = [np.zeros_like(p) for p in params]
     m2 = [np.zeros_like(p) for p in params]
-    lrs = [ALPHA_LR] * n_layers + [BETA_LR] * n_layers
+    lrs = [alpha_lr] * n_layers + [beta_lr] * n_layers
     # the pairs still optimised (``idx``): a pair whose traced bound clears its threshold
     # stops, and once few enough are left the bound is traced again for those alone
     idx = np.arange(n_pairs)
