@@ -41,6 +41,7 @@ from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
 from .bab import Models
 from .engine import Propagation, relu_slopes
+from .ibp import Interval
 
 Array = Any
 
@@ -148,10 +149,16 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
                        kernel=kernel, n_data=1)
     empty = np.zeros(feat[0], dtype=bool)
     where = {p: k for k, p in enumerate(chain.pre)}
+    # every example the same box (as in branch and bound over relu splits): the first layer's
+    # interval (the widest product, identical for all) is computed for one and broadcast
+    shared = bool(np.all(x_lo == x_lo[:1]) and np.all(x_hi == x_hi[:1]))
     for i, node in enumerate(graph.nodes):
         if node.kind != "op":
             continue
-        iv = prop.interval(i)
+        if i == chain.pre[0] and shared:
+            iv = _first_layer(prop, i)
+        else:
+            iv = prop.interval(i)
         k = where.get(i)
         if k is not None:
             new_lo, new_hi = np.maximum(iv.lo, lo[k]), np.minimum(iv.hi, hi[k])
@@ -164,6 +171,20 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
             # an empty example is discarded; keep its arithmetic finite and ordered
             iv.lo, iv.hi = new_lo, np.where(crossed, new_lo, new_hi)
     return prop, empty
+
+
+def _first_layer(prop: Propagation, i: int) -> Interval:
+    """``prop.interval(i)`` for the first linear node ``i`` computed on the first example's
+    input interval alone and broadcast to the batch (every example has the same input box)."""
+    px = prop.nodes[i].parents[2]  # linear(w, b, x)
+    whole = prop.ivals[px]
+    assert whole is not None
+    eps = whole.eps[:1] if np.ndim(whole.eps) else whole.eps
+    prop.ivals[px] = Interval(whole.lo[:1], whole.hi[:1], eps)
+    try:
+        return prop.interval(i)  # stores its result broadcast to the node's (batch) shape
+    finally:
+        prop.ivals[px] = whole
 
 
 def _objective_parts(chain: Chain, lo: list[Array], hi: list[Array], sign: list[Array]
