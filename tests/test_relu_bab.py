@@ -345,3 +345,32 @@ def test_planted_overtight_deepening_is_caught(monkeypatch):
     wrong, _ = _wrong(deep=3)
     assert counted
     assert any(truth == "sat" and status == "unsat" for _, truth, status, _ in wrong)
+
+
+def test_shared_box_first_layer_equals_the_per_example_sweep(monkeypatch):
+    # every example has the same input box: _propagate computes the first layer's interval for
+    # one example and broadcasts it; it must equal the per-example sweep and hold the float32
+    # network's pre-activations of points in the box
+    n_pairs = 8
+    model, spec, chain, rng, lo, hi, _, _, _ = _random_domain(3, n_pairs)
+    compiled = tl.compile(lambda v: model(v), (n_pairs, spec.lower.size))
+    x_lo = np.broadcast_to(spec.lower, (n_pairs, spec.lower.size))
+    x_hi = np.broadcast_to(spec.upper, (n_pairs, spec.lower.size))
+    lo = [np.full_like(l, -np.inf) for l in lo]  # nothing inherited: the box's own bounds
+    hi = [np.full_like(h, np.inf) for h in hi]
+    shared, _ = beta._propagate(compiled, chain, x_lo, x_hi, lo, hi, True)
+    monkeypatch.setattr(beta, "_first_layer", lambda prop, i: prop.interval(i))
+    each, _ = beta._propagate(compiled, chain, x_lo, x_hi, lo, hi, True)
+    first = chain.pre[0]
+    for p in chain.pre:
+        np.testing.assert_allclose(shared.ivals[p].lo, each.ivals[p].lo, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(shared.ivals[p].hi, each.ivals[p].hi, rtol=1e-12, atol=1e-12)
+    x = rng.uniform(spec.lower, spec.upper, size=(64, spec.lower.size)).astype(np.float32)
+    z = np.asarray(tl.compile(lambda v: model[0](v), (64, x.shape[1])).forward(x), np.float64)
+    assert np.all(z >= shared.ivals[first].lo[:1]) and np.all(z <= shared.ivals[first].hi[:1])
+    # with different boxes per example the sweep stays per example
+    wide = np.array(x_hi, copy=True)
+    wide[1:] += 0.5
+    sep, _ = beta._propagate(compiled, chain, x_lo, wide, lo, hi, True)
+    assert np.all(sep.ivals[first].hi[1:] >= sep.ivals[first].hi[:1])
+    assert np.any(sep.ivals[first].hi[1:] > sep.ivals[first].hi[:1])

@@ -41,6 +41,7 @@ from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
 from .bab import Models
 from .engine import Propagation, relu_slopes
+from .ibp import Interval
 
 Array = Any
 
@@ -148,10 +149,16 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
                        kernel=kernel, n_data=1)
     empty = np.zeros(feat[0], dtype=bool)
     where = {p: k for k, p in enumerate(chain.pre)}
+    # every example the same box (as in branch and bound over relu splits): the first layer's
+    # interval (the widest product, identical for all) is computed for one and broadcast
+    shared = bool(np.all(x_lo == x_lo[:1]) and np.all(x_hi == x_hi[:1]))
     for i, node in enumerate(graph.nodes):
         if node.kind != "op":
             continue
-        iv = prop.interval(i)
+        if i == chain.pre[0] and shared:
+            iv = _first_layer(prop, i)
+        else:
+            iv = prop.interval(i)
         k = where.get(i)
         if k is not None:
             new_lo, new_hi = np.maximum(iv.lo, lo[k]), np.minimum(iv.hi, hi[k])
@@ -164,6 +171,20 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
             # an empty example is discarded; keep its arithmetic finite and ordered
             iv.lo, iv.hi = new_lo, np.where(crossed, new_lo, new_hi)
     return prop, empty
+
+
+def _first_layer(prop: Propagation, i: int) -> Interval:
+    """``prop.interval(i)`` for the first linear node ``i`` computed on the first example's
+    input interval alone and broadcast to the batch (every example has the same input box)."""
+    px = prop.nodes[i].parents[2]  # linear(w, b, x)
+    whole = prop.ivals[px]
+    assert whole is not None
+    eps = whole.eps[:1] if np.ndim(whole.eps) else whole.eps
+    prop.ivals[px] = Interval(whole.lo[:1], whole.hi[:1], eps)
+    try:
+        return prop.interval(i)  # stores its result broadcast to the node's (batch) shape
+    finally:
+        prop.ivals[px] = whole
 
 
 def _objective_parts(chain: Chain, lo: list[Array], hi: list[Array], sign: list[Array]
@@ -303,8 +324,8 @@ class _Objective:
 def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
                 lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
                 alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
-                steps: int = 20, kernel: bool = True, prove_at: Array | None = None
-                ) -> PairBounds:
+                steps: int = 20, kernel: bool = True, prove_at: Array | None = None,
+                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR) -> PairBounds:
     """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
 
     ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
@@ -316,7 +337,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     slopes and multipliers; ``prove_at`` ``(P,)``: the rows' own thresholds, when given the
     rigorous pass runs only for the pairs whose traced bound comes within a tolerance of it
     (the others cannot be proved by it; their ``lower`` is their traced bound, kept below
-    ``prove_at``: never a proof).
+    ``prove_at``: never a proof); ``alpha_lr``, ``beta_lr``: Adam's step sizes (a warm start
+    wants a small ``alpha_lr``: Adam's first step moves every slope by about its step size).
     """
     n_pairs = rows.shape[0]
     prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
@@ -341,7 +363,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     primal_mu = np.zeros_like(x_lo)
     m1 = [np.zeros_like(p) for p in params]
     m2 = [np.zeros_like(p) for p in params]
-    lrs = [ALPHA_LR] * n_layers + [BETA_LR] * n_layers
+    lrs = [alpha_lr] * n_layers + [beta_lr] * n_layers
     # the pairs still optimised (``idx``): a pair whose traced bound clears its threshold
     # stops, and once few enough are left the bound is traced again for those alone
     idx = np.arange(n_pairs)

@@ -54,7 +54,15 @@ from .bab import (
     _values,
     verify_property,
 )
-from .beta import Chain, babsr_scores, bound_pairs, child_bounds, refresh_bounds, relu_chain
+from .beta import (
+    ALPHA_LR,
+    Chain,
+    babsr_scores,
+    bound_pairs,
+    child_bounds,
+    refresh_bounds,
+    relu_chain,
+)
 from .lp_bounds import tighten
 
 Array = Any
@@ -74,6 +82,10 @@ REFRESH_BATCH = 64  # domains per CROWN refresh of their intermediate bounds
 FARKAS_SCALE = 1e3  # what an empty domain's certificate must lift the bound by
 # LPs (two per unstable neuron) that ``lp=True`` may spend on the root's intermediate bounds
 LP_MAX = 2000
+# the slopes' Adam step size in a warm-started child's pass (``warm``): Adam's first step moves
+# every slope by about its step size, which at the cold start's 0.1 throws the parent's optimum
+# away
+WARM_ALPHA_LR = 0.01
 FSB = 0  # candidates per domain of the FSB look-ahead (0: BaBSR)
 FSB_CHUNK = 64  # domains per look-ahead evaluation
 # FSB ranks a candidate by its better child ("max"; then the worse one), or its worse ("min"):
@@ -229,13 +241,15 @@ class _Passes:
 
     def run(self, lo: Array, hi: Array, sign: Array, open_: Array, *, steps: int,
             alpha0: Array | None = None, beta0: Array | None = None,
-            lift: Array | None = None, over: Callable[[], bool] = lambda: False) -> _Pass:
+            lift: Array | None = None, over: Callable[[], bool] = lambda: False,
+            alpha_lr: float = ALPHA_LR) -> _Pass:
         """Bound every open row of each domain (flat bounds ``(N, S)``, signs, open
         conjunctions ``(N, J)``, at most one per domain when ``alpha0``/``beta0`` are given),
         starting from the slopes ``alpha0`` and multipliers ``beta0`` (``(N, R, S)`` by slot;
         default: the rows' root slopes and zero) with ``steps`` Adam steps; a pair stops being
         optimised once its traced bound is ``lift`` (per domain) above its threshold. Once
-        ``over()`` the remaining pairs are left unevaluated (their rows stay open)."""
+        ``over()`` the remaining pairs are left unevaluated (their rows stay open).
+        ``alpha_lr``: the slopes' Adam step size."""
         spec = self.spec
         n_dom, n_rows, n_flat = len(lo), len(spec.b), lo.shape[1]
         row_open = open_[:, spec.group]  # (N, K)
@@ -275,7 +289,8 @@ class _Passes:
                                  alpha0=self.split(start_alpha[pad]),
                                  beta0=self.split(beta[d, slot[r]]),
                                  steps=steps, kernel=self.kernel,
-                                 prove_at=spec.b[r] if self.skip else None)
+                                 prove_at=spec.b[r] if self.skip else None,
+                                 alpha_lr=alpha_lr)
             passes += 1
             n = len(take)
             d, r = d[:n], r[:n]
@@ -313,6 +328,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            root_steps: int = ROOT_STEPS, max_domains: int = MAX_DOMAINS,
            refresh: bool = False, warm: bool = False, per_conjunction: bool = False,
            lp: bool = False, lp_max: int = LP_MAX, fsb: int = FSB, skip: bool = True, deep: int = 0,
+           warm_lr: float = WARM_ALPHA_LR,
            clock: Callable[[], float] | None = None,
            progress: Callable[[dict[str, Any]], None] | None = None,
            **unused: Any) -> BabResult:
@@ -435,15 +451,16 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     if np.any(keep & (found.branch < 0)):
         return finish("unknown", "no unstable neuron left to split")
     n_flat = lo.shape[1]
-    per_domain = 17 * n_flat + 8 * passes.n_slots * n_flat * warm + spec.n_conj + 40
+    per_domain = 17 * n_flat + 4 * passes.n_slots * n_flat * warm + spec.n_conj + 40
     cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
     queue = _Queue(cap)
 
     def kept(found: _Pass, keep: Array) -> dict[str, Array]:
         """What a queued domain keeps of a pass (its slopes and multipliers only if warm)."""
         out = {"branch": found.branch[keep], "gap": found.gap[keep]}
-        if warm:
-            out.update(alpha=found.alpha[keep], beta=found.beta[keep])
+        if warm:  # float16: they only start the children's optimiser (any value is sound)
+            out.update(alpha=found.alpha[keep].astype(np.float16),
+                       beta=found.beta[keep].astype(np.float16))
         return out
 
     queue.push(lo=found.lo[keep], hi=found.hi[keep], sign=sign[keep], open=still[keep],
@@ -480,7 +497,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                                        passes.layer_of(np.concatenate([j, j])), deep)
             timer.stage("deepen")
         found = passes.run(c_lo, c_hi, c_sign, c_open, steps=child_steps,
-                           alpha0=c_alpha, beta0=c_beta, lift=c_lift, over=timer.over)
+                           alpha0=c_alpha, beta0=c_beta, lift=c_lift, over=timer.over,
+                           alpha_lr=warm_lr if warm else ALPHA_LR)
         result.passes += found.passes
         result.domains += 2 * n
         timer.stage("bounds")
