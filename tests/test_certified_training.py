@@ -145,10 +145,10 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
         assert np.mean(mine >= ibp - 1e-12) > 0.5
 
 
-def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=True):
+def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=None):
     """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
     bounds: CROWN-IBP at beta = 1, by the certifier's own rules; ``chord``: max pooling's upper
-    side by the chord (the default of both) or the constant max u (``POOL_CHORD`` off)."""
+    side by the chord or the constant max u (default: the training bounds' rule)."""
     c = compile_fn(lambda v: model(v), x.shape, dtype=_dtype_of(model))
     graph, consts, n_data = _graph_and_consts(c)
     prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
@@ -156,7 +156,7 @@ def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=True):
         if node.kind == "op":
             prop.interval(i)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "POOL_CHORD", chord)
+        patch.setattr(engine, "POOL_CHORD", D.POOL_CHORD if chord is None else chord)
         return prop.lower(graph.output, margin_spec(y, classes))
 
 
