@@ -145,10 +145,10 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
         assert np.mean(mine >= ibp - 1e-12) > 0.5
 
 
-def _crown_with_ibp_intermediates(model, x, y, eps, classes):
+def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=None):
     """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
-    bounds: CROWN-IBP at beta = 1, by the certifier's own rules -- max pooling's upper side as
-    the training bounds take it (the constant max u, not the certifier's tighter chord)."""
+    bounds: CROWN-IBP at beta = 1, by the certifier's own rules; ``chord``: max pooling's upper
+    side by the chord or the constant max u (default: the training bounds' rule)."""
     c = compile_fn(lambda v: model(v), x.shape, dtype=_dtype_of(model))
     graph, consts, n_data = _graph_and_consts(c)
     prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
@@ -156,24 +156,33 @@ def _crown_with_ibp_intermediates(model, x, y, eps, classes):
         if node.kind == "op":
             prop.interval(i)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "POOL_CHORD", False)
+        patch.setattr(engine, "POOL_CHORD", D.POOL_CHORD if chord is None else chord)
         return prop.lower(graph.output, margin_spec(y, classes))
 
 
+@pytest.mark.parametrize("chord", [True, False])
 @pytest.mark.parametrize("eps", [0.01, 0.05])
-def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps):
+def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps, chord,
+                                                                                monkeypatch):
     """Convolutions and max pooling have backward rules: the CNN's CROWN-IBP bound is the
-    engine's CROWN over IBP intermediate bounds (same values in float64), tighter than IBP
-    on most margins, and below the margins at points of the ball."""
+    engine's CROWN over IBP intermediate bounds with the same max-pool rule (same values in
+    float64), tighter than IBP on most margins, and below the margins at points of the
+    ball."""
     rng = np.random.default_rng(6)
     model = _cnn()
     x = rng.uniform(0, 1, (6, 1, 8, 8))
     y = rng.integers(0, 5, 6)
+    monkeypatch.setattr(D, "POOL_CHORD", chord)
     mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
     ours = _without_true(mine, y)
-    ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+    ref = _crown_with_ibp_intermediates(model, x, y, eps, 5, chord)
     np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-10)
     assert np.all(ours >= ref)  # the engine's is rounded outward
+    if chord:  # the chord is never looser than the constant max u, and tighter on some margins
+        monkeypatch.setattr(D, "POOL_CHORD", False)
+        flat = _without_true(D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0,
+                                                   dtype=np.float64), y)
+        assert np.all(ours >= flat - 1e-12) and np.mean(ours > flat + 1e-6) >= 0.3
     ibp = _without_true(D.margin_lower_bounds(model, x, y, eps, dtype=np.float64), y)
     assert np.mean(ours > ibp + 1e-9) > 0.5
     c = compile_fn(lambda v: model(v), x.shape)
@@ -184,7 +193,8 @@ def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(e
         assert np.all(ours <= margins + 1e-5)  # the float32 network's rounding
 
 
-def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine():
+@pytest.mark.parametrize("chord", [True, False])
+def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine(chord, monkeypatch):
     """The backward rules' other paths: a max pool whose input is not a relu (no fused relu
     step: the relu after it is passed on its own) and a stride-2 convolution (the transposed
     convolution with output padding) give the engine's CROWN over IBP bounds too."""
@@ -195,9 +205,10 @@ def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine():
     rng = np.random.default_rng(8)
     x = rng.uniform(0, 1, (5, 1, 8, 8))
     y = rng.integers(0, 5, 5)
+    monkeypatch.setattr(D, "POOL_CHORD", chord)
     for eps in (0.02, 0.1):
         mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
-        ref = _crown_with_ibp_intermediates(model, x, y, eps, 5)
+        ref = _crown_with_ibp_intermediates(model, x, y, eps, 5, chord)
         np.testing.assert_allclose(_without_true(mine, y), ref, rtol=1e-9, atol=1e-10)
 
 
@@ -222,21 +233,31 @@ def _numeric_loss(model, x, y, eps, crown, beta):
 
 
 @pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn"),
+                                          (True, "cnn-chord"), (True, "cnn-constant"),
                                           (True, "batch-norm")])
-def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which):
+def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which, monkeypatch):
     """(batch-norm: the gradients go through the clean batch's statistics too, as the
-    reference's; the finite differences move them with the weights.)"""
+    reference's; the finite differences move them with the weights. cnn-chord / -constant:
+    max pooling's upper side by the chord / the constant max u, whichever is the default; the
+    chord is active on this net: it moves the bounds.)"""
     rng = np.random.default_rng(5)
     if which == "mlp":
         model, shape = _mlp("float64", sizes=(6, 10, 8, 3), seed=2), (5, 6)
-    elif which == "cnn":
+    elif which.startswith("cnn"):
         model, shape = _tiny_cnn(), (5, 1, 4, 4)
+        if which != "cnn":
+            monkeypatch.setattr(D, "POOL_CHORD", which == "cnn-chord")
     else:
         model, shape = _bn_net(image=4), (5, 1, 4, 4)
         model.train()
     x = rng.uniform(0.1, 0.9, shape)
     y = rng.integers(0, 3, 5)
     eps = 0.05
+    if which == "cnn-chord":
+        loss = _numeric_loss(model, x, y, eps, crown, 0.5)
+        monkeypatch.setattr(D, "POOL_CHORD", False)
+        assert _numeric_loss(model, x, y, eps, crown, 0.5) > loss + 1e-4
+        monkeypatch.setattr(D, "POOL_CHORD", True)
     grads = {}
     for backend in ("eager", "compiled"):
         step = Stepper(_loss_fn(model, crown, 0.5), Options(backend=backend, dtype="float64"))

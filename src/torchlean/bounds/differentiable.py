@@ -17,10 +17,11 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
   pass from the margins to the input with the relu relaxations those bounds give (upper: the
   chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
   The pass goes through linear layers, 2-D convolutions (their adjoint), reshapes, sums, relus
-  and 2-D max pooling with tiling windows (the numeric engine's relaxation); in float64 it
-  equals the engine's CROWN over IBP intermediate bounds up to rounding (tests). A relu whose
-  only use is a max pool is relaxed inside the pool's rule, at the pooled size (the pool
-  passes coefficients to one entry per window only), and window spreading and picking are
+  and 2-D max pooling with tiling windows (the numeric engine's relaxation, its upper side the
+  certifier's chord: ``POOL_CHORD``); in float64 it equals the engine's CROWN over IBP
+  intermediate bounds up to rounding (tests). A relu whose only use is a max pool is relaxed
+  inside the pool's rule, at the pooled size (the pool passes each coefficient to one entry
+  per window only), and window spreading and picking are
   products with a 0/1 matrix: the pass's work on the (B, K, ...) coefficient arrays is then the
   convolutions' adjoints and a few elementwise products (auto_LiRPA's pass has the same
   shape).
@@ -509,6 +510,9 @@ def _bw_conv(a: Value, node: Any, states: list[State | None], batch: int, k: int
 
 
 _NOT_SELECTED = 1e30  # pushes a window's selected entry below every other upper bound
+# Max pooling's upper side by the certifier's chord (``engine.pool_upper``) on the entry of
+# greatest upper bound; False: the constant greatest upper bound of the window (auto_LiRPA's).
+POOL_CHORD = False
 
 
 def _upsample(ho: int, wo: int, kernel: tuple[int, int]) -> np.ndarray:
@@ -522,16 +526,21 @@ def _upsample(ho: int, wo: int, kernel: tuple[int, int]) -> np.ndarray:
 
 def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k: int,
                  ctx: _Ctx) -> tuple[list[tuple[int, Value]], Value | None]:
-    """Through a 2-D max pooling with windows tiling the input (the numeric engine's relaxation,
-    auto_LiRPA's at its initial slopes): ``max >= x_j``, ``j`` the window's entry of greatest
-    lower bound (first in row-major order); ``max <= x_j`` where ``j`` dominates the window
-    (its lower bound >= every other entry's upper bound), else ``max <= the window's top upper
-    bound``. The choice of ``j`` and the dominance are piecewise constant: no gradient.
+    """Through a 2-D max pooling with windows tiling the input (the numeric engine's
+    relaxation): ``max >= x_j``, ``j`` the window's entry of greatest lower bound (first in
+    row-major order); ``max <= x_j`` where ``j`` dominates the window (its lower bound >= every
+    other entry's upper bound); elsewhere, with ``POOL_CHORD``, the chord ``max <= (1 - s) U +
+    s x_i`` on the entry ``i`` of greatest upper bound ``U`` (``s = (U - U2) / (U - l_i)``,
+    ``U2`` the other entries' greatest upper bound: the line through ``(l_i, U2)`` and ``(U,
+    U)``, which is ``engine.pool_upper``'s), else the constant ``U`` (auto_LiRPA's CROWN). The
+    choices of ``j`` and ``i`` and the dominance are piecewise constant (no gradient); ``U``,
+    ``U2``, ``l_i`` and so ``s`` carry the bounds' gradients, as the relu slopes do.
 
-    The coefficients land on the chosen entries only, so when the pooled node is a relu used by
-    nothing else, the relu's relaxation is applied here, at the pooled size, to the chosen
-    entries (its slopes picked there), and the coefficients go straight to the relu's input:
-    the same bound with a quarter of the work on coefficient arrays."""
+    Each coefficient lands on one entry per window: ``j`` where it is >= 0 or the window is
+    dominated, ``i`` otherwise. So when the pooled node is a relu used by nothing else, the
+    relu's relaxation is applied here, at the pooled size, to those entries (its slopes picked
+    there), and the coefficients go straight to the relu's input: the same bound with a quarter
+    of the work on coefficient arrays."""
     (x_id,) = node.parents
     x = states[x_id]
     if not isinstance(x, Box):
@@ -552,9 +561,13 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     spread_matrix = _upsample(ho, wo, kernel)
     up, down = ctx.const(spread_matrix), ctx.const(np.ascontiguousarray(spread_matrix.T))
 
-    def pick(v: Value) -> Value:  # (B, C, H, W) -> its chosen entries, (B, 1, C, Ho, Wo)
-        flat = F.reshape(v * chosen, (batch * c, h * w))
+    def pick(v: Value, hot: Value) -> Value:  # (B, C, H, W) -> its hot entries, (B, 1, C, Ho, Wo)
+        flat = F.reshape(v * hot, (batch * c, h * w))
         return F.reshape(F.matmul(flat, down), (batch, 1, c, ho, wo))
+
+    def spread(coeff: Value, hot: Value) -> Value:  # each window's coefficient to its hot entry
+        out = F.matmul(F.reshape(coeff, (batch * k * c, ho * wo)), up)
+        return F.reshape(out, (batch, k, c, h, w)) * _batched(hot, batch)
 
     pool = {"kernel_size": kernel, "stride": kernel}
     best_lo = F.apply("max_pool2d", lo, **pool)
@@ -563,9 +576,20 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     top = F.apply("max_pool2d", x.hi, **pool)  # the pooled node's IBP upper bound
     pos = F.relu(a)
     dom = _batched(dominated, batch)
-    coeff = a * dom + pos * (1.0 - dom)  # a+ + a- dom
-    loose = _batched(top * (1.0 - dominated), batch)  # a- . top where not dominated
-    bias = _dot(a - pos, loose, batch, k)
+    coeff = a * dom + pos * (1.0 - dom)  # a+ + a- dom, on j
+    free = 1.0 - dominated
+    upper: Value = None  # a- (1 - dom) s, on i
+    if POOL_CHORD:
+        top_hot = F.apply("max_pool_backward", hi, ones, **geom)  # one-hot of i per window
+        second = F.apply("max_pool2d", x.hi - top_hot * _NOT_SELECTED, **pool)
+        l_i = F.reshape(pick(x.lo, top_hot), (batch, c, ho, wo))
+        # s in [0, 1] where no entry dominates (there U > l_i >= ... and U2 >= l_i); the floor
+        # only lowers s, which keeps the bias below sound (a smaller s is a looser line)
+        s = F.clamp((top - second) / F.max(top - l_i + dominated, ctx.const(1e-12)),
+                    lo=0.0, hi=1.0) * free
+        upper = (a - pos) * _batched(s, batch)
+        free = free * (1.0 - s)
+    bias = _dot(a - pos, _batched(top * free, batch), batch, k)  # a- . (1 - s) U, undominated
     target = x_id
     relu = ctx.graph.nodes[x_id]
     if (relu.kind == "op" and relu.op is not None and relu.op.name == "relu"
@@ -573,14 +597,17 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
         pre = states[relu.parents[0]]
         assert isinstance(pre, Box)
         slope, intercept, lower = _relu_slopes(pre.lo, pre.hi, ctx)
-        coeff, relu_bias = _relu_relaxed(coeff, pick(slope), pick(intercept), pick(lower),
-                                         batch, k)
+        coeff, relu_bias = _relu_relaxed(coeff, pick(slope, chosen), pick(intercept, chosen),
+                                         pick(lower, chosen), batch, k)
         bias = bias + relu_bias
+        if upper is not None:  # upper <= 0: the relu's upper line
+            bias = bias + _dot(upper, pick(intercept, top_hot), batch, k)
+            upper = upper * pick(slope, top_hot)
         target = relu.parents[0]
-    # each window's coefficient to its chosen entry: upsampled by a product, times the one-hot
-    spread = F.matmul(F.reshape(coeff, (batch * k * c, ho * wo)), up)
-    spread = F.reshape(spread, (batch, k, c, h, w)) * _batched(chosen, batch)
-    return [(target, spread)], bias
+    out = spread(coeff, chosen)
+    if upper is not None:
+        out = out + spread(upper, top_hot)
+    return [(target, out)], bias
 
 
 def _bw_batch_norm(a: Value, node: Any, states: list[State | None], batch: int, k: int,
