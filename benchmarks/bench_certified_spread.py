@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from torchlean import optim  # noqa: E402
 from torchlean.bounds.certified_training import CertifiedConfig, CertifiedTraining  # noqa: E402
 from torchlean.bounds.certify import certify  # noqa: E402
-from torchlean.cli.certified import DEFAULT_REG, lr_after  # noqa: E402
+from torchlean.cli.certified import defaults, lr_after  # noqa: E402
 from torchlean.engine import ops_interface as F  # noqa: E402
 from torchlean.training.fit import fit  # noqa: E402
 from torchlean.zoo import models  # noqa: E402
@@ -99,7 +99,7 @@ def validation_split(data: Any, fraction: float) -> Any:
 def train_ours(args: argparse.Namespace, data: Any, seed: int) -> tuple[Any, float]:
     model = models.build(models.config_for(args.model, data, seed=seed))
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    settings = {"reg": DEFAULT_REG[args.model], **overrides(args.set)}  # as `torchlean train`
+    settings = {**defaults(args.model, args.method), **overrides(args.set)}  # as `torchlean train`
     config = CertifiedConfig(args.method, args.eps, seed=seed, **settings)
 
     def on_epoch(record: Any) -> None:

@@ -748,8 +748,10 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert settings["backend"] == "compiled"
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
-    # the mlp's default: Shi et al.'s warm-up regularisers at 0.5; the reference's beta
-    assert settings["certified"]["reg"] == 0.5 and settings["certified"]["beta"] == [1, 0]
+    # the mlp's defaults: Shi et al.'s warm-up regularisers at 2, labels smoothed by 0.1, no
+    # L1; the reference's beta
+    assert settings["certified"]["reg"] == 2.0 and settings["certified"]["beta"] == [1, 0]
+    assert settings["certified"]["smoothing"] == 0.1 and settings["certified"]["l1"] == 0.0
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
     assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
@@ -760,23 +762,29 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert len(table) == 1  # one row, at the trained eps
 
 
-@pytest.mark.parametrize("argv, reg, beta", [
-    (["--model", "mlp"], 0.5, (1.0, 0.0)),
-    (["--model", "cnn"], 0.0, (1.0, 0.0)),
-    (["--model", "mlp", "--certified-reg", "0"], 0.0, (1.0, 0.0)),
-    (["--model", "cnn", "--certified-reg", "0.25", "--beta", "1,0.5"], 0.25, (1.0, 0.5)),
-])
-def test_cli_certified_defaults_per_model(argv, reg, beta):
-    """The warm-up regularisers are on by default for the mlp (0.5) and off for the cnn;
-    ``--certified-reg`` and ``--beta`` override."""
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("method", ["ibp", "crown-ibp"])
+def test_cli_certified_defaults_per_model_and_method(model, method):
+    """Without the options the config takes the model's and method's defaults (the table in
+    ``cli.certified``); ``--certified-reg``, ``--label-smoothing``, ``--certified-l1`` and
+    ``--beta`` override them."""
     p = argparse.ArgumentParser()
     p.add_argument("--model")
     p.add_argument("--dataset", default=None)
     p.add_argument("--seed", type=int, default=0)
     cli_certified.add_options(p)
-    args = p.parse_args(["--certified", "crown-ibp", "--eps", "0.1", *argv])
-    config = cli_certified.config_from(args, 60)
-    assert config.reg == reg and config.beta == beta
+    base = ["--certified", method, "--eps", "0.1", "--model", model]
+    config = cli_certified.config_from(p.parse_args(base), 60)
+    expected = cli_certified.DEFAULTS[model, method]
+    assert (config.reg, config.smoothing, config.l1) == (expected["reg"],
+                                                        expected["smoothing"], 0.0)
+    assert config.beta == (1.0, 0.0)
+    extra = ["--certified-reg", "0.25", "--label-smoothing", "0.15", "--certified-l1", "1e-5"]
+    if method == "crown-ibp":
+        extra += ["--beta", "1,0.5"]
+    config = cli_certified.config_from(p.parse_args(base + extra), 60)
+    assert (config.reg, config.smoothing, config.l1) == (0.25, 0.15, 1e-5)
+    assert config.beta == ((1.0, 0.5) if method == "crown-ibp" else (1.0, 0.0))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -792,6 +800,8 @@ def test_cli_certified_defaults_per_model(argv, reg, beta):
     (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1"], "--beta"),
     (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1,2"], "--beta"),
     (["--certified", "ibp", "--eps", "0.1", "--beta", "1,1"], "--beta"),
+    (["--certified", "ibp", "--eps", "0.1", "--label-smoothing", "1"], "--label-smoothing"),
+    (["--certified", "ibp", "--eps", "0.1", "--certified-l1", "-1"], "--certified-l1"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])
