@@ -177,7 +177,8 @@ def config_from(args: argparse.Namespace, epochs: int) -> CertifiedConfig | None
                            ramp_epochs=ramp, kappa=(kappa[0], kappa[-1]),
                            beta=(beta[0], beta[1]),
                            grad_clip=float(args.grad_clip), init=args.certified_init,
-                           seed=int(args.seed), **settings)
+                           seed=int(args.seed), reg=settings["reg"],
+                           smoothing=settings["smoothing"], l1=settings["l1"])
 
 
 def lr_after(config: CertifiedConfig, base_lr: float, epoch: int) -> float:
