@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from torchlean import optim  # noqa: E402
 from torchlean.bounds.certified_training import CertifiedConfig, CertifiedTraining  # noqa: E402
 from torchlean.bounds.certify import certify  # noqa: E402
-from torchlean.cli.certified import DEFAULT_REG, lr_after  # noqa: E402
+from torchlean.cli.certified import defaults, lr_after  # noqa: E402
 from torchlean.engine import ops_interface as F  # noqa: E402
 from torchlean.training.fit import fit  # noqa: E402
 from torchlean.zoo import models  # noqa: E402
@@ -99,7 +99,7 @@ def validation_split(data: Any, fraction: float) -> Any:
 def train_ours(args: argparse.Namespace, data: Any, seed: int) -> tuple[Any, float]:
     model = models.build(models.config_for(args.model, data, seed=seed))
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    settings = {"reg": DEFAULT_REG[args.model], **overrides(args.set)}  # as `torchlean train`
+    settings = {**defaults(args.model, args.method), **overrides(args.set)}  # as `torchlean train`
     config = CertifiedConfig(args.method, args.eps, seed=seed, **settings)
 
     def on_epoch(record: Any) -> None:
@@ -169,7 +169,8 @@ def certify_ours(args: argparse.Namespace, model: Any, x: Any, y: Any) -> dict[s
     model.eval()
     methods = ["ibp", "crown"] + (["alpha-crown"] if args.alpha else [])
     start = time.process_time()
-    row = certify(model, x, y, [args.eps], methods, pgd_steps=20).rows[0]
+    row = certify(model, x, y, [args.eps], methods, pgd_steps=20,
+                  alpha_steps=args.alpha_steps).rows[0]
     return {"clean": row.clean, **row.certified, "pgd": row.pgd,
             "cpu_s": round(time.process_time() - start, 1)}
 
@@ -253,6 +254,10 @@ def main() -> None:
     p.add_argument("--val", type=float, default=0.0, metavar="FRACTION",
                    help="train on the rest of the training set and score on this held-out "
                         "fraction of it instead of the test set (to choose options)")
+    p.add_argument("--ours-only", action="store_true",
+                   help="certify with torchlean's certifier only (skip auto_LiRPA's)")
+    p.add_argument("--alpha-steps", type=int, default=20,
+                   help="torchlean's alpha-CROWN steps (default 20, as `torchlean certify`)")
     p.add_argument("--summary", nargs="+", metavar="JSONL", help="summarise earlier runs")
     args = p.parse_args()
     if args.summary:
@@ -287,7 +292,8 @@ def main() -> None:
                        "split": f"val {args.val:g}" if args.val else "test",
                        "train_cpu_s_per_epoch": round(spe, 4),
                        "certifier_ours": certify_ours(args, model, x, y),
-                       "certifier_alirpa": certify_alirpa(args, net, x, y, lib),
+                       "certifier_alirpa": {} if args.ours_only
+                       else certify_alirpa(args, net, x, y, lib),
                        "load": round(os.getloadavg()[0], 1)}
                 print(json.dumps(rec), flush=True)
 

@@ -20,7 +20,9 @@ from torchlean.bounds.certified_training import (
     CertifiedTrainingError,
     Schedule,
     clip_grad_norm,
+    l1_penalty,
     smooth_ramp,
+    smoothed_targets,
     warmup_regularisers,
 )
 from torchlean.bounds.engine import Propagation, UnsupportedOpError
@@ -405,6 +407,10 @@ def test_smooth_ramp_and_the_schedules():
     ({"method": "ibp", "eps": 0.1, "seed": -1}, "seed"),
     ({"method": "ibp", "eps": 0.1, "reg": -0.5}, "reg"),
     ({"method": "ibp", "eps": 0.1, "reg": 0.5, "reg_tol": 0.0}, "reg_tol"),
+    ({"method": "ibp", "eps": 0.1, "l1": -1e-4}, "l1"),
+    ({"method": "ibp", "eps": 0.1, "l1": float("inf")}, "l1"),
+    ({"method": "ibp", "eps": 0.1, "smoothing": 1.0}, "smoothing"),
+    ({"method": "ibp", "eps": 0.1, "smoothing": -0.1}, "smoothing"),
 ])
 def test_config_checks_its_settings(kwargs, message):
     with pytest.raises(CertifiedTrainingError, match=message):
@@ -639,6 +645,61 @@ def test_beta_schedule_slides_from_start_to_end():
         CertifiedConfig("crown-ibp", 0.1, beta=(1.0, 1.5))
 
 
+def _target_and_warmup_losses(**settings):
+    """The loss of one step at eps 0 (step 0) and one at the target (step 12) of an ``ibp`` run
+    (1 warm-up epoch, 2 ramp epochs, 4 steps each) with ``settings``, from the same weights."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0, 1, (8, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 8)
+    losses = []
+    for step in (0, 12):
+        hook = CertifiedTraining(CertifiedConfig("ibp", 0.1, warmup_epochs=1, ramp_epochs=2,
+                                                 **settings))
+        hook.bind(_mlp(), steps_per_epoch=4, backend="compiled", dtype=np.float32)
+        hook.step_count = step
+        losses.append(hook.step(x, y))
+    return x, y, losses
+
+
+def test_l1_adds_the_weights_absolute_sum_in_every_phase():
+    """``l1=w``: ``w * sum |W|`` over the weight matrices (not the biases) joins the loss, at eps
+    0 and at the target alike."""
+    model = _mlp()
+    weights = [p for p in model.parameters() if len(p.shape) == 2]
+    assert len(weights) == 3 and len(list(model.parameters())) == 6
+    by_hand = sum(float(np.abs(np.asarray(p.value, np.float64)).sum()) for p in weights)
+    stepper = Stepper(lambda owner, v: l1_penalty(owner, model) + F.sum(v) * 0.0,
+                      Options(backend="compiled", dtype="float32"))
+    value, _ = stepper.value_and_grads([np.zeros(2, np.float32)])
+    assert float(value) == pytest.approx(by_hand, rel=1e-6)
+    _, _, plain = _target_and_warmup_losses()
+    _, _, sparse = _target_and_warmup_losses(l1=1e-3)
+    for a, b in zip(plain, sparse, strict=True):
+        assert b == pytest.approx(a + 1e-3 * by_hand, rel=1e-5)
+    with pytest.raises(CertifiedTrainingError, match="l1"):
+        l1_penalty(None, nn.Sequential(nn.ReLU()))
+
+
+def test_label_smoothing_of_the_robust_loss_by_hand():
+    """``smoothing=s``: the robust loss is the cross-entropy of ``-lower`` against
+    ``(1 - s) one_hot + s / N`` (computed here from the bounds in float64); the natural loss at
+    eps 0 is unchanged."""
+    x, y, plain = _target_and_warmup_losses()
+    _, _, smooth = _target_and_warmup_losses(smoothing=0.2)
+    assert smooth[0] == plain[0]
+    lower = np.asarray(D.margin_lower_bounds(_mlp(), x, y, 0.1), np.float64)
+    z = -lower - (-lower).max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    target = np.full((8, 4), 0.2 / 4)
+    target[np.arange(8), y] += 0.8
+    by_hand = float(-(target * log_p).sum(axis=1).mean())
+    assert smooth[1] == pytest.approx(by_hand, rel=1e-5)
+    assert plain[1] == pytest.approx(float(-log_p[np.arange(8), y].mean()), rel=1e-5)
+    assert smooth[1] != pytest.approx(plain[1], rel=1e-3)
+    t = np.asarray(smoothed_targets(np.array([2.0, 0.0]), np.zeros((2, 4)), 0.2))
+    assert np.allclose(t, [[0.05, 0.05, 0.85, 0.05], [0.85, 0.05, 0.05, 0.05]])
+
+
 def _certified_fraction(model, x, y, eps):
     c = compile_fn(lambda v: model(v), x.shape)
     lo, hi = box(x, eps)
@@ -708,8 +769,10 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert settings["backend"] == "compiled"
     assert settings["certified"]["method"] == "crown-ibp"
     assert settings["certified"]["eps"] == 0.05 and settings["certified"]["kappa"] == [0.5, 0]
-    # the mlp's default: Shi et al.'s warm-up regularisers at 0.5; the reference's beta
-    assert settings["certified"]["reg"] == 0.5 and settings["certified"]["beta"] == [1, 0]
+    # the mlp's defaults: Shi et al.'s warm-up regularisers at 2, labels smoothed by 0.1, no
+    # L1; the reference's beta
+    assert settings["certified"]["reg"] == 2.0 and settings["certified"]["beta"] == [1, 0]
+    assert settings["certified"]["smoothing"] == 0.1 and settings["certified"]["l1"] == 0.0
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
     assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
@@ -720,23 +783,29 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     assert len(table) == 1  # one row, at the trained eps
 
 
-@pytest.mark.parametrize("argv, reg, beta", [
-    (["--model", "mlp"], 0.5, (1.0, 0.0)),
-    (["--model", "cnn"], 0.0, (1.0, 0.0)),
-    (["--model", "mlp", "--certified-reg", "0"], 0.0, (1.0, 0.0)),
-    (["--model", "cnn", "--certified-reg", "0.25", "--beta", "1,0.5"], 0.25, (1.0, 0.5)),
-])
-def test_cli_certified_defaults_per_model(argv, reg, beta):
-    """The warm-up regularisers are on by default for the mlp (0.5) and off for the cnn;
-    ``--certified-reg`` and ``--beta`` override."""
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("method", ["ibp", "crown-ibp"])
+def test_cli_certified_defaults_per_model_and_method(model, method):
+    """Without the options the config takes the model's and method's defaults (the table in
+    ``cli.certified``); ``--certified-reg``, ``--label-smoothing``, ``--certified-l1`` and
+    ``--beta`` override them."""
     p = argparse.ArgumentParser()
     p.add_argument("--model")
     p.add_argument("--dataset", default=None)
     p.add_argument("--seed", type=int, default=0)
     cli_certified.add_options(p)
-    args = p.parse_args(["--certified", "crown-ibp", "--eps", "0.1", *argv])
-    config = cli_certified.config_from(args, 60)
-    assert config.reg == reg and config.beta == beta
+    base = ["--certified", method, "--eps", "0.1", "--model", model]
+    config = cli_certified.config_from(p.parse_args(base), 60)
+    expected = cli_certified.DEFAULTS[model, method]
+    assert (config.reg, config.smoothing, config.l1) == (expected["reg"],
+                                                        expected["smoothing"], 0.0)
+    assert config.beta == (1.0, 0.0)
+    extra = ["--certified-reg", "0.25", "--label-smoothing", "0.15", "--certified-l1", "1e-5"]
+    if method == "crown-ibp":
+        extra += ["--beta", "1,0.5"]
+    config = cli_certified.config_from(p.parse_args(base + extra), 60)
+    assert (config.reg, config.smoothing, config.l1) == (0.25, 0.15, 1e-5)
+    assert config.beta == ((1.0, 0.5) if method == "crown-ibp" else (1.0, 0.0))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -752,6 +821,8 @@ def test_cli_certified_defaults_per_model(argv, reg, beta):
     (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1"], "--beta"),
     (["--certified", "crown-ibp", "--eps", "0.1", "--beta", "1,2"], "--beta"),
     (["--certified", "ibp", "--eps", "0.1", "--beta", "1,1"], "--beta"),
+    (["--certified", "ibp", "--eps", "0.1", "--label-smoothing", "1"], "--label-smoothing"),
+    (["--certified", "ibp", "--eps", "0.1", "--certified-l1", "-1"], "--certified-l1"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])

@@ -26,6 +26,9 @@ Shi et al. 2021 ("Fast certified robust training with short warmup"), both off b
 (``ibp_init``), and ``reg > 0`` adds their warm-up regularisers on the ramp
 (``warmup_regularisers``: interval tightness and relu balance of the IBP pre-activation boxes),
 weighted ``reg * (1 - eps_t / eps)`` as theirs, so they fade out as eps reaches the target.
+Also off by default: ``l1 > 0`` adds ``l1 * sum |W|`` over the weight matrices and kernels to
+every phase's loss (Xiao et al. 2019: sparse weights are easier to certify), and
+``smoothing > 0`` smooths the robust loss's labels (``(1 - s) one_hot + s / N``).
 
 Batch normalisation is handled as auto_LiRPA's certified training handles it: the bounds use
 the clean batch's statistics (``bounds.differentiable``), the natural loss the batch's own
@@ -72,7 +75,7 @@ from .differentiable import (
 )
 
 __all__ = ["METHODS", "CertifiedConfig", "CertifiedTraining", "CertifiedTrainingError",
-           "Schedule", "clip_grad_norm", "smooth_ramp"]
+           "Schedule", "clip_grad_norm", "l1_penalty", "smooth_ramp", "smoothed_targets"]
 
 METHODS = ("ibp", "crown-ibp")
 # Below this weight CROWN-IBP's CROWN bound is left out (the IBP bound alone), as the reference
@@ -103,6 +106,8 @@ class CertifiedConfig:
     reg: float = 0.0
     reg_tol: float = 0.5
     beta: tuple[float, float] = (1.0, 0.0)
+    l1: float = 0.0
+    smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         where = "certified training"
@@ -145,6 +150,12 @@ class CertifiedConfig:
         if not _number(self.reg_tol) or not 0 < self.reg_tol <= 1:
             raise CertifiedTrainingError(f"{where}: reg_tol must lie in (0, 1], found "
                                          f"{self.reg_tol!r}")
+        if not _number(self.l1) or not 0 <= self.l1 < math.inf:
+            raise CertifiedTrainingError(f"{where}: l1 must be a finite number >= 0, found "
+                                         f"{self.l1!r}")
+        if not _number(self.smoothing) or not 0 <= self.smoothing < 1:
+            raise CertifiedTrainingError(f"{where}: smoothing must lie in [0, 1), found "
+                                         f"{self.smoothing!r}")
         if self.init not in INITS:
             raise CertifiedTrainingError(f"{where}: init must be one of {', '.join(INITS)}, "
                                          f"found {self.init!r}")
@@ -267,6 +278,27 @@ def warmup_regularisers(relu_inputs: list[Box], lo: Any, hi: Any, tol: float) ->
     return total * (1.0 / len(relu_inputs))
 
 
+def l1_penalty(owner: Any, model: Any) -> Any:
+    """The sum of the absolute values of every weight matrix or kernel of ``model`` (the
+    parameters of two or more dimensions; biases and norm scales left out), recorded on
+    ``owner`` (Xiao et al. 2019: L1 sparsity makes networks easier to certify)."""
+    weights = [p for p in model.parameters() if len(p.shape) >= 2]
+    if not weights:
+        raise CertifiedTrainingError("certified training: l1 needs a weight matrix or kernel")
+    total = None
+    for p in weights:
+        term = F.apply("sum", F.apply("abs", owner.use(p)))
+        total = term if total is None else total + term
+    return total
+
+
+def smoothed_targets(labels: Any, logits: Any, smoothing: float) -> Any:
+    """Class probabilities ``(1 - smoothing) * one_hot(labels) + smoothing / N`` (label
+    smoothing) for ``logits`` of shape (B, N); ``labels`` a ref of class indices as floats."""
+    n = int(logits.shape[-1])
+    return F.apply("one_hot", labels, num_classes=n) * (1.0 - smoothing) + smoothing / n
+
+
 def clip_grad_norm(params: list[Any], max_norm: float) -> float:
     """Scale every ``.grad`` so their global L2 norm is at most ``max_norm``; return the norm
     before clipping (PyTorch's ``clip_grad_norm_``)."""
@@ -330,10 +362,16 @@ class CertifiedTraining:
             else:
                 self._traced_stat = stat
 
+        l1, smoothing = self.config.l1, self.config.smoothing
+
+        def penalty(owner: Any, loss: Any) -> Any:
+            # L1 on the weight matrices and kernels (not the biases), every phase
+            return loss if l1 == 0.0 else loss + l1_penalty(owner, model) * l1
+
         def natural(owner: Any, x: Any, y: Any) -> Any:
             logits = clean_logits(model, x)
             keep(owner, logits)
-            return F.cross_entropy(logits, y)
+            return penalty(owner, F.cross_entropy(logits, y))
 
         def robust(with_crown: bool, with_reg: bool) -> Any:
             def loss(owner: Any, x: Any, y: Any, eps: Any, kappa: Any, beta: Any,
@@ -342,13 +380,14 @@ class CertifiedTraining:
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
                                             clip=clip, relu_inputs=boxes)
                 keep(owner, lower)
-                rob = robust_cross_entropy(lower, y)
+                rob = (robust_cross_entropy(lower, y) if smoothing == 0.0
+                       else F.cross_entropy(-lower, smoothed_targets(y, lower, smoothing)))
                 if mixed:
                     rob = F.cross_entropy(clean_logits(model, x), y) * kappa + rob * (1.0 - kappa)
                 if boxes is not None:
                     lo, hi = input_box(x, eps, clip)
                     rob = rob + warmup_regularisers(boxes, lo, hi, self.config.reg_tol) * reg
-                return rob
+                return penalty(owner, rob)
             return loss
 
         # One stepper per phase, so the warm-up and the target phase of CROWN-IBP (beta = 0) do
