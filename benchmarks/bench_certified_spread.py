@@ -5,9 +5,10 @@ split of seed 0 (the reference trains on a fixed data set; ``torchlean train --s
 re-split the data):
 
 - ours: what ``torchlean train --model M --certified METHOD --eps E --seed s`` runs (compiled
-  backend, initial weights and batch orders from seed ``s``, the CLI's defaults, e.g. the MLP's
-  warm-up regularisers), through ``fit`` directly; ``--set KEY=VALUE`` changes a setting of its
-  ``CertifiedConfig`` (``--set reg=0`` the reference's recipe exactly);
+  backend, initial weights and batch orders from seed ``s``, the CLI's defaults
+  ``cli.certified.DEFAULTS``, e.g. the MLP's warm-up regularisers and label smoothing), through
+  ``fit`` directly; ``--set KEY=VALUE`` changes a setting of its ``CertifiedConfig`` (``--set
+  reg=0 --set smoothing=0`` the reference's recipe exactly);
 - ref: auto_LiRPA's recipe step for step: ``torch.manual_seed(s)``, the torch module's default
   initialisation, a shuffling ``DataLoader`` (batch 64), ``BoundedModule`` (patches mode), its
   ``SmoothedScheduler("start=11,length=30")`` stepped per batch, natural loss at eps 0, robust
@@ -19,7 +20,8 @@ Both networks are then certified by torchlean's sound certifier (``certify``: IB
 alpha-CROWN, 20 iterations; matrix mode, which its max-pool alpha needs) on the same 359 test
 examples: the same certifier on both networks separates the training from the certification.
 Training time is CPU seconds per epoch with one thread. One JSON line per run; ``--summary``
-prints mean +- sd per column for each side from such lines.
+prints mean +- sd per column for each side from such lines. ``--ours-only`` skips auto_LiRPA's
+certification (torchlean's networks and certifier only: the quick way to compare settings).
 
 auto_LiRPA is not a dependency: point ``--alirpa`` (default ``$AUTO_LIRPA`` or ``/tmp/alirpa``)
 at a directory holding its ``auto_LiRPA`` package.
