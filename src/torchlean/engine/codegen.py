@@ -329,8 +329,79 @@ def _roots(value: Any) -> list[Any]:
     return [_root(value)]
 
 
+def _hashable_key(value: Any) -> Any:
+    """A key under which two call arguments are the same argument: a traced value by its id,
+    equal scalars, strings, dtypes and shapes by value (with their type: ``1``, ``1.0`` and
+    ``True`` differ; a NaN never equals itself), anything else (an array constant, a class) by
+    identity."""
+    if isinstance(value, _Sym):
+        return ("s", value.id)
+    if isinstance(value, tuple):
+        return ("t", tuple(_hashable_key(v) for v in value))
+    if value is None or isinstance(value, bool | int | float | str | np.dtype | np.generic):
+        if isinstance(value, float | np.floating) and value != value:
+            return ("o", id(value))
+        return ("v", type(value), value)
+    return ("o", id(value))
+
+
+def _pure_step(step: _Step) -> bool:
+    """Whether a recorded call is a pure function of its arguments that a second identical call
+    may share: a direct ufunc call, a primitive's kernel as ``ARRAY_OPS`` calls it (every kernel
+    is deterministic, the random ones included: their draws are attributes), or indexing a
+    result tuple. Not: calls that make fresh arrays to return (``zeros``, the seed), and the fast
+    kernels' halves, whose residuals live in a store keyed by the output object."""
+    if step.ufunc is not None or step.fn is operator.getitem:
+        return True
+    if step.prim is None:
+        return False
+    prim = REGISTRY.get(step.prim)
+    if prim is None or not prim.inputs:
+        return False
+    return not (KERNELS.fast and (prim.fast_forward is not None or prim.fast_vjp is not None))
+
+
+def _share_common_calls(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
+    """Common subexpressions: a pure call (``_pure_step``) with the same function, arguments and
+    attributes as an earlier one reads that one's result instead (the later call then has no
+    use and is dropped as dead code). Forward-over-reverse records such pairs: relu's VJP and
+    its tangent rule each compute ``positive_mask(x)`` of the same pre-activation. Kernels are
+    deterministic, so the shared result has the bits each call would have had; a result that
+    is returned keeps its own call (outputs stay distinct objects). Returns how many calls now
+    read an earlier result."""
+    out_ids = {s.id for s in outputs}
+    alias: dict[int, _Sym] = {}
+    seen: dict[Any, _Sym] = {}
+    shared = 0
+
+    def redirect(a: Any) -> Any:
+        return alias.get(a.id, a) if isinstance(a, _Sym) else a
+
+    for step in tracer.steps:
+        if alias:
+            step.args = [redirect(a) for a in step.args]
+            step.kwargs = {k: redirect(v) for k, v in step.kwargs.items()}
+        if not _pure_step(step):
+            continue
+        try:
+            key = (id(step.ufunc if step.ufunc is not None else step.fn),
+                   tuple(_hashable_key(a) for a in step.args),
+                   tuple(sorted((k, _hashable_key(v)) for k, v in step.kwargs.items())))
+            hash(key)
+        except TypeError:
+            continue
+        first = seen.get(key)
+        if first is None:
+            seen[key] = step.out
+        elif step.out.id not in out_ids:
+            alias[step.out.id] = first
+            shared += 1
+    return shared
+
+
 def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     """Emit the traced calls that reach ``outputs`` as one function (see the module docstring)."""
+    _share_common_calls(tracer, outputs)
     steps = tracer.steps
     out_ids = {s.id for s in outputs}
     # Dead code: kernels are pure, so a call whose result nothing uses is dropped.
@@ -615,9 +686,21 @@ def _fuse_relu_pooling(tracer: _Tracer, outputs: Sequence[_Sym]) -> None:
 
 def _zeros_where_none(tracer: _Tracer, found: Sequence[Any], values: Sequence[Any],
                       ids: Sequence[int]) -> list[_Sym]:
-    """``found[i]`` per id, or zeros like ``values[i]`` (as ``transforms._or_zeros``)."""
-    return [tracer.call(np.zeros_like, [values[i]], {}) if found[i] is None else found[i]
-            for i in ids]
+    """``found[i]`` per id, or zeros like ``values[i]`` (as ``transforms._or_zeros``). For a
+    C-ordered NumPy value the zeros are made from its shape and dtype alone, so nothing computes
+    the value just to read its shape: the zero tangent of a data input's zero gradient in an hvp
+    no longer runs ``zeros_like`` twice, and a data input's zero gradient is one ``calloc``."""
+    out = []
+    for i in ids:
+        if found[i] is not None:
+            out.append(found[i])
+            continue
+        value = values[i].value if isinstance(values[i], _Sym) else None
+        if type(value) is np.ndarray and value.flags.c_contiguous:
+            out.append(tracer.call(np.zeros, [value.shape], {"dtype": value.dtype}))
+        else:
+            out.append(tracer.call(np.zeros_like, [values[i]], {}))
+    return out
 
 
 def emit_value_and_backward(graph: Any, arrays: Sequence[Any], also: Sequence[int] = ()
