@@ -204,3 +204,77 @@ def test_ufunc_table_matches_kernels() -> None:
                 args = how(xs, dict(sample.attrs))
                 assert args is not None, name
                 assert _same(ufunc(*args), prim.forward(*xs, **sample.attrs)), name
+
+
+def _kernel_calls(plan: Any, kernel: Any) -> int:
+    """How many statements of a generated plan call ``kernel`` (by its bound global name)."""
+    names = [n for n, v in plan.fn.__globals__.items() if v is kernel]
+    return sum(line.count(f"{n}(") for n in names for line in plan.source.splitlines())
+
+
+def _w4_hvp_plan() -> tuple[Any, tuple[Any, ...], tuple[Any, ...], Any]:
+    data = H.make_data("W4")
+    loss, (x, y) = H._tl_loss("W4", data), H._tl_inputs("W4", data)
+    params, vs = data["params"], data["v"]
+    c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
+                   wrt=tuple(range(len(params))))
+    ref = _interpreted(c, lambda: c.hvp([*params, x, y], [*vs, None, None]))
+    got = c.hvp([*params, x, y], [*vs, None, None])
+    got = c.hvp([*params, x, y], [*vs, None, None])  # the generated plan
+    (plan,) = c._generated.values()
+    assert plan is not None
+    return plan, got, ref, lambda: c.hvp([*params, x, y], [*vs, None, None])
+
+
+def test_common_calls_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forward-over-reverse computes relu's mask twice per layer (its VJP, then its tangent
+    rule): the generated hvp computes it once, with the interpreter's bits; without the pass
+    both calls stay."""
+    mask = REGISTRY["positive_mask"].forward
+    plan, got, ref, _ = _w4_hvp_plan()
+    assert _kernel_calls(plan, mask) == 2  # two relu layers
+    assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
+    monkeypatch.setattr(codegen, "_share_common_calls", lambda *_: 0)
+    unshared, got2, _, _ = _w4_hvp_plan()
+    assert _kernel_calls(unshared, mask) == 4
+    assert all(_same(g, r) for g, r in zip(got2, ref, strict=True))
+
+
+def test_common_calls_leave_other_plans_alone_and_outputs_distinct() -> None:
+    """A plan without repeated calls is emitted as before; two returned gradients made by the
+    same call on the same values stay two fresh arrays."""
+
+    def distinct(x: Any, w: Any) -> Any:
+        return F.sum(F.mul(F.tanh(x), w))
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    tracer = codegen._Tracer()
+    c = tl.compile(distinct, (3, 4), (3, 4), dtype="float64")
+    values, _ = codegen._trace_forward(tracer, c.graph, [x, w])
+    assert codegen._share_common_calls(tracer, [values[c.graph.output]]) == 0
+
+    def twice(x: Any, y: Any, w: Any) -> Any:  # d/dx = d/dy = w: one call, returned twice
+        return F.add(F.sum(F.mul(x, w)), F.sum(F.mul(y, w)))
+
+    c2 = tl.compile(twice, (3, 4), (3, 4), (3, 4), dtype="float64")
+    for _ in range(3):
+        _, (gx, gy, _gw) = c2.value_and_backward(x, x, w)
+    assert c2._generated and all(p is not None for p in c2._generated.values())
+    assert _same(gx, w) and _same(gy, w) and not np.shares_memory(gx, gy)
+    gx[...] = 0  # a caller writing one gradient leaves the other alone
+    assert _same(gy, w)
+
+
+def test_untouched_outputs_are_zeros_from_the_shape() -> None:
+    """The hvp's entries for the data (zero directions, zero gradients) are ``zeros`` of the
+    shape: no ``zeros_like`` of a zero gradient computed just to be read (nor a zero bias for
+    linear's tangent-input product), and fresh arrays on every call."""
+    plan, got, ref, again = _w4_hvp_plan()
+    assert _kernel_calls(plan, np.zeros) == 2  # x's and y's entries
+    assert _kernel_calls(plan, np.zeros_like) == 0
+    assert _kernel_calls(plan, REGISTRY["zeros_like"].forward) == 0
+    assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
+    assert not np.any(got[6]) and not np.any(got[7])
+    second = again()
+    assert second[6] is not got[6] and not np.shares_memory(second[6], got[6])

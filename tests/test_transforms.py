@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import torchlean as tl
 import torchlean.engine.ops_interface as F
-from torchlean.core.registry import REGISTRY, Primitive, Sample, register
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, Primitive, Sample, register
 
 
 def mlp_loss(x: object, w1: object, w2: object) -> object:
@@ -185,3 +185,26 @@ def test_vjp_returns_one_cotangent_per_argument_with_modules() -> None:
     assert len(cotangents) == 1 and cotangents[0].shape == (4, 3)
     expected = (1 - out ** 2) @ layer.weight.value
     np.testing.assert_allclose(cotangents[0], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("lead", [(), (5,), (2, 3)])
+def test_linear_jvp_tangent_input_term_has_no_zero_bias(lead: tuple[int, ...]) -> None:
+    """linear's JVP: w tx + tw x + tb, the ``w tx`` term as a bias-free product (1-D inputs
+    keep ``linear`` with a zero bias); against the formula, with only ``tx`` and with all three
+    tangents, for a vector, a batch and two batch axes."""
+    rng = np.random.default_rng(len(lead))
+    w, b = rng.standard_normal((4, 3)), rng.standard_normal(4)
+    x = rng.standard_normal(lead + (3,))
+    tw, tb, tx = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal(x.shape)
+
+    def f(w_: object, b_: object, x_: object) -> object:
+        return F.linear(w_, b_, x_)
+
+    out, t = tl.jvp(f, (w, b, x), (np.zeros_like(w), np.zeros_like(b), tx))
+    np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-12)
+    np.testing.assert_allclose(t, tx @ w.T, rtol=1e-12, atol=1e-12)
+    _, t = tl.jvp(f, (w, b, x), (tw, tb, tx))
+    np.testing.assert_allclose(t, tx @ w.T + x @ tw.T + tb, rtol=1e-12, atol=1e-12)
+    got = REGISTRY["linear"].jvp(ARRAY_OPS, (None, None, tx), (w, b, x), None)
+    assert got.shape == lead + (4,)
+    np.testing.assert_allclose(got, tx @ w.T, rtol=1e-12, atol=1e-12)
