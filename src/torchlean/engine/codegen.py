@@ -361,14 +361,26 @@ def _pure_step(step: _Step) -> bool:
     return not (KERNELS.fast and (prim.fast_forward is not None or prim.fast_vjp is not None))
 
 
+def _same_view(step: _Step) -> bool:
+    """Whether a ``reshape`` step returned a view of its input with the input's own shape and
+    strides (the reverse rules reshape cotangents to the shape they already have)."""
+    if step.prim != "reshape" or not step.args or not isinstance(step.args[0], _Sym):
+        return False
+    a, v = step.args[0].value, step.out.value
+    return (type(a) is np.ndarray and type(v) is np.ndarray and a.shape == v.shape
+            and a.strides == v.strides and a.dtype == v.dtype and _root(v) is _root(a)
+            and v.__array_interface__["data"][0] == a.__array_interface__["data"][0])
+
+
 def _share_common_calls(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
     """Common subexpressions: a pure call (``_pure_step``) with the same function, arguments and
     attributes as an earlier one reads that one's result instead (the later call then has no
     use and is dropped as dead code). Forward-over-reverse records such pairs: relu's VJP and
     its tangent rule each compute ``positive_mask(x)`` of the same pre-activation. Kernels are
     deterministic, so the shared result has the bits each call would have had; a result that
-    is returned keeps its own call (outputs stay distinct objects). Returns how many calls now
-    read an earlier result."""
+    is returned keeps its own call (outputs stay distinct objects). A ``reshape`` to the shape
+    its input already has (the same memory and strides: ``_same_view``) reads its input the same
+    way. Returns how many calls now read an earlier result."""
     out_ids = {s.id for s in outputs}
     alias: dict[int, _Sym] = {}
     seen: dict[Any, _Sym] = {}
@@ -382,6 +394,10 @@ def _share_common_calls(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
             step.args = [redirect(a) for a in step.args]
             step.kwargs = {k: redirect(v) for k, v in step.kwargs.items()}
         if not _pure_step(step):
+            continue
+        if step.out.id not in out_ids and _same_view(step):
+            alias[step.out.id] = step.args[0]  # a reshape to the shape it has: its input
+            shared += 1
             continue
         try:
             key = (id(step.ufunc if step.ufunc is not None else step.fn),
@@ -399,8 +415,34 @@ def _share_common_calls(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
     return shared
 
 
+def _fold_constants(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
+    """Constant folding: a pure call (``_pure_step``, or ``np.ones``) whose traced arguments are
+    all constants computes the same value on every run, so its traced value becomes a constant
+    of the function instead of a call. The reverse pass starts from such a chain (the seed
+    ``ones(())``, scaled, broadcast over the batch by ``sum``'s VJP: W2's cross-entropy pays
+    about 0.1 ms a step for it, the first Python-level calls after a large GEMM). A returned
+    value keeps its call (outputs are fresh arrays). Kernels never write into their arguments,
+    so sharing the folded value between runs is safe. Returns how many calls were folded."""
+    consts = {s.id for s in tracer.consts}
+    out_ids = {s.id for s in outputs}
+    kept: list[_Step] = []
+    folded = 0
+    for step in tracer.steps:
+        if step.out.id not in out_ids and (_pure_step(step) or step.fn is np.ones) \
+                and all(a.id in consts for a in (*step.args, *step.kwargs.values())
+                        if isinstance(a, _Sym)):
+            consts.add(step.out.id)
+            tracer.consts.append(step.out)
+            folded += 1
+        else:
+            kept.append(step)
+    tracer.steps = kept
+    return folded
+
+
 def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     """Emit the traced calls that reach ``outputs`` as one function (see the module docstring)."""
+    _fold_constants(tracer, outputs)
     _share_common_calls(tracer, outputs)
     steps = tracer.steps
     out_ids = {s.id for s in outputs}
