@@ -426,18 +426,23 @@ def _fold_constants(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
     consts = {s.id for s in tracer.consts}
     out_ids = {s.id for s in outputs}
     kept: list[_Step] = []
-    folded = 0
+    folded: list[_Sym] = []
     for step in tracer.steps:
         if step.out.id not in out_ids and (_pure_step(step) or step.fn is np.ones) \
                 and all(a.id in consts for a in (*step.args, *step.kwargs.values())
                         if isinstance(a, _Sym)):
             consts.add(step.out.id)
-            tracer.consts.append(step.out)
-            folded += 1
+            folded.append(step.out)
         else:
             kept.append(step)
+    # A returned value that views a folded one (a reshape of it, say) would hand every caller
+    # the same memory: then nothing is folded.
+    roots = {id(r) for sym in folded for r in _roots(sym.value)}
+    if any(id(r) in roots for sym in outputs for r in _roots(sym.value)):
+        return 0
+    tracer.consts.extend(folded)
     tracer.steps = kept
-    return folded
+    return len(folded)
 
 
 def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
