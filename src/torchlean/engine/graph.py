@@ -18,7 +18,7 @@ Hessian-vector products (forward-over-reverse).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -247,8 +247,8 @@ class Graph:
         values = _LazyValues(self, xs, xp)
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
         try:
-            found = forward_tangents(self.nodes, values, seeds, _ForcingOps(self.array_ops(),
-                                                                            values))
+            found = forward_tangents(self.nodes, cast(Sequence[Any], values), seeds,
+                                     _ForcingOps(self.array_ops(), values))
             outs = [values.force_any(found[i]) for i in self.outputs]
         except Exception:  # noqa: BLE001  (a rule that needs a value's contents: the full pass)
             return None
