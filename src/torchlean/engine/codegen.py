@@ -42,6 +42,22 @@ VJP, relu's mask, their product) emitted as one fused call that gives the same b
 (``_fuse_relu_pooling``, ``ops.fast.pool.relu_vjp``; W3 compiled: about 0.4 ms of a 8 ms
 step).
 
+**Passes over the trace** (each keeps the interpreter's bits: the same kernels on the same
+values; the plan's first run is checked against the trace as always). Dead code: a call whose
+result nothing uses is dropped, so an hvp never computes the gradients' own values (``g^T x``
+per weight), only their tangents. Constant folding (``_fold_constants``): a pure call whose
+arguments are all constants is computed once while tracing (the reverse seed ``ones(())``, its
+scale, the broadcast of cross-entropy's sum). Common calls (``_share_common_calls``): a pure
+call repeating an earlier one with the same function, arguments and attributes reads its
+result (forward-over-reverse computes relu's mask once per layer instead of twice), and a
+``reshape`` to the shape its input has reads its input. Zeros for an output nothing reached
+are made from its shape (``_zeros_where_none``), not by ``zeros_like`` of a value computed
+only to be read. Returned values keep their own calls: outputs are fresh arrays per call. W4's
+hvp plan after these: the 10 large and 8 small products forward-over-reverse needs, 2 masks
+and 2 zeros (before: 4 masks, 3 zero biases with their additions, 4 zeros-likes); W2's step
+plan: no seed chain. The GEMMs are about 88% of the hvp (W4 compiled at about 0.6x PyTorch's
+double backward where the same 18 products alone, on NumPy's OpenBLAS, are about 0.51-0.57x).
+
 **Fallback, never a wrong result.** Anything the tracer cannot follow makes ``emit`` return
 ``None`` and the caller keeps the interpreter: a rule that reads a value in Python control flow,
 passes something that is not a traced value as an op input, or raises. A plan runs on the host
