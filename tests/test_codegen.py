@@ -204,3 +204,137 @@ def test_ufunc_table_matches_kernels() -> None:
                 args = how(xs, dict(sample.attrs))
                 assert args is not None, name
                 assert _same(ufunc(*args), prim.forward(*xs, **sample.attrs)), name
+
+
+def _kernel_calls(plan: Any, kernel: Any) -> int:
+    """How many statements of a generated plan call ``kernel`` (by its bound global name)."""
+    names = [n for n, v in plan.fn.__globals__.items() if v is kernel]
+    return sum(line.count(f"{n}(") for n in names for line in plan.source.splitlines())
+
+
+def _w4_hvp_plan() -> tuple[Any, tuple[Any, ...], tuple[Any, ...], Any]:
+    data = H.make_data("W4")
+    loss, (x, y) = H._tl_loss("W4", data), H._tl_inputs("W4", data)
+    params, vs = data["params"], data["v"]
+    c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
+                   wrt=tuple(range(len(params))))
+    ref = _interpreted(c, lambda: c.hvp([*params, x, y], [*vs, None, None]))
+    got = c.hvp([*params, x, y], [*vs, None, None])
+    got = c.hvp([*params, x, y], [*vs, None, None])  # the generated plan
+    (plan,) = c._generated.values()
+    assert plan is not None
+    return plan, got, ref, lambda: c.hvp([*params, x, y], [*vs, None, None])
+
+
+def test_common_calls_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forward-over-reverse computes relu's mask twice per layer (its VJP, then its tangent
+    rule): the generated hvp computes it once, with the interpreter's bits; without the pass
+    both calls stay."""
+    mask = REGISTRY["positive_mask"].forward
+    plan, got, ref, _ = _w4_hvp_plan()
+    assert _kernel_calls(plan, mask) == 2  # two relu layers
+    assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
+    monkeypatch.setattr(codegen, "_share_common_calls", lambda *_: 0)
+    unshared, got2, _, _ = _w4_hvp_plan()
+    assert _kernel_calls(unshared, mask) == 4
+    assert all(_same(g, r) for g, r in zip(got2, ref, strict=True))
+
+
+def test_common_calls_leave_other_plans_alone_and_outputs_distinct() -> None:
+    """A plan without repeated calls is emitted as before; two returned gradients made by the
+    same call on the same values stay two fresh arrays."""
+
+    def distinct(x: Any, w: Any) -> Any:
+        return F.sum(F.mul(F.tanh(x), w))
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    tracer = codegen._Tracer()
+    c = tl.compile(distinct, (3, 4), (3, 4), dtype="float64")
+    values, _ = codegen._trace_forward(tracer, c.graph, [x, w])
+    assert codegen._share_common_calls(tracer, [values[c.graph.output]]) == 0
+
+    def twice(x: Any, y: Any, w: Any) -> Any:  # d/dx = d/dy = w: one call, returned twice
+        return F.add(F.sum(F.mul(x, w)), F.sum(F.mul(y, w)))
+
+    c2 = tl.compile(twice, (3, 4), (3, 4), (3, 4), dtype="float64")
+    for _ in range(3):
+        _, (gx, gy, _gw) = c2.value_and_backward(x, x, w)
+    assert c2._generated and all(p is not None for p in c2._generated.values())
+    assert _same(gx, w) and _same(gy, w) and not np.shares_memory(gx, gy)
+    gx[...] = 0  # a caller writing one gradient leaves the other alone
+    assert _same(gy, w)
+
+
+def test_untouched_outputs_are_zeros_from_the_shape() -> None:
+    """The hvp's entries for the data (zero directions, zero gradients) are ``zeros`` of the
+    shape: no ``zeros_like`` of a zero gradient computed just to be read (nor a zero bias for
+    linear's tangent-input product), and fresh arrays on every call."""
+    plan, got, ref, again = _w4_hvp_plan()
+    assert _kernel_calls(plan, np.zeros) == 2  # x's and y's entries
+    assert _kernel_calls(plan, np.zeros_like) == 0
+    assert _kernel_calls(plan, REGISTRY["zeros_like"].forward) == 0
+    assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
+    assert not np.any(got[6]) and not np.any(got[7])
+    second = again()
+    assert second[6] is not got[6] and not np.shares_memory(second[6], got[6])
+
+
+def test_constant_chains_are_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reverse pass's seed chain (``ones(())``, scaled, broadcast over the batch by
+    cross-entropy's sum) depends on no input: the generated plan computes it once, while
+    tracing, and gives the interpreter's bits; without the pass it is recomputed per call."""
+    data = H.make_data("W2")
+    loss, inputs = H._tl_loss("W2", data), H._tl_inputs("W2", data)
+    params = [p.copy() for p in data["params"]]
+    broadcast = REGISTRY["broadcast_to"].forward
+
+    def plan_and_grads() -> tuple[Any, Any, Any]:
+        c = tl.compile(loss, *[p.shape for p in params], *[x.shape for x in inputs],
+                       wrt=tuple(range(len(params))))
+        ref = _interpreted(c, lambda: c.value_and_backward(*params, *inputs))
+        for _ in range(2):
+            got = c.value_and_backward(*params, *inputs)
+        (plan,) = c._generated.values()
+        assert plan is not None
+        return plan, got, ref
+
+    plan, got, ref = plan_and_grads()
+    assert _kernel_calls(plan, np.ones) == 0 and _kernel_calls(plan, broadcast) == 0
+    assert _same(got[0], ref[0]) and all(_same(g, r) for g, r in zip(got[1], ref[1],
+                                                                      strict=True))
+    monkeypatch.setattr(codegen, "_fold_constants", lambda *_: 0)
+    unfolded, got2, _ = plan_and_grads()
+    assert _kernel_calls(unfolded, np.ones) == 1 and _kernel_calls(unfolded, broadcast) == 1
+    assert all(_same(g, r) for g, r in zip(got2[1], ref[1], strict=True))
+
+
+def test_folding_never_returns_shared_memory() -> None:
+    """A gradient that is a constant (d sum(x) / dx: the seed broadcast) is returned fresh on
+    every call, so a caller writing into it changes nothing for the next call; a reshape to
+    the shape its input has is no call at all."""
+
+    def f(x: Any, w: Any) -> Any:
+        return F.add(F.sum(x), F.sum(F.reshape(F.mul(x, w), shape=(3, 4))))
+
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    c = tl.compile(f, (3, 4), (3, 4), dtype="float64")
+    firsts = [c.value_and_backward(x, w)[1] for _ in range(3)]
+    (plan,) = c._generated.values()
+    assert plan is not None
+    assert _kernel_calls(plan, REGISTRY["reshape"].forward) == 0
+    gx = firsts[-1][0]
+    np.testing.assert_allclose(gx, 1 + w, rtol=1e-15)
+    if gx.flags.writeable:
+        gx[...] = 7.0
+    again = c.value_and_backward(x, w)[1][0]
+    assert again is not gx and not np.shares_memory(again, gx)
+    np.testing.assert_allclose(again, 1 + w, rtol=1e-15)
+    # d sum(x) / dx is the seed broadcast itself: a view of the folded chain, so nothing folds.
+    c2 = tl.compile(lambda v: F.sum(v), (3, 4), dtype="float64")
+    grads = [c2.value_and_backward(x)[1][0] for _ in range(3)]
+    (plan2,) = c2._generated.values()
+    assert plan2 is not None and _kernel_calls(plan2, np.ones) == 1
+    assert not np.shares_memory(grads[-1], grads[-2])
+    assert all(np.array_equal(g, np.ones((3, 4))) for g in grads)

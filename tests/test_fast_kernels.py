@@ -29,6 +29,7 @@ from torchlean.core.registry import (
     fast_kernels,
 )
 from torchlean.engine.tape import Tape
+from torchlean.ops.fast import blas as fast_blas
 from torchlean.ops.fast import linalg as fast_linalg
 from torchlean.ops.fast import residuals
 from torchlean.verify.checks import Settings as VerifySettings
@@ -77,9 +78,16 @@ def test_the_fast_set_is_the_expected_one() -> None:
         assert prim.forward is not prim.reference_forward or prim.fast_forward is None
 
 
-@pytest.mark.parametrize("shape", [(128, 784, 512), (64, 512, 512), (256, 64, 256)])
-def test_linear_fast_gemm_equals_reference(shape: tuple[int, int, int]) -> None:
+@pytest.fixture
+def gemm_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """linear's SciPy GEMM path whatever this machine's OpenBLAS core (``fast_blas.gemm_pays``
+    picks it on the AVX-512 cores only)."""
     pytest.importorskip("scipy.linalg")
+    monkeypatch.setattr(fast_blas, "FORCE_GEMM", True)
+
+
+@pytest.mark.parametrize("shape", [(128, 784, 512), (64, 512, 512), (256, 64, 256)])
+def test_linear_fast_gemm_equals_reference(shape: tuple[int, int, int], gemm_path: None) -> None:
     rows, fan_in, fan_out = shape
     assert rows * fan_in * fan_out >= fast_linalg.MIN_WORK  # (the GEMM path, not the fallback)
     rng = np.random.default_rng(rows)
@@ -98,11 +106,10 @@ def test_linear_fast_gemm_equals_reference(shape: tuple[int, int, int]) -> None:
         assert np.array_equal(args[1], b.astype(dtype))
 
 
-def test_verify_fast_column_check_on_the_linear_gemm_path() -> None:
+def test_verify_fast_column_check_on_the_linear_gemm_path(gemm_path: None) -> None:
     # linear's registry samples are below MIN_WORK (a sample above it makes the other verify
     # columns take minutes), so verify's fast column sees the fallback there; its check runs
     # here on the GEMM path: forward and VJP within FAST_RTOL, then the link bitwise.
-    pytest.importorskip("scipy.linalg")
     rng = np.random.default_rng(7)
     sample = Sample((rng.standard_normal((32, 512)) / 16, rng.standard_normal(32),
                      rng.standard_normal((128, 512))))
@@ -111,6 +118,30 @@ def test_verify_fast_column_check_on_the_linear_gemm_path() -> None:
     # Not 0: with 512 inputs OpenBLAS adds C (the bias) before the last block of the sum, not
     # after it, so the GEMM path's bits differ (0 would mean the reference ran on both sides).
     assert 0.0 < worst < FAST_RTOL["float32"]
+
+
+@pytest.mark.parametrize("core", ["Haswell", "SkylakeX", None])
+def test_linear_gemm_path_chosen_by_the_openblas_core(core: str | None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """SciPy's GEMM runs on the AVX-512 cores (measured faster there), not on the AVX2 Haswell
+    kernels (measured slower: there the reference runs, its bits exactly); an unknown core
+    keeps the GEMM. The choice is made once, never by timing."""
+    pytest.importorskip("scipy.linalg")
+    monkeypatch.setattr(fast_blas, "_gemm_core", core)
+    assert fast_blas.FORCE_GEMM is None
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((512, 784), (512,), (128, 784))]
+    want = REGISTRY["linear"].reference_forward(*args)
+    with fast_kernels(True):
+        got = REGISTRY["linear"].forward(*args)
+    pays = core != "Haswell"
+    assert fast_blas.gemm_pays() is pays
+    # 784 inputs: past one block of the sum, the GEMM path's bits differ from the reference's.
+    assert np.array_equal(got, want) is not pays
+    np.testing.assert_allclose(got, want, rtol=FAST_RTOL["float32"],
+                               atol=FAST_RTOL["float32"] * float(np.abs(want).max()))
+    monkeypatch.setattr(fast_blas, "FORCE_GEMM", False)
+    assert not fast_blas.gemm_pays()
 
 
 def test_linear_fast_falls_back_to_the_reference_bits() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import torchlean as tl
 import torchlean.engine.ops_interface as F
-from torchlean.core.registry import REGISTRY, Primitive, Sample, register
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, Primitive, Sample, register
 
 
 def mlp_loss(x: object, w1: object, w2: object) -> object:
@@ -185,3 +185,106 @@ def test_vjp_returns_one_cotangent_per_argument_with_modules() -> None:
     assert len(cotangents) == 1 and cotangents[0].shape == (4, 3)
     expected = (1 - out ** 2) @ layer.weight.value
     np.testing.assert_allclose(cotangents[0], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("lead", [(), (5,), (2, 3)])
+def test_linear_jvp_tangent_input_term_has_no_zero_bias(lead: tuple[int, ...]) -> None:
+    """linear's JVP: w tx + tw x + tb, the ``w tx`` term as a bias-free product (1-D inputs
+    keep ``linear`` with a zero bias); against the formula, with only ``tx`` and with all three
+    tangents, for a vector, a batch and two batch axes."""
+    rng = np.random.default_rng(len(lead))
+    w, b = rng.standard_normal((4, 3)), rng.standard_normal(4)
+    x = rng.standard_normal(lead + (3,))
+    tw, tb, tx = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal(x.shape)
+
+    def f(w_: object, b_: object, x_: object) -> object:
+        return F.linear(w_, b_, x_)
+
+    out, t = tl.jvp(f, (w, b, x), (np.zeros_like(w), np.zeros_like(b), tx))
+    np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-12)
+    np.testing.assert_allclose(t, tx @ w.T, rtol=1e-12, atol=1e-12)
+    _, t = tl.jvp(f, (w, b, x), (tw, tb, tx))
+    np.testing.assert_allclose(t, tx @ w.T + x @ tw.T + tb, rtol=1e-12, atol=1e-12)
+    got = REGISTRY["linear"].jvp(ARRAY_OPS, (None, None, tx), (w, b, x), None)
+    assert got.shape == lead + (4,)
+    np.testing.assert_allclose(got, tx @ w.T, rtol=1e-12, atol=1e-12)
+
+
+def test_hvp_computes_only_the_values_its_rules_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreted hvp (``tl.hvp``, a compiled graph's first call) computes a forward value
+    only when a tangent rule hands it to a kernel: W4's gradient graph never computes the
+    gradients' own values (g^T x per weight), only their tangents; the result has the full
+    pass's bits."""
+    from torchlean.bench import harness as H
+    from torchlean.engine import graph as graph_mod
+
+    data = H.make_data("W4")
+    loss, (x, y) = H._tl_loss("W4", data), H._tl_inputs("W4", data)
+    params, vs = data["params"], data["v"]
+    c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
+                   wrt=tuple(range(len(params))))
+    gg = c._hvp_graph()
+    arrays = gg.check_inputs("hvp", c._full([*params, x, y]))
+    tangents = gg.check_inputs("hvp", [*vs, None, None], allow_none=True)
+    made: list[object] = []
+    real = graph_mod._LazyValues
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(graph_mod, "_LazyValues", Spy)
+    got = gg.lazy_tangents(arrays, tangents)
+    assert got is not None
+    values = gg.evaluate(arrays)
+    full = gg.tangents(values, tangents)
+    for t, i in zip(got, gg.outputs, strict=True):
+        want = np.zeros_like(values[i]) if full[i] is None else full[i]
+        assert t.dtype == want.dtype and t.tobytes() == want.tobytes()
+    (lazy,) = made
+    skipped = [n for i, n in enumerate(gg.nodes) if lazy.vals[i] is graph_mod._MISSING]
+    big = [n for n in skipped if n.op is not None and n.op.name == "matmul"
+           and min(n.shape) >= 128]
+    assert len(big) == 3  # dW1 = g1^T x, dW2 = g2^T h1 and g1 = g2 W2 are never computed
+    c.codegen = False
+    interpreted = c.hvp([*params, x, y], [*vs, None, None])
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(interpreted, got, strict=True))
+
+
+def test_hvp_falls_back_to_the_full_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tangent rule that reads a value's contents outside the Ops interpreter (here a Python
+    operator on an input not computed yet) makes the lazy pass give up: the full pass runs,
+    same answer."""
+    from torchlean.engine.graph import Graph
+
+    prim = register(Primitive(
+        "test_cube_operator_jvp", ("x",), lambda s: s, lambda x: x ** 3,
+        vjp=lambda ops, g, xs, out: (ops.mul(g, ops.scale(ops.square(xs[0]), c=3.0)),),
+        jvp=lambda ops, ts, xs, out: ops.mul(ts[0], 3.0 * xs[0] * xs[0]),
+        semantics="x^3 whose JVP multiplies arrays with operators (test fixture).",
+        samples=lambda rng: [Sample((rng.standard_normal(3),))],
+    ))
+    lazy = Graph.lazy_tangents
+    gave_up: list[bool] = []
+
+    def spy(self: Graph, *args: object, **kwargs: object) -> object:
+        got = lazy(self, *args, **kwargs)  # type: ignore[arg-type]
+        gave_up.append(got is None)
+        return got
+
+    monkeypatch.setattr(Graph, "lazy_tangents", spy)
+    try:
+        def f(x: object) -> object:  # sum(x^6): H v = 30 x^4 v
+            return F.sum(F.apply(prim, F.mul(x, x)))
+
+        x, v = np.array([0.3, -1.2, 2.0]), np.array([1.0, 0.5, -2.0])
+        (hv,) = tl.hvp(f, (x,), (v,))
+        np.testing.assert_allclose(hv, 30 * x ** 4 * v, rtol=1e-12)
+        assert gave_up == [True]
+        gave_up.clear()
+        (hv,) = tl.hvp(lambda x: F.sum(F.mul(F.mul(x, x), F.mul(x, x))), (x,), (v,))
+        np.testing.assert_allclose(hv, 12 * x ** 2 * v, rtol=1e-12)
+        assert gave_up == [False]  # (rules on the Ops interpreter only: the lazy pass ran)
+    finally:
+        del REGISTRY["test_cube_operator_jvp"]

@@ -18,7 +18,7 @@ Hessian-vector products (forward-over-reverse).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -231,6 +231,30 @@ class Graph:
         seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
         return forward_tangents(self.nodes, values, seeds, self.array_ops())
 
+    def lazy_tangents(self, xs: Sequence[Any], input_tangents: Sequence[Any],
+                      xp: Any = np) -> list[Any] | None:
+        """The tangent of every output for inputs ``xs`` (checked, in namespace ``xp``), zeros
+        where none arrives, computing only the forward values the tangent rules read.
+
+        ``evaluate`` then ``tangents`` computes every node's value first; forward mode over a
+        gradient graph (hvp) never reads most of them: the gradients themselves (``g^T x`` per
+        weight: outputs whose tangents are wanted, not their values) and the cotangents only
+        they use. Here a node's value is computed when a rule first hands it to a kernel (or
+        reads anything but its static shape and dtype), with its missing ancestors, in graph
+        order: the same kernels on the same arrays, so the same bits as the full pass (W4's
+        hvp: 3 of its 22 products are never run). ``None`` where a rule needs more than that
+        (anything raised): the caller runs the full pass, which raises what is genuine."""
+        values = _LazyValues(self, xs, xp)
+        seeds = {i: t for i, t in zip(self.inputs, input_tangents, strict=True) if t is not None}
+        try:
+            found = forward_tangents(self.nodes, cast(Sequence[Any], values), seeds,
+                                     _ForcingOps(self.array_ops(), values))
+            outs = [values.force_any(found[i]) for i in self.outputs]
+        except Exception:  # noqa: BLE001  (a rule that needs a value's contents: the full pass)
+            return None
+        return [xp.zeros(self.nodes[i].shape, dtype=self.dtype) if t is None else t
+                for t, i in zip(outs, self.outputs, strict=True)]
+
     def to_tape(self, xs: Sequence[Any], xp: Any = np) -> tuple[Tape, list[int], list[int]]:
         """Replay the graph on a fresh eager tape of namespace ``xp``'s device; node ids
         coincide with graph ids."""
@@ -249,6 +273,109 @@ class Graph:
                 tid = tape.record(node.op, node.parents, node.attrs)
             assert tid == i
         return tape, leaf_ids, list(self.outputs)
+
+
+_MISSING = object()
+
+
+class _Lazy:
+    """A graph value not computed yet (``Graph.lazy_tangents``): its static shape and dtype;
+    any other attribute, and every kernel call (``_ForcingOps``), computes it first."""
+
+    __slots__ = ("id", "shape", "dtype", "_values")
+
+    def __init__(self, i: int, shape: tuple[int, ...], dtype: Any, values: _LazyValues) -> None:
+        self.id = i
+        self.shape = shape
+        self.dtype = dtype
+        self._values = values
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d value")
+        return self.shape[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._values.force(self.id), name)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        return np.asarray(self._values.force(self.id), *args, **kwargs)
+
+
+class _LazyValues:
+    """The values ``forward_tangents`` indexes: computed ones, or ``_Lazy`` placeholders that
+    compute themselves (and their missing ancestors, in graph order) on demand."""
+
+    def __init__(self, graph: Graph, xs: Sequence[Any], xp: Any) -> None:
+        n = len(graph.nodes)
+        self.nodes = graph.nodes
+        self.vals: list[Any] = [_MISSING] * n
+        for i, x in zip(graph.inputs, xs, strict=True):
+            self.vals[i] = x
+        for i, c in (graph.consts if xp is np else graph.consts_on(xp)).items():
+            self.vals[i] = c
+        self.steps = {i: (forward, parents, attrs)
+                      for i, forward, parents, attrs in graph._plan(xp)}
+        self.lazy = [_Lazy(i, node.shape, node.dtype, self) for i, node in enumerate(graph.nodes)]
+
+    def __len__(self) -> int:
+        return len(self.vals)
+
+    def __getitem__(self, i: int) -> Any:
+        v = self.vals[i]
+        return self.lazy[i] if v is _MISSING else v
+
+    def force(self, i: int) -> Any:
+        vals = self.vals
+        if vals[i] is not _MISSING:
+            return vals[i]
+        todo: set[int] = set()
+        stack = [i]
+        while stack:
+            j = stack.pop()
+            if j in todo or vals[j] is not _MISSING:
+                continue
+            todo.add(j)
+            stack.extend(self.nodes[j].parents)
+        for j in sorted(todo):  # ids are in graph order (SSA)
+            forward, parents, attrs = self.steps[j]
+            vals[j] = forward(*[vals[p] for p in parents], **attrs)
+        return vals[i]
+
+    def force_any(self, value: Any) -> Any:
+        """``value`` with any placeholder in it (one level of lists and tuples) computed."""
+        if isinstance(value, _Lazy):
+            return self.force(value.id)
+        if isinstance(value, list | tuple) and any(isinstance(v, _Lazy) for v in value):
+            return type(value)(self.force_any(v) for v in value)
+        return value
+
+
+class _ForcingOps:
+    """An Ops interpreter that computes placeholders before calling the real one's kernel."""
+
+    def __init__(self, base: Any, values: _LazyValues) -> None:
+        self._base = base
+        self._values = values
+        self.name = base.name
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        kernel = getattr(self._base, name)
+        force = self._values.force_any
+
+        def call(*args: Any, **attrs: Any) -> Any:
+            return kernel(*[force(a) for a in args], **{k: force(v) for k, v in attrs.items()})
+
+        setattr(self, name, call)
+        return call
 
 
 def _short(value: Any) -> str:

@@ -286,8 +286,12 @@ class Compiled:
         if got is not None:
             return got
         xp = self.namespace(xs)
-        values = gg.evaluate(gg.check_inputs("hvp", self._full(xs, xp), xp=xp), xp)
+        arrays = gg.check_inputs("hvp", self._full(xs, xp), xp=xp)
         tangents = gg.check_inputs("hvp tangents", _pad_tangents(gg, vs), allow_none=True, xp=xp)
+        lazy = gg.lazy_tangents(arrays, tangents, xp)  # only the values the rules read
+        if lazy is not None:
+            return tuple(lazy)
+        values = gg.evaluate(arrays, xp)
         return _or_zeros(gg.tangents(values, tangents), values, gg.outputs)
 
     def hessian(self, xs: Sequence[Any], argnum: int) -> Any:

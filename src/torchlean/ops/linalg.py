@@ -79,7 +79,15 @@ def _linear_jvp(ops: Any, ts: Any, xs: Any, out: Any) -> Any:
 
     def f(params: tuple[Any, Any], v: tuple[Any, bool]) -> Any:
         (pw, pb), (vx, with_bias) = params, v
-        return ops.linear(pw, pb if with_bias else ops.zeros_like(pb), vx)
+        if with_bias or len(vx.shape) == 1:
+            return ops.linear(pw, pb if with_bias else ops.zeros_like(pb), vx)
+        # w tx without a bias: the product ``linear`` computes (x @ w.T, the transpose a view),
+        # minus a zero bias made and added per call (forward-over-reverse: one per layer).
+        rows = size(tuple(vx.shape[:-1]))
+        flat = vx if len(vx.shape) == 2 else ops.reshape(vx, shape=(rows, vx.shape[-1]))
+        prod = ops.matmul(flat, ops.transpose2d(pw))
+        return prod if len(vx.shape) == 2 else ops.reshape(
+            prod, shape=tuple(vx.shape[:-1]) + (pw.shape[0],))
 
     t_params = None
     if tw is not None or tb is not None:

@@ -66,6 +66,48 @@ def scipy_blas() -> Any:
     return _blas
 
 
+# OpenBLAS core types (threadpoolctl's ``architecture``) on which ``linear``'s forward runs as
+# SciPy's GEMM with the bias as its C (``ops.fast.linalg``): the AVX-512 kernels, where it was
+# measured 7-9% faster than NumPy's matmul plus the bias (Zen 4, SkylakeX kernels, above). On
+# the AVX2 ``Haswell`` kernels (a Zen 3 EPYC without AVX-512, both libraries on them, one
+# thread, CPU time, interleaved, load about 4) SciPy's OpenBLAS 0.3.30 GEMM is the slower one:
+# (128, 784) -> 512 1557 -> 1812 us (best of 15), (128, 512) -> 512 1028 -> 1138 us with no bias
+# at all (so it is the library, not the bias trick), and the W2 compiled step's two large
+# forward products cost 0.33 ms more than NumPy's matmul plus the bias in an interleaved line
+# profile. A core not listed keeps the reference (NumPy's matmul), whose bits it also gives.
+GEMM_CORES = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
+
+# None: decide by the core (``gemm_pays``); True / False force the choice (tests, experiments).
+FORCE_GEMM: bool | None = None
+_gemm_core: Any = _UNLOADED
+
+
+def _scipy_core() -> str | None:
+    """The OpenBLAS core type SciPy's BLAS runs (threadpoolctl), None where unknown."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    found = [i for i in threadpool_info()
+             if i.get("user_api") == "blas" and "scipy" in i.get("filepath", "")
+             and "numpy" not in i.get("filepath", "")]
+    return str(found[0].get("architecture")) if found else None
+
+
+def gemm_pays() -> bool:
+    """Whether ``linear``'s fast forward should call SciPy's GEMM here: SciPy is there and its
+    OpenBLAS runs one of ``GEMM_CORES`` (or the core is unknown: threadpoolctl absent, the
+    choice measured first). Decided once per process, so a run's bits never depend on timing."""
+    global _gemm_core
+    if FORCE_GEMM is not None:
+        return FORCE_GEMM and scipy_blas() is not None
+    if scipy_blas() is None:
+        return False
+    if _gemm_core is _UNLOADED:
+        _gemm_core = _scipy_core()
+    return _gemm_core is None or _gemm_core in GEMM_CORES
+
+
 def describe() -> str:
     """Which GEMM library the fast kernels loaded (``torchlean bench`` prints it), without
     loading one."""
@@ -84,8 +126,11 @@ def describe() -> str:
         return "SciPy's BLAS (library not found by threadpoolctl)"
     i = found[0]
     threads = i.get("num_threads")
+    used = ("its GEMM" if gemm_pays() else
+            f"NumPy's matmul (SciPy's GEMM only on {', '.join(sorted(GEMM_CORES))} cores); "
+            "SciPy's BLAS for the SGD axpy")
     return (f"SciPy's {i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
-            f"({threads} thread{'' if threads == 1 else 's'})")
+            f"({threads} thread{'' if threads == 1 else 's'}): {used}")
 
 
-__all__ = ["describe", "scipy_blas"]
+__all__ = ["GEMM_CORES", "describe", "gemm_pays", "scipy_blas"]

@@ -19,6 +19,10 @@ reference's). The tests check it within ``registry.FAST_RTOL`` with verify's fas
 fallback there; a sample above it makes the other verify columns take minutes). Other
 cases (a 1-D or stacked input, mixed dtypes, non-contiguous operands, no SciPy) run the
 reference.
+
+Only on the OpenBLAS cores where this was measured faster (``ops.fast.blas.GEMM_CORES``, the
+AVX-512 ones): on the AVX2 ``Haswell`` kernels SciPy's OpenBLAS 0.3.30 GEMM is 5-15% slower than
+NumPy's 0.3.31 at these shapes, bias or not, so there the reference runs (its bits too).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 from ...core.registry import attach_fast
 from ..linalg import _linear as reference
-from .blas import scipy_blas
+from .blas import gemm_pays, scipy_blas
 
 # Multiply-adds from which the GEMM call pays for itself (see the module docstring).
 MIN_WORK = 1 << 21
@@ -43,9 +47,9 @@ def linear(w: Any, b: Any, x: Any) -> Any:
             or x.shape[0] * w.shape[0] * w.shape[1] < MIN_WORK
             or not x.flags.c_contiguous or not w.flags.c_contiguous):
         return reference(w, b, x)
-    blas = scipy_blas()
-    if blas is None:
+    if not gemm_pays():  # (SciPy absent, or its GEMM measured slower on this core)
         return reference(w, b, x)
+    blas = scipy_blas()
     gemm = blas.sgemm if dtype == np.float32 else blas.dgemm
     out = np.empty((x.shape[0], w.shape[0]), dtype)
     out[...] = b
