@@ -8,7 +8,8 @@ re-split the data):
   backend, initial weights and batch orders from seed ``s``, the CLI's defaults
   ``cli.certified.DEFAULTS``, e.g. the MLP's warm-up regularisers and label smoothing), through
   ``fit`` directly; ``--set KEY=VALUE`` changes a setting of its ``CertifiedConfig`` (``--set
-  reg=0 --set smoothing=0`` the reference's recipe exactly);
+  reg=0 --set smoothing=0`` the reference's recipe exactly, ``--set pool_chord=1`` CROWN-IBP's
+  max pooling bounded by the certifier's chord);
 - ref: auto_LiRPA's recipe step for step: ``torch.manual_seed(s)``, the torch module's default
   initialisation, a shuffling ``DataLoader`` (batch 64), ``BoundedModule`` (patches mode), its
   ``SmoothedScheduler("start=11,length=30")`` stepped per batch, natural loss at eps 0, robust
@@ -41,6 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -74,11 +76,17 @@ def torch_net(torch: Any, model: str) -> Any:
 
 def overrides(settings: list[str]) -> dict[str, Any]:
     """``--set key=value`` pairs as ``CertifiedConfig`` keyword arguments (a value with a comma
-    is a pair of floats, e.g. ``kappa=1,0``)."""
+    is a pair of floats, e.g. ``kappa=1,0``; a flag such as ``pool_chord`` takes 1/0, on/off or
+    true/false)."""
+    flags = {f.name for f in dataclasses.fields(CertifiedConfig) if f.type in (bool, "bool")}
     out: dict[str, Any] = {}
     for item in settings:
         key, _, text = item.partition("=")
-        if "," in text:
+        if key in flags:
+            if text.lower() not in ("1", "0", "on", "off", "true", "false"):
+                raise SystemExit(f"--set {item}: {key} takes 1/0, on/off or true/false")
+            out[key] = text.lower() in ("1", "on", "true")
+        elif "," in text:
             out[key] = tuple(float(t) for t in text.split(","))
         else:
             try:
@@ -247,7 +255,8 @@ def main() -> None:
     p.add_argument("method", nargs="?", choices=("ibp", "crown-ibp"))
     p.add_argument("eps", nargs="?", type=float)
     p.add_argument("--seeds", default="0,1,2,3,4")
-    p.add_argument("--who", default="ours,ref", help="ours, ref or both (comma-separated)")
+    p.add_argument("--who", default=None,
+                   help="ours, ref or both (comma-separated; default both, ours with --ours-only)")
     p.add_argument("--alpha", action="store_true", help="also torchlean's alpha-CROWN")
     p.add_argument("--alirpa-alpha", action="store_true", help="also auto_LiRPA's alpha-CROWN")
     p.add_argument("--alirpa", default=os.environ.get("AUTO_LIRPA", "/tmp/alirpa"))
@@ -267,7 +276,11 @@ def main() -> None:
         return
     if args.model is None or args.method is None or args.eps is None:
         p.error("give MODEL METHOD EPS (or --summary FILE...)")
-    lib = AutoLirpa(args.alirpa)
+    if args.who is None:
+        args.who = "ours" if args.ours_only else "ours,ref"
+    # auto_LiRPA (and torch) only where its side runs or certifies
+    need_lib = not args.ours_only or "ref" in args.who.split(",")
+    lib = AutoLirpa(args.alirpa) if need_lib else None
     from threadpoolctl import threadpool_limits
     data = load_data(args.model, "digits", 0)
     if args.val:
@@ -279,11 +292,12 @@ def main() -> None:
             for who in args.who.split(","):
                 if who == "ours":
                     model, spe = train_ours(args, data, seed)
-                    net = torch_net(lib.torch, args.model)
-                    with lib.torch.no_grad():
-                        for p_, tp in zip(model.parameters(), net.parameters(), strict=True):
-                            value = np.asarray(p_.value, np.float32).reshape(tp.shape)
-                            tp.copy_(lib.torch.from_numpy(value))
+                    net = None if lib is None else torch_net(lib.torch, args.model)
+                    if lib is not None:
+                        with lib.torch.no_grad():
+                            for p_, tp in zip(model.parameters(), net.parameters(), strict=True):
+                                value = np.asarray(p_.value, np.float32).reshape(tp.shape)
+                                tp.copy_(lib.torch.from_numpy(value))
                 else:
                     net, spe = train_ref(args, data, seed, lib)
                     model = models.build(models.config_for(args.model, data, seed=0))

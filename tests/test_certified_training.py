@@ -147,10 +147,10 @@ def test_crown_ibp_equals_an_independent_implementation_and_is_a_bound(beta):
         assert np.mean(mine >= ibp - 1e-12) > 0.5
 
 
-def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=None):
+def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=False):
     """The numeric engine's CROWN pass (not rounded for the kernels) over IBP intermediate
     bounds: CROWN-IBP at beta = 1, by the certifier's own rules; ``chord``: max pooling's upper
-    side by the chord or the constant max u (default: the training bounds' rule)."""
+    side by the chord or the constant max u (default: the training bounds' default rule)."""
     c = compile_fn(lambda v: model(v), x.shape, dtype=_dtype_of(model))
     graph, consts, n_data = _graph_and_consts(c)
     prop = Propagation(graph, consts, *box(x, eps), kernel=False, n_data=n_data)
@@ -158,14 +158,13 @@ def _crown_with_ibp_intermediates(model, x, y, eps, classes, chord=None):
         if node.kind == "op":
             prop.interval(i)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "POOL_CHORD", D.POOL_CHORD if chord is None else chord)
+        patch.setattr(engine, "POOL_CHORD", chord)
         return prop.lower(graph.output, margin_spec(y, classes))
 
 
 @pytest.mark.parametrize("chord", [True, False])
 @pytest.mark.parametrize("eps", [0.01, 0.05])
-def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps, chord,
-                                                                                monkeypatch):
+def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(eps, chord):
     """Convolutions and max pooling have backward rules: the CNN's CROWN-IBP bound is the
     engine's CROWN over IBP intermediate bounds with the same max-pool rule (same values in
     float64), tighter than IBP on most margins, and below the margins at points of the
@@ -174,16 +173,15 @@ def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(e
     model = _cnn()
     x = rng.uniform(0, 1, (6, 1, 8, 8))
     y = rng.integers(0, 5, 6)
-    monkeypatch.setattr(D, "POOL_CHORD", chord)
-    mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+    mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64,
+                                 pool_chord=chord)
     ours = _without_true(mine, y)
     ref = _crown_with_ibp_intermediates(model, x, y, eps, 5, chord)
     np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-10)
     assert np.all(ours >= ref)  # the engine's is rounded outward
     if chord:  # the chord is never looser than the constant max u, and tighter on some margins
-        monkeypatch.setattr(D, "POOL_CHORD", False)
         flat = _without_true(D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0,
-                                                   dtype=np.float64), y)
+                                                   dtype=np.float64, pool_chord=False), y)
         assert np.all(ours >= flat - 1e-12) and np.mean(ours > flat + 1e-6) >= 0.3
     ibp = _without_true(D.margin_lower_bounds(model, x, y, eps, dtype=np.float64), y)
     assert np.mean(ours > ibp + 1e-9) > 0.5
@@ -196,7 +194,7 @@ def test_cnn_crown_ibp_equals_the_engines_crown_over_ibp_bounds_and_is_a_bound(e
 
 
 @pytest.mark.parametrize("chord", [True, False])
-def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine(chord, monkeypatch):
+def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine(chord):
     """The backward rules' other paths: a max pool whose input is not a relu (no fused relu
     step: the relu after it is passed on its own) and a stride-2 convolution (the transposed
     convolution with output padding) give the engine's CROWN over IBP bounds too."""
@@ -207,9 +205,9 @@ def test_crown_ibp_unfused_pooling_and_strided_convolution_equal_the_engine(chor
     rng = np.random.default_rng(8)
     x = rng.uniform(0, 1, (5, 1, 8, 8))
     y = rng.integers(0, 5, 5)
-    monkeypatch.setattr(D, "POOL_CHORD", chord)
     for eps in (0.02, 0.1):
-        mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64)
+        mine = D.margin_lower_bounds(model, x, y, eps, crown=True, beta=1.0, dtype=np.float64,
+                                     pool_chord=chord)
         ref = _crown_with_ibp_intermediates(model, x, y, eps, 5, chord)
         np.testing.assert_allclose(_without_true(mine, y), ref, rtol=1e-9, atol=1e-10)
 
@@ -220,15 +218,16 @@ def _tiny_cnn(dtype="float64", seed=3):
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * 2 * 2, 3, dtype=dtype))
 
 
-def _loss_fn(model, crown, beta):
+def _loss_fn(model, crown, beta, chord=False):
     def loss(owner, x, y, eps):
-        lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta)
+        lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta, pool_chord=chord)
         return D.robust_cross_entropy(lower, y)
     return loss
 
 
-def _numeric_loss(model, x, y, eps, crown, beta):
-    lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta, dtype=np.float64)
+def _numeric_loss(model, x, y, eps, crown, beta, chord=False):
+    lower = D.margin_lower_bounds(model, x, y, eps, crown=crown, beta=beta, dtype=np.float64,
+                                  pool_chord=chord)
     z = -lower - (-lower).max(axis=1, keepdims=True)
     return float(-(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))[np.arange(len(y)),
                                                                        y].mean())
@@ -237,35 +236,33 @@ def _numeric_loss(model, x, y, eps, crown, beta):
 @pytest.mark.parametrize("crown, which", [(False, "mlp"), (True, "mlp"), (True, "cnn"),
                                           (True, "cnn-chord"), (True, "cnn-constant"),
                                           (True, "batch-norm")])
-def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which, monkeypatch):
+def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, which):
     """(batch-norm: the gradients go through the clean batch's statistics too, as the
     reference's; the finite differences move them with the weights. cnn-chord / -constant:
-    max pooling's upper side by the chord / the constant max u, whichever is the default; the
-    chord is active on this net: it moves the bounds.)"""
+    max pooling's upper side by the chord / the constant max u (``pool_chord``; "cnn": the
+    default); the chord is active on this net: it moves the bounds.)"""
     rng = np.random.default_rng(5)
     if which == "mlp":
         model, shape = _mlp("float64", sizes=(6, 10, 8, 3), seed=2), (5, 6)
     elif which.startswith("cnn"):
         model, shape = _tiny_cnn(), (5, 1, 4, 4)
-        if which != "cnn":
-            monkeypatch.setattr(D, "POOL_CHORD", which == "cnn-chord")
     else:
         model, shape = _bn_net(image=4), (5, 1, 4, 4)
         model.train()
     x = rng.uniform(0.1, 0.9, shape)
     y = rng.integers(0, 3, 5)
     eps = 0.05
-    if which == "cnn-chord":
-        loss = _numeric_loss(model, x, y, eps, crown, 0.5)
-        monkeypatch.setattr(D, "POOL_CHORD", False)
-        assert _numeric_loss(model, x, y, eps, crown, 0.5) > loss + 1e-4
-        monkeypatch.setattr(D, "POOL_CHORD", True)
+    chord = which == "cnn-chord"
+    if chord:
+        assert (_numeric_loss(model, x, y, eps, crown, 0.5, chord=False)
+                > _numeric_loss(model, x, y, eps, crown, 0.5, chord=True) + 1e-4)
     grads = {}
     for backend in ("eager", "compiled"):
-        step = Stepper(_loss_fn(model, crown, 0.5), Options(backend=backend, dtype="float64"))
+        step = Stepper(_loss_fn(model, crown, 0.5, chord),
+                       Options(backend=backend, dtype="float64"))
         value, pairs = step.value_and_grads([x, y.astype(np.float64), np.float64(eps)])
         # The recorded bounds compute what the rules compute on arrays.
-        assert float(value) == pytest.approx(_numeric_loss(model, x, y, eps, crown, 0.5),
+        assert float(value) == pytest.approx(_numeric_loss(model, x, y, eps, crown, 0.5, chord),
                                              rel=1e-12)
         grads[backend] = {id(p): np.asarray(g) for p, g in pairs}
     params = list(model.parameters())
@@ -279,9 +276,9 @@ def test_bound_gradients_match_finite_differences_eager_and_compiled(crown, whic
         for j in rng.choice(flat.size, size=min(8, flat.size), replace=False):
             old = flat[j]
             flat[j] = old + h
-            up = _numeric_loss(model, x, y, eps, crown, 0.5)
+            up = _numeric_loss(model, x, y, eps, crown, 0.5, chord)
             flat[j] = old - h
-            down = _numeric_loss(model, x, y, eps, crown, 0.5)
+            down = _numeric_loss(model, x, y, eps, crown, 0.5, chord)
             flat[j] = old
             fd = (up - down) / (2 * h)
             assert grads["eager"][id(p)].reshape(-1)[j] == pytest.approx(fd, rel=1e-5,
@@ -411,6 +408,9 @@ def test_smooth_ramp_and_the_schedules():
     ({"method": "ibp", "eps": 0.1, "l1": float("inf")}, "l1"),
     ({"method": "ibp", "eps": 0.1, "smoothing": 1.0}, "smoothing"),
     ({"method": "ibp", "eps": 0.1, "smoothing": -0.1}, "smoothing"),
+    ({"method": "crown-ibp", "eps": 0.1, "pool_chord": 1}, "pool_chord"),
+    ({"method": "crown-ibp", "eps": 0.1, "pool_chord": "on"}, "pool_chord"),
+    ({"method": "ibp", "eps": 0.1, "pool_chord": True}, "crown-ibp"),
 ])
 def test_config_checks_its_settings(kwargs, message):
     with pytest.raises(CertifiedTrainingError, match=message):
@@ -455,6 +455,32 @@ def test_cnn_crown_ibp_steps_agree_eager_and_compiled_and_report_their_own_bound
     assert le == pytest.approx(lc, rel=1e-5) and se == pytest.approx(sc, rel=1e-5)
     for a, b in zip(ge, gc, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["eager", "compiled"])
+def test_pool_chord_setting_is_the_bound_the_training_step_uses(backend):
+    """``CertifiedConfig.pool_chord`` reaches the CROWN-IBP step's bounds: each setting's loss is
+    the robust loss of ``margin_lower_bounds`` with that max-pool rule (on the step's weights),
+    and the chord's is lower (a tighter bound) on this net, where it is active."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.1, 0.9, (5, 1, 4, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 5)
+    losses = {}
+    for chord in (False, True):
+        model = _tiny_cnn("float32")
+        config = CertifiedConfig("crown-ibp", 0.2, warmup_epochs=0, ramp_epochs=1,
+                                 pool_chord=chord)
+        hook = CertifiedTraining(config)
+        hook.bind(model, steps_per_epoch=2, backend=backend, dtype=np.float32)
+        hook.step_count = 1  # mid-ramp: 0 < beta < 1
+        eps, beta = hook.schedule.eps(1), hook.schedule.beta(1)
+        assert 0 < beta < 1
+        lower = D.margin_lower_bounds(model, x, y, eps, beta=beta, crown=True,
+                                      pool_chord=chord)
+        expected = D.robust_cross_entropy(lower, y)
+        losses[chord] = hook.step(x, y)
+        assert losses[chord] == pytest.approx(float(expected), rel=1e-5)
+    assert losses[True] < losses[False] - 1e-4
 
 
 def test_batch_norm_steps_agree_eager_and_compiled_and_update_the_running_statistics():
@@ -759,7 +785,8 @@ def test_certified_runs_are_the_same_bits_eager_and_compiled(model_name):
 def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, capsys):
     path = str(tmp_path / "c.safetensors")
     code = cli.main(["train", "--certified", "crown-ibp", "--eps", "0.05", "--epochs", "3",
-                     "--eps-schedule", "1,1", "--kappa", "0.5,0", "--batch-norm", "--save", path])
+                     "--eps-schedule", "1,1", "--kappa", "0.5,0", "--batch-norm", "--pool-chord",
+                     "on", "--save", path])
     out = capsys.readouterr().out
     assert code == 0
     assert "certified training: crown-ibp at eps 0.05" in out and "verified err" in out
@@ -773,6 +800,7 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
     # L1; the reference's beta
     assert settings["certified"]["reg"] == 2.0 and settings["certified"]["beta"] == [1, 0]
     assert settings["certified"]["smoothing"] == 0.1 and settings["certified"]["l1"] == 0.0
+    assert settings["certified"]["pool_chord"] is True  # --pool-chord on, recorded
     assert settings["epochs"] == 3 and settings["batch_size"] == 64 and settings["lr"] == 1e-3
     assert json.loads(metadata["config"])["batch_norm"] is True
     code = cli.main(["certify", "--checkpoint", path, "--limit", "20", "--method", "ibp,crown",
@@ -787,8 +815,8 @@ def test_cli_trains_saves_settings_and_certify_uses_the_trained_eps(tmp_path, ca
 @pytest.mark.parametrize("method", ["ibp", "crown-ibp"])
 def test_cli_certified_defaults_per_model_and_method(model, method):
     """Without the options the config takes the model's and method's defaults (the table in
-    ``cli.certified``); ``--certified-reg``, ``--label-smoothing``, ``--certified-l1`` and
-    ``--beta`` override them."""
+    ``cli.certified``); ``--certified-reg``, ``--label-smoothing``, ``--certified-l1``,
+    ``--beta`` and (crown-ibp) ``--pool-chord`` override them."""
     p = argparse.ArgumentParser()
     p.add_argument("--model")
     p.add_argument("--dataset", default=None)
@@ -800,12 +828,22 @@ def test_cli_certified_defaults_per_model_and_method(model, method):
     assert (config.reg, config.smoothing, config.l1) == (expected["reg"],
                                                         expected["smoothing"], 0.0)
     assert config.beta == (1.0, 0.0)
+    assert config.pool_chord is expected["pool_chord"]
+    assert not config.pool_chord or method == "crown-ibp"  # the chord is a CROWN-pass rule
     extra = ["--certified-reg", "0.25", "--label-smoothing", "0.15", "--certified-l1", "1e-5"]
     if method == "crown-ibp":
         extra += ["--beta", "1,0.5"]
     config = cli_certified.config_from(p.parse_args(base + extra), 60)
     assert (config.reg, config.smoothing, config.l1) == (0.25, 0.15, 1e-5)
     assert config.beta == ((1.0, 0.5) if method == "crown-ibp" else (1.0, 0.0))
+    assert config.pool_chord is expected["pool_chord"]  # the other options leave it alone
+    if method == "crown-ibp":
+        for flag in ("on", "off"):
+            config = cli_certified.config_from(p.parse_args(base + ["--pool-chord", flag]), 60)
+            assert config.pool_chord is (flag == "on")
+    else:
+        config = cli_certified.config_from(p.parse_args(base + ["--pool-chord", "off"]), 60)
+        assert config.pool_chord is False
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -823,6 +861,8 @@ def test_cli_certified_defaults_per_model_and_method(model, method):
     (["--certified", "ibp", "--eps", "0.1", "--beta", "1,1"], "--beta"),
     (["--certified", "ibp", "--eps", "0.1", "--label-smoothing", "1"], "--label-smoothing"),
     (["--certified", "ibp", "--eps", "0.1", "--certified-l1", "-1"], "--certified-l1"),
+    (["--certified", "ibp", "--eps", "0.1", "--pool-chord", "on"], "--pool-chord"),
+    (["--certified", "crown-ibp", "--eps", "0.1", "--pool-chord", "yes"], "--pool-chord"),
 ])
 def test_cli_refuses_bad_certified_options(argv, message, capsys):
     code = cli.main(["train", *argv])

@@ -29,6 +29,9 @@ weighted ``reg * (1 - eps_t / eps)`` as theirs, so they fade out as eps reaches 
 Also off by default: ``l1 > 0`` adds ``l1 * sum |W|`` over the weight matrices and kernels to
 every phase's loss (Xiao et al. 2019: sparse weights are easier to certify), and
 ``smoothing > 0`` smooths the robust loss's labels (``(1 - s) one_hot + s / N``).
+``pool_chord`` (CROWN-IBP): max pooling's upper side in the CROWN pass is the certifier's chord
+(``engine.pool_upper``, what ``torchlean certify`` uses) instead of the window's constant
+greatest upper bound (auto_LiRPA's); off by default here, the CLI's default is per model.
 
 Batch normalisation is handled as auto_LiRPA's certified training handles it: the bounds use
 the clean batch's statistics (``bounds.differentiable``), the natural loss the batch's own
@@ -108,6 +111,7 @@ class CertifiedConfig:
     beta: tuple[float, float] = (1.0, 0.0)
     l1: float = 0.0
     smoothing: float = 0.0
+    pool_chord: bool = False
 
     def __post_init__(self) -> None:
         where = "certified training"
@@ -156,6 +160,13 @@ class CertifiedConfig:
         if not _number(self.smoothing) or not 0 <= self.smoothing < 1:
             raise CertifiedTrainingError(f"{where}: smoothing must lie in [0, 1), found "
                                          f"{self.smoothing!r}")
+        if not isinstance(self.pool_chord, bool):
+            raise CertifiedTrainingError(f"{where}: pool_chord must be True or False, found "
+                                         f"{self.pool_chord!r}")
+        if self.pool_chord and self.method != "crown-ibp":
+            raise CertifiedTrainingError(f"{where}: pool_chord relaxes max pooling in "
+                                         f"CROWN-IBP's CROWN pass: it needs method "
+                                         f"'crown-ibp', found {self.method!r}")
         if self.init not in INITS:
             raise CertifiedTrainingError(f"{where}: init must be one of {', '.join(INITS)}, "
                                          f"found {self.init!r}")
@@ -378,7 +389,8 @@ class CertifiedTraining:
                      reg: Any) -> Any:
                 boxes: list[Box] | None = [] if with_reg else None
                 lower = margin_lower_bounds(model, x, y, eps, beta=beta, crown=with_crown,
-                                            clip=clip, relu_inputs=boxes)
+                                            clip=clip, relu_inputs=boxes,
+                                            pool_chord=self.config.pool_chord)
                 keep(owner, lower)
                 rob = (robust_cross_entropy(lower, y) if smoothing == 0.0
                        else F.cross_entropy(-lower, smoothed_targets(y, lower, smoothing)))
@@ -511,7 +523,7 @@ class CertifiedTraining:
             crown = self._phase(eps, beta) == "crown-ibp"
             lower = margin_lower_bounds(self.model, x.astype(self.dtype), labels, eps,
                                         beta=beta, crown=crown, clip=self.config.clip,
-                                        dtype=self.dtype)
+                                        dtype=self.dtype, pool_chord=self.config.pool_chord)
         lower = np.asarray(lower, dtype=np.float64)
         shifted = -lower - (-lower).max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))

@@ -17,12 +17,12 @@ over the L-infinity ball of radius ``eps`` around ``x`` clipped to the input ran
   pass from the margins to the input with the relu relaxations those bounds give (upper: the
   chord; lower: slope 1 where ``u > -l``, else 0), mixed as ``beta * crown + (1 - beta) * ibp``.
   The pass goes through linear layers, 2-D convolutions (their adjoint), reshapes, sums, relus
-  and 2-D max pooling with tiling windows (the numeric engine's relaxation, its upper side the
-  certifier's chord: ``POOL_CHORD``); in float64 it equals the engine's CROWN over IBP
-  intermediate bounds up to rounding (tests). A relu whose only use is a max pool is relaxed
-  inside the pool's rule, at the pooled size (the pool passes each coefficient to one entry
-  per window only), and window spreading and picking are
-  products with a 0/1 matrix: the pass's work on the (B, K, ...) coefficient arrays is then the
+  and 2-D max pooling with tiling windows (the numeric engine's relaxation; its upper side the
+  certifier's chord with ``pool_chord=True``, else auto_LiRPA's constant); in float64 it equals
+  the engine's CROWN over IBP intermediate bounds up to rounding (tests). A relu whose only use
+  is a max pool is relaxed inside the pool's rule, at the pooled size (the pool passes each
+  coefficient to one entry per window only), and window spreading and picking are products with
+  a 0/1 matrix: the pass's work on the (B, K, ...) coefficient arrays is then the
   convolutions' adjoints and a few elementwise products (auto_LiRPA's pass has the same
   shape).
 
@@ -92,9 +92,11 @@ State = Point | Box
 class _Ctx:
     """Where values live: ``owner`` records ops (None: compute arrays of ``dtype``)."""
 
-    def __init__(self, owner: Any, dtype: Any) -> None:
+    def __init__(self, owner: Any, dtype: Any, pool_chord: bool = False) -> None:
         self.owner = owner
         self.dtype = np.dtype(dtype)
+        # max pooling's upper side in the CROWN pass: the certifier's chord, or the constant
+        self.pool_chord = bool(pool_chord)
         # batch norm: the clean pass's values by node index, each batch_norm node's (w, b) by
         # the node's id (what the backward rules are given)
         self.clean: dict[int, Value] = {}
@@ -510,9 +512,6 @@ def _bw_conv(a: Value, node: Any, states: list[State | None], batch: int, k: int
 
 
 _NOT_SELECTED = 1e30  # pushes a window's selected entry below every other upper bound
-# Max pooling's upper side by the certifier's chord (``engine.pool_upper``) on the entry of
-# greatest upper bound; False: the constant greatest upper bound of the window (auto_LiRPA's).
-POOL_CHORD = False
 
 
 def _upsample(ho: int, wo: int, kernel: tuple[int, int]) -> np.ndarray:
@@ -529,8 +528,8 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     """Through a 2-D max pooling with windows tiling the input (the numeric engine's
     relaxation): ``max >= x_j``, ``j`` the window's entry of greatest lower bound (first in
     row-major order); ``max <= x_j`` where ``j`` dominates the window (its lower bound >= every
-    other entry's upper bound); elsewhere, with ``POOL_CHORD``, the chord ``max <= (1 - s) U +
-    s x_i`` on the entry ``i`` of greatest upper bound ``U`` (``s = (U - U2) / (U - l_i)``,
+    other entry's upper bound); elsewhere, with ``ctx.pool_chord``, the chord ``max <= (1 - s) U
+    + s x_i`` on the entry ``i`` of greatest upper bound ``U`` (``s = (U - U2) / (U - l_i)``,
     ``U2`` the other entries' greatest upper bound: the line through ``(l_i, U2)`` and ``(U,
     U)``, which is ``engine.pool_upper``'s), else the constant ``U`` (auto_LiRPA's CROWN). The
     choices of ``j`` and ``i`` and the dominance are piecewise constant (no gradient); ``U``,
@@ -579,7 +578,7 @@ def _bw_max_pool(a: Value, node: Any, states: list[State | None], batch: int, k:
     coeff = a * dom + pos * (1.0 - dom)  # a+ + a- dom, on j
     free = 1.0 - dominated
     upper: Value = None  # a- (1 - dom) s, on i
-    if POOL_CHORD:
+    if ctx.pool_chord:
         top_hot = F.apply("max_pool_backward", hi, ones, **geom)  # one-hot of i per window
         second = F.apply("max_pool2d", x.hi - top_hot * _NOT_SELECTED, **pool)
         l_i = F.reshape(pick(x.lo, top_hot), (batch, c, ho, wo))
@@ -730,7 +729,8 @@ def _margin_spec(labels: Value, num_classes: int, ctx: _Ctx) -> tuple[Value, Val
 
 def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta: Value = 0.0,
                         crown: bool = False, clip: tuple[float, float] | None = (0.0, 1.0),
-                        dtype: Any = None, relu_inputs: list[Box] | None = None) -> Value:
+                        dtype: Any = None, relu_inputs: list[Box] | None = None,
+                        pool_chord: bool = False) -> Value:
     """Lower bounds ``(B, N)`` of the margins ``out[y] - out[j]`` for every class ``j`` over the
     clipped ball (zero at ``j = y``).
 
@@ -740,12 +740,15 @@ def margin_lower_bounds(model: Any, x: Value, labels: Value, eps: Value, *, beta
     ``beta * crown + (1 - beta) * ibp``; otherwise IBP. Not rounded outward (module docstring).
     ``relu_inputs``: a list that receives the input box (the IBP pre-activation bounds) of every
     relu, in graph order (certified training's warm-up regularisers read them).
+    ``pool_chord``: CROWN's upper side of a max pool is the certifier's chord
+    (``engine.pool_upper``, on there by default) instead of the window's constant greatest upper
+    bound (auto_LiRPA's).
     """
     owner = F.owner_of([x, labels, eps, beta])
     if owner is not None:
-        ctx = _Ctx(owner, x.dtype)  # the recording's dtype
+        ctx = _Ctx(owner, x.dtype, pool_chord)  # the recording's dtype
     else:
-        ctx = _Ctx(None, np.float32 if dtype is None else dtype)
+        ctx = _Ctx(None, np.float32 if dtype is None else dtype, pool_chord)
     if owner is None:
         x = np.asarray(x, dtype=ctx.dtype)
     shape = tuple(x.shape)
