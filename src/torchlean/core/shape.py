@@ -20,6 +20,23 @@ def size(shape: Shape) -> int:
     return n
 
 
+class StaticShape:
+    """``ndim`` and ``size`` read off a ``shape`` tuple, for stand-ins that are known by their
+    static shape before (or instead of) their values: a traced value in the code generator, a
+    graph value not computed yet."""
+
+    __slots__ = ()
+    shape: Shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return size(self.shape)
+
+
 def as_shape(op: str, shape: Iterable[int] | int) -> Shape:
     """Validate a user-given shape: non-negative ints."""
     if isinstance(shape, int):

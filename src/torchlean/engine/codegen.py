@@ -92,6 +92,7 @@ import numpy as np
 
 from ..core.autodiff import forward_tangents, run_reverse
 from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, unbroadcast
+from ..core.shape import StaticShape
 from ..ops.fast import pool as fast_pool
 from ..ops.fast import residuals
 
@@ -108,7 +109,7 @@ class _CannotEmit(Exception):
     escapes ``emit``)."""
 
 
-class _Sym:
+class _Sym(StaticShape):
     """A value while tracing: the real array (``value``) and its place in the trace (``id``).
     Rules see what they see of a graph ``Ref``: shape, dtype, ndim, len; anything else (its
     value in Python control flow, NumPy conversion, operators) stops the trace."""
@@ -120,14 +121,6 @@ class _Sym:
         self.value = value
         self.shape = tuple(getattr(value, "shape", ()))
         self.dtype = getattr(value, "dtype", None)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __len__(self) -> int:
         if not self.shape:

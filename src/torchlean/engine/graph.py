@@ -28,6 +28,7 @@ from ..core.errors import ShapeError, TapeError, TraceError
 from ..core.kernels import array_on, device_kernel_check
 from ..core.node import Node
 from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
+from ..core.shape import StaticShape
 from .ops_interface import RecordingOps, Ref
 from .tape import Tape
 
@@ -278,7 +279,7 @@ class Graph:
 _MISSING = object()
 
 
-class _Lazy:
+class _Lazy(StaticShape):
     """A graph value not computed yet (``Graph.lazy_tangents``): its static shape and dtype;
     any other attribute, and every kernel call (``_ForcingOps``), computes it first."""
 
@@ -289,14 +290,6 @@ class _Lazy:
         self.shape = shape
         self.dtype = dtype
         self._values = values
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __len__(self) -> int:
         if not self.shape:
