@@ -71,15 +71,22 @@ def test_training_step_bitwise_equal_to_interpreter(workload: str, fast: bool) -
         assert all(_same(g, r) for g, r in zip(got[1], other[1], strict=True))
 
 
-def test_hvp_bitwise_equal_to_interpreter() -> None:
+def _w4_hvp() -> tuple[Any, Any]:
+    """W4's loss compiled with respect to its parameters, and a call of its hvp at W4's point
+    and direction."""
     data = H.make_data("W4")
     loss, (x, y) = H._tl_loss("W4", data), H._tl_inputs("W4", data)
     params, vs = data["params"], data["v"]
     c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
                    wrt=tuple(range(len(params))))
-    ref = _interpreted(c, lambda: c.hvp([*params, x, y], [*vs, None, None]))
+    return c, lambda: c.hvp([*params, x, y], [*vs, None, None])
+
+
+def test_hvp_bitwise_equal_to_interpreter() -> None:
+    c, hvp = _w4_hvp()
+    ref = _interpreted(c, hvp)
     for _ in range(3):
-        got = c.hvp([*params, x, y], [*vs, None, None])
+        got = hvp()
         assert all(_same(g, r) for g, r in zip(got, ref, strict=True))
     assert all(p is not None for p in c._generated.values())
 
@@ -213,17 +220,13 @@ def _kernel_calls(plan: Any, kernel: Any) -> int:
 
 
 def _w4_hvp_plan() -> tuple[Any, tuple[Any, ...], tuple[Any, ...], Any]:
-    data = H.make_data("W4")
-    loss, (x, y) = H._tl_loss("W4", data), H._tl_inputs("W4", data)
-    params, vs = data["params"], data["v"]
-    c = tl.compile(loss, *[p.shape for p in params], x.shape, y.shape,
-                   wrt=tuple(range(len(params))))
-    ref = _interpreted(c, lambda: c.hvp([*params, x, y], [*vs, None, None]))
-    got = c.hvp([*params, x, y], [*vs, None, None])
-    got = c.hvp([*params, x, y], [*vs, None, None])  # the generated plan
+    c, hvp = _w4_hvp()
+    ref = _interpreted(c, hvp)
+    got = hvp()
+    got = hvp()  # the generated plan
     (plan,) = c._generated.values()
     assert plan is not None
-    return plan, got, ref, lambda: c.hvp([*params, x, y], [*vs, None, None])
+    return plan, got, ref, hvp
 
 
 def test_common_calls_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
