@@ -30,7 +30,8 @@ float64 and whatever they are, the evaluation is rigorous:
 - the input: ``min over the box of A . v`` by centre and radius with its rounding bound, and the
   accumulated constant less ``gamma`` times the sum of its terms' magnitudes.
 
-Every interval is rounded outward (``bounds.rounding``). The inherited bounds are valid because a
+Every interval is rounded outward (``bounds.rounding``; by ``up_wide``/``down_wide``, at least
+one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The inherited bounds are valid because a
 bound over a box holds on each of its sub-boxes.
 """
 
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from .forward import Chain
-from .rounding import ETA32, ETA64, U32, U64, down, gamma, mid_rad, up
+from .rounding import ETA32, ETA64, U32, U64, down_wide, gamma, mid_rad, up_wide
 
 Array = Any
 
@@ -71,11 +72,11 @@ def concretize(coef: Array, const: Array, lo: Array, hi: Array) -> Array:
     """A lower bound of ``const + coef . v`` over the boxes ``[lo, hi]`` (``(N, d)``), rounded
     outward: ``(N, K)``."""
     c = 0.5 * lo + 0.5 * hi
-    r = up(np.maximum(up(hi - c), up(c - lo)))
+    r = up_wide(np.maximum(up_wide(hi - c), up_wide(c - lo)))
     d = lo.shape[-1]
     s = np.einsum("nkd,nd->nk", coef, c) - np.einsum("nkd,nd->nk", np.abs(coef), r) + const
     m = np.einsum("nkd,nd->nk", np.abs(coef), np.abs(c) + r) + np.abs(const)
-    return down(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+    return down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
 
 
 class ChainCrown:
@@ -115,11 +116,11 @@ class ChainCrown:
         p = self.w[k].shape[1]
         kind = self.kinds[k]
         if kind == "linear":
-            return up(gamma(p + 2, self.u) * (m + self.abs_b[k]) + (p + 2) * self.eta)
-        e = up(gamma(p + 2, self.u) * m + (p + 2) * self.eta)
+            return up_wide(gamma(p + 2, self.u) * (m + self.abs_b[k]) + (p + 2) * self.eta)
+        e = up_wide(gamma(p + 2, self.u) * m + (p + 2) * self.eta)
         if kind == "matmul+add":  # the sum's own rounding, relative to its magnitude
-            out = up(up(m + e) + self.abs_b[k])
-            e = up(e + up(self.u * out * (1 + 4 * U64) + 4 * self.eta))
+            out = up_wide(up_wide(m + e) + self.abs_b[k])
+            e = up_wide(e + up_wide(self.u * out * (1 + 4 * U64) + 4 * self.eta))
         return e
 
     def bound(self, v_lo: Array, v_hi: Array, rows: Array,
@@ -133,7 +134,7 @@ class ChainCrown:
         n_layers = len(self.w)
         h_lo, h_hi = np.asarray(v_lo, np.float64), np.asarray(v_hi, np.float64)
         c0 = 0.5 * h_lo + 0.5 * h_hi
-        r0 = up(np.maximum(up(h_hi - c0), up(c0 - h_lo)))
+        r0 = up_wide(np.maximum(up_wide(h_hi - c0), up_wide(c0 - h_lo)))
         self._c0, self._r0 = c0, r0
         layers: list[tuple[Array, Array]] = []
         # per hidden layer j: relaxation (al, s), upper-line intercept T = s (-l), slack C
@@ -142,23 +143,22 @@ class ChainCrown:
         self._t: list[Array] = []
         self._slack: list[Array] = []  # S_k: slack of a multiplier on z_k
         self._slack_h: list[Array] = []  # the same for a multiplier on h_k (see _relax)
-        self._pack: list[Array] = []  # built from the above when first used (_packed)
         pairs = 0
         for k in range(n_layers):
             w_t, aw_t, b = self.w_t[k], self.aw_t[k], self.b[k]
             p = w_t.shape[0]
             n = w_t.shape[1]
             mag_in = np.maximum(np.abs(h_lo), np.abs(h_hi))
-            m = up((mag_in @ aw_t) * (1 + gamma(p + 2)) + (p + 2) * ETA64)  # >= |W| |h|
+            m = up_wide((mag_in @ aw_t) * (1 + gamma(p + 2)) + (p + 2) * ETA64)  # >= |W| |h|
             eps = self._kernel_eps(k, m) if self.kernel else 0.0
             g = gamma(2 * max(p, n) + 8)
-            self._slack.append(up((eps + g * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
+            self._slack.append(up_wide((eps + g * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
             c = 0.5 * h_lo + 0.5 * h_hi
-            r = up(np.maximum(up(h_hi - c), up(c - h_lo)))
+            r = up_wide(np.maximum(up_wide(h_hi - c), up_wide(c - h_lo)))
             zc = c @ w_t + b
             zr = r @ aw_t
-            err = up(g * (m + self.abs_b[k] + zr) + (p + 4) * ETA64) + eps
-            lo, hi = down(zc - zr - err), up(zc + zr + err)
+            err = up_wide(g * (m + self.abs_b[k] + zr) + (p + 4) * ETA64) + eps
+            lo, hi = down_wide(zc - zr - err), up_wide(zc + zr + err)
             if k == n_layers - 1:
                 break
             if inherited is not None:
@@ -190,7 +190,7 @@ class ChainCrown:
             rows).T
         mag_rows = ((np.abs(h_c) + h_r) @ np.abs(lam_w).T + np.abs(rows) @ self.abs_b[-1]
                     + self._slack[-1] @ np.abs(rows).T)
-        by_interval = down(s - gamma(2 * p + 12) * mag_rows - (2 * p + 12) * ETA64)
+        by_interval = down_wide(s - gamma(2 * p + 12) * mag_rows - (2 * p + 12) * ETA64)
         low = np.maximum(low.reshape(n_box, k_rows), by_interval)
         return Bounds(low.reshape(n_box, k_rows), coef.reshape(n_box, k_rows, -1),
                       const.reshape(n_box, k_rows), layers, pairs)
@@ -199,19 +199,19 @@ class ChainCrown:
         active = lo >= 0
         unstable = (lo < 0) & (hi > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.where(unstable, up(hi / np.where(unstable, down(hi - lo), 1.0)),
+            s = np.where(unstable, up_wide(hi / np.where(unstable, down_wide(hi - lo), 1.0)),
                          active.astype(np.float64))
         al = np.where(active | (unstable & (hi > -lo)), 1.0, 0.0)
         t = np.where(unstable, s * -lo, 0.0)
         n = lo.shape[1]
-        grel = np.where(unstable, up(gamma(2 * n + 16) * (np.abs(lo) + np.abs(hi))), 0.0)
+        grel = np.where(unstable, up_wide(gamma(2 * n + 16) * (np.abs(lo) + np.abs(hi))), 0.0)
         self._al.append(al)
         self._s.append(s)
         self._t.append(t)
         # the slack of a multiplier mu on h_j: its relu term's rounding plus, through
         # |nu| <= |mu| (slopes in [0, 1], up to rounding), the slack of the next affine step
         k = len(self._al) - 1
-        self._slack_h.append(up((grel + self._slack[k] * (1 + 8 * U64))
+        self._slack_h.append(up_wide((grel + self._slack[k] * (1 + 8 * U64))
                                 * (1 + gamma(n + 4))))
 
     def _pair_bounds(self, k: int, box: Array, j: Array) -> tuple[Array, Array]:
@@ -243,15 +243,6 @@ class ChainCrown:
             const[sl], coef[sl], low[sl] = self._backward_chunk(k, box[sl], lam[sl], first[sl])
         return const, coef, low
 
-    def _packed(self, j: int) -> tuple[Array, Array, Array, Array]:
-        """Layer ``j``'s per-box relaxation: (upper-line intercept + slack, -slack, upper slope,
-        lower slope), each ``(N, n)``."""
-        while len(self._pack) <= j:
-            i = len(self._pack)
-            sh = self._slack_h[i]
-            self._pack.append((self._t[i] + sh, -sh, self._s[i], self._al[i]))
-        return self._pack[j]
-
     def _backward_chunk(self, k: int, box: Array, lam: Array, a: Array
                         ) -> tuple[Array, Array, Array]:
         n = lam.shape[1]
@@ -260,21 +251,25 @@ class ChainCrown:
         acc = bias - slack
         mags = np.abs(bias) + slack
         for j in range(k - 1, -1, -1):
-            t_neg, t_pos, s_up, s_lo = self._packed(j)
-            neg = a < 0
-            # per neuron: mu * (T + S) for mu < 0 (the upper line's term less its slack),
-            # -|mu| S otherwise; the multiplier nu = mu times the upper or the lower slope
-            term = np.einsum("pn,pn->p", a, np.where(neg, t_neg[box], t_pos[box]))
-            nu = a * np.where(neg, s_up[box], s_lo[box])
+            neg = np.minimum(a, 0.0)
+            pos = a - neg  # max(a, 0), exactly
+            # per neuron: mu (T + S) for mu < 0 (the upper line's term less its slack), -|mu| S
+            # otherwise, i.e. min(mu, 0) T - |mu| S, summed (one more rounding than a single
+            # sum: n_terms below); the multiplier nu = mu times the lower or the upper slope
+            # (one of the two products is 0, so the sum is the rounded product itself).
+            # Separate row gathers and no np.where: 2-5x faster per step (measured)
+            term = (np.einsum("pn,pn->p", neg, self._t[j][box])
+                    - np.einsum("pn,pn->p", pos - neg, self._slack_h[j][box]))
+            nu = pos * self._al[j][box] + neg * self._s[j][box]
             bias = nu @ self.b[j]
             acc += term + bias
             mags += np.abs(term) + np.abs(bias)
             a = nu @ self.w[j]
-        n_terms = 2 * k + 4
-        rig = down(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
+        n_terms = 3 * k + 4
+        rig = down_wide(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
         c, r = self._c0[box], self._r0[box]
         d = a.shape[1]
         s = np.einsum("pd,pd->p", a, c) - np.einsum("pd,pd->p", np.abs(a), r) + rig
         m = np.einsum("pd,pd->p", np.abs(a), np.abs(c) + r) + np.abs(rig)
-        low = down(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+        low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
         return rig, a, low
