@@ -86,8 +86,8 @@ from .forward import Chain, chain_of, forward_bounds
 
 Array = Any
 
-__all__ = ["BabError", "BabResult", "Models", "Spec", "search", "spec_of_region", "verify_network",
-           "verify_property"]
+__all__ = ["BabError", "BabResult", "Models", "Resume", "Spec", "search", "spec_of_region",
+           "verify_network", "verify_property"]
 
 STATUSES = ("unsat", "sat", "unknown", "timeout")
 # input to split: largest |coefficient of the input in the deciding row's bound| x width,
@@ -105,6 +105,7 @@ ALPHA_BATCH = 16  # boxes per alpha-CROWN pass (Models.alpha_pairs): its cost pe
 ALPHA_LR = 0.2  # its Adam step size (compute_bounds' default)
 ALPHA_STEPS = 5  # alpha-CROWN steps on the children CROWN leaves open (0: never; 5 took less
 # CPU than 10 on 3 of 4 property-1 instances)
+VERIFY_ALPHA_STEPS = 0  # ... in verify_network (see there)
 ALPHA_AFTER = 1024  # ... once this many domains have been bounded (easy instances never pay;
 # on the property-1 instances 1,024 took 1.1-3.6x less CPU than 2,048)
 ALPHA_PER_ROUND = 256  # open children given alpha-CROWN per round at most
@@ -200,6 +201,8 @@ class BabResult:
     alpha_proved: int = 0
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
+    # on a timeout: the open domains (search's ``resume``); from verify_property, the Resume
+    queue: Any = None
 
     def as_dict(self) -> dict[str, Any]:
         cex = None
@@ -880,7 +883,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            split: str = "auto", refresh_every: int = 1,
            alpha_steps: int = ALPHA_STEPS, alpha_after: int = ALPHA_AFTER,
            lookahead: str = LOOKAHEAD, clock: Callable[[], float] = time.monotonic,
-           progress: Callable[[dict[str, Any]], None] | None = None) -> BabResult:
+           progress: Callable[[dict[str, Any]], None] | None = None,
+           resume: _Queue | None = None) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set (see module).
 
     ``models``: batched copies of the network (``Models``); ``confirm(x)``: given a flat point
@@ -889,7 +893,11 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     domains split per round (their children, twice as many, go into one bound pass);
     ``max_domains``: open domains kept at most; ``clock``: what ``timeout`` is measured by (wall
     time; ``time.process_time`` measures this process's CPU time, for benchmarks on a busy
-    machine); ``progress``: called after every round with the counts so far.
+    machine); ``progress``: called after every round with the counts so far; ``resume``: the
+    open domains of an earlier search of the same ``spec`` that timed out (its
+    ``BabResult.queue``): the search goes on from them (no first attack, no root pass), as if
+    it had never stopped. They are a cover of what that search had not proved, so the verdict
+    rests on the same argument.
     """
     for name, value, least in (("batch", batch, 1), ("max_domains", max_domains, 1),
                                ("attack_steps", attack_steps, 0),
@@ -922,6 +930,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
 
     def finish(status: str, reason: str = "", cex: Any = None) -> BabResult:
         timer.stage("other")
+        if status == "timeout":  # the open domains, to go on from (search's resume)
+            result.queue = queue
         result.status, result.reason, result.counterexample = status, reason, cex
         result.seconds = timer.now() - timer.start
         result.stages = dict(timer.stages)
@@ -936,13 +946,14 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                 return cex
         return None
 
-    # 1. the centre and an attack on the whole box
+    queue = resume
+    # 1. the centre and an attack on the whole box (done already when resuming)
     lo0, hi0 = spec.inner_lower.astype(np.float64), spec.inner_upper.astype(np.float64)
     centre = _inside(spec, (lo0 + (hi0 - lo0) / 2)[None])
     vals = _values(spec, models.forward(centre))
     cex = check(centre) if vals.min() <= 0 else None
     all_open = np.ones((1, j), dtype=bool)
-    if cex is None and attack_steps:
+    if cex is None and attack_steps and resume is None:
         chains = np.repeat(lo0[None], attack_chains, axis=0), np.repeat(hi0[None], attack_chains,
                                                                         axis=0)
         cex = check(_attack(models, spec, *chains, np.repeat(all_open, attack_chains, axis=0),
@@ -993,19 +1004,21 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                         low, open_[w][idx]))
         return lower, kept, coef, consts
 
-    lower, kept, coef, consts = bound(spec.lower[None], spec.upper[None], None, None, all_open)
-    result.domains, result.passes = 1, 1
-    still, margin = _margins(spec, lower, all_open)
-    timer.stage("bounds")
-    if not still.any():
-        return finish("unsat", "proved by one bound pass")
-    per_domain = (16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (coef.shape[2] + 2)
-                  + 16)
-    cap = int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain)))
-    queue = _Queue(cap)
-    queue.push(lo=spec.lower[None], hi=spec.upper[None], open=still, margin=margin, inh=kept,
-               age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
-    result.max_queue = 1
+    if queue is None:
+        lower, kept, coef, consts = bound(spec.lower[None], spec.upper[None], None, None,
+                                          all_open)
+        result.domains, result.passes = 1, 1
+        still, margin = _margins(spec, lower, all_open)
+        timer.stage("bounds")
+        if not still.any():
+            return finish("unsat", "proved by one bound pass")
+        per_domain = (16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (coef.shape[2] + 2)
+                      + 16)
+        queue = _Queue(int(min(max_domains, max(1, MAX_QUEUE_BYTES // per_domain))))
+        queue.push(lo=spec.lower[None], hi=spec.upper[None], open=still, margin=margin,
+                   inh=kept, age=np.zeros(1, np.int64), low=lower, coef=coef, const=consts)
+    cap = queue.cap
+    result.max_queue = queue.size
 
     alpha_live = pairs and alpha_steps > 0
     # 3. split until done
@@ -1132,10 +1145,24 @@ def spec_of_region(region: Any, n_outputs: int, dtype: Any) -> Spec:
     return Spec(lo, hi, in_lo, in_hi, a, b, group, len(mats))
 
 
+@dataclass
+class Resume:
+    """Where a timed-out ``verify_property`` stopped: every region before ``region`` proved
+    (``unsat``), that region's open domains ``queue`` (``search``'s ``resume``), and the
+    seconds of look-ahead spent so far (``verify_network``)."""
+
+    region: int
+    queue: Any
+    lookahead_spent: float = 0.0
+
+
 def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
-                    timeout: float | None = None, **options: Any) -> BabResult:
+                    timeout: float | None = None, resume: Resume | None = None,
+                    **options: Any) -> BabResult:
     """``search`` on every region of a ``bounds.properties.Property`` in turn, sharing the
-    time limit: ``unsat`` when every region is, ``sat`` at the first counterexample.
+    time limit: ``unsat`` when every region is, ``sat`` at the first counterexample. On a
+    timeout with every earlier region proved, ``BabResult.queue`` is a ``Resume``: passed
+    back as ``resume``, the search goes on where it stopped.
 
     ``run(x)``: the float32 network on one flat input (batch of one), flat output; a point is a
     counterexample only when ``prop.violated_by(x, run(x))`` (exact arithmetic) says so.
@@ -1151,9 +1178,10 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         return None
 
     total = BabResult("unsat", "every region proved")
-    for region in prop.regions:
-        if region.empty:
-            continue
+    proved = True  # every region so far unsat (only then may a timeout be resumed)
+    for index, region in enumerate(prop.regions):
+        if region.empty or (resume is not None and index < resume.region):
+            continue  # (before the resumed region: proved by the earlier call)
         left = None if timeout is None else timeout - (clock() - start)
         if left is not None and left <= 0:
             total.status, total.reason = "timeout", "time ran out between regions"
@@ -1166,9 +1194,12 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
                 total.status, total.reason, total.counterexample = "sat", "unconstrained", cex
                 break
             total.status, total.reason = "unknown", "an unconstrained output set"
+            proved = False
             continue
         spec = spec_of_region(region, prop.n_outputs, models.dtype)
-        found = search_fn(models, spec, confirm, timeout=left, **options)
+        extra = ({"resume": resume.queue} if resume is not None and index == resume.region
+                 else {})
+        found = search_fn(models, spec, confirm, timeout=left, **options, **extra)
         total.domains += found.domains
         total.passes += found.passes
         total.reused += found.reused
@@ -1180,6 +1211,9 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         if found.status != "unsat":
             total.status, total.reason = found.status, found.reason
             total.counterexample = found.counterexample
+            if found.status == "timeout" and proved and found.queue is not None:
+                total.queue = Resume(index, found.queue)
+            proved = False
             if found.status in ("sat", "timeout"):
                 break
     total.seconds = clock() - start
@@ -1188,10 +1222,11 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
 
 def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
                    max_batch: int | None = None, intermediate: str = "pairs",
-                   **options: Any) -> BabResult:
+                   resume: Resume | None = None, **options: Any) -> BabResult:
     """``verify_property`` for a ``torchlean.vnn.instance.Network`` (its ``model``, the batch
     of one the property is stated for, its ``batched(n)`` copies and ``run``): the entry point
-    of ``torchlean vnn --method bab``."""
+    of ``torchlean vnn --method bab``. ``resume``: a timed-out call's ``BabResult.queue`` (a
+    ``Resume``; the same network and property), to go on where it stopped."""
     def factory(n: int) -> Any:
         return net.model if n == 1 else net.batched(n)
 
@@ -1201,20 +1236,43 @@ def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
     if max_batch is None and models.chain_crown(options.get("kernel", True)) is None:
         models = Models(factory, max_batch=256, intermediate=intermediate)
     options.setdefault("batch", max(1, models.max_batch // 2))
+    # no alpha-CROWN on open children (search's alpha_steps stays an option): since the chain
+    # pass got cheaper (0.16 ms a domain on ACAS Xu, 2-core Zen 3) a box costs alpha about 34
+    # domains' worth of CROWN, while the boxes it proves close under CROWN in a median of 3-7
+    # domains (sampled, 4_2 property 2 and 4_9 property 1). Measured, CPU-s without / with:
+    # 4_2 property 2 103 / 216, 1_1 property 6 15 / 26, 4_9 property 1 7.6 / 7.6
+    options.setdefault("alpha_steps", VERIFY_ALPHA_STEPS)
     if "lookahead" in options:
-        return verify_property(models, prop, net.run, timeout=timeout, **options)
-    # look-ahead first, for LOOKAHEAD_FIRST seconds, then the heuristic's splits from scratch:
-    # looking ahead answers the property-1 instances whose split score is blind (2_8, 5_7: 3-4
-    # CPU-s, timeouts without), but its 5x work per split is a loss where the score is right
-    # and the search is long (3_3, 4_2 property 2: 25 and 69 CPU-s without it)
-    first = LOOKAHEAD_FIRST if timeout is None else min(timeout, LOOKAHEAD_FIRST)
-    found = verify_property(models, prop, net.run, timeout=first, lookahead="all", **options)
-    if found.status != "timeout" or (timeout is not None and timeout <= first):
-        return found
-    left = None if timeout is None else max(timeout - found.seconds, 1e-3)
-    rest = verify_property(models, prop, net.run, timeout=left, lookahead="off", **options)
-    for name in ("domains", "passes", "reused", "alpha", "alpha_proved"):
-        setattr(rest, name, getattr(rest, name) + getattr(found, name))
-    rest.max_queue = max(rest.max_queue, found.max_queue)
-    rest.seconds += found.seconds
+        return verify_property(models, prop, net.run, timeout=timeout, resume=resume,
+                               **options)
+    # look-ahead first, for LOOKAHEAD_FIRST seconds, then the heuristic's splits on the open
+    # domains it left: looking ahead answers the property-1 instances whose split score is blind
+    # (2_8, 5_7: 3-4 CPU-s, timeouts without), but its 5x work per split is a loss where the
+    # score is right and the search is long (3_3, 4_2 property 2: 25 and 69 CPU-s without it).
+    # The second phase went on from scratch until session 12; going on from the first's open
+    # domains keeps its work (on 4_2 property 2, 10 CPU-s)
+    spent = 0.0 if resume is None else resume.lookahead_spent
+    look = LOOKAHEAD_FIRST - spent
+    found = None
+    if look > 0:
+        first = look if timeout is None else min(timeout, look)
+        found = verify_property(models, prop, net.run, timeout=first, lookahead="all",
+                                resume=resume, **options)
+        if isinstance(found.queue, Resume):
+            found.queue.lookahead_spent = spent + found.seconds
+        if found.status != "timeout" or (timeout is not None and timeout <= first):
+            return found
+        resume = found.queue if isinstance(found.queue, Resume) else None
+    left = timeout
+    if timeout is not None and found is not None:
+        left = max(timeout - found.seconds, 1e-3)
+    rest = verify_property(models, prop, net.run, timeout=left, lookahead="off",
+                           resume=resume, **options)
+    if isinstance(rest.queue, Resume):
+        rest.queue.lookahead_spent = LOOKAHEAD_FIRST
+    if found is not None:
+        for name in ("domains", "passes", "reused", "alpha", "alpha_proved"):
+            setattr(rest, name, getattr(rest, name) + getattr(found, name))
+        rest.max_queue = max(rest.max_queue, found.max_queue)
+        rest.seconds += found.seconds
     return rest

@@ -31,8 +31,8 @@ float64 and whatever they are, the evaluation is rigorous:
   accumulated constant less ``gamma`` times the sum of its terms' magnitudes.
 
 Every interval is rounded outward (``bounds.rounding``; by ``up_wide``/``down_wide``, at least
-one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The inherited bounds are valid because a
-bound over a box holds on each of its sub-boxes.
+one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The
+inherited bounds are valid because a bound over a box holds on each of its sub-boxes.
 """
 
 from __future__ import annotations

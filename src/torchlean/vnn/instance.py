@@ -469,9 +469,13 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                               "domains of branch and bound)")
             if found.status == "timeout" and not clock.over():  # "unknown": the domain cap
                 left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
-                # the first run's look-ahead phase ran out: the same phase again would too
-                again: dict[str, Any] = ({"lookahead": "off"} if first is None
-                                         or first > bab.LOOKAHEAD_FIRST else {})
+                # on from the first run's open domains (its look-ahead time counted); where it
+                # cannot be (a region left unknown first), afresh, without the look-ahead phase
+                # if that ran out
+                again: dict[str, Any] = {"resume": found.queue}
+                if not isinstance(found.queue, bab.Resume):
+                    again = ({"lookahead": "off"} if first is None
+                             or first > bab.LOOKAHEAD_FIRST else {})
                 found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed,
                                            **again)
                 clock.stage("bab")
