@@ -1148,12 +1148,10 @@ def spec_of_region(region: Any, n_outputs: int, dtype: Any) -> Spec:
 @dataclass
 class Resume:
     """Where a timed-out ``verify_property`` stopped: every region before ``region`` proved
-    (``unsat``), that region's open domains ``queue`` (``search``'s ``resume``), and the
-    seconds of look-ahead spent so far (``verify_network``)."""
+    (``unsat``), and that region's open domains ``queue`` (``search``'s ``resume``)."""
 
     region: int
     queue: Any
-    lookahead_spent: float = 0.0
 
 
 def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
@@ -1226,7 +1224,8 @@ def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
     """``verify_property`` for a ``torchlean.vnn.instance.Network`` (its ``model``, the batch
     of one the property is stated for, its ``batched(n)`` copies and ``run``): the entry point
     of ``torchlean vnn --method bab``. ``resume``: a timed-out call's ``BabResult.queue`` (a
-    ``Resume``; the same network and property), to go on where it stopped."""
+    ``Resume``, from its second phase; the same network and property): its second phase goes
+    on where it stopped."""
     def factory(n: int) -> Any:
         return net.model if n == 1 else net.batched(n)
 
@@ -1245,31 +1244,25 @@ def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
     if "lookahead" in options:
         return verify_property(models, prop, net.run, timeout=timeout, resume=resume,
                                **options)
-    # look-ahead first, for LOOKAHEAD_FIRST seconds, then the heuristic's splits on the open
-    # domains it left: looking ahead answers the property-1 instances whose split score is blind
-    # (2_8, 5_7: 3-4 CPU-s, timeouts without), but its 5x work per split is a loss where the
-    # score is right and the search is long (3_3, 4_2 property 2: 25 and 69 CPU-s without it).
-    # The second phase went on from scratch until session 12; going on from the first's open
-    # domains keeps its work (on 4_2 property 2, 10 CPU-s)
-    spent = 0.0 if resume is None else resume.lookahead_spent
-    look = LOOKAHEAD_FIRST - spent
+    # look-ahead first, for LOOKAHEAD_FIRST seconds, then the heuristic's splits from scratch:
+    # looking ahead answers the property-1 instances whose split score is blind (2_8, 5_7: 3-4
+    # CPU-s, timeouts without), but its 5x work per split is a loss where the score is right
+    # and the search is long (3_3, 4_2 property 2: 25 and 69 CPU-s without it). Going on from
+    # the look-ahead phase's open domains instead was measured worse: 4_2 property 2 past 1.39M
+    # domains against 645k from scratch. A ``resume`` goes on with the second phase.
     found = None
-    if look > 0:
-        first = look if timeout is None else min(timeout, look)
+    if resume is None:
+        first = LOOKAHEAD_FIRST if timeout is None else min(timeout, LOOKAHEAD_FIRST)
         found = verify_property(models, prop, net.run, timeout=first, lookahead="all",
-                                resume=resume, **options)
-        if isinstance(found.queue, Resume):
-            found.queue.lookahead_spent = spent + found.seconds
+                                **options)
+        found.queue = None  # (see above)
         if found.status != "timeout" or (timeout is not None and timeout <= first):
             return found
-        resume = found.queue if isinstance(found.queue, Resume) else None
     left = timeout
     if timeout is not None and found is not None:
         left = max(timeout - found.seconds, 1e-3)
     rest = verify_property(models, prop, net.run, timeout=left, lookahead="off",
                            resume=resume, **options)
-    if isinstance(rest.queue, Resume):
-        rest.queue.lookahead_spent = LOOKAHEAD_FIRST
     if found is not None:
         for name in ("domains", "passes", "reused", "alpha", "alpha_proved"):
             setattr(rest, name, getattr(rest, name) + getattr(found, name))

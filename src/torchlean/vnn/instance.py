@@ -469,9 +469,9 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                               "domains of branch and bound)")
             if found.status == "timeout" and not clock.over():  # "unknown": the domain cap
                 left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
-                # on from the first run's open domains (its look-ahead time counted); where it
-                # cannot be (a region left unknown first), afresh, without the look-ahead phase
-                # if that ran out
+                # on from the first run's open domains where it reached its second phase (and
+                # no region was left unknown); else afresh, without the look-ahead phase if
+                # that ran out
                 again: dict[str, Any] = {"resume": found.queue}
                 if not isinstance(found.queue, bab.Resume):
                     again = ({"lookahead": "off"} if first is None
