@@ -179,9 +179,11 @@ class ChainCrown:
         rows = np.asarray(rows, np.float64)
         k_rows = rows.shape[0]
         lam_w = rows @ self.w[-1]  # (K, p): the rows' multiplier on the last hidden layer
-        box = np.repeat(np.arange(n_box), k_rows)
-        lam = np.tile(rows, (n_box, 1))
-        const, coef, low = self._backward(n_layers - 1, box, lam, np.tile(lam_w, (n_box, 1)))
+        every = np.arange(n_box)
+        k_last = n_layers - 1
+        slack = (self._slack[k_last] @ np.abs(rows).T).reshape(-1)  # (N K,): |row| . S_k
+        const, coef, low = self._backward(k_last, every, np.tile(rows @ self.b[k_last], n_box),
+                                          slack, np.tile(lam_w, (n_box, 1)), k_rows)
         # the rows folded into the last layer over the last hidden layer's interval: now and
         # then tighter than CROWN (kept, as the engine keeps the intersection)
         h_c, h_r = mid_rad(h_lo, h_hi)
@@ -215,52 +217,59 @@ class ChainCrown:
                                 * (1 + gamma(n + 4))))
 
     def _pair_bounds(self, k: int, box: Array, j: Array) -> tuple[Array, Array]:
-        """CROWN bounds of neuron ``j[i]`` of layer ``k`` on box ``box[i]``."""
+        """CROWN bounds of neuron ``j[i]`` of layer ``k`` on box ``box[i]``: rows ``+e_j`` and
+        ``-e_j``, side by side (a group of two rows per box: ``_backward``)."""
         lo_out, hi_out = np.empty(len(box)), np.empty(len(box))
         for s in range(0, len(box), ROW_CHUNK // 2):
             b = box[s:s + ROW_CHUNK // 2]
-            jj = j[s:s + ROW_CHUNK // 2]
+            jj = np.repeat(j[s:s + ROW_CHUNK // 2], 2)
             count = len(b)
-            bb = np.concatenate([b, b])
-            sign = np.concatenate([np.ones(count), -np.ones(count)])
-            lam = np.zeros((2 * count, self.w[k].shape[0]))
-            lam[np.arange(2 * count), np.concatenate([jj, jj])] = sign
-            first = self.w[k][np.concatenate([jj, jj])] * sign[:, None]
-            _, _, low = self._backward(k, bb, lam, first)
-            lo_out[s:s + count] = low[:count]
-            hi_out[s:s + count] = -low[count:]
+            sign = np.tile([1.0, -1.0], count)
+            first = self.w[k][jj] * sign[:, None]
+            _, _, low = self._backward(k, b, sign * self.b[k][jj],
+                                       self._slack[k][np.repeat(b, 2), jj], first, 2)
+            lo_out[s:s + count] = low[0::2]
+            hi_out[s:s + count] = -low[1::2]
         return lo_out, hi_out
 
-    def _backward(self, k: int, box: Array, lam: Array, first: Array
-                  ) -> tuple[Array, Array, Array]:
-        """Rows ``lam`` on ``z_k`` (``first = lam W_k``, coefficients on ``h_{k-1}``), row ``i``
-        over box ``box[i]``: the rigorous constant, the input coefficients and the bound."""
-        const = np.empty(len(box))
-        coef = np.empty((len(box), self.w[0].shape[1]))
-        low = np.empty(len(box))
-        for s in range(0, len(box), ROW_CHUNK):
-            sl = slice(s, s + ROW_CHUNK)
-            const[sl], coef[sl], low[sl] = self._backward_chunk(k, box[sl], lam[sl], first[sl])
+    def _backward(self, k: int, box: Array, bias: Array, slack: Array, first: Array,
+                  group: int) -> tuple[Array, Array, Array]:
+        """Rows ``lam`` on ``z_k``, given by ``bias = lam . b_k``, ``slack = |lam| . S_k`` (both
+        rounded to nearest) and ``first = lam W_k`` (coefficients on ``h_{k-1}``), in groups
+        of ``group`` consecutive rows over one box, group ``i`` over box ``box[i]``: the
+        rigorous constant, the input coefficients and the bound of every row. (A box's
+        relaxation is gathered once per group and broadcast over its rows: on ACAS Xu about
+        an eighth less time than a gather per row.)"""
+        rows = len(box) * group
+        const = np.empty(rows)
+        coef = np.empty((rows, self.w[0].shape[1]))
+        low = np.empty(rows)
+        step = max(1, ROW_CHUNK // group)
+        for s in range(0, len(box), step):
+            sl = slice(s * group, (s + step) * group)
+            const[sl], coef[sl], low[sl] = self._backward_chunk(
+                k, box[s:s + step], bias[sl], slack[sl], first[sl], group)
         return const, coef, low
 
-    def _backward_chunk(self, k: int, box: Array, lam: Array, a: Array
-                        ) -> tuple[Array, Array, Array]:
-        n = lam.shape[1]
-        bias = lam @ self.b[k]
-        slack = np.einsum("pn,pn->p", np.abs(lam), self._slack[k][box]) * (1 + gamma(n + 4))
+    def _backward_chunk(self, k: int, box: Array, bias: Array, slack: Array, a: Array,
+                        group: int) -> tuple[Array, Array, Array]:
+        g = len(box)
+        slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
         acc = bias - slack
         mags = np.abs(bias) + slack
         for j in range(k - 1, -1, -1):
-            neg = np.minimum(a, 0.0)
-            pos = a - neg  # max(a, 0), exactly
+            a3 = a.reshape(g, group, -1)
+            neg = np.minimum(a3, 0.0)
+            pos = a3 - neg  # max(a, 0), exactly
             # per neuron: mu (T + S) for mu < 0 (the upper line's term less its slack), -|mu| S
             # otherwise, i.e. min(mu, 0) T - |mu| S, summed (one more rounding than a single
             # sum: n_terms below); the multiplier nu = mu times the lower or the upper slope
             # (one of the two products is 0, so the sum is the rounded product itself).
-            # Separate row gathers and no np.where: 2-5x faster per step (measured)
-            term = (np.einsum("pn,pn->p", neg, self._t[j][box])
-                    - np.einsum("pn,pn->p", pos - neg, self._slack_h[j][box]))
-            nu = pos * self._al[j][box] + neg * self._s[j][box]
+            # No np.where: 2-5x faster per step (measured)
+            term = (np.einsum("grn,gn->gr", neg, self._t[j][box])
+                    - np.einsum("grn,gn->gr", pos - neg, self._slack_h[j][box])).reshape(-1)
+            nu = (pos * self._al[j][box][:, None] + neg * self._s[j][box][:, None]).reshape(
+                g * group, -1)
             bias = nu @ self.b[j]
             acc += term + bias
             mags += np.abs(term) + np.abs(bias)
@@ -269,7 +278,9 @@ class ChainCrown:
         rig = down_wide(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
         c, r = self._c0[box], self._r0[box]
         d = a.shape[1]
-        s = np.einsum("pd,pd->p", a, c) - np.einsum("pd,pd->p", np.abs(a), r) + rig
-        m = np.einsum("pd,pd->p", np.abs(a), np.abs(c) + r) + np.abs(rig)
+        a3 = a.reshape(g, group, d)
+        abs3 = np.abs(a3)
+        s = (np.einsum("grd,gd->gr", a3, c) - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
+        m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
         low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
         return rig, a, low
