@@ -48,6 +48,9 @@ worst margin stays near -60 from depth 10 on, where alpha-CROWN's is -3; with it
 property-1 instances that timed out at 116 s are answered. Easy instances end before
 ``alpha_after`` and never pay for it; where alpha-CROWN proves under a quarter of the boxes it
 is given (CROWN's cheap splits then win: ``3_3`` property 2), it is given up after a probe.
+(That is ``search``'s default; ``verify_network``, the ``torchlean vnn`` path, gives no alpha
+since the chain pass got cheaper: see ``VERIFY_ALPHA_STEPS``.) A search that timed out can go
+on from its open domains (``resume``).
 Other networks: CROWN on the child's box with every pre-activation bound also intersected
 with the parent's (valid on the larger box, so on the child's): a little tighter than CROWN alone,
 at no cost. With ``refresh_every=r > 1`` the CROWN pass over the intermediate layers (nearly
