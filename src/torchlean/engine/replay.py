@@ -98,11 +98,14 @@ class PlanCache:
     """The entries of the last pass a session recorded (see the module docstring). A tape
     given a cache reads ``entries`` and writes back the list it records into."""
 
-    __slots__ = ("entries", "key")
+    __slots__ = ("entries", "key", "reverse")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.key: tuple[Any, ...] = ()
+        # The reverse steps the last pass ran (``Tape._reverse``), with what they were made
+        # for: a pass that repeated every cached node runs them again as they are.
+        self.reverse: tuple[Any, ...] | None = None
 
     def current(self, xp: Any, dtype: Any) -> list[Entry]:
         """The cached entries for a tape of namespace ``xp`` and dtype ``dtype``; none when
@@ -113,4 +116,5 @@ class PlanCache:
         if key != self.key:
             self.entries = []
             self.key = key
+            self.reverse = None
         return self.entries
