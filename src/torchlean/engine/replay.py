@@ -57,7 +57,7 @@ def _same_value(a: Any, b: Any) -> bool:
     if t in _PLAIN:
         return bool(a == b)
     if t is tuple or t is list:
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(map(_same_value, a, b))  # (no generator frame)
     return False
 
 
