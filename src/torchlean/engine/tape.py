@@ -153,6 +153,11 @@ class Tape:
         value = self.as_array("leaf", array)
         if copy and (self.xp is np or value is array):  # an upload is already a fresh copy
             value = value.copy()
+        return self._append_leaf(value, name, requires_grad)
+
+    def _append_leaf(self, value: Any, name: str | None, requires_grad: bool) -> int:
+        """``leaf`` for a value already in this tape's namespace and a float dtype (an owner
+        that converted it itself, ``session.EagerBackend``), copied if it had to be."""
         if self.check_finite:
             _check_finite("leaf", value)
         values = self._values
