@@ -17,6 +17,11 @@ the next pass's tape, recording node ``n``, compares the call with entry ``n``:
   their checks, and become the cache for the next pass. A changed sequence falls back to
   recording, never to a wrong result (as TinyJit or CUDA-graph capture keyed by the sequence).
 
+A pass whose every node was a hit, and no more nodes than the cache holds, also reruns the
+reverse steps the last such pass ran for the same output (``PlanCache.reverse``: the entries'
+steps, with training's relu/pooling fusion already applied), since they were made from these
+very entries.
+
 What is never cached: anything that reads values (the forward kernels themselves, their index
 checks, ``check_finite``, a parameter's version, which every read and backward checks), and
 attributes that are not plain data (arrays, objects): an op carrying one is a miss every time.
