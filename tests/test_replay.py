@@ -231,3 +231,35 @@ def test_a_cache_serves_only_tapes_of_its_dtype() -> None:
     again = Tape("float64", cache=cache)
     again.rand_uniform(shape=(3,), seed=0, counter=0)
     assert again.replayed == 1 and np.array_equal(again.value(0), t64.value(i))
+
+
+def test_a_repeated_pass_reruns_the_last_reverse_steps_only_for_the_same_output() -> None:
+    x, y, w0 = _data()
+    s = Session(Options())
+    w = tl.Param(w0, "w", dtype="float32")
+    _pass(s, x, y, w)
+    cache = s._plan_cache
+    assert cache.reverse is None  # a first pass records: nothing it ran is kept
+    _pass(s, x, y, w)
+    kept = cache.reverse
+    assert kept is not None and kept[0] is cache.entries
+    x3, y3, _ = _data(seed=2)
+    v3, g3, t3 = _pass(s, x3, y3, w)  # runs the kept steps
+    assert cache.reverse is kept
+    _same((v3, g3), _fresh(x3, y3, w0))
+    # Another output of the same repeated pass: its own steps, with the same bits as a fresh
+    # session's (which has nothing kept).
+    s.reset()
+    h = _chain(s, x3, y3, w)
+    tape = s.tape
+    assert tape is not None and tape.replayed == tape.size
+    inner = F.sum(s._backend.ref(h.id - 1))
+    got = s.backward(inner)
+    fresh = Session(Options())
+    h2 = _chain(fresh, x3, y3, tl.Param(w0, "w", dtype="float32"))
+    want = fresh.backward(F.sum(fresh._backend.ref(h2.id - 1)))
+    assert sorted(got) == sorted(want)
+    assert all(np.array_equal(got[k], want[k]) for k in got)
+    # A shorter pass misses: the kept steps are not used for it.
+    v, g, _ = _pass(s, x, y, w, ops=4)
+    _same((v, g), _fresh(x, y, w0, ops=4))

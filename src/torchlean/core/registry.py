@@ -257,6 +257,10 @@ class Primitive:
 
     def bind_attrs(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Attributes from positional-after-inputs and keyword arguments, defaults filled."""
+        if not args and kwargs.keys() == self.attrs.keys():
+            # Every attribute by keyword (the per-op hot path of the functional layer): nothing
+            # unknown, missing or given twice, and the order is the one built below.
+            return dict(kwargs)
         names = list(self.attrs)
         if len(args) > len(names):
             raise SignatureError(f"{self.name}: takes {len(names)} attributes {names}, "

@@ -17,6 +17,11 @@ the next pass's tape, recording node ``n``, compares the call with entry ``n``:
   their checks, and become the cache for the next pass. A changed sequence falls back to
   recording, never to a wrong result (as TinyJit or CUDA-graph capture keyed by the sequence).
 
+A pass whose every node was a hit, and no more nodes than the cache holds, also reruns the
+reverse steps the last such pass ran for the same output (``PlanCache.reverse``: the entries'
+steps, with training's relu/pooling fusion already applied), since they were made from these
+very entries.
+
 What is never cached: anything that reads values (the forward kernels themselves, their index
 checks, ``check_finite``, a parameter's version, which every read and backward checks), and
 attributes that are not plain data (arrays, objects): an op carrying one is a miss every time.
@@ -57,7 +62,7 @@ def _same_value(a: Any, b: Any) -> bool:
     if t in _PLAIN:
         return bool(a == b)
     if t is tuple or t is list:
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(map(_same_value, a, b))  # (no generator frame)
     return False
 
 
@@ -98,11 +103,14 @@ class PlanCache:
     """The entries of the last pass a session recorded (see the module docstring). A tape
     given a cache reads ``entries`` and writes back the list it records into."""
 
-    __slots__ = ("entries", "key")
+    __slots__ = ("entries", "key", "reverse")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.key: tuple[Any, ...] = ()
+        # The reverse steps the last pass ran (``Tape._reverse``), with what they were made
+        # for: a pass that repeated every cached node runs them again as they are.
+        self.reverse: tuple[Any, ...] | None = None
 
     def current(self, xp: Any, dtype: Any) -> list[Entry]:
         """The cached entries for a tape of namespace ``xp`` and dtype ``dtype``; none when
@@ -113,4 +121,5 @@ class PlanCache:
         if key != self.key:
             self.entries = []
             self.key = key
+            self.reverse = None
         return self.entries

@@ -207,11 +207,21 @@ class EagerBackend(_Backend):
     def leaf(self, op: str, array: Any, requires_grad: bool, name: str | None = None,
              copy: bool = True) -> TensorRef:
         # The one place data of another dtype enters; inside ops, mixed dtypes are an error.
-        arr = self.tape.as_array(op, array)
+        tape = self.tape
+        arr = tape.as_array(op, array)
         if arr.dtype.kind == "f" and arr.dtype != self.dtype:
             arr = arr.astype(self.dtype)
-        return self.ref(self.tape.leaf(arr, name=name, requires_grad=requires_grad,
-                                       copy=copy and arr is array))
+        elif copy and arr is array:  # (as_array uploads a host array to a device: a copy)
+            arr = arr.copy()
+        # (``tape.leaf`` less its second conversion, and the ref built as ``record`` builds one:
+        # a session makes a leaf per parameter, input and constant of every pass.)
+        n = tape._append_leaf(arr, name, requires_grad)
+        ref = _new_ref(TensorRef)
+        ref._owner = self
+        ref._id = n
+        ref.shape = arr.shape
+        ref.dtype = arr.dtype
+        return ref
 
     def ref(self, node_id: int) -> TensorRef:
         value = self.tape.value(node_id)

@@ -27,6 +27,7 @@ plain arrays needs ``training=False`` (the random mask comes from a session's se
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -958,10 +959,15 @@ def _plan_target(fn: str, shape: tuple[int, ...], target: Any, weight: Any, igno
                                            "which a traced graph does not have")
         return _TargetPlan("traced"), w
     ignored = known == ignore_index
+    if w is None and not label_smoothing and not ignored.any():
+        # The common case (every item counts, weight 1, no smoothing) in a few passes: ``q``
+        # is the one-hot rows, 1.0 * row * 1.0 below, and the divisor the item count.
+        if known.size and not (0 <= known.min() and known.max() < c):
+            _out_of_range(fn, c, ignore_index, known, ignored)
+        return _TargetPlan("known", _eye(c)[known], float(known.size)), w
     bad = ~ignored & ((known < 0) | (known >= c))
     if np.any(bad):
-        raise IndexRangeError(f"{fn}: target class indices must lie in [0, {c}) (or equal "
-                              f"ignore_index={ignore_index}), found {known[bad].flat[0]}")
+        _out_of_range(fn, c, ignore_index, known, ignored)
     safe = np.where(ignored, 0, known)
     wc = np.ones(c) if w is None else w
     item_weight = np.where(ignored, 0.0, wc[safe])
@@ -969,6 +975,21 @@ def _plan_target(fn: str, shape: tuple[int, ...], target: Any, weight: Any, igno
     if label_smoothing:
         q = q + (label_smoothing / c) * wc * (~ignored)[..., None]
     return _TargetPlan("known", q, float(item_weight.sum())), w
+
+
+def _out_of_range(fn: str, c: int, ignore_index: int, known: np.ndarray,
+                  ignored: np.ndarray) -> None:
+    bad = ~ignored & ((known < 0) | (known >= c))
+    raise IndexRangeError(f"{fn}: target class indices must lie in [0, {c}) (or equal "
+                          f"ignore_index={ignore_index}), found {known[bad].flat[0]}")
+
+
+@functools.lru_cache(maxsize=16)
+def _eye(c: int) -> np.ndarray:
+    """The float64 identity of ``c`` classes (read only: rows of it are gathered per call)."""
+    eye = np.eye(c)
+    eye.flags.writeable = False
+    return eye
 
 
 def _plan_loss(fn: str, log_probs: Any, target: Any, plan: _TargetPlan, w: np.ndarray | None,

@@ -1033,7 +1033,7 @@ class Flatten(Module):
         if not 0 <= start <= end < n:
             raise ShapeError(f"Flatten: dims {self.start_dim}..{self.end_dim} out of range for "
                              f"shape {shape}")
-        merged = int(np.prod(shape[start:end + 1], dtype=np.int64))
+        merged = math.prod(shape[start:end + 1])  # exact ints (np.prod costs ~5 us a call)
         return F.reshape(x, shape=shape[:start] + (merged,) + shape[end + 1:])
 
     def extra_repr(self) -> str:
