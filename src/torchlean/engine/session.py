@@ -215,13 +215,7 @@ class EagerBackend(_Backend):
             arr = arr.copy()
         # (``tape.leaf`` less its second conversion, and the ref built as ``record`` builds one:
         # a session makes a leaf per parameter, input and constant of every pass.)
-        n = tape._append_leaf(arr, name, requires_grad)
-        ref = _new_ref(TensorRef)
-        ref._owner = self
-        ref._id = n
-        ref.shape = arr.shape
-        ref.dtype = arr.dtype
-        return ref
+        return self._new(tape._append_leaf(arr, name, requires_grad), arr)
 
     def ref(self, node_id: int) -> TensorRef:
         value = self.tape.value(node_id)
@@ -239,7 +233,11 @@ class EagerBackend(_Backend):
         else:
             ids = tuple([r._id for r in refs])
         n = tape.record(prim, ids, attrs)
-        value = tape._values[n]
+        return self._new(n, tape._values[n])
+
+    def _new(self, n: int, value: Any) -> TensorRef:
+        """The ref of node ``n`` holding ``value``, built slot by slot (no ``__init__`` checks:
+        the hot path of every leaf and op)."""
         ref = _new_ref(TensorRef)
         ref._owner = self
         ref._id = n
