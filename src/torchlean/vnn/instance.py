@@ -37,6 +37,7 @@ from .. import attack, onnx
 from ..bounds import METHODS, bab, properties, relu_bab
 from ..bounds.properties import Property, PropertyError
 from ..core.errors import TorchLeanError
+from ..onnx.files import read_model
 from . import vnnlib
 
 __all__ = ["CLAIMS", "MAX_MODEL_BYTES", "ROUNDINGS", "STATUSES", "Network", "Result",
@@ -145,7 +146,15 @@ class Network:
         if label.endswith(".gz"):
             source = vnnlib.read_bytes(label, MAX_MODEL_BYTES, VnnError, "vnn")
         try:
-            self.model = onnx.load(source)
+            try:
+                self.model = onnx.load(source)
+            except onnx.UnsupportedOnnxError:
+                # a symbolic batch axis (``batch_size``, ``N``, ``unk__``): the properties
+                # are stated for one example, so it is fixed at 1 (else the first error)
+                shapes = _batch_of_one(source)
+                if shapes is None:
+                    raise
+                self.model = onnx.load(source, shapes)
         except onnx.OnnxError as exc:
             if isinstance(source, bytes):  # name the file, not "<bytes>"
                 raise onnx.OnnxError(f"{label}: {exc}") from None
@@ -185,6 +194,28 @@ class Network:
                 copy = candidate if ok else None
         self._batched[n] = copy
         return copy
+
+
+def _batch_of_one(source: Any) -> dict[str, tuple[int, ...]] | None:
+    """The input shapes of an ONNX file whose one data input (a graph input that is not an
+    initialiser) has a symbolic or unset first axis and fixed others, with that axis set to 1;
+    None for any other file (nothing to fix, or more than the batch axis unknown)."""
+    try:
+        proto, _ = read_model(source)
+    except TorchLeanError:
+        return None
+    inits = {t.name for t in proto.graph.initializer}
+    data = [i for i in proto.graph.input if i.name not in inits]
+    if len(data) != 1 or not data[0].type.HasField("tensor_type"):
+        return None
+    tensor = data[0].type.tensor_type
+    if not tensor.HasField("shape") or not tensor.shape.dim:
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in tensor.shape.dim]
+    if dims[0] is not None or len(dims) < 2 or any(d is None for d in dims[1:]):
+        return None
+    return {data[0].name: (1, *(int(d) for d in dims[1:]))}
 
 
 class _Clock:
