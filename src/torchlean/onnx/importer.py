@@ -492,6 +492,10 @@ def _gemm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
             and tuple(c.shape) in ((n,), (1, n))):
         # x @ W.T + b: torchlean's linear (one GEMM), as nn.Linear exports.
         return [ctx.ops.linear(b, reshape(ctx, ctx.var(c), (n,)), a)]
+    if not trans_a and trans_b and alpha == 1.0 and c is None:
+        # x @ W.T (a Linear without bias): linear with a zero bias, the same float32 values
+        # (adding +0 changes no sum), so bound chains see a weight, not a transposed constant
+        return [ctx.ops.linear(b, ctx.var(_Static(np.zeros(n, ctx.dtype))), a)]
     a2 = ctx.ops.transpose2d(a) if trans_a else a
     b2 = ctx.ops.transpose2d(b) if trans_b else b
     out = ctx.ops.matmul(a2, b2)

@@ -211,11 +211,11 @@ def _batch_of_one(source: Any) -> dict[str, tuple[int, ...]] | None:
     tensor = data[0].type.tensor_type
     if not tensor.HasField("shape") or not tensor.shape.dim:
         return None
-    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+    dims = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 0
             for d in tensor.shape.dim]
-    if dims[0] is not None or len(dims) < 2 or any(d is None for d in dims[1:]):
+    if dims[0] or len(dims) < 2 or not all(dims[1:]):
         return None
-    return {data[0].name: (1, *(int(d) for d in dims[1:]))}
+    return {data[0].name: (1, *dims[1:])}
 
 
 class _Clock:
