@@ -88,6 +88,10 @@ def write_onnx(layers, form):
         mean, std = NORM[norm]
         cur = node("Div", [node("Sub", [cur, const(np.full(in_shape[1:], mean))]),
                            const(np.full(in_shape[1:], std))])
+    elif norm == "submul":  # the same with the reciprocal stored (float32)
+        mean, std = NORM["subdiv"]
+        cur = node("Mul", [node("Sub", [cur, const(np.full(in_shape[1:], mean))]),
+                           const(np.full(in_shape[1:], np.float32(1) / std))])
     elif norm == "muladd":
         scale, shift = NORM[norm]
         cur = node("Add", [node("Mul", [cur, const(scale)]), const(shift)])
@@ -453,3 +457,34 @@ def test_input_splitting_uses_the_chain_bounder_on_every_common_form(form_name, 
     models = bab.Models(lambda n: net.model if n == 1 else net.batched(n))
     found = models.chain_crown(True)
     assert (found is None) == (form_name == "gemm_alpha_beta")
+
+
+def test_crown_multiplies_by_a_computed_reciprocal_without_an_interval_fallback(tmp_path):
+    """A Div normalisation imports as ``x * inv(std)``; ``inv(std)`` is computed by the network,
+    so its float32 value is only enclosed (an interval, not a point). CROWN multiplies by the
+    interval's midpoint with the rest as slack (it used to bound the product by intervals,
+    losing its dependence on x): the bounds enclose the network's outputs and are as tight as
+    those of the same network with the reciprocal stored."""
+    from torchlean.bounds import compute_bounds
+
+    layers = _layers(5, 40, [6, 5], 3)
+    nets = []
+    for norm in ("subdiv", "submul"):
+        path = tmp_path / f"{norm}.onnx"
+        path.write_bytes(write_onnx(layers, {"norm": norm}))
+        nets.append(instance.Network(path))
+    rng = np.random.default_rng(0)
+    lo = rng.uniform(-0.5, 0.5, 40).astype(np.float32)
+    hi = lo + np.float32(0.05)
+    found = [compute_bounds(n.model, lo[None], hi[None], method="crown", kernel=True)
+             for n in nets]
+    assert found[0].interval_fallbacks == [] and found[1].interval_fallbacks == []
+    (low_div, up_div), (low_mul, up_mul) = (
+        (np.asarray(b.nodes[n.model.graph.output][0]).reshape(-1),
+         np.asarray(b.nodes[n.model.graph.output][1]).reshape(-1)) for b, n in zip(found, nets,
+                                                                                   strict=True))
+    np.testing.assert_allclose(low_div, low_mul, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(up_div, up_mul, rtol=1e-4, atol=1e-5)
+    xs = rng.uniform(lo, hi, size=(300, 40)).astype(np.float32)
+    ys = np.array([nets[0].run(x) for x in xs])
+    assert np.all(ys >= low_div) and np.all(ys <= up_div)

@@ -24,6 +24,9 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
 - matrix products with one constant factor (``matmul``, ``matmul_nd``, ``bmm``; ONNX MatMul and
   Gemm), ``linear``, convolutions, permutes and every other primitive declared linear (data
   movement, gathers, sums; through the op's own VJP): linear ops as above;
+- elementwise ``mul`` by a constant: linear as above; a constant the network computes (ONNX
+  Div's ``inv(c)``), known only as an interval ``[c - r, c + r]``, multiplies by ``c`` with the
+  residual ``|nu| r max|x|`` as slack;
 - data inputs, constants and ops without a CROWN handler: ``nu . v`` over the node's interval
   (recorded in ``Propagation.fallbacks`` for the caller to report).
 
