@@ -4,8 +4,8 @@ end to end through ``torchlean vnn``, against the exact truth.
 A seeded generator writes one small ReLU MLP in the forms exporters use (``onnx.helper``
 directly): Gemm with ``transB`` 0 or 1 and ``alpha``/``beta``, MatMul + Add with the bias on
 either side, a last layer without bias, Sub/Div or Mul/Add input normalisation, Flatten or
-Reshape, inputs of rank 2 or 4, a symbolic batch axis, Identity and Constant nodes,
-initialisers listed as graph inputs, opsets 9 to 17. Each file is checked against onnxruntime
+Reshape, inputs of rank 2 or 4 or without a batch axis, a symbolic batch axis, relu as Relu, Max
+or Clip, Identity and Constant nodes, initialisers listed as graph inputs, opsets 9 to 17. Each file is checked against onnxruntime
 on random inputs, then decided with properties in the VNN-LIB forms benchmarks use (several
 output disjuncts, a disjunction of input boxes, ``(<= Y_0 Y_1)`` or ``(>= Y_1 Y_0)``, comments,
 declarations in any order, numbers in scientific notation, MNIST-FC's one-vs-all).
@@ -65,7 +65,8 @@ def write_onnx(layers, form):
     """The MLP ``layers`` as ONNX bytes in ``form`` (see the module docstring)."""
     n_in, n_out = layers[0][0].shape[1], layers[-1][0].shape[0]
     opset, batch = form.get("opset", 13), form.get("batch", 1)
-    in_shape = [batch, n_in] if form.get("rank", 2) == 2 else [batch, 1, 1, n_in]
+    rank = form.get("rank", 2)
+    in_shape = {1: [n_in], 2: [batch, n_in], 4: [batch, 1, 1, n_in]}[rank]
     nodes, inits = [], []
     counter = itertools.count()
 
@@ -95,7 +96,9 @@ def write_onnx(layers, form):
     elif norm == "muladd":
         scale, shift = NORM[norm]
         cur = node("Add", [node("Mul", [cur, const(scale)]), const(shift)])
-    if form.get("flat", "flatten") == "flatten":
+    if rank == 1:  # no batch axis: the vector goes straight into MatMul
+        pass
+    elif form.get("flat", "flatten") == "flatten":
         cur = node("Flatten", [cur], axis=1)
     else:
         cur = node("Reshape", [cur, const(np.array([-1, n_in], np.int64))])
@@ -116,13 +119,20 @@ def write_onnx(layers, form):
             if bias:
                 cur = node("Add", [cur, const(b)] if kind == "matmul_add" else [const(b), cur])
         if k < len(layers) - 1:
-            cur = node("Relu", [cur])
+            relu = form.get("relu")
+            if relu == "max":  # relu as Max(x, 0) (the zero an initialiser)
+                cur = node("Max", [cur, const(np.float32(0))])
+            elif relu == "clip":  # relu as Clip(x, 0) without a max
+                cur = node("Clip", [cur, const(np.float32(0))])
+            else:
+                cur = node("Relu", [cur])
     nodes.append(helper.make_node("Identity", [cur], ["y"]))
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)]
     if form.get("listed"):  # initialisers also listed as graph inputs (IR 3 files)
         inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                    for t in inits]
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, n_out])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                        [n_out] if rank == 1 else [batch, n_out])
     graph = helper.make_graph(nodes, "mlp", inputs, [out], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 3 if form.get("listed") else min(model.ir_version, 8)
@@ -160,6 +170,9 @@ FORMS = {
     "constant_nodes_opset9": {"constants": True, "opset": 9, "flat": "flatten"},
     "listed_initialisers_opset9": {"listed": True, "opset": 9},
     "opset17": {"opset": 17, "layer": "gemm_n"},
+    "no_batch_axis": {"rank": 1, "layer": "matmul_add"},
+    "relu_as_max": {"relu": "max", "layer": "matmul_add"},
+    "relu_as_clip": {"relu": "clip"},
 }
 
 
@@ -380,6 +393,10 @@ CASES = [  # (seed, inputs, form, property kind, truth wanted)
     (9, 5, "symbolic_batch", "boxes", "unsat"),
     (10, 5, "listed_initialisers_opset9", "conj", "sat"),
     (11, 5, "add_bias_first", "one_vs_all", "unsat"),
+    (12, 5, "no_batch_axis", "conj", "sat"),
+    (13, 40, "no_batch_axis", "disj", "unsat"),
+    (14, 40, "relu_as_max", "one_vs_all", "unsat"),
+    (16, 5, "relu_as_clip", "disj", "unsat"),
 ]
 
 

@@ -166,11 +166,42 @@ class Network:
             raise VnnError(f"vnn: network {label}: expected one input, found "
                            f"{len(self.model.input_names)}")
         self._batched: dict[int, Any] = {}
+        # A file without a batch axis (input ``(n,)``, n > 1): the bound search and the attacks
+        # need one, so the model is the same file given ``(1, n)`` where that imports and
+        # agrees with it; counterexamples are still checked on the file's own graph (``run``).
+        self._plain = None
+        if len(self.input_shape) == 1 and self.input_shape[0] > 1:
+            lifted = self._with_batch_axis()
+            if lifted is not None:
+                self._plain, self.model = self.model, lifted
+                self.input_shape = (1, *self.input_shape)
+                self.output_shape = tuple(lifted.out_shape)
+
+    def _with_batch_axis(self) -> Any:
+        """The model imported with a leading batch axis of 1, or None when that does not
+        import, changes the output's size or disagrees with the model on random inputs."""
+        n = self.input_shape[0]
+        try:
+            lifted = onnx.load(self.model.proto, [(1, n)])
+        except TorchLeanError:
+            return None
+        out = tuple(lifted.out_shape)
+        if len(out) < 2 or out[0] != 1 or int(np.prod(out)) != int(np.prod(self.output_shape)):
+            return None
+        x = np.random.default_rng(0).uniform(-1, 1, size=(2, n)).astype(self.model.dtype)
+        for row in x:
+            mine = np.asarray(lifted.forward(row[None])).reshape(-1)
+            if not np.allclose(mine, self.run(row), rtol=1e-4, atol=1e-5):
+                return None
+        return lifted
 
     def run(self, x: Any) -> Any:
-        """The network's output for a flat input, flattened (float32 values)."""
-        return np.asarray(self.model.forward(
-            np.asarray(x, dtype=self.model.dtype).reshape(self.input_shape))).reshape(-1)
+        """The network's output for a flat input, flattened (float32 values): the file's own
+        graph (for a file without a batch axis, not the copy given one)."""
+        model = self.model if self._plain is None else self._plain
+        shape = self.input_shape if self._plain is None else self.input_shape[1:]
+        return np.asarray(model.forward(
+            np.asarray(x, dtype=model.dtype).reshape(shape))).reshape(-1)
 
     def batched(self, n: int) -> Any:
         """The network with a batch of ``n`` examples, or None when the file fixes its batch
