@@ -4,11 +4,12 @@ end to end through ``torchlean vnn``, against the exact truth.
 A seeded generator writes one small ReLU MLP in the forms exporters use (``onnx.helper``
 directly): Gemm with ``transB`` 0 or 1 and ``alpha``/``beta``, MatMul + Add with the bias on
 either side, a last layer without bias, Sub/Div or Mul/Add input normalisation, Flatten or
-Reshape, inputs of rank 2 or 4 or without a batch axis, a symbolic batch axis, relu as Relu, Max
-or Clip, Identity and Constant nodes, initialisers listed as graph inputs, opsets 9 to 17. Each file is checked against onnxruntime
-on random inputs, then decided with properties in the VNN-LIB forms benchmarks use (several
-output disjuncts, a disjunction of input boxes, ``(<= Y_0 Y_1)`` or ``(>= Y_1 Y_0)``, comments,
-declarations in any order, numbers in scientific notation, MNIST-FC's one-vs-all).
+Reshape, inputs of rank 2 or 4 or without a batch axis, a symbolic batch axis, relu as Relu,
+Max or Clip, Identity and Constant nodes, initialisers listed as graph inputs, opsets 9 to 17.
+Each file is checked against onnxruntime on random inputs, then decided with properties in the
+VNN-LIB forms benchmarks use (several output disjuncts, a disjunction of input boxes,
+``(<= Y_0 Y_1)`` or ``(>= Y_1 Y_0)``, comments, declarations in shuffled order, numbers in
+scientific notation, MNIST-FC's one-vs-all).
 
 The truth: every activation pattern of the neurons whose interval sign is not fixed gives a
 linear program (scipy's ``linprog``) for the least value over the box of the largest violated
