@@ -67,7 +67,7 @@ def write_onnx(layers, form):
     n_in, n_out = layers[0][0].shape[1], layers[-1][0].shape[0]
     opset, batch = form.get("opset", 13), form.get("batch", 1)
     rank = form.get("rank", 2)
-    in_shape = {1: [n_in], 2: [batch, n_in], 4: [batch, 1, 1, n_in]}[rank]
+    in_shape = {1: [n_in], 2: [batch, n_in], 4: [batch, 1, 1, n_in], "col": [n_in, 1]}[rank]
     nodes, inits = [], []
     counter = itertools.count()
 
@@ -97,7 +97,7 @@ def write_onnx(layers, form):
     elif norm == "muladd":
         scale, shift = NORM[norm]
         cur = node("Add", [node("Mul", [cur, const(scale)]), const(shift)])
-    if rank == 1:  # no batch axis: the vector goes straight into MatMul
+    if rank in (1, "col"):  # no batch axis: the vector goes straight into MatMul
         pass
     elif form.get("flat", "flatten") == "flatten":
         cur = node("Flatten", [cur], axis=1)
@@ -115,6 +115,8 @@ def write_onnx(layers, form):
         elif kind == "gemm_ab":  # alpha (x W'^T) + beta b' with W' = W / 2, b' = b / 4
             cur = node("Gemm", [cur, const(w / np.float32(2)), const(b / np.float32(4))],
                        transB=1, alpha=2.0, beta=4.0)
+        elif kind == "left":  # W @ x on a column vector, plus a column bias
+            cur = node("Add", [node("MatMul", [const(w), cur]), const(b[:, None])])
         else:  # MatMul + Add, the bias second ("matmul_add") or first ("add_first")
             cur = node("MatMul", [cur, const(w.T)])
             if bias:
@@ -133,7 +135,7 @@ def write_onnx(layers, form):
         inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                    for t in inits]
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                        [n_out] if rank == 1 else [batch, n_out])
+                                        {1: [n_out], "col": [n_out, 1]}.get(rank, [batch, n_out]))
     graph = helper.make_graph(nodes, "mlp", inputs, [out], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 3 if form.get("listed") else min(model.ir_version, 8)
@@ -174,7 +176,12 @@ FORMS = {
     "no_batch_axis": {"rank": 1, "layer": "matmul_add"},
     "relu_as_max": {"relu": "max", "layer": "matmul_add"},
     "relu_as_clip": {"relu": "clip"},
+    "weights_on_the_left": {"rank": "col", "layer": "left"},
 }
+# forms that are not relu chains of examples along a batch axis: without a batch axis to
+# batch along, a column-vector network gets input branch and bound for few inputs, and one
+# bound pass and the attacks for many
+NOT_CHAINS = ("weights_on_the_left",)
 
 
 # ---------------------------------------------------------------- the exact truth
@@ -370,6 +377,9 @@ def test_every_form_imports_as_onnxruntime_runs_it_and_is_a_relu_chain(form_name
         x = rng.uniform(-1, 1, size=40).astype(np.float32)
         want = sess.run(None, {"x": x.reshape(shape)})[0].reshape(-1)
         np.testing.assert_allclose(net.run(x), want, rtol=1e-5, atol=1e-5)
+    if form_name in NOT_CHAINS:
+        assert beta.relu_chain(net.model) is None
+        return
     # recognised as a relu chain, with the network's real affine maps (normalisation folded)
     chain = beta.relu_chain(net.model)
     assert chain is not None and relu_bab.supports(net.model)
@@ -398,6 +408,9 @@ CASES = [  # (seed, inputs, form, property kind, truth wanted)
     (13, 40, "no_batch_axis", "disj", "unsat"),
     (14, 40, "relu_as_max", "one_vs_all", "unsat"),
     (16, 5, "relu_as_clip", "disj", "unsat"),
+    (17, 5, "weights_on_the_left", "disj", "unsat"),
+    (18, 5, "weights_on_the_left", "conj", "sat"),
+    (19, 40, "weights_on_the_left", "one_vs_all", "unsat"),
 ]
 
 
@@ -416,7 +429,7 @@ def test_vnn_command_answers_held_out_forms_with_the_truth(seed, n_in, form_name
     result = json.loads(js.read_text())
     assert result["status"] == truth, result
     if n_in > instance.BAB_MAX_INPUTS:  # the complete method applies: relu splitting
-        assert "relu splitting" in result["method"], result["method"]
+        assert ("relu splitting" in result["method"]) == (form_name not in NOT_CHAINS)
     else:
         assert result["method"] == "bab"
     written = out.read_text()
@@ -474,7 +487,7 @@ def test_input_splitting_uses_the_chain_bounder_on_every_common_form(form_name, 
     net = instance.Network(path)
     models = bab.Models(lambda n: net.model if n == 1 else net.batched(n))
     found = models.chain_crown(True)
-    assert (found is None) == (form_name == "gemm_alpha_beta")
+    assert (found is None) == (form_name in ("gemm_alpha_beta", *NOT_CHAINS))
 
 
 def test_crown_multiplies_by_a_computed_reciprocal_without_an_interval_fallback(tmp_path):

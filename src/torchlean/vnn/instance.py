@@ -37,6 +37,7 @@ from .. import attack, onnx
 from ..bounds import METHODS, bab, properties, relu_bab
 from ..bounds.properties import Property, PropertyError
 from ..core.errors import TorchLeanError
+from ..onnx.errors import require_onnx as onnx_module
 from ..onnx.files import read_model
 from . import vnnlib
 
@@ -166,42 +167,57 @@ class Network:
             raise VnnError(f"vnn: network {label}: expected one input, found "
                            f"{len(self.model.input_names)}")
         self._batched: dict[int, Any] = {}
-        # A file without a batch axis (input ``(n,)``, n > 1): the bound search and the attacks
-        # need one, so the model is the same file given ``(1, n)`` where that imports and
-        # agrees with it; counterexamples are still checked on the file's own graph (``run``).
-        self._plain = None
-        if len(self.input_shape) == 1 and self.input_shape[0] > 1:
-            lifted = self._with_batch_axis()
-            if lifted is not None:
-                self._plain, self.model = self.model, lifted
-                self.input_shape = (1, *self.input_shape)
-                self.output_shape = tuple(lifted.out_shape)
+        # A file without a leading batch axis of 1 on its input and output (input ``(n,)``,
+        # a column vector ``(n, 1)`` times weights on the left, ...): branch and bound and the
+        # attacks need one, so the model becomes the same file given input ``(1, n)`` where
+        # that imports (then batched copies exist too), else the file wrapped in reshapes from
+        # ``(1, n)`` and to ``(1, m)`` (``_batch_adapter``: data movement only, the same
+        # float32 values), if either agrees with it on random inputs. Counterexamples are
+        # still checked on the file's own graph (``run``).
+        self._plain: Any = None
+        self._plain_shape = self.input_shape
+        if self.input_shape[:1] != (1,) or self.output_shape[:1] != (1,):
+            wrapped = self._with_batch_axis()
+            if wrapped is not None:
+                self._plain, self.model = self.model, wrapped
+                graph = wrapped.graph
+                self.input_shape = tuple(graph.nodes[graph.inputs[0]].shape)
+                self.output_shape = tuple(wrapped.out_shape)
 
     def _with_batch_axis(self) -> Any:
-        """The model imported with a leading batch axis of 1, or None when that does not
-        import, changes the output's size or disagrees with the model on random inputs."""
-        n = self.input_shape[0]
-        try:
-            lifted = onnx.load(self.model.proto, [(1, n)])
-        except TorchLeanError:
-            return None
-        out = tuple(lifted.out_shape)
-        if len(out) < 2 or out[0] != 1 or int(np.prod(out)) != int(np.prod(self.output_shape)):
-            return None
+        """See ``__init__``: a copy of the model with a batch axis of 1 on its input and output,
+        or None when neither way imports, keeps the sizes and agrees with the model."""
+        n = int(np.prod(self.input_shape))
+        m = int(np.prod(self.output_shape))
+        candidates: list[Any] = []
+        if len(self.input_shape) == 1:
+            candidates.append((self.model.proto, [(1, n)]))
+        adapter = _batch_adapter(self.model.proto, self.input_shape, m)
+        if adapter is not None:
+            candidates.append((adapter, None))
         x = np.random.default_rng(0).uniform(-1, 1, size=(2, n)).astype(self.model.dtype)
-        for row in x:
-            mine = np.asarray(lifted.forward(row[None])).reshape(-1)
-            if not np.allclose(mine, self.run(row), rtol=1e-4, atol=1e-5):
-                return None
-        return lifted
+        for proto, shapes in candidates:
+            try:
+                wrapped = onnx.load(proto, shapes)
+            except TorchLeanError:
+                continue
+            graph = wrapped.graph
+            shape_in = tuple(graph.nodes[graph.inputs[0]].shape)
+            out = tuple(wrapped.out_shape)
+            if (shape_in != (1, n) or not _leading_one(out) or int(np.prod(out)) != m
+                    or wrapped.dtype != self.model.dtype):
+                continue
+            if all(np.allclose(np.asarray(wrapped.forward(row[None])).reshape(-1),
+                               self.run(row), rtol=1e-4, atol=1e-5) for row in x):
+                return wrapped
+        return None
 
     def run(self, x: Any) -> Any:
         """The network's output for a flat input, flattened (float32 values): the file's own
         graph (for a file without a batch axis, not the copy given one)."""
         model = self.model if self._plain is None else self._plain
-        shape = self.input_shape if self._plain is None else self.input_shape[1:]
         return np.asarray(model.forward(
-            np.asarray(x, dtype=model.dtype).reshape(shape))).reshape(-1)
+            np.asarray(x, dtype=model.dtype).reshape(self._plain_shape))).reshape(-1)
 
     def batched(self, n: int) -> Any:
         """The network with a batch of ``n`` examples, or None when the file fixes its batch
@@ -225,6 +241,57 @@ class Network:
                 copy = candidate if ok else None
         self._batched[n] = copy
         return copy
+
+
+def _leading_one(shape: tuple[int, ...]) -> bool:
+    return len(shape) >= 2 and shape[0] == 1
+
+
+def _batch_adapter(proto: Any, input_shape: tuple[int, ...], n_out: int) -> Any:
+    """``proto`` (one data input of ``input_shape``, one output of ``n_out`` values) with a new
+    input ``(1, n)`` reshaped to ``input_shape`` and its output reshaped to ``(1, n_out)``;
+    None for a file this cannot wrap (several outputs, an opset before Reshape's shape input)."""
+    module = onnx_module()
+    helper = module.helper
+    inits = {t.name for t in proto.graph.initializer}
+    data = [i for i in proto.graph.input if i.name not in inits]
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    if len(data) != 1 or len(proto.graph.output) != 1 or opset < 5:
+        return None
+    model = module.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    taken = ({i.name for i in graph.input} | inits | {o.name for o in graph.output}
+             | {v for nd in graph.node for v in (*nd.input, *nd.output)})
+
+    def fresh(stem: str) -> str:
+        k = 0
+        while f"{stem}_{k}" in taken:
+            k += 1
+        taken.add(f"{stem}_{k}")
+        return f"{stem}_{k}"
+
+    old_in, old_out = data[0], graph.output[0]
+    elem = old_in.type.tensor_type.elem_type
+    out_elem = old_out.type.tensor_type.elem_type
+    new_in, new_out = fresh("batch1_input"), fresh("batch1_output")
+    shape_in, shape_out = fresh("batch1_input_shape"), fresh("batch1_output_shape")
+    graph.initializer.extend([
+        module.numpy_helper.from_array(np.array(input_shape, np.int64), shape_in),
+        module.numpy_helper.from_array(np.array([1, n_out], np.int64), shape_out)])
+    nodes = [helper.make_node("Reshape", [new_in, shape_in], [old_in.name]), *graph.node,
+             helper.make_node("Reshape", [old_out.name, shape_out], [new_out])]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    n_in = int(np.prod(input_shape))
+    inputs = [helper.make_tensor_value_info(new_in, elem, [1, n_in]) if i.name == old_in.name
+              else i for i in graph.input]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    del graph.output[:]
+    graph.output.extend([helper.make_tensor_value_info(new_out, out_elem, [1, n_out])])
+    return model
 
 
 def _batch_of_one(source: Any) -> dict[str, tuple[int, ...]] | None:
