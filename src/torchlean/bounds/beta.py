@@ -135,7 +135,10 @@ def relu_chain(model: Any) -> Chain | None:
         return values[p]
 
     n_cur = int(np.prod(shape0[1:], dtype=np.int64))
-    m, v = np.eye(n_cur), np.zeros(n_cur)  # the current segment: x_flat -> m x_flat + v
+    # the current segment: x_flat -> m x_flat + v, with m = diag(d) while m is None (until a
+    # weight layer: no identity matrix of the input's width is built or multiplied)
+    m: Array | None = None
+    d, v = np.ones(n_cur), np.zeros(n_cur)
     layers: list[tuple[Array, Array]] = []
     pre: list[int] = []
     relus: list[int] = []
@@ -162,7 +165,7 @@ def relu_chain(model: Any) -> Chain | None:
             layers.append((m, v))
             pre.append(cur)
             relus.append(i)
-            m, v = np.eye(shape[1]), np.zeros(shape[1])
+            m, d, v = None, np.ones(shape[1]), np.zeros(shape[1])
             weighted = False
         elif name in _RESHAPES:
             if len(node.parents) != 1 and any(value(p) is None for p in others):
@@ -173,7 +176,8 @@ def relu_chain(model: Any) -> Chain | None:
             if px != cur or w is None or b is None or np.ndim(w) != 2 or len(shape) != 2:
                 return None
             w = np.asarray(w, np.float64)
-            m, v = w @ m, w @ v + np.broadcast_to(np.asarray(b, np.float64), (w.shape[0],))
+            m, v = w * d if m is None else w @ m, w @ v + np.broadcast_to(
+                np.asarray(b, np.float64), (w.shape[0],))
             weighted = True
         elif name == "matmul":
             px, pw = node.parents
@@ -182,7 +186,7 @@ def relu_chain(model: Any) -> Chain | None:
                     or len(nodes[cur].shape) != 2):
                 return None
             w = np.asarray(w, np.float64).T
-            m, v = w @ m, w @ v
+            m, v = w * d if m is None else w @ m, w @ v
             weighted = True
         elif name in _ELEMENTWISE:
             if (len(node.parents) != 2 or node.parents[0] == node.parents[1]
@@ -190,22 +194,34 @@ def relu_chain(model: Any) -> Chain | None:
                 return None
             c = value(others[0])
             c_flat = None if c is None else _per_example(c, shape)
-            if c_flat is None or c_flat.size != m.shape[0]:
+            if c_flat is None or c_flat.size != v.size:
                 return None
             if name == "add":
                 v = v + c_flat
             elif name == "mul":
-                m, v = c_flat[:, None] * m, c_flat * v
+                v = c_flat * v
+                if m is None:
+                    d = c_flat * d
+                else:
+                    m = c_flat[:, None] * m
             elif node.parents[0] == cur:  # x - c
                 v = v - c_flat
             else:  # c - x
-                m, v = -m, c_flat - v
+                v = c_flat - v
+                if m is None:
+                    d = -d
+                else:
+                    m = -m
         elif name in _SCALARS:
             c_attr = node.attrs.get("c")
             if len(node.parents) != 1 or not isinstance(c_attr, int | float):
                 return None
             if name == "scale":
-                m, v = float(c_attr) * m, float(c_attr) * v
+                v = float(c_attr) * v
+                if m is None:
+                    d = float(c_attr) * d
+                else:
+                    m = float(c_attr) * m
             else:
                 v = v + float(c_attr)
         else:
