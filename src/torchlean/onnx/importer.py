@@ -506,8 +506,10 @@ def _gemm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
         # x @ W.T + b: torchlean's linear (one GEMM), as nn.Linear exports.
         return [ctx.ops.linear(b, reshape(ctx, ctx.var(c), (n,)), a)]
     if not trans_a and trans_b and alpha == 1.0 and c is None:
-        # x @ W.T (a Linear without bias): linear with a zero bias, the same float32 values
-        # (adding +0 changes no sum), so bound chains see a weight, not a transposed constant
+        # x @ W.T (a Linear without bias): linear with a zero bias, so bound chains see a
+        # weight, not a transposed constant. Adding +0 changes no value; the product is the
+        # same GEMM as matmul's (ONNX fixes no summation order, and the bounds' rounding
+        # terms hold for any)
         return [ctx.ops.linear(b, ctx.var(_Static(np.zeros(n, ctx.dtype))), a)]
     a2 = ctx.ops.transpose2d(a) if trans_a else a
     b2 = ctx.ops.transpose2d(b) if trans_b else b
