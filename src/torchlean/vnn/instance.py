@@ -136,7 +136,9 @@ class Result:
 
 class Network:
     """An ONNX network (``.onnx`` or ``.onnx.gz``) loaded once: the model itself (the batch of
-    one that properties are stated for) and, lazily, a batched copy for attacks."""
+    one that properties are stated for) and, lazily, a batched copy for attacks. A symbolic
+    batch axis is fixed at 1; a file without a leading batch axis of 1 is given one (see
+    ``__init__``), its own graph still checking counterexamples (``run``)."""
 
     def __init__(self, path: Any) -> None:
         label = os.fspath(path)
