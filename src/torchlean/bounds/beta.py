@@ -26,8 +26,10 @@ A domain whose intersected bounds cross (``l > u`` somewhere) contains no execut
 network at all and is proved empty. The splits are on the values the float32 network computes
 (the engine's node values), so the two children of a split cover every execution of the parent.
 
-Only feed-forward chains ``[reshape] linear (relu linear)*`` are handled (``relu_chain``);
-``bounds.relu_bab`` drives the search over domains.
+Only feed-forward chains of affine segments and relus are handled (``relu_chain``: ``linear``,
+``matmul`` with a constant weight, constant ``add``/``sub``/``mul``, scalings and reshapes, as
+ONNX Gemm, MatMul + Add and input normalisations import); ``bounds.relu_bab`` drives the
+search over domains.
 """
 
 from __future__ import annotations
@@ -74,43 +76,160 @@ class Chain:
         return [w.shape[0] for w, _ in self.layers[:-1]]
 
 
+# Ops that map their one input-dependent operand affinely, elementwise per example, the other
+# operands being constants: (x, c) pairs of ``add``/``sub``/``mul`` and scalar attributes.
+_RESHAPES = ("reshape", "flatten")
+_ELEMENTWISE = ("add", "sub", "mul")
+_SCALARS = ("scale", "add_scalar")
+
+
+def _per_example(c: Array, shape: tuple[int, ...]) -> Array | None:
+    """Constant ``c`` broadcast against a node of ``shape`` (batch axis first), as one example's
+    flat values; None when it does not broadcast or differs between examples."""
+    c = np.asarray(c, np.float64)
+    if c.ndim > len(shape):
+        return None
+    if c.ndim == len(shape) and c.shape[0] != 1:
+        return None
+    try:
+        return np.broadcast_to(c, (1, *shape[1:])).reshape(-1)
+    except ValueError:
+        return None
+
+
 def relu_chain(model: Any) -> Chain | None:
-    """The ``Chain`` of a compiled model with a batch axis whose ops are, in order, optional
-    reshapes of the input to ``(B, n)``, then ``linear`` and ``relu`` alternating and a final
-    ``linear`` (the output); None for any other graph."""
+    """The ``Chain`` of a compiled model with a batch axis whose input-dependent ops form one
+    path: ``relu`` nodes separating affine segments, each a sequence of ``linear(W, b, x)``,
+    ``matmul(x, W)``, ``add``/``sub``/``mul`` with a constant operand broadcast per example
+    (an ONNX Gemm, MatMul + Add in either order, a Sub/Div or Mul/Add input normalisation),
+    ``scale``/``add_scalar`` and reshapes that keep the batch axis first; None for any other
+    graph. Ops on constants alone (a transposed weight, a reciprocal ``1 / std``) are
+    evaluated as the network does. The relu inputs and the output must be ``(B, n)``.
+
+    Each segment's ``(W_k, b_k)`` is the real-valued composition of its ops (float64); it only
+    steers the search (the traced objective ranks slopes and multipliers, LPs propose points
+    and duals): every bound that decides anything is the engine's rigorous pass over the graph's
+    own ops (``Propagation``, with round-off enclosed when ``kernel=True``), so a segment of
+    several float32 ops is never replaced by one folded float32 layer."""
     graph = model.graph
     consts = Models.consts(model)
     nodes = graph.nodes
     if len(graph.inputs) - len(graph.params) < 1:
         return None
     cur = graph.inputs[0]
-    batch = nodes[cur].shape[0] if nodes[cur].shape else None
+    shape0 = tuple(nodes[cur].shape)
+    if len(shape0) < 2:
+        return None
+    batch = shape0[0]
+    values: dict[int, Array | None] = {}
+
+    def value(p: int) -> Array | None:
+        """The value of a node that does not depend on the input (None if it does)."""
+        if p in consts:
+            return np.asarray(consts[p])
+        if p not in values:
+            node = nodes[p]
+            args = [value(q) for q in node.parents] if node.kind == "op" and node.op else [None]
+            values[p] = (None if any(a is None for a in args) or node.op is None
+                         else np.asarray(node.op.forward(*args, **node.attrs)))
+        return values[p]
+
+    n_cur = int(np.prod(shape0[1:], dtype=np.int64))
+    # the current segment: x_flat -> m x_flat + v, with m = diag(d) while m is None (until a
+    # weight layer: no identity matrix of the input's width is built or multiplied)
+    m: Array | None = None
+    d, v = np.ones(n_cur), np.zeros(n_cur)
     layers: list[tuple[Array, Array]] = []
     pre: list[int] = []
     relus: list[int] = []
-    expect_linear = True
+    weighted = False  # the current segment has a linear or matmul
     for i, node in enumerate(nodes):
         if node.kind != "op":
             continue
         op = node.op
-        if op is None or cur not in node.parents or len(node.shape) != 2 or node.shape[0] != batch:
+        if op is None:
             return None
-        if op.name in ("reshape", "flatten") and not layers:
-            cur = i
-        elif op.name == "linear" and expect_linear:
-            pw, pb, px = node.parents
-            if px != cur or pw not in consts or pb not in consts:
+        if cur not in node.parents:
+            if value(i) is None:  # input-dependent but off the path: not a chain
                 return None
-            layers.append((np.asarray(consts[pw], np.float64), np.asarray(consts[pb], np.float64)))
-            cur, expect_linear = i, False
-        elif op.name == "relu" and not expect_linear:
+            continue
+        shape = tuple(node.shape)
+        if len(shape) < 2 or shape[0] != batch:
+            return None
+        others = [p for p in node.parents if p != cur]
+        name = op.name
+        if name == "relu":
+            # every segment has a weight layer, so the relu's input is an affine op's output
+            if len(shape) != 2 or len(nodes[cur].shape) != 2 or not weighted:
+                return None
+            layers.append((m, v))
             pre.append(cur)
             relus.append(i)
-            cur, expect_linear = i, True
+            m, d, v = None, np.ones(shape[1]), np.zeros(shape[1])
+            weighted = False
+        elif name in _RESHAPES:
+            if len(node.parents) != 1 and any(value(p) is None for p in others):
+                return None
+        elif name == "linear":
+            pw, pb, px = node.parents
+            w, b = value(pw), value(pb)
+            if px != cur or w is None or b is None or np.ndim(w) != 2 or len(shape) != 2:
+                return None
+            w = np.asarray(w, np.float64)
+            m, v = w * d if m is None else w @ m, w @ v + np.broadcast_to(
+                np.asarray(b, np.float64), (w.shape[0],))
+            weighted = True
+        elif name == "matmul":
+            px, pw = node.parents
+            w = value(pw)
+            if (px != cur or w is None or np.ndim(w) != 2 or len(shape) != 2
+                    or len(nodes[cur].shape) != 2):
+                return None
+            w = np.asarray(w, np.float64).T
+            m, v = w * d if m is None else w @ m, w @ v
+            weighted = True
+        elif name in _ELEMENTWISE:
+            if (len(node.parents) != 2 or node.parents[0] == node.parents[1]
+                    or tuple(nodes[cur].shape) != shape):
+                return None
+            c = value(others[0])
+            c_flat = None if c is None else _per_example(c, shape)
+            if c_flat is None or c_flat.size != v.size:
+                return None
+            if name == "add":
+                v = v + c_flat
+            elif name == "mul":
+                v = c_flat * v
+                if m is None:
+                    d = c_flat * d
+                else:
+                    m = c_flat[:, None] * m
+            elif node.parents[0] == cur:  # x - c
+                v = v - c_flat
+            else:  # c - x
+                v = c_flat - v
+                if m is None:
+                    d = -d
+                else:
+                    m = -m
+        elif name in _SCALARS:
+            c_attr = node.attrs.get("c")
+            if len(node.parents) != 1 or not isinstance(c_attr, int | float):
+                return None
+            if name == "scale":
+                v = float(c_attr) * v
+                if m is None:
+                    d = float(c_attr) * d
+                else:
+                    m = float(c_attr) * m
+            else:
+                v = v + float(c_attr)
         else:
             return None
-    if not layers or expect_linear or cur != graph.output:
+        cur = i
+    if cur != graph.output or len(nodes[cur].shape) != 2 or not weighted:
         return None
+    layers.append((m, v))
     return Chain(layers, pre, relus, cur)
 
 
@@ -155,7 +274,7 @@ def _propagate(model: Any, chain: Chain, x_lo: Array, x_hi: Array, lo: list[Arra
     for i, node in enumerate(graph.nodes):
         if node.kind != "op":
             continue
-        if i == chain.pre[0] and shared:
+        if i == chain.pre[0] and shared and node.op is not None and node.op.name == "linear":
             iv = _first_layer(prop, i)
         else:
             iv = prop.interval(i)

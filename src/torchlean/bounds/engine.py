@@ -24,6 +24,9 @@ is then evaluated rigorously, so rounding in the backward pass costs tightness, 
 - matrix products with one constant factor (``matmul``, ``matmul_nd``, ``bmm``; ONNX MatMul and
   Gemm), ``linear``, convolutions, permutes and every other primitive declared linear (data
   movement, gathers, sums; through the op's own VJP): linear ops as above;
+- elementwise ``mul`` by a constant: linear as above; a constant the network computes (ONNX
+  Div's ``inv(c)``), known only as an interval ``[c - r, c + r]``, multiplies by ``c`` with the
+  residual ``|nu| r max|x|`` as slack;
 - data inputs, constants and ops without a CROWN handler: ``nu . v`` over the node's interval
   (recorded in ``Propagation.fallbacks`` for the caller to report).
 
@@ -880,11 +883,22 @@ def _mul(prop: Propagation, i: int, v: Array, nu: dict[int, Array], terms: list[
     a, b = node.parents
     var, const = (a, b) if prop.variable[a] else (b, a)
     c = _matrix(prop, const)
+    rad = None
+    box = prop.ivals[const]
+    if (c is None and not prop.variable[const] and box is not None
+            and np.all(np.isfinite(box.lo)) and np.all(np.isfinite(box.hi))):
+        # a constant the network computes (the reciprocal of an input normalisation's Div): its
+        # float32 value lies in its interval; the midpoint is the multiplier and the rest,
+        # ``|v| |x| r``, is slack (not an interval fallback, which drops x's dependence)
+        c, rad = mid_rad(np.asarray(box.lo, np.float64), np.asarray(box.hi, np.float64))
     if prop.variable[const] or c is None or prop.nodes[var].shape != node.shape:
         return False
     cfull = np.broadcast_to(c, prop.bshape(node))
     cb = _with_k(cfull)
     slack.append(_dot_rest(np.abs(v), np.abs(cfull) * prop.vmax(var), True) * (2 * U64))
+    if rad is not None:
+        spread = up(np.broadcast_to(rad, prop.bshape(node)) * prop.vmax(var))
+        slack.append(_dot_rest(np.abs(v), spread, True))
     prop.accumulate(nu, var, v * cb, slack)
     return True
 

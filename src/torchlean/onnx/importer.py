@@ -383,8 +383,19 @@ def _arith(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> li
     return [ctx.ops.mul(va, ctx.ops.inv(vb))]
 
 
+def _zero_static(value: Value) -> bool:
+    """A one-entry float constant or initialiser holding 0 (a relu written as Max or Clip)."""
+    return (isinstance(value, _Static) and value.array.size == 1
+            and value.array.dtype.kind == "f" and float(value.array.reshape(())) == 0.0)
+
+
 @handles("Max", "Min")
 def _max_min(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> list[Value]:
+    if node.op_type == "Max" and len(xs) == 2:
+        for x, zero in (xs, xs[::-1]):
+            if isinstance(x, Var) and _zero_static(zero) and zero.array.ndim <= x.ndim:
+                # Max(x, 0) is relu(x), value for value (NumPy's maximum with a zero)
+                return [ctx.ops.relu(x)]
     op = getattr(ctx.ops, node.op_type.lower())
     out = ctx.var(xs[0])
     for x in xs[1:]:
@@ -433,6 +444,8 @@ def _clip(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
         lo = float(ctx.static(xs[1], "Clip min").reshape(()))
     if len(xs) > 2 and xs[2] is not None:
         hi = float(ctx.static(xs[2], "Clip max").reshape(()))
+    if float(lo) == 0.0 and float(hi) == math.inf and isinstance(xs[0], Var):
+        return [ctx.ops.relu(xs[0])]  # Clip(x, 0): relu, value for value
     return [ctx.ops.clamp(ctx.var(xs[0]), lo=float(lo), hi=float(hi))]
 
 
@@ -492,6 +505,12 @@ def _gemm(ctx: _Context, xs: list[Any], attrs: dict[str, Any], node: Any) -> lis
             and tuple(c.shape) in ((n,), (1, n))):
         # x @ W.T + b: torchlean's linear (one GEMM), as nn.Linear exports.
         return [ctx.ops.linear(b, reshape(ctx, ctx.var(c), (n,)), a)]
+    if not trans_a and trans_b and alpha == 1.0 and c is None:
+        # x @ W.T (a Linear without bias): linear with a zero bias, so bound chains see a
+        # weight, not a transposed constant. Adding +0 changes no value; the product is the
+        # same GEMM as matmul's (ONNX fixes no summation order, and the bounds' rounding
+        # terms hold for any)
+        return [ctx.ops.linear(b, ctx.var(_Static(np.zeros(n, ctx.dtype))), a)]
     a2 = ctx.ops.transpose2d(a) if trans_a else a
     b2 = ctx.ops.transpose2d(b) if trans_b else b
     out = ctx.ops.matmul(a2, b2)

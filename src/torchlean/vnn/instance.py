@@ -37,6 +37,8 @@ from .. import attack, onnx
 from ..bounds import METHODS, bab, properties, relu_bab
 from ..bounds.properties import Property, PropertyError
 from ..core.errors import TorchLeanError
+from ..onnx.errors import require_onnx as onnx_module
+from ..onnx.files import read_model
 from . import vnnlib
 
 __all__ = ["CLAIMS", "MAX_MODEL_BYTES", "ROUNDINGS", "STATUSES", "Network", "Result",
@@ -134,7 +136,9 @@ class Result:
 
 class Network:
     """An ONNX network (``.onnx`` or ``.onnx.gz``) loaded once: the model itself (the batch of
-    one that properties are stated for) and, lazily, a batched copy for attacks."""
+    one that properties are stated for) and, lazily, a batched copy for attacks. A symbolic
+    batch axis is fixed at 1; a file without a leading batch axis of 1 is given one (see
+    ``__init__``), its own graph still checking counterexamples (``run``)."""
 
     def __init__(self, path: Any) -> None:
         label = os.fspath(path)
@@ -145,7 +149,15 @@ class Network:
         if label.endswith(".gz"):
             source = vnnlib.read_bytes(label, MAX_MODEL_BYTES, VnnError, "vnn")
         try:
-            self.model = onnx.load(source)
+            try:
+                self.model = onnx.load(source)
+            except onnx.UnsupportedOnnxError:
+                # a symbolic batch axis (``batch_size``, ``N``, ``unk__``): the properties
+                # are stated for one example, so it is fixed at 1 (else the first error)
+                shapes = _batch_of_one(source)
+                if shapes is None:
+                    raise
+                self.model = onnx.load(source, shapes)
         except onnx.OnnxError as exc:
             if isinstance(source, bytes):  # name the file, not "<bytes>"
                 raise onnx.OnnxError(f"{label}: {exc}") from None
@@ -157,11 +169,57 @@ class Network:
             raise VnnError(f"vnn: network {label}: expected one input, found "
                            f"{len(self.model.input_names)}")
         self._batched: dict[int, Any] = {}
+        # A file without a leading batch axis of 1 on its input and output (input ``(n,)``,
+        # a column vector ``(n, 1)`` times weights on the left, ...): branch and bound and the
+        # attacks need one, so the model becomes the same file given input ``(1, n)`` where
+        # that imports (then batched copies exist too), else the file wrapped in reshapes from
+        # ``(1, n)`` and to ``(1, m)`` (``_batch_adapter``: data movement only, the same
+        # float32 values), if either agrees with it on random inputs. Counterexamples are
+        # still checked on the file's own graph (``run``).
+        self._plain: Any = None
+        self._plain_shape = self.input_shape
+        if self.input_shape[:1] != (1,) or self.output_shape[:1] != (1,):
+            wrapped = self._with_batch_axis()
+            if wrapped is not None:
+                self._plain, self.model = self.model, wrapped
+                graph = wrapped.graph
+                self.input_shape = tuple(graph.nodes[graph.inputs[0]].shape)
+                self.output_shape = tuple(wrapped.out_shape)
+
+    def _with_batch_axis(self) -> Any:
+        """See ``__init__``: a copy of the model with a batch axis of 1 on its input and output,
+        or None when neither way imports, keeps the sizes and agrees with the model."""
+        n = int(np.prod(self.input_shape))
+        m = int(np.prod(self.output_shape))
+        candidates: list[Any] = []
+        if len(self.input_shape) == 1:
+            candidates.append((self.model.proto, [(1, n)]))
+        adapter = _batch_adapter(self.model.proto, self.input_shape, m)
+        if adapter is not None:
+            candidates.append((adapter, None))
+        x = np.random.default_rng(0).uniform(-1, 1, size=(2, n)).astype(self.model.dtype)
+        for proto, shapes in candidates:
+            try:
+                wrapped = onnx.load(proto, shapes)
+            except TorchLeanError:
+                continue
+            graph = wrapped.graph
+            shape_in = tuple(graph.nodes[graph.inputs[0]].shape)
+            out = tuple(wrapped.out_shape)
+            if (shape_in != (1, n) or not _leading_one(out) or int(np.prod(out)) != m
+                    or wrapped.dtype != self.model.dtype):
+                continue
+            if all(np.allclose(np.asarray(wrapped.forward(row[None])).reshape(-1),
+                               self.run(row), rtol=1e-4, atol=1e-5) for row in x):
+                return wrapped
+        return None
 
     def run(self, x: Any) -> Any:
-        """The network's output for a flat input, flattened (float32 values)."""
-        return np.asarray(self.model.forward(
-            np.asarray(x, dtype=self.model.dtype).reshape(self.input_shape))).reshape(-1)
+        """The network's output for a flat input, flattened (float32 values): the file's own
+        graph (for a file without a batch axis, not the copy given one)."""
+        model = self.model if self._plain is None else self._plain
+        return np.asarray(model.forward(
+            np.asarray(x, dtype=model.dtype).reshape(self._plain_shape))).reshape(-1)
 
     def batched(self, n: int) -> Any:
         """The network with a batch of ``n`` examples, or None when the file fixes its batch
@@ -185,6 +243,79 @@ class Network:
                 copy = candidate if ok else None
         self._batched[n] = copy
         return copy
+
+
+def _leading_one(shape: tuple[int, ...]) -> bool:
+    return len(shape) >= 2 and shape[0] == 1
+
+
+def _batch_adapter(proto: Any, input_shape: tuple[int, ...], n_out: int) -> Any:
+    """``proto`` (one data input of ``input_shape``, one output of ``n_out`` values) with a new
+    input ``(1, n)`` reshaped to ``input_shape`` and its output reshaped to ``(1, n_out)``;
+    None for a file this cannot wrap (several outputs, an opset before Reshape's shape input)."""
+    module = onnx_module()
+    helper = module.helper
+    inits = {t.name for t in proto.graph.initializer}
+    data = [i for i in proto.graph.input if i.name not in inits]
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    if len(data) != 1 or len(proto.graph.output) != 1 or opset < 5:
+        return None
+    model = module.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    taken = ({i.name for i in graph.input} | inits | {o.name for o in graph.output}
+             | {v for nd in graph.node for v in (*nd.input, *nd.output)})
+
+    def fresh(stem: str) -> str:
+        k = 0
+        while f"{stem}_{k}" in taken:
+            k += 1
+        taken.add(f"{stem}_{k}")
+        return f"{stem}_{k}"
+
+    old_in, old_out = data[0], graph.output[0]
+    elem = old_in.type.tensor_type.elem_type
+    out_elem = old_out.type.tensor_type.elem_type
+    new_in, new_out = fresh("batch1_input"), fresh("batch1_output")
+    shape_in, shape_out = fresh("batch1_input_shape"), fresh("batch1_output_shape")
+    graph.initializer.extend([
+        module.numpy_helper.from_array(np.array(input_shape, np.int64), shape_in),
+        module.numpy_helper.from_array(np.array([1, n_out], np.int64), shape_out)])
+    nodes = [helper.make_node("Reshape", [new_in, shape_in], [old_in.name]), *graph.node,
+             helper.make_node("Reshape", [old_out.name, shape_out], [new_out])]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    n_in = int(np.prod(input_shape))
+    inputs = [helper.make_tensor_value_info(new_in, elem, [1, n_in]) if i.name == old_in.name
+              else i for i in graph.input]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    del graph.output[:]
+    graph.output.extend([helper.make_tensor_value_info(new_out, out_elem, [1, n_out])])
+    return model
+
+
+def _batch_of_one(source: Any) -> dict[str, tuple[int, ...]] | None:
+    """The input shapes of an ONNX file whose one data input (a graph input that is not an
+    initialiser) has a symbolic or unset first axis and fixed others, with that axis set to 1;
+    None for any other file (nothing to fix, or more than the batch axis unknown)."""
+    try:
+        proto, _ = read_model(source)
+    except TorchLeanError:
+        return None
+    inits = {t.name for t in proto.graph.initializer}
+    data = [i for i in proto.graph.input if i.name not in inits]
+    if len(data) != 1 or not data[0].type.HasField("tensor_type"):
+        return None
+    tensor = data[0].type.tensor_type
+    if not tensor.HasField("shape") or not tensor.shape.dim:
+        return None
+    dims = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 0
+            for d in tensor.shape.dim]
+    if dims[0] or len(dims) < 2 or not all(dims[1:]):
+        return None
+    return {data[0].name: (1, *dims[1:])}
 
 
 class _Clock:
