@@ -532,8 +532,13 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             f_still, _ = _margins(spec, fixed_pass.lower, f_open)
             timer.stage("bounds")
             if f_still.any():
-                return finish("unknown", "a domain with every neuron fixed stays open (its "
-                              "linear program's bound is within round-off of the threshold)")
+                # rows are bounded one at a time: a conjunction of several rows, each reachable
+                # on the domain but not all at once, stays open here (no combined row yet)
+                several = np.bincount(spec.group, minlength=spec.n_conj) > 1
+                why = ("a conjunction of several rows, each reachable on its own, is bounded row "
+                       "by row" if (f_still & several[None, :]).any() else "its linear "
+                       "program's bound is within round-off of the threshold")
+                return finish("unknown", f"a domain with every neuron fixed stays open ({why})")
             keep[fixed] = False
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], sign=c_sign[keep], open=still[keep],
                           margin=c_margin[keep], **kept(found, keep)):
