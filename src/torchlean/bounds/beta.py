@@ -325,7 +325,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
                 lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
                 alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
                 steps: int = 20, kernel: bool = True, prove_at: Array | None = None,
-                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR) -> PairBounds:
+                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR,
+                owner: tuple[Any, Chain, Array] | None = None) -> PairBounds:
     """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
 
     ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
@@ -339,11 +340,26 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     (the others cannot be proved by it; their ``lower`` is their traced bound, kept below
     ``prove_at``: never a proof); ``alpha_lr``, ``beta_lr``: Adam's step sizes (a warm start
     wants a small ``alpha_lr``: Adam's first step moves every slope by about its step size).
+    ``owner``: ``(domain_model, domain_chain, at)`` when several pairs share a domain: then
+    ``lo``/``hi``/``sign`` are given per domain (``domain_model``'s batch, ``(D, n_k)``), pair
+    ``p`` is on domain ``at[p]``, every pair has the same input box, and the interval sweep and
+    the rigorous pass's intervals are computed once per domain (the same values as per pair).
     """
     n_pairs = rows.shape[0]
-    prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
+    if owner is None:
+        prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
+        at = None
+    else:
+        d_model, d_chain, at = owner
+        n_dom, n_in = lo[0].shape[0], x_lo.shape[1]
+        prop, empty = _propagate(d_model, d_chain, np.broadcast_to(x_lo[:1], (n_dom, n_in)),
+                                 np.broadcast_to(x_hi[:1], (n_dom, n_in)), lo, hi, kernel)
+        empty, sign = empty[at], [s[at] for s in sign]
+        chain = d_chain
     lo = [np.asarray(prop.ivals[p].lo, np.float64) for p in chain.pre]  # type: ignore[union-attr]
     hi = [np.asarray(prop.ivals[p].hi, np.float64) for p in chain.pre]  # type: ignore[union-attr]
+    if at is not None:
+        lo, hi = [x[at] for x in lo], [x[at] for x in hi]
     parts = _objective_parts(chain, lo, hi, sign)
     objective = _Objective(chain, rows, parts, (x_lo[0] + x_hi[0]) / 2, (x_hi[0] - x_lo[0]) / 2)
     n_layers = len(chain.pre)
@@ -426,7 +442,10 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         # never above the threshold: a pair left out is not proved (ranking value only)
         lower = np.minimum(best_val, np.nextafter(prove_at, -np.inf))
     if len(need):
-        sub = prop if len(need) == n_pairs else prop.subset(need)
+        if at is not None:
+            sub = prop.subset(at[need])
+        else:
+            sub = prop if len(need) == n_pairs else prop.subset(need)
         sub.alpha = {r: best[k][need].astype(np.float64).reshape(len(need), 1, -1)
                      for k, r in enumerate(chain.relus)}
         sub.extra = {p: (-best[n_layers + k][need].astype(np.float64)
