@@ -376,7 +376,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     best_val = np.full(n_pairs, -np.inf)
     best = [p.copy() for p in params]
     mus = [np.zeros_like(x) for x in lo]
-    primal_mu = np.zeros_like(x_lo)
+    primal_mu = np.zeros(x_lo.shape, dt)  # (only its sign is used)
     m1 = [np.zeros_like(p) for p in params]
     m2 = [np.zeros_like(p) for p in params]
     lrs = [alpha_lr] * n_layers + [beta_lr] * n_layers
@@ -389,7 +389,22 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         val32, mu_k, mu_in = objective.run(params[:n_layers], params[n_layers:])
         val = val32.astype(np.float64)
         better = val > best_val[idx]
-        if better.any():
+        if len(idx) == n_pairs and better.all():  # plain copies
+            best_val[:] = val
+            for j, p in enumerate(params):
+                best[j][...] = p
+            for k in range(n_layers):
+                mus[k][...] = mu_k[k]
+            primal_mu[...] = mu_in
+        elif len(idx) == n_pairs:  # every pair still climbing: masked copies, no gathers
+            np.copyto(best_val, val, where=better)
+            keep = better[:, None]
+            for j, p in enumerate(params):
+                np.copyto(best[j], p, where=keep)
+            for k in range(n_layers):
+                np.copyto(mus[k], mu_k[k], where=keep)
+            np.copyto(primal_mu, mu_in, where=keep)
+        elif better.any():
             sel = idx[better]
             best_val[sel] = val[better]
             for j, p in enumerate(params):
@@ -421,7 +436,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
             g *= 0.001
             m2[j] += g
             # Adam's step lr * (m1 / c1) / (sqrt(m2) / c2 + eps), in place
-            den = np.sqrt(m2[j])
+            den = np.sqrt(m2[j], out=g)  # (the gradient's buffer: not needed any more)
             den /= c2
             den += 1e-8
             move = np.divide(m1[j], den, out=den)
