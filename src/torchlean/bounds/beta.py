@@ -285,7 +285,7 @@ class _Objective:
             unstable, active, upper, intercept, sign = self.parts[k]
             mus[k] = mu
             on = mu > 0
-            pos = np.where(on, mu, 0)
+            pos = mu * on  # (not ``np.where``: ten times slower on a random mask)
             neg = mu - pos
             slope = alphas[k] * unstable
             slope += active
@@ -305,7 +305,8 @@ class _Objective:
         with respect to the slopes and the multipliers, per layer."""
         saved, mu, n_layers = self.saved, self.mu_in, len(self.parts)
         seed = seed.astype(mu.dtype)[:, None]
-        g = seed * (self.centre - np.sign(mu) * self.radius)
+        sgn = np.subtract(mu > 0, mu < 0, dtype=mu.dtype)  # np.sign, five times faster
+        g = seed * (self.centre - sgn * self.radius)
         g_alpha: list[Array] = [None] * n_layers  # type: ignore[list-item]
         g_beta: list[Array] = [None] * n_layers  # type: ignore[list-item]
         for k in range(n_layers):
@@ -317,7 +318,13 @@ class _Objective:
             g_alpha[k] = g_nu * pos * unstable
             g_beta[k] = -g_nu * sign
             if k + 1 < n_layers:
-                g = g_nu * np.where(on, slope, upper) + seed * np.where(on, 0, intercept)
+                # g_nu (slope where on, else upper) + seed (0 where on, else intercept), by
+                # products with the masks (``np.where`` is ten times slower on a random mask)
+                off = ~on
+                eff = slope * on
+                eff += upper * off
+                g = g_nu * eff
+                g += seed * (intercept * off)
         return g_alpha, g_beta
 
 
