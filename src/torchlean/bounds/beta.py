@@ -396,22 +396,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         val32, mu_k, mu_in = objective.run(params[:n_layers], params[n_layers:])
         val = val32.astype(np.float64)
         better = val > best_val[idx]
-        if len(idx) == n_pairs and better.all():  # plain copies
-            best_val[:] = val
-            for j, p in enumerate(params):
-                best[j][...] = p
-            for k in range(n_layers):
-                mus[k][...] = mu_k[k]
-            primal_mu[...] = mu_in
-        elif len(idx) == n_pairs:  # every pair still climbing: masked copies, no gathers
-            np.copyto(best_val, val, where=better)
-            keep = better[:, None]
-            for j, p in enumerate(params):
-                np.copyto(best[j], p, where=keep)
-            for k in range(n_layers):
-                np.copyto(mus[k], mu_k[k], where=keep)
-            np.copyto(primal_mu, mu_in, where=keep)
-        elif better.any():
+        if better.any():  # (row gathers: faster here than plain or masked copies)
             sel = idx[better]
             best_val[sel] = val[better]
             for j, p in enumerate(params):
