@@ -329,6 +329,40 @@ def test_skipped_rigorous_pass_proves_the_same_pairs():
     assert np.all(part.lower[~near] < at[~near])
 
 
+def test_shared_domain_sweep_equals_the_per_pair_pass():
+    # bound_pairs(owner=...): pairs that share a domain share its interval sweep; every output
+    # (rigorous bounds, intervals, multipliers, inputs) must equal the pass with each pair's
+    # domain copied out, and a wrong pair -> domain map must change the bounds
+    n_dom, n_pairs = 4, 8
+    model, spec, chain, rng, _, _, sign, _, _ = _random_domain(5, n_dom)
+    # the box's own bounds intersected with each domain's splits
+    lo = [np.where(g > 0, 0.0, -np.inf) for g in sign]
+    hi = [np.where(g < 0, 0.0, np.inf) for g in sign]
+    at = np.array([0, 0, 1, 2, 2, 2, 3, 1])
+    n_in = spec.lower.size
+    per_pair = tl.compile(lambda v: model(v), (n_pairs, n_in))
+    p_chain = beta.relu_chain(per_pair)
+    x_lo = np.broadcast_to(spec.lower, (n_pairs, n_in))
+    x_hi = np.broadcast_to(spec.upper, (n_pairs, n_in))
+    rows = rng.normal(size=(n_pairs, 3))
+    thr = np.full(n_pairs, 1e9)
+    full = beta.bound_pairs(per_pair, p_chain, x_lo, x_hi, rows, [l[at] for l in lo],
+                            [h[at] for h in hi], [g[at] for g in sign], thresholds=thr,
+                            steps=3)
+    owner = (tl.compile(lambda v: model(v), (n_dom, n_in)), chain, at)
+    shared = beta.bound_pairs(per_pair, p_chain, x_lo, x_hi, rows, lo, hi, sign,
+                              thresholds=thr, steps=3, owner=owner)
+    assert np.isfinite(full.lower).sum() >= 3  # (some domains are empty: +inf)
+    np.testing.assert_array_equal(shared.lower, full.lower)
+    np.testing.assert_array_equal(shared.primal, full.primal)
+    for got, want in zip(shared.lo + shared.hi + shared.mu, full.lo + full.hi + full.mu,
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+    wrong = beta.bound_pairs(per_pair, p_chain, x_lo, x_hi, rows, lo, hi, sign,
+                             thresholds=thr, steps=3, owner=(*owner[:2], at[::-1]))
+    assert not np.array_equal(wrong.lower, full.lower)
+
+
 def test_planted_overtight_deepening_is_caught(monkeypatch):
     # deepen's intermediate bounds made tighter than they are (each lower bound raised, each
     # upper bound lowered by 45% of the width): domains lose executions, a wrong unsat (seed 1)

@@ -404,7 +404,7 @@ class _Objective:
             unstable, active, upper, intercept, sign = self.parts[k]
             mus[k] = mu
             on = mu > 0
-            pos = np.where(on, mu, 0)
+            pos = mu * on  # (not ``np.where``: ten times slower on a random mask)
             neg = mu - pos
             slope = alphas[k] * unstable
             slope += active
@@ -424,7 +424,8 @@ class _Objective:
         with respect to the slopes and the multipliers, per layer."""
         saved, mu, n_layers = self.saved, self.mu_in, len(self.parts)
         seed = seed.astype(mu.dtype)[:, None]
-        g = seed * (self.centre - np.sign(mu) * self.radius)
+        sgn = np.subtract(mu > 0, mu < 0, dtype=mu.dtype)  # np.sign, five times faster
+        g = seed * (self.centre - sgn * self.radius)
         g_alpha: list[Array] = [None] * n_layers  # type: ignore[list-item]
         g_beta: list[Array] = [None] * n_layers  # type: ignore[list-item]
         for k in range(n_layers):
@@ -436,7 +437,13 @@ class _Objective:
             g_alpha[k] = g_nu * pos * unstable
             g_beta[k] = -g_nu * sign
             if k + 1 < n_layers:
-                g = g_nu * np.where(on, slope, upper) + seed * np.where(on, 0, intercept)
+                # g_nu (slope where on, else upper) + seed (0 where on, else intercept), by
+                # products with the masks (``np.where`` is ten times slower on a random mask)
+                off = ~on
+                eff = slope * on
+                eff += upper * off
+                g = g_nu * eff
+                g += seed * (intercept * off)
         return g_alpha, g_beta
 
 
@@ -444,7 +451,8 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
                 lo: list[Array], hi: list[Array], sign: list[Array], *, thresholds: Array,
                 alpha0: list[Array] | None = None, beta0: list[Array] | None = None,
                 steps: int = 20, kernel: bool = True, prove_at: Array | None = None,
-                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR) -> PairBounds:
+                alpha_lr: float = ALPHA_LR, beta_lr: float = BETA_LR,
+                owner: tuple[Any, Chain, Array] | None = None) -> PairBounds:
     """Lower bounds of ``rows[p] . y`` over pair ``p``'s domain (see the module docstring).
 
     ``model``: the compiled network for exactly ``P`` examples (``chain`` its relu chain);
@@ -458,11 +466,26 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     (the others cannot be proved by it; their ``lower`` is their traced bound, kept below
     ``prove_at``: never a proof); ``alpha_lr``, ``beta_lr``: Adam's step sizes (a warm start
     wants a small ``alpha_lr``: Adam's first step moves every slope by about its step size).
+    ``owner``: ``(domain_model, domain_chain, at)`` when several pairs share a domain: then
+    ``lo``/``hi``/``sign`` are given per domain (``domain_model``'s batch, ``(D, n_k)``), pair
+    ``p`` is on domain ``at[p]``, every pair has the same input box, and the interval sweep and
+    the rigorous pass's intervals are computed once per domain (the same values as per pair).
     """
     n_pairs = rows.shape[0]
-    prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
+    if owner is None:
+        prop, empty = _propagate(model, chain, x_lo, x_hi, lo, hi, kernel)
+        at = None
+    else:
+        d_model, d_chain, at = owner
+        n_dom, n_in = lo[0].shape[0], x_lo.shape[1]
+        prop, empty = _propagate(d_model, d_chain, np.broadcast_to(x_lo[:1], (n_dom, n_in)),
+                                 np.broadcast_to(x_hi[:1], (n_dom, n_in)), lo, hi, kernel)
+        empty, sign = empty[at], [s[at] for s in sign]
+        chain = d_chain
     lo = [np.asarray(prop.ivals[p].lo, np.float64) for p in chain.pre]  # type: ignore[union-attr]
     hi = [np.asarray(prop.ivals[p].hi, np.float64) for p in chain.pre]  # type: ignore[union-attr]
+    if at is not None:
+        lo, hi = [x[at] for x in lo], [x[at] for x in hi]
     parts = _objective_parts(chain, lo, hi, sign)
     objective = _Objective(chain, rows, parts, (x_lo[0] + x_hi[0]) / 2, (x_hi[0] - x_lo[0]) / 2)
     n_layers = len(chain.pre)
@@ -479,7 +502,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
     best_val = np.full(n_pairs, -np.inf)
     best = [p.copy() for p in params]
     mus = [np.zeros_like(x) for x in lo]
-    primal_mu = np.zeros_like(x_lo)
+    primal_mu = np.zeros(x_lo.shape, dt)  # (only its sign is used)
     m1 = [np.zeros_like(p) for p in params]
     m2 = [np.zeros_like(p) for p in params]
     lrs = [alpha_lr] * n_layers + [beta_lr] * n_layers
@@ -492,7 +515,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         val32, mu_k, mu_in = objective.run(params[:n_layers], params[n_layers:])
         val = val32.astype(np.float64)
         better = val > best_val[idx]
-        if better.any():
+        if better.any():  # (row gathers: faster here than plain or masked copies)
             sel = idx[better]
             best_val[sel] = val[better]
             for j, p in enumerate(params):
@@ -524,7 +547,7 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
             g *= 0.001
             m2[j] += g
             # Adam's step lr * (m1 / c1) / (sqrt(m2) / c2 + eps), in place
-            den = np.sqrt(m2[j])
+            den = np.sqrt(m2[j], out=g)  # (the gradient's buffer: not needed any more)
             den /= c2
             den += 1e-8
             move = np.divide(m1[j], den, out=den)
@@ -545,7 +568,10 @@ def bound_pairs(model: Any, chain: Chain, x_lo: Array, x_hi: Array, rows: Array,
         # never above the threshold: a pair left out is not proved (ranking value only)
         lower = np.minimum(best_val, np.nextafter(prove_at, -np.inf))
     if len(need):
-        sub = prop if len(need) == n_pairs else prop.subset(need)
+        if at is not None:
+            sub = prop.subset(at[need])
+        else:
+            sub = prop if len(need) == n_pairs else prop.subset(need)
         sub.alpha = {r: best[k][need].astype(np.float64).reshape(len(need), 1, -1)
                      for k, r in enumerate(chain.relus)}
         sub.extra = {p: (-best[n_layers + k][need].astype(np.float64)

@@ -285,14 +285,19 @@ class _Passes:
             d, r = dom[pad], row[pad]
             x_lo = np.broadcast_to(spec.lower, (size, spec.lower.shape[0]))
             x_hi = np.broadcast_to(spec.upper, (size, spec.upper.shape[0]))
+            # the pairs of one domain share its interval sweep (``bound_pairs(owner=...)``)
+            uniq, at = np.unique(d, return_inverse=True)
+            (_, _, d_size), = self.models.chunks(len(uniq), len(uniq))
+            upad = np.concatenate([uniq, np.full(d_size - len(uniq), uniq[-1])])
             result = bound_pairs(self.models.get(size), self.chain(size), x_lo, x_hi,
-                                 spec.a[r], self.split(lo[d]), self.split(hi[d]),
-                                 self.split(sign[d]), thresholds=spec.b[r] + lift[d],
+                                 spec.a[r], self.split(lo[upad]), self.split(hi[upad]),
+                                 self.split(sign[upad]), thresholds=spec.b[r] + lift[d],
                                  alpha0=self.split(start_alpha[pad]),
                                  beta0=self.split(beta[d, slot[r]]),
                                  steps=steps, kernel=self.kernel,
                                  prove_at=spec.b[r] if self.skip else None,
-                                 alpha_lr=alpha_lr)
+                                 alpha_lr=alpha_lr,
+                                 owner=(self.models.get(d_size), self.chain(d_size), at))
             passes += 1
             n = len(take)
             d, r = d[:n], r[:n]
