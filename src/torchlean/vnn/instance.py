@@ -48,9 +48,11 @@ VNN_METHODS = ("bab", *METHODS)  # bab: branch and bound over input boxes (bound
 # input at a time barely moves the bounds, so ``bab`` there runs the CROWN pass and the attacks.
 BAB_MAX_INPUTS = 32
 # Input branch and bound first gets this share of the time (at least BAB_FIRST_SECONDS): most
-# instances end there; one it leaves open gets the full attack of step 3 (branch and bound's
-# own attack is a short sign-gradient descent, which misses counterexamples that sampling
-# finds), then branch and bound again with what is left.
+# instances end there; one it leaves open gets the first attempt of step 3's attack (branch and
+# bound's own attack is a short sign-gradient descent, which misses counterexamples that
+# sampling and PGD find), then branch and bound again with what is left (going on from the
+# first run's open domains), then, if that leaves it open with time to spare, the attack's
+# later attempts. A first run stopped by the domain cap gets the whole attack at once.
 BAB_FIRST_SHARE = 0.1
 BAB_FIRST_SECONDS = 2.0
 ROUNDINGS = ("float32", "real")
