@@ -171,7 +171,8 @@ def _tune_malloc() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS)
+    taken = [mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS]  # every one
+    return all(taken)
 
 
 def run(args: argparse.Namespace) -> int:
