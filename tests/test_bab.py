@@ -446,3 +446,31 @@ def test_a_resume_that_loses_open_domains_is_caught():
     wrong = [truth for _, model, spec, truth in CASES
              if _resumed(model, spec, "pairs", 8, drop=True)[0] != truth]
     assert "sat" in wrong
+
+
+def test_a_domain_budget_stops_a_search_that_resumes_to_the_same_work():
+    # max_bounded stops the search like a timeout (open domains kept, BabResult.budget set);
+    # resumed without a budget, it ends with the uninterrupted search's verdict and domains
+    checked = 0
+    for _, model, spec, truth in CASES:
+        if truth != "unsat":
+            continue
+        confirm = _confirm(model, spec)
+        models = _models(model, spec.lower.size, intermediate="pairs")
+        whole = bab.search(models, spec, confirm, batch=8, alpha_steps=0, attack_steps=0)
+        budget = whole.domains // 3
+        if budget < 2:
+            continue
+        cut = bab.search(models, spec, confirm, batch=8, alpha_steps=0, attack_steps=0,
+                         max_bounded=budget)
+        assert cut.status == "timeout" and cut.budget and "budget" in cut.reason
+        assert budget <= cut.domains < budget + 2 * 8 and cut.queue is not None
+        rest = bab.search(models, spec, confirm, batch=8, alpha_steps=0, attack_steps=0,
+                          resume=cut.queue)
+        assert rest.status == "unsat" and not rest.budget
+        assert cut.domains + rest.domains == whole.domains
+        checked += 1
+    assert checked >= 1
+    _, model, spec, _ = CASES[0]
+    with pytest.raises(bab.BabError, match="max_bounded"):
+        bab.search(_models(model, spec.lower.size), spec, _confirm(model, spec), max_bounded=0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import os
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -550,3 +551,63 @@ def test_vnn_command_answers_writes_the_result_file_and_runs_a_benchmark(tmp_pat
     assert main(["vnn", os.path.join(folder, "test_nano.onnx"), str(bad)]) == 2
     err = capsys.readouterr().err
     assert "line 2" in err and "(assert (< X_0 1))" in err and "Traceback" not in err
+
+
+@needs_shared
+def test_between_two_branch_and_bound_runs_only_the_first_attack_attempt(monkeypatch):
+    # a first run that times out: the attack's first attempt, the second run (without the
+    # look-ahead phase when the first ran it to its budget), then the later attempts if the
+    # second run leaves the question open; a first run stopped by the domain cap ("unknown")
+    # gets every attempt at once and no second run
+    for first_status, looked_ahead in (("timeout", True), ("timeout", False), ("unknown", False)):
+        runs, attacks = [], []
+
+        def runs_out(net, prop, *, status=first_status, looked=looked_ahead, runs=runs,
+                     **options):
+            runs.append(options)
+            return bab.BabResult(status if len(runs) == 1 else "timeout", domains=7,
+                                 looked_ahead=looked)
+
+        def no_luck(net, prop, regions, clock, seed, effort, todos=None, first=0,
+                    attacks=attacks):
+            attacks.append((effort, first))
+            return None, ""
+
+        monkeypatch.setattr(instance.bab, "verify_network", runs_out)
+        monkeypatch.setattr(instance, "_attack_regions", no_luck)
+        folder = os.path.join(SHARED, "acasxu")
+        result = verify_instance(os.path.join(folder, "ACASXU_run2a_1_1_batch_2000.onnx"),
+                                 os.path.join(folder, "prop_2.vnnlib"), 10_000, "bab", effort=3)
+        if first_status == "unknown":
+            assert result.status == "unknown" and len(runs) == 1 and attacks == [(3, 0)]
+            continue
+        assert result.status == "timeout" and len(runs) == 2
+        assert attacks == [(0, 0), (3, 1)]
+        assert ("lookahead" in runs[1]) == looked_ahead
+        assert "resume" not in runs[1]
+
+
+def test_the_vnn_command_keeps_big_arrays_on_the_heap(monkeypatch):
+    # torchlean.cli.vnn._tune_malloc hands MALLOC_SETTINGS to the C library's mallopt (glibc's
+    # takes them) and reports a refusal
+    import ctypes
+    import platform
+
+    from torchlean.cli import vnn as vnn_cli
+
+    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
+        pytest.skip("mallopt is glibc's")
+    assert vnn_cli._tune_malloc() is True
+    calls = []
+
+    class FakeLibc:
+        def __init__(self, name):
+            self.mallopt = self
+
+        def __call__(self, param, value):
+            calls.append((param, value))
+            return 0 if param == -3 else 1
+
+    monkeypatch.setattr(ctypes, "CDLL", FakeLibc)
+    assert vnn_cli._tune_malloc() is False
+    assert tuple(calls) == vnn_cli.MALLOC_SETTINGS

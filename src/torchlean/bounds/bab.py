@@ -21,10 +21,11 @@ The loop (``search``):
    domains are attacked.
 
 Look-ahead (``lookahead="all"``; ``search``'s default is ``"off"``, ``verify_network`` looks
-ahead for its first ``LOOKAHEAD_FIRST`` seconds): each domain is split along each of its best
-``LOOKAHEAD_INPUTS`` inputs by that score (on ACAS Xu: all 5), every candidate's halves are
-bounded in the same batched pass, and the split kept is the one whose worse half gains most over
-the parent's margin, then whose better half does (FSB-style strong branching over inputs);
+ahead for its first ``LOOKAHEAD_DOMAINS`` bounded domains, then starts afresh without): each
+domain is split along each of its best ``LOOKAHEAD_INPUTS`` inputs by that score (on ACAS Xu:
+all 5), every candidate's halves are bounded in the same batched pass, and the split kept is
+the one whose worse half gains most over the parent's margin, then whose better half does
+(FSB-style strong branching over inputs);
 where none gains, the score's own split. The score reads the bound's linear dependence on the
 inputs and is blind to how an input's width loosens the relaxations: on ACAS Xu ``5_7``
 property 1 it never split the heading (width 0.5 in every open domain after 100,000 domains, all
@@ -117,13 +118,14 @@ ALPHA_MIN_RATE = 0.25  # this share of the boxes CROWN left open
 # look-ahead splitting: "all": every domain tries its LOOKAHEAD_INPUTS best inputs by the split
 # heuristic and keeps the split whose worse half bounds best; "off": the heuristic's input
 LOOKAHEADS = ("all", "off")
-LOOKAHEAD = "off"  # search's default; verify_network looks ahead first (LOOKAHEAD_FIRST)
+LOOKAHEAD = "off"  # search's default; verify_network looks ahead first (LOOKAHEAD_DOMAINS)
 LOOKAHEAD_INPUTS = 8
 LOOKAHEAD_GAIN = 1e-3  # a half closing less than this share of its parent's gap gains none
-LOOKAHEAD_FIRST = 10.0  # verify_network: seconds of look-ahead before the heuristic's splits
-# (measured, CPU-s, with / without the 10 s phase: 4_9 property 1 25 / 17, 1_1 property 6 29 / 18,
-# 3_3 property 2 35 / 25; 20 s would trade 4_9's loss for 1_1's: look-ahead alone needs 10 and
-# over 78 there)
+LOOKAHEAD_DOMAINS = 8000  # verify_network: domains bounded looking ahead before the heuristic's
+# splits start afresh (a budget in work, the same on every machine; it was 10 s, which on a 2-core
+# Zen 3 cut 4_9 property 1 off at 5,001 of the 5,431 domains it needs, and the plain search then
+# timed out; every other ACAS Xu property-1 instance needs at most 4,051. Where the look-ahead
+# does not end the search it is a loss: 3_3 property 2 spent 10.6 s on 43,451 domains there.)
 
 
 class BabError(BoundsError):
@@ -206,6 +208,8 @@ class BabResult:
     stages: dict[str, float] = field(default_factory=dict)
     # on a timeout: the open domains (search's ``resume``); from verify_property, the Resume
     queue: Any = None
+    budget: bool = False  # the "timeout" was search's max_bounded running out, not the time
+    looked_ahead: bool = False  # verify_network: its look-ahead phase ran to its budget
 
     def as_dict(self) -> dict[str, Any]:
         cex = None
@@ -885,7 +889,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
            attack_chains: int = 256, seed: int = 0, bound_options: dict[str, Any] | None = None,
            split: str = "auto", refresh_every: int = 1,
            alpha_steps: int = ALPHA_STEPS, alpha_after: int = ALPHA_AFTER,
-           lookahead: str = LOOKAHEAD, clock: Callable[[], float] = time.monotonic,
+           lookahead: str = LOOKAHEAD, max_bounded: int | None = None,
+           clock: Callable[[], float] = time.monotonic,
            progress: Callable[[dict[str, Any]], None] | None = None,
            resume: _Queue | None = None) -> BabResult:
     """Decide whether any input of ``spec``'s box is mapped into its unsafe set (see module).
@@ -894,7 +899,9 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     of the network's float type (inside the exact box), the ``(x, y)`` pair when the network
     really maps it into the unsafe set (checked exactly by the caller), else None. ``batch``:
     domains split per round (their children, twice as many, go into one bound pass);
-    ``max_domains``: open domains kept at most; ``clock``: what ``timeout`` is measured by (wall
+    ``max_domains``: open domains kept at most; ``max_bounded``: stop, as on a timeout (with
+    the open domains to resume from), once this many domains have been bounded (a budget in
+    work, the same on every machine); ``clock``: what ``timeout`` is measured by (wall
     time; ``time.process_time`` measures this process's CPU time, for benchmarks on a busy
     machine); ``progress``: called after every round with the counts so far; ``resume``: the
     open domains of an earlier search of the same ``spec`` that timed out (its
@@ -909,6 +916,10 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                                ("alpha_steps", alpha_steps, 0), ("alpha_after", alpha_after, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BabError(f"bab: {name} must be an integer >= {least}, found {value!r}")
+    if max_bounded is not None and (isinstance(max_bounded, bool)
+                                    or not isinstance(max_bounded, int) or max_bounded < 1):
+        raise BabError(f"bab: max_bounded must be None or an integer >= 1, found "
+                       f"{max_bounded!r}")
     if method not in METHODS:
         raise BabError(f"bab: unknown bound method {method!r}; expected one of {METHODS}")
     if split not in SPLITS:
@@ -1030,6 +1041,10 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     while queue.size:
         if timer.over():
             return finish("timeout", f"{queue.size} domains open when the time ran out")
+        if max_bounded is not None and result.domains >= max_bounded:
+            result.budget = True
+            return finish("timeout", f"{queue.size} domains open when the budget of "
+                          f"{max_bounded} bounded domains ran out")
         # worst domains first (counterexamples show up early); when the queue fills, those
         # nearest a proof (their children mostly close, so the queue shrinks)
         got = queue.pop(batch, best=queue.size > cap // 4)
@@ -1214,6 +1229,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
             total.counterexample = found.counterexample
             if found.status == "timeout" and proved and found.queue is not None:
                 total.queue = Resume(index, found.queue)
+            total.budget = found.budget
             proved = False
             if found.status in ("sat", "timeout"):
                 break
@@ -1247,25 +1263,28 @@ def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
     if "lookahead" in options:
         return verify_property(models, prop, net.run, timeout=timeout, resume=resume,
                                **options)
-    # look-ahead first, for LOOKAHEAD_FIRST seconds, then the heuristic's splits from scratch:
-    # looking ahead answers the property-1 instances whose split score is blind (2_8, 5_7: 3-4
-    # CPU-s, timeouts without), but its 5x work per split is a loss where the score is right
-    # and the search is long (3_3, 4_2 property 2: 25 and 69 CPU-s without it). Going on from
-    # the look-ahead phase's open domains instead was measured worse: 4_2 property 2 past 1.39M
+    # look-ahead first, for LOOKAHEAD_DOMAINS bounded domains, then the heuristic's splits from
+    # scratch: looking ahead answers the property-1 instances whose split score is blind (2_8,
+    # 5_7, 4_9: 1.7k-5.4k domains, timeouts without), but its 5x work per split is a loss where
+    # the score is right and the search is long (3_3, 4_2 property 2). Going on from the
+    # look-ahead phase's open domains instead was measured worse: 4_2 property 2 past 1.39M
     # domains against 645k from scratch. A ``resume`` goes on with the second phase.
+    # ``BabResult.looked_ahead``: the look-ahead phase ran to its budget (a later call for the
+    # same problem may skip it: ``lookahead="off"``).
     found = None
     if resume is None:
-        first = LOOKAHEAD_FIRST if timeout is None else min(timeout, LOOKAHEAD_FIRST)
-        found = verify_property(models, prop, net.run, timeout=first, lookahead="all",
-                                **options)
+        found = verify_property(models, prop, net.run, timeout=timeout, lookahead="all",
+                                max_bounded=LOOKAHEAD_DOMAINS, **options)
         found.queue = None  # (see above)
-        if found.status != "timeout" or (timeout is not None and timeout <= first):
+        if found.status != "timeout" or not found.budget:
             return found
+        found.budget = False
     left = timeout
     if timeout is not None and found is not None:
         left = max(timeout - found.seconds, 1e-3)
     rest = verify_property(models, prop, net.run, timeout=left, lookahead="off",
                            resume=resume, **options)
+    rest.looked_ahead = found is not None or resume is not None
     if found is not None:
         for name in ("domains", "passes", "reused", "alpha", "alpha_proved"):
             setattr(rest, name, getattr(rest, name) + getattr(found, name))
