@@ -11,6 +11,7 @@ it as JSON). The library behind it is ``torchlean.vnn``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import io
 import json
 import os
@@ -164,8 +165,6 @@ def _tune_malloc() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
