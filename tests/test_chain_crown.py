@@ -237,3 +237,66 @@ def test_alpha_pairs_on_acas_xu_property_1_boxes_tighten_and_enclose():
     bad, gain = _alpha_violations(models, lo, hi, rows, np.random.default_rng(0), n_points=60)
     assert bad == 0
     assert gain > 10.0  # CROWN's margins there are about -230 and -140; alpha's far better
+
+
+def _exact_rows(chain, v, rows):
+    """``rows @ y`` of the real-valued chain at the point ``v``, in exact rational arithmetic."""
+    from fractions import Fraction
+
+    h = [Fraction(float(x)) for x in v]
+    for layer in chain.layers:
+        z = [sum((Fraction(float(w)) * x for w, x in zip(row, h, strict=True)), Fraction(0))
+             + Fraction(float(b)) for row, b in zip(layer.w, layer.b, strict=True)]
+        h = [max(x, Fraction(0)) for x in z] if layer.relu is not None else z
+    return [sum((Fraction(float(r)) * y for r, y in zip(row, h, strict=True)), Fraction(0))
+            for row in rows]
+
+
+def _point_violations(seed, n_points=6):
+    """Rows whose lower bound (or linear function) over a one-point box lies above the exact
+    real value there (a count): with every neuron stable the bound is exact up to round-off,
+    so only the round-off accounting keeps it below. Large, cancelling weights (many
+    thousands, alternating signs) make the float32 multipliers' rounding far larger than
+    float64's."""
+    rng = np.random.default_rng(seed)
+    n_in, width = 4, 24
+    model = _mlp((n_in, width, width, width, 3), seed)
+    for m in model:
+        if isinstance(m, nn.Linear):
+            w = np.asarray(m.weight.data, np.float64)
+            big = rng.uniform(1e3, 1e4, w.shape) * np.where(rng.uniform(size=w.shape) < 0.5,
+                                                                 -1.0, 1.0)
+            m.weight.data[...] = (w + big).astype(np.float32)
+    models = bab.Models(lambda b: tl.compile(lambda v: model(v), (b, n_in)), max_batch=8)
+    chain, crown = models.chain_crown(False)  # the real network: no kernel errors to hide in
+    v = rng.uniform(-1, 1, (n_points, n_in)).astype(np.float32).astype(np.float64)
+    rows = rng.normal(size=(2, 3))
+    got = crown.bound(v, v, rows)
+    bad = 0
+    for i in range(n_points):
+        exact = _exact_rows(chain, v[i], rows)
+        linear = got.const[i] + got.coef[i] @ v[i]
+        for r in range(len(rows)):
+            bad += int(got.lower[i, r] > exact[r]) + int(linear[r] > exact[r])
+    return bad
+
+
+def test_bounds_on_points_stay_below_the_exact_value():
+    assert sum(_point_violations(seed) for seed in range(4)) == 0
+
+
+def test_a_planted_float64_accounting_of_the_float32_multipliers_is_caught(monkeypatch):
+    # the backward pass's multipliers and sums are float32: accounting their rounding with
+    # float64's unit roundoff must let some bound rise above the exact value
+    monkeypatch.setattr(chain_crown, "MULT_U", 2.0 ** -53)
+    assert sum(_point_violations(seed) for seed in range(4)) > 0
+
+
+def test_a_float32_overflow_of_the_multipliers_gives_no_bound_never_a_wrong_one():
+    models, lo, hi, _, rng = _random_case(2)
+    rows = np.array([[1e40, -1e40, 0.0], [0.0, 1.0, -1.0]])  # rows @ W: past float32's range
+    chain, crown = models.chain_crown(True)
+    got = crown.bound(*models.chain_input(lo, hi, chain, True), rows)
+    assert np.all(np.isneginf(got.const[:, 0])) and np.all(got.coef[:, 0] == 0.0)
+    assert np.all(np.isfinite(got.const[:, 1])) and not np.any(np.isnan(got.lower))
+    assert _violations(models, lo, hi, rows, rng, n_points=50) == 0

@@ -50,6 +50,15 @@ Array = Any
 __all__ = ["Bounds", "ChainCrown", "concretize"]
 
 ROW_CHUNK = 4096  # backward rows per matrix product (bounds memory: rows x widest layer)
+MULT_U = U32  # unit roundoff of the backward pass's float32 multipliers and sums
+MIN32 = 2.0 ** -126  # float32's smallest normal: bounds an underflowing float32 result's error
+
+
+def _up32(x: Array) -> Array:
+    """``x >= 0`` (float64) rounded up to float32: ``x (1 + 2**-22) + MIN32`` rounded to nearest
+    twice is at least ``x`` (relative error of the two roundings below ``2**-53 + 2**-24``; in
+    float32's subnormal range the absolute error is at most ``2**-150``)."""
+    return (x * (1.0 + 2.0 ** -22) + MIN32).astype(np.float32)
 
 
 @dataclass
@@ -101,6 +110,9 @@ class ChainCrown:
         self.aw_t = [np.abs(w).T.copy() for w in self.w]
         self.w_t = [w.T.copy() for w in self.w]
         self.abs_b = [np.abs(b) for b in self.b]
+        # float32 copies for the backward pass (rounded to nearest where not exact: covered)
+        self.w32 = [w.astype(np.float32) for w in self.w]
+        self.b32 = [b.astype(np.float32) for b in self.b]
         self.kinds = kinds
         self.kernel = kernel
         self.u, self.eta = u, eta
@@ -143,6 +155,9 @@ class ChainCrown:
         self._t: list[Array] = []
         self._slack: list[Array] = []  # S_k: slack of a multiplier on z_k
         self._slack_h: list[Array] = []  # the same for a multiplier on h_k (see _relax)
+        self._slack32: list[Array] = []  # S'_k: S_k for the float32 backward pass
+        self._hsum: list[Array] = []  # per box: sum of max |h_{k-1}|
+        self._under: list[Array] = [np.zeros(n_box)]  # per box: underflow of layers < k
         pairs = 0
         for k in range(n_layers):
             w_t, aw_t, b = self.w_t[k], self.aw_t[k], self.b[k]
@@ -153,6 +168,11 @@ class ChainCrown:
             eps = self._kernel_eps(k, m) if self.kernel else 0.0
             g = gamma(2 * max(p, n) + 8)
             self._slack.append(up_wide((eps + g * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
+            # the backward pass's: its products with W_k and b_k are float32 (n-term dot products,
+            # the weights rounded to float32 too: gamma(n + 2) with float32's u, MULT_U)
+            self._slack32.append(up_wide((eps + (g + gamma(n + 2, MULT_U)) * (m + self.abs_b[k]))
+                                         * (1 + 4 * U64) + 8 * ETA64))
+            self._hsum.append(np.sum(mag_in, axis=1))  # sum of max |h_{k-1}| over the box
             c = 0.5 * h_lo + 0.5 * h_hi
             r = up_wide(np.maximum(up_wide(h_hi - c), up_wide(c - h_lo)))
             zc = c @ w_t + b
@@ -181,7 +201,7 @@ class ChainCrown:
         lam_w = rows @ self.w[-1]  # (K, p): the rows' multiplier on the last hidden layer
         every = np.arange(n_box)
         k_last = n_layers - 1
-        slack = (self._slack[k_last] @ np.abs(rows).T).reshape(-1)  # (N K,): |row| . S_k
+        slack = (self._slack32[k_last] @ np.abs(rows).T).reshape(-1)  # (N K,): |row| . S'_k
         const, coef, low = self._backward(k_last, every, np.tile(rows @ self.b[k_last], n_box),
                                           slack, np.tile(lam_w, (n_box, 1)), k_rows)
         # the rows folded into the last layer over the last hidden layer's interval: now and
@@ -206,15 +226,30 @@ class ChainCrown:
         al = np.where(active | (unstable & (hi > -lo)), 1.0, 0.0)
         t = np.where(unstable, s * -lo, 0.0)
         n = lo.shape[1]
-        grel = np.where(unstable, up_wide(gamma(2 * n + 16) * (np.abs(lo) + np.abs(hi))), 0.0)
-        self._al.append(al)
-        self._s.append(s)
-        self._t.append(t)
+        spread = np.abs(lo) + np.abs(hi)
+        # float64 rounding of the slope and the intercept, and (float32, MULT_U) the rounding of
+        # the slope to float32 and of the multiplier mu s: |nu / mu - s| <= 4 u32
+        grel = np.where(unstable, up_wide((gamma(2 * n + 16) + 4 * MULT_U) * spread), 0.0)
+        k = len(self._al)
+        self._al.append(al.astype(np.float32))
+        self._s.append(s.astype(np.float32))
+        t32 = _up32(t)
+        self._t.append(t32)
         # the slack of a multiplier mu on h_j: its relu term's rounding plus, through
-        # |nu| <= |mu| (slopes in [0, 1], up to rounding), the slack of the next affine step
-        k = len(self._al) - 1
-        self._slack_h.append(up_wide((grel + self._slack[k] * (1 + 8 * U64))
-                                * (1 + gamma(n + 4))))
+        # |nu| <= |mu| (1 + 4 u32) (slopes in [0, 1] up to rounding), the slack of the next
+        # affine step; then the float32 sum of the relu terms (2 n + 1 terms, each at most
+        # |mu| (T + Sh)): Sh (1 - g) >= base + g T
+        base = up_wide((grel + self._slack32[k] * (1 + 8 * MULT_U)) * (1 + gamma(n + 4)))
+        g32 = gamma(2 * n + 2, MULT_U)
+        self._slack_h.append(_up32(up_wide((base + g32 * t32) * (1 + 2 * g32))))
+        # underflow (absolute: float32's smallest normal, so flush-to-zero is covered too) of
+        # the float32 work of a step through this layer: nu's products (on |z| and on the next
+        # affine slack), the relu terms' and the bias's 3 n products, the product nu W (n terms
+        # for each of the layer's inputs, times |h_{k-1}|) and the rounding of a multiplier on
+        # h_k to float32. Doubled for the float64 rounding of this sum (far below a factor 2).
+        under = (np.sum(spread + self._slack32[k], axis=1) + 3 * n
+                 + (n + 1) * self._hsum[k] + np.sum(np.maximum(hi, 0.0), axis=1))
+        self._under.append(self._under[-1] + 2 * MIN32 * under)
 
     def _pair_bounds(self, k: int, box: Array, j: Array) -> tuple[Array, Array]:
         """CROWN bounds of neuron ``j[i]`` of layer ``k`` on box ``box[i]``: rows ``+e_j`` and
@@ -225,9 +260,9 @@ class ChainCrown:
             jj = np.repeat(j[s:s + ROW_CHUNK // 2], 2)
             count = len(b)
             sign = np.tile([1.0, -1.0], count)
-            first = self.w[k][jj] * sign[:, None]
+            first = self.w32[k][jj] * sign[:, None].astype(np.float32)
             _, _, low = self._backward(k, b, sign * self.b[k][jj],
-                                       self._slack[k][np.repeat(b, 2), jj], first, 2)
+                                       self._slack32[k][np.repeat(b, 2), jj], first, 2)
             lo_out[s:s + count] = low[0::2]
             hi_out[s:s + count] = -low[1::2]
         return lo_out, hi_out
@@ -257,30 +292,42 @@ class ChainCrown:
         slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
         acc = bias - slack
         mags = np.abs(bias) + slack
-        for j in range(k - 1, -1, -1):
-            a3 = a.reshape(g, group, -1)
-            neg = np.minimum(a3, 0.0)
-            pos = a3 - neg  # max(a, 0), exactly
-            # per neuron: mu (T + S) for mu < 0 (the upper line's term less its slack), -|mu| S
-            # otherwise, i.e. min(mu, 0) T - |mu| S, summed (one more rounding than a single
-            # sum: n_terms below); the multiplier nu = mu times the lower or the upper slope
-            # (one of the two products is 0, so the sum is the rounded product itself).
-            # No np.where: 2-5x faster per step (measured)
-            term = (np.einsum("grn,gn->gr", neg, self._t[j][box])
-                    - np.einsum("grn,gn->gr", pos - neg, self._slack_h[j][box])).reshape(-1)
-            nu = (pos * self._al[j][box][:, None] + neg * self._s[j][box][:, None]).reshape(
-                g * group, -1)
-            bias = nu @ self.b[j]
-            acc += term + bias
-            mags += np.abs(term) + np.abs(bias)
-            a = nu @ self.w[j]
-        n_terms = 3 * k + 4
-        rig = down_wide(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
-        c, r = self._c0[box], self._r0[box]
-        d = a.shape[1]
-        a3 = a.reshape(g, group, d)
-        abs3 = np.abs(a3)
-        s = (np.einsum("grd,gd->gr", a3, c) - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
-        m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
-        low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+        with np.errstate(over="ignore", invalid="ignore"):  # see below: no bound
+            if k:  # a multiplier: any value (its rounding is in S'_k, its underflow in under)
+                a = a.astype(np.float32, copy=False)
+            for j in range(k - 1, -1, -1):
+                a3 = a.reshape(g, group, -1)
+                neg = np.minimum(a3, np.float32(0.0))
+                pos = a3 - neg  # max(a, 0), exactly
+                # per neuron: mu (T + S) for mu < 0 (the upper line's term less its slack),
+                # -|mu| S otherwise, i.e. min(mu, 0) T - |mu| S, summed in float32 (its
+                # rounding is in S);
+                # the multiplier nu = mu times the lower or the upper slope (one of the two
+                # products is 0, so the sum is the rounded product itself).
+                # No np.where: 2-5x faster per step (measured)
+                term = (np.einsum("grn,gn->gr", neg, self._t[j][box])
+                        - np.einsum("grn,gn->gr", pos - neg, self._slack_h[j][box])).reshape(-1)
+                nu = (pos * self._al[j][box][:, None] + neg * self._s[j][box][:, None]).reshape(
+                    g * group, -1)
+                bias = (nu @ self.b32[j]).astype(np.float64)
+                term = term.astype(np.float64)
+                acc += term + bias
+                mags += np.abs(term) + np.abs(bias)
+                a = nu @ self.w32[j]
+            n_terms = 3 * k + 4
+            under = np.repeat(self._under[k][box], group)
+            rig = down_wide(acc - gamma(n_terms + 5) * mags - n_terms * ETA64 - under)
+            c, r = self._c0[box], self._r0[box]
+            d = a.shape[1]
+            a = a.astype(np.float64)
+            a3 = a.reshape(g, group, d)
+            abs3 = np.abs(a3)
+            s = (np.einsum("grd,gd->gr", a3, c)
+                 - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
+            m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
+            low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+        # a float32 overflow leaves inf or nan in the constant or the coefficients: no bound
+        bad = ~(np.isfinite(rig) & np.all(np.isfinite(a), axis=1))
+        if bad.any():
+            rig[bad], a[bad], low[bad] = -np.inf, 0.0, -np.inf
         return rig, a, low
