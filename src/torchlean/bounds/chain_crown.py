@@ -18,7 +18,7 @@ The network is ``z_k = W_k h_{k-1} + b_k + delta_k``, ``h_k = relu(z_k)``, ``h_{
 ``|delta_k| <= eps_k`` bounds the float32 kernels' errors (matrix product and bias add, with the
 same formulas as the interval rules of ``bounds.ibp``, from the interval of ``h_{k-1}``). A row's
 bound is the weak-duality sum (as in ``bounds.engine``): the multipliers are computed in plain
-float64 and whatever they are, the evaluation is rigorous:
+float64 (float32 in the backward pass: below) and whatever they are, the evaluation is rigorous:
 
 - affine step with multiplier ``lam`` on ``z_k``: ``lam . b_k`` plus ``-|lam| . S_k``, where
   ``S_k = eps_k + gamma (|W_k| max|h_{k-1}| + |b_k|)`` covers the kernel errors, the residual of
@@ -33,6 +33,34 @@ float64 and whatever they are, the evaluation is rigorous:
 Every interval is rounded outward (``bounds.rounding``; by ``up_wide``/``down_wide``, at least
 one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The
 inherited bounds are valid because a bound over a box holds on each of its sub-boxes.
+
+The backward pass (``_backward_chunk``) runs in float32 (half the memory traffic of its
+elementwise work, which dominates it). The multipliers may be anything, so making them in
+float32 costs nothing; every float32 rounding inside the *evaluated* terms is accounted with
+float32's unit roundoff ``u32`` (``MULT_U``):
+
+- the product ``a = fl32(nu W_j)`` (float32 weights: ``n``-term dot products, the weights' own
+  rounding to float32 included) is the next multiplier; its residual ``(nu W_j - a) . h_{j-1}``
+  is at least ``-gamma32(n + 2) |nu| |W_j| max|h_{j-1}|``: the backward pass's affine slack is
+  ``S'_k = eps_k + (gamma + gamma32(n + 2)) (|W_k| max|h_{k-1}| + |b_k|)`` in place of ``S_k``
+  (also covering the rounding of a float64 first multiplier ``lam W_k`` to float32);
+- a relu step's terms and the bias are one float32 sum ``sum mu p + min(mu, 0) q`` over tables
+  rounded outward to float32 (``p <= al b - S``, ``p + q >= T + s b + S``, ``S`` the slack of
+  ``mu``), i.e. ``mu (al b - S)`` for ``mu >= 0`` and ``mu (T + s b + S)`` for ``mu < 0``, where
+  the weak-duality terms are ``0`` or ``mu T`` (the relu term), ``nu . b`` and ``-|nu| S'``. The
+  multiplier ``nu = mu al + min(mu, 0) (s - al)`` is ``mu`` times the slope up to
+  ``|nu / mu - s| <= 4 u32``, which moves the relu term by at most ``|mu| 4 u32 (|l| + |u|)``
+  and the bias by ``|mu| 4 u32 |b|``; the sum's rounding is at most
+  ``gamma32(n + 2) |mu| (|p| + |q|)`` per neuron. All three are in ``S`` (``_pack``);
+- each step's float32 total is added into the float64 constant as before (exactly converted);
+- underflow: a float32 product may be off by float32's smallest normal (flush-to-zero
+  included), bounded per box over the whole pass (``_under``);
+- overflow past float32's range leaves inf or nan in the constant or the coefficients: such a
+  row gets no bound (-inf), never a wrong one.
+
+Tested on one-point boxes with every neuron stable, where the bound is exact but for round-off:
+with large cancelling weights, a planted float64 ``u`` for these roundings puts bounds above the
+exact rational values of the network.
 """
 
 from __future__ import annotations
@@ -55,10 +83,16 @@ MIN32 = 2.0 ** -126  # float32's smallest normal: bounds an underflowing float32
 
 
 def _up32(x: Array) -> Array:
-    """``x >= 0`` (float64) rounded up to float32: ``x (1 + 2**-22) + MIN32`` rounded to nearest
-    twice is at least ``x`` (relative error of the two roundings below ``2**-53 + 2**-24``; in
-    float32's subnormal range the absolute error is at most ``2**-150``)."""
-    return (x * (1.0 + 2.0 ** -22) + MIN32).astype(np.float32)
+    """An upper bound of ``x`` (float64, within 2**-21 of it, relatively, or MIN32) in
+    float32: ``x + (|x| 2**-22 + MIN32)``, its two float64 roundings (relative ``2**-53``) and
+    the rounding to float32 (relative ``2**-24``, or absolute ``2**-150`` below MIN32) stay
+    within the added ``|x| 2**-22 + MIN32``. Overflow is inf, nan stays nan."""
+    return (x + (np.abs(x) * 2.0 ** -22 + MIN32)).astype(np.float32)
+
+
+def _down32(x: Array) -> Array:
+    """A lower bound of ``x`` in float32: ``_up32`` mirrored."""
+    return (x - (np.abs(x) * 2.0 ** -22 + MIN32)).astype(np.float32)
 
 
 @dataclass
@@ -154,7 +188,10 @@ class ChainCrown:
         self._s: list[Array] = []
         self._t: list[Array] = []
         self._slack: list[Array] = []  # S_k: slack of a multiplier on z_k
-        self._slack_h: list[Array] = []  # the same for a multiplier on h_k (see _relax)
+        self._p: list[Array] = []  # float32 tables of the backward pass (see _pack)
+        self._q: list[Array] = []
+        self._al32: list[Array] = []
+        self._e32: list[Array] = []
         self._slack32: list[Array] = []  # S'_k: S_k for the float32 backward pass
         self._hsum: list[Array] = []  # per box: sum of max |h_{k-1}|
         self._under: list[Array] = [np.zeros(n_box)]  # per box: underflow of layers < k
@@ -194,6 +231,7 @@ class ChainCrown:
             hi = np.maximum(hi, lo)  # an empty intersection only where no float run reaches
             layers.append((lo, hi))
             self._relax(lo, hi)
+            self._pack(lo, hi)
             h_lo, h_hi = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
         # the rows over every box
         rows = np.asarray(rows, np.float64)
@@ -225,28 +263,46 @@ class ChainCrown:
                          active.astype(np.float64))
         al = np.where(active | (unstable & (hi > -lo)), 1.0, 0.0)
         t = np.where(unstable, s * -lo, 0.0)
+        self._al.append(al)
+        self._s.append(s)
+        self._t.append(t)
+
+    def _pack(self, lo: Array, hi: Array) -> None:
+        """The float32 tables of the last relaxed layer ``k`` for the backward pass (see
+        ``_backward_chunk``): ``al``, ``e = s - al`` and ``p``, ``q`` with
+        ``p <= al b - S`` and ``p + q >= T + s b + S`` (``S``: the slack of a multiplier on
+        ``h_k``), and the pass's underflow bound."""
+        k = len(self._al) - 1
+        al, s, t = self._al[k], self._s[k], self._t[k]
         n = lo.shape[1]
+        b, abs_b = self.b[k], self.abs_b[k]
+        unstable = (lo < 0) & (hi > 0)
         spread = np.abs(lo) + np.abs(hi)
-        # float64 rounding of the slope and the intercept, and (float32, MULT_U) the rounding of
-        # the slope to float32 and of the multiplier mu s: |nu / mu - s| <= 4 u32
+        # the relu term: float64 rounding of the slope and the intercept, and float32's
+        # (MULT_U): the slope rounded to float32 and nu = mu al + min(mu, 0) (s - al) rounded
+        # twice, so |nu / mu - s| <= 4 u32 (s <= 1 + 2**-51; |s - al| <= 1/2 where al = 1)
         grel = np.where(unstable, up_wide((gamma(2 * n + 16) + 4 * MULT_U) * spread), 0.0)
-        k = len(self._al)
-        self._al.append(al.astype(np.float32))
-        self._s.append(s.astype(np.float32))
-        t32 = _up32(t)
-        self._t.append(t32)
-        # the slack of a multiplier mu on h_j: its relu term's rounding plus, through
+        # the slack of a multiplier mu on h_k: its relu term's rounding plus, through
         # |nu| <= |mu| (1 + 4 u32) (slopes in [0, 1] up to rounding), the slack of the next
-        # affine step; then the float32 sum of the relu terms (2 n + 1 terms, each at most
-        # |mu| (T + Sh)): Sh (1 - g) >= base + g T
-        base = up_wide((grel + self._slack32[k] * (1 + 8 * MULT_U)) * (1 + gamma(n + 4)))
-        g32 = gamma(2 * n + 2, MULT_U)
-        self._slack_h.append(_up32(up_wide((base + g32 * t32) * (1 + 2 * g32))))
+        # affine step, plus |mu| |nu / mu - s| |b| for the bias taken as mu s b; then the
+        # float32 sum of the 2 n products mu p + min(mu, 0) q: its error is at most
+        # g (|p| + |q|) |mu| per neuron, with |p| + |q| <= T + 2 |b| + 3 S (+ 2**-21 of it)
+        g = gamma(n + 2, MULT_U)
+        base = up_wide((grel + self._slack32[k] * (1 + 8 * MULT_U)) * (1 + gamma(n + 4))
+                       + 4 * MULT_U * abs_b)
+        slack = up_wide((base + g * (t + 2 * abs_b)) * (1 + 8 * g))
+        p = _down32(al * b - slack)
+        q = up_wide(t + s * b + slack + gamma(6) * (t + abs_b + slack))
+        self._p.append(p)
+        self._q.append(_up32(q - p))
+        al32 = al.astype(np.float32)
+        self._al32.append(al32)
+        self._e32.append(s.astype(np.float32) - al32)  # exact (Sterbenz where al = 1)
         # underflow (absolute: float32's smallest normal, so flush-to-zero is covered too) of
         # the float32 work of a step through this layer: nu's products (on |z| and on the next
-        # affine slack), the relu terms' and the bias's 3 n products, the product nu W (n terms
-        # for each of the layer's inputs, times |h_{k-1}|) and the rounding of a multiplier on
-        # h_k to float32. Doubled for the float64 rounding of this sum (far below a factor 2).
+        # affine slack), the 2 n products of the relu and bias terms, the product nu W (n
+        # terms for each of the layer's inputs, times |h_{k-1}|) and the rounding of a
+        # multiplier on h_k to float32. Doubled for the float64 rounding of this sum.
         under = (np.sum(spread + self._slack32[k], axis=1) + 3 * n
                  + (n + 1) * self._hsum[k] + np.sum(np.maximum(hi, 0.0), axis=1))
         self._under.append(self._under[-1] + 2 * MIN32 * under)
@@ -292,29 +348,25 @@ class ChainCrown:
         slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
         acc = bias - slack
         mags = np.abs(bias) + slack
-        with np.errstate(over="ignore", invalid="ignore"):  # see below: no bound
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: no bound (below)
             if k:  # a multiplier: any value (its rounding is in S'_k, its underflow in under)
                 a = a.astype(np.float32, copy=False)
             for j in range(k - 1, -1, -1):
                 a3 = a.reshape(g, group, -1)
                 neg = np.minimum(a3, np.float32(0.0))
-                pos = a3 - neg  # max(a, 0), exactly
-                # per neuron: mu (T + S) for mu < 0 (the upper line's term less its slack),
-                # -|mu| S otherwise, i.e. min(mu, 0) T - |mu| S, summed in float32 (its
-                # rounding is in S);
-                # the multiplier nu = mu times the lower or the upper slope (one of the two
-                # products is 0, so the sum is the rounded product itself).
-                # No np.where: 2-5x faster per step (measured)
-                term = (np.einsum("grn,gn->gr", neg, self._t[j][box])
-                        - np.einsum("grn,gn->gr", pos - neg, self._slack_h[j][box])).reshape(-1)
-                nu = (pos * self._al[j][box][:, None] + neg * self._s[j][box][:, None]).reshape(
-                    g * group, -1)
-                bias = (nu @ self.b32[j]).astype(np.float64)
+                # per neuron: mu (al b - S) for mu >= 0, mu (T + s b + S) for mu < 0: the relu
+                # term (0, or mu T on the upper line), the bias nu b and -|mu| S, summed in
+                # float32 (its rounding is in S); the multiplier nu = mu al + min(mu, 0) (s - al)
+                # (mu times the lower or the upper slope). No np.where: 2-5x faster per step
+                term = (np.einsum("grn,gn->gr", a3, self._p[j][box])
+                        + np.einsum("grn,gn->gr", neg, self._q[j][box])).reshape(-1)
+                nu = a3 * self._al32[j][box][:, None]
+                nu += neg * self._e32[j][box][:, None]
                 term = term.astype(np.float64)
-                acc += term + bias
-                mags += np.abs(term) + np.abs(bias)
-                a = nu @ self.w32[j]
-            n_terms = 3 * k + 4
+                acc += term
+                mags += np.abs(term)
+                a = nu.reshape(g * group, -1) @ self.w32[j]
+            n_terms = 2 * k + 4
             under = np.repeat(self._under[k][box], group)
             rig = down_wide(acc - gamma(n_terms + 5) * mags - n_terms * ETA64 - under)
             c, r = self._c0[box], self._r0[box]
@@ -327,7 +379,7 @@ class ChainCrown:
             m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
             low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
         # a float32 overflow leaves inf or nan in the constant or the coefficients: no bound
-        bad = ~(np.isfinite(rig) & np.all(np.isfinite(a), axis=1))
+        bad = ~(np.isfinite(rig) & np.all(np.isfinite(a), axis=1)) | np.isnan(low)
         if bad.any():
             rig[bad], a[bad], low[bad] = -np.inf, 0.0, -np.inf
         return rig, a, low
