@@ -239,25 +239,29 @@ def test_alpha_pairs_on_acas_xu_property_1_boxes_tighten_and_enclose():
     assert gain > 10.0  # CROWN's margins there are about -230 and -140; alpha's far better
 
 
-def _exact_rows(chain, v, rows):
-    """``rows @ y`` of the real-valued chain at the point ``v``, in exact rational arithmetic."""
+def _exact(chain, v, rows):
+    """``rows @ y`` of the real-valued chain at the point ``v`` and every layer's
+    pre-activations, in exact rational arithmetic."""
     from fractions import Fraction
 
     h = [Fraction(float(x)) for x in v]
+    pre = []
     for layer in chain.layers:
         z = [sum((Fraction(float(w)) * x for w, x in zip(row, h, strict=True)), Fraction(0))
              + Fraction(float(b)) for row, b in zip(layer.w, layer.b, strict=True)]
+        pre.append(z)
         h = [max(x, Fraction(0)) for x in z] if layer.relu is not None else z
     return [sum((Fraction(float(r)) * y for r, y in zip(row, h, strict=True)), Fraction(0))
-            for row in rows]
+            for row in rows], pre
 
 
 def _point_violations(seed, n_points=6):
     """Rows whose lower bound (or linear function) over a one-point box lies above the exact
-    real value there (a count): with every neuron stable the bound is exact up to round-off,
-    so only the round-off accounting keeps it below. Large, cancelling weights (many
-    thousands, alternating signs) make the float32 multipliers' rounding far larger than
-    float64's."""
+    real value there, and neurons whose CROWN bounds (the float32 pass of the pair bounds,
+    run here on every neuron) miss the exact value (a count): with every neuron stable the
+    bounds are exact up to round-off, so only the round-off accounting keeps them sound.
+    Large, cancelling weights (many thousands, alternating signs) make the float32
+    multipliers' rounding far larger than float64's."""
     rng = np.random.default_rng(seed)
     n_in, width = 4, 24
     model = _mlp((n_in, width, width, width, 3), seed)
@@ -272,27 +276,49 @@ def _point_violations(seed, n_points=6):
     v = rng.uniform(-1, 1, (n_points, n_in)).astype(np.float32).astype(np.float64)
     rows = rng.normal(size=(2, 3))
     got = crown.bound(v, v, rows)
+    pair = {}
+    for k in range(1, len(chain.layers) - 1):
+        n = chain.layers[k].w.shape[0]
+        box, j = np.repeat(np.arange(n_points), n), np.tile(np.arange(n), n_points)
+        lo_p, hi_p = crown._pair_bounds(k, box, j)
+        pair[k] = lo_p.reshape(n_points, n), hi_p.reshape(n_points, n)
     bad = 0
     for i in range(n_points):
-        exact = _exact_rows(chain, v[i], rows)
+        exact, pre = _exact(chain, v[i], rows)
         linear = got.const[i] + got.coef[i] @ v[i]
         for r in range(len(rows)):
             bad += int(got.lower[i, r] > exact[r]) + int(linear[r] > exact[r])
+        for k, (lo_p, hi_p) in pair.items():
+            bad += sum(int(lo_p[i, q] > z) + int(hi_p[i, q] < z) for q, z in enumerate(pre[k]))
     return bad
 
 
-def test_bounds_on_points_stay_below_the_exact_value():
+@pytest.mark.parametrize("rows32", [False, True])
+def test_bounds_on_points_stay_below_the_exact_value(monkeypatch, rows32):
+    # the float32 pass bounds the pairs (here every neuron's), and the rows where rows32
+    # says so
+    monkeypatch.setattr(ChainCrown, "rows32", rows32)
     assert sum(_point_violations(seed) for seed in range(4)) == 0
 
 
 def test_a_planted_float64_accounting_of_the_float32_multipliers_is_caught(monkeypatch):
-    # the backward pass's multipliers and sums are float32: accounting their rounding with
-    # float64's unit roundoff must let some bound rise above the exact value
+    # the float32 pass's multipliers and sums: accounting their rounding with float64's unit
+    # roundoff must let some bound rise above the exact value
     monkeypatch.setattr(chain_crown, "MULT_U", 2.0 ** -53)
+    assert sum(_point_violations(seed) for seed in range(4)) > 0  # the pairs'
+    monkeypatch.setattr(ChainCrown, "rows32", True)
     assert sum(_point_violations(seed) for seed in range(4)) > 0
 
 
-def test_a_float32_overflow_of_the_multipliers_gives_no_bound_never_a_wrong_one():
+@pytest.mark.parametrize("seed", range(6))
+def test_float32_rows_enclose_the_float32_network(monkeypatch, seed):
+    monkeypatch.setattr(ChainCrown, "rows32", True)
+    models, lo, hi, rows, rng = _random_case(seed)
+    assert _violations(models, lo, hi, rows, rng) == 0
+
+
+def test_a_float32_overflow_of_the_multipliers_gives_no_bound_never_a_wrong_one(monkeypatch):
+    monkeypatch.setattr(ChainCrown, "rows32", True)
     models, lo, hi, _, rng = _random_case(2)
     rows = np.array([[1e40, -1e40, 0.0], [0.0, 1.0, -1.0]])  # rows @ W: past float32's range
     chain, crown = models.chain_crown(True)
