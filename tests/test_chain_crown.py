@@ -110,9 +110,11 @@ def test_kernel_errors_only_loosen_and_the_root_matches_the_engine():
     assert np.all(np.abs(loose[0] - engine) <= 0.05 * scale)
 
 
-def test_bab_with_pair_bounds_gives_the_exact_verdicts():
+@pytest.mark.parametrize("pairs32", [False, True])
+def test_bab_with_pair_bounds_gives_the_exact_verdicts(monkeypatch, pairs32):
     from test_bab import CASES, _verdicts  # the MILP-checked cases of tests/test_bab.py
 
+    monkeypatch.setattr(ChainCrown, "pairs32", pairs32)
     assert _verdicts(CASES, intermediate="pairs", attack_steps=0) == []
 
 
@@ -293,10 +295,10 @@ def _point_violations(seed, n_points=6):
     return bad
 
 
-@pytest.mark.parametrize("rows32", [False, True])
-def test_bounds_on_points_stay_below_the_exact_value(monkeypatch, rows32):
-    # the float32 pass bounds the pairs (here every neuron's), and the rows where rows32
-    # says so
+@pytest.mark.parametrize("pairs32,rows32", [(False, False), (True, False), (True, True)])
+def test_bounds_on_points_stay_below_the_exact_value(monkeypatch, pairs32, rows32):
+    # the pair bounds (here every neuron's) and the rows, by the float32 pass or not
+    monkeypatch.setattr(ChainCrown, "pairs32", pairs32)
     monkeypatch.setattr(ChainCrown, "rows32", rows32)
     assert sum(_point_violations(seed) for seed in range(4)) == 0
 
@@ -304,6 +306,7 @@ def test_bounds_on_points_stay_below_the_exact_value(monkeypatch, rows32):
 def test_a_planted_float64_accounting_of_the_float32_multipliers_is_caught(monkeypatch):
     # the float32 pass's multipliers and sums: accounting their rounding with float64's unit
     # roundoff must let some bound rise above the exact value
+    monkeypatch.setattr(ChainCrown, "pairs32", True)
     monkeypatch.setattr(chain_crown, "MULT_U", 2.0 ** -53)
     assert sum(_point_violations(seed) for seed in range(4)) > 0  # the pairs'
     monkeypatch.setattr(ChainCrown, "rows32", True)
@@ -311,7 +314,8 @@ def test_a_planted_float64_accounting_of_the_float32_multipliers_is_caught(monke
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_float32_rows_enclose_the_float32_network(monkeypatch, seed):
+def test_the_float32_pass_encloses_the_float32_network(monkeypatch, seed):
+    monkeypatch.setattr(ChainCrown, "pairs32", True)
     monkeypatch.setattr(ChainCrown, "rows32", True)
     models, lo, hi, rows, rng = _random_case(seed)
     assert _violations(models, lo, hi, rows, rng) == 0

@@ -131,11 +131,16 @@ class ChainCrown:
     bounds then hold for the float32 network); ``u``/``eta``: the kernels' unit roundoff and
     underflow unit."""
 
+    pairs32 = False
+    """The pair bounds by the float32 backward pass (else float64). It halves a pass's
+    backward time (ACAS Xu, 2-core Zen 3), but float32's rounding slack is about the size of
+    the network's kernel errors again, which some searches feel: measured, domains and CPU-s,
+    float64 / float32 pairs: 4_2 property 2 637k 104 s / 671k 92 s, 3_3 property 2 176k 36 s
+    / 264k 44 s, 1_1 property 6 16.1k 10.3 s / 16.3k 9.9 s, 4_9 property 1 5.4k 8.9 s / 5.5k
+    5.9 s. Off: not a win everywhere."""
     rows32 = False
-    """The output rows by the float32 backward pass too (else float64; the pair bounds are always
-    float32). Float32's rounding slack is about the network's kernel errors again, and the rows
-    decide which boxes close: on ACAS Xu ``4_2`` property 2 float32 rows and pairs took 774k
-    domains and 96 CPU-s, float32 pairs only 671k and 92, float64 throughout 637k and 104."""
+    """The output rows by the float32 backward pass too: looser still (the rows decide which
+    boxes close): 4_2 property 2 with float32 pairs and rows took 774k domains and 96 CPU-s."""
 
     def __init__(self, chain: Chain, kinds: list[str], *, kernel: bool, u: float = U32,
                  eta: float = ETA32) -> None:
@@ -199,6 +204,7 @@ class ChainCrown:
         self._q: list[Array] = []
         self._al32: list[Array] = []
         self._e32: list[Array] = []
+        f32 = self.pairs32 or self.rows32
         self._slack32: list[Array] = []  # S'_k: S_k for the float32 backward pass
         self._hsum: list[Array] = []  # per box: sum of max |h_{k-1}|
         self._under: list[Array] = [np.zeros(n_box)]  # per box: underflow of layers < k
@@ -214,9 +220,10 @@ class ChainCrown:
             self._slack.append(up_wide((eps + g * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
             # the backward pass's: its products with W_k and b_k are float32 (n-term dot products,
             # the weights rounded to float32 too: gamma(n + 2) with float32's u, MULT_U)
-            self._slack32.append(up_wide((eps + (g + gamma(n + 2, MULT_U)) * (m + self.abs_b[k]))
-                                         * (1 + 4 * U64) + 8 * ETA64))
-            self._hsum.append(np.sum(mag_in, axis=1))  # sum of max |h_{k-1}| over the box
+            if f32:
+                self._slack32.append(up_wide((eps + (g + gamma(n + 2, MULT_U))
+                                              * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
+                self._hsum.append(np.sum(mag_in, axis=1))  # sum of max |h_{k-1}| over the box
             c = 0.5 * h_lo + 0.5 * h_hi
             r = up_wide(np.maximum(up_wide(h_hi - c), up_wide(c - h_lo)))
             zc = c @ w_t + b
@@ -238,7 +245,8 @@ class ChainCrown:
             hi = np.maximum(hi, lo)  # an empty intersection only where no float run reaches
             layers.append((lo, hi))
             self._relax(lo, hi)
-            self._pack(lo, hi)
+            if f32:
+                self._pack(lo, hi)
             h_lo, h_hi = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
         # the rows over every box
         rows = np.asarray(rows, np.float64)
@@ -333,9 +341,14 @@ class ChainCrown:
             jj = np.repeat(j[s:s + ROW_CHUNK // 2], 2)
             count = len(b)
             sign = np.tile([1.0, -1.0], count)
-            first = self.w32[k][jj] * sign[:, None].astype(np.float32)
-            _, _, low = self._backward(k, b, sign * self.b[k][jj],
-                                       self._slack32[k][np.repeat(b, 2), jj], first, 2, True)
+            if self.pairs32:
+                first = self.w32[k][jj] * sign[:, None].astype(np.float32)
+                slack = self._slack32[k][np.repeat(b, 2), jj]
+            else:
+                first = self.w[k][jj] * sign[:, None]
+                slack = self._slack[k][np.repeat(b, 2), jj]
+            _, _, low = self._backward(k, b, sign * self.b[k][jj], slack, first, 2,
+                                       self.pairs32)
             lo_out[s:s + count] = low[0::2]
             hi_out[s:s + count] = -low[1::2]
         return lo_out, hi_out
