@@ -34,10 +34,11 @@ Every interval is rounded outward (``bounds.rounding``; by ``up_wide``/``down_wi
 one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The
 inherited bounds are valid because a bound over a box holds on each of its sub-boxes.
 
-The backward pass (``_backward_chunk``) runs in float32 (half the memory traffic of its
-elementwise work, which dominates it). The multipliers may be anything, so making them in
-float32 costs nothing; every float32 rounding inside the *evaluated* terms is accounted with
-float32's unit roundoff ``u32`` (``MULT_U``):
+Optionally (``ChainCrown.pairs32``, ``rows32``; off: looser bounds, not a win everywhere) the
+backward pass runs in float32 (``_backward_chunk32``: half the memory traffic of its elementwise
+work, which dominates it, and float32 matrix products). The multipliers may be anything, so
+making them in float32 costs nothing; every float32 rounding inside the *evaluated* terms is
+accounted with float32's unit roundoff ``u32`` (``MULT_U``):
 
 - the product ``a = fl32(nu W_j)`` (float32 weights: ``n``-term dot products, the weights' own
   rounding to float32 included) is the next multiplier; its residual ``(nu W_j - a) . h_{j-1}``
@@ -60,7 +61,9 @@ float32's unit roundoff ``u32`` (``MULT_U``):
 
 Tested on one-point boxes with every neuron stable, where the bound is exact but for round-off:
 with large cancelling weights, a planted float64 ``u`` for these roundings puts bounds above the
-exact rational values of the network.
+exact rational values of the network. The price is the slack: the float32 sums' worst-case
+errors (``gamma32(n + 2)`` of the terms' magnitudes) are about the network's own kernel errors
+``eps_k`` again, and ACAS Xu searches feel that (``pairs32``' measurements).
 """
 
 from __future__ import annotations
