@@ -18,7 +18,7 @@ The network is ``z_k = W_k h_{k-1} + b_k + delta_k``, ``h_k = relu(z_k)``, ``h_{
 ``|delta_k| <= eps_k`` bounds the float32 kernels' errors (matrix product and bias add, with the
 same formulas as the interval rules of ``bounds.ibp``, from the interval of ``h_{k-1}``). A row's
 bound is the weak-duality sum (as in ``bounds.engine``): the multipliers are computed in plain
-float64 (float32 in the backward pass: below) and whatever they are, the evaluation is rigorous:
+float64 (optionally float32: below) and whatever they are, the evaluation is rigorous:
 
 - affine step with multiplier ``lam`` on ``z_k``: ``lam . b_k`` plus ``-|lam| . S_k``, where
   ``S_k = eps_k + gamma (|W_k| max|h_{k-1}| + |b_k|)`` covers the kernel errors, the residual of
@@ -158,9 +158,8 @@ class ChainCrown:
         self.aw_t = [np.abs(w).T.copy() for w in self.w]
         self.w_t = [w.T.copy() for w in self.w]
         self.abs_b = [np.abs(b) for b in self.b]
-        # float32 copies for the backward pass (rounded to nearest where not exact: covered)
+        # float32 weights for the float32 pass (rounded to nearest where not exact: covered)
         self.w32 = [w.astype(np.float32) for w in self.w]
-        self.b32 = [b.astype(np.float32) for b in self.b]
         self.kinds = kinds
         self.kernel = kernel
         self.u, self.eta = u, eta
@@ -296,8 +295,8 @@ class ChainCrown:
                                      * (1 + gamma(n + 4))))
 
     def _pack(self, lo: Array, hi: Array) -> None:
-        """The float32 tables of the last relaxed layer ``k`` for the backward pass (see
-        ``_backward_chunk``): ``al``, ``e = s - al`` and ``p``, ``q`` with
+        """The float32 tables of the last relaxed layer ``k`` for the float32 pass (see
+        ``_backward_chunk32``): ``al``, ``e = s - al`` and ``p``, ``q`` with
         ``p <= al b - S`` and ``p + q >= T + s b + S`` (``S``: the slack of a multiplier on
         ``h_k``), and the pass's underflow bound."""
         k = len(self._al) - 1
