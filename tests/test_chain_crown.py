@@ -110,9 +110,11 @@ def test_kernel_errors_only_loosen_and_the_root_matches_the_engine():
     assert np.all(np.abs(loose[0] - engine) <= 0.05 * scale)
 
 
-def test_bab_with_pair_bounds_gives_the_exact_verdicts():
+@pytest.mark.parametrize("pairs32", [False, True])
+def test_bab_with_pair_bounds_gives_the_exact_verdicts(monkeypatch, pairs32):
     from test_bab import CASES, _verdicts  # the MILP-checked cases of tests/test_bab.py
 
+    monkeypatch.setattr(ChainCrown, "pairs32", pairs32)
     assert _verdicts(CASES, intermediate="pairs", attack_steps=0) == []
 
 
@@ -237,3 +239,94 @@ def test_alpha_pairs_on_acas_xu_property_1_boxes_tighten_and_enclose():
     bad, gain = _alpha_violations(models, lo, hi, rows, np.random.default_rng(0), n_points=60)
     assert bad == 0
     assert gain > 10.0  # CROWN's margins there are about -230 and -140; alpha's far better
+
+
+def _exact(chain, v, rows):
+    """``rows @ y`` of the real-valued chain at the point ``v`` and every layer's
+    pre-activations, in exact rational arithmetic."""
+    from fractions import Fraction
+
+    h = [Fraction(float(x)) for x in v]
+    pre = []
+    for layer in chain.layers:
+        z = [sum((Fraction(float(w)) * x for w, x in zip(row, h, strict=True)), Fraction(0))
+             + Fraction(float(b)) for row, b in zip(layer.w, layer.b, strict=True)]
+        pre.append(z)
+        h = [max(x, Fraction(0)) for x in z] if layer.relu is not None else z
+    return [sum((Fraction(float(r)) * y for r, y in zip(row, h, strict=True)), Fraction(0))
+            for row in rows], pre
+
+
+def _point_violations(seed, n_points=6):
+    """Rows whose lower bound (or linear function) over a one-point box lies above the exact
+    real value there, and neurons whose CROWN bounds (the float32 pass of the pair bounds,
+    run here on every neuron) miss the exact value (a count): with every neuron stable the
+    bounds are exact up to round-off, so only the round-off accounting keeps them sound.
+    Large, cancelling weights (many thousands, alternating signs) make the float32
+    multipliers' rounding far larger than float64's."""
+    rng = np.random.default_rng(seed)
+    n_in, width = 4, 24
+    model = _mlp((n_in, width, width, width, 3), seed)
+    for m in model:
+        if isinstance(m, nn.Linear):
+            w = np.asarray(m.weight.data, np.float64)
+            big = rng.uniform(1e3, 1e4, w.shape) * np.where(rng.uniform(size=w.shape) < 0.5,
+                                                                 -1.0, 1.0)
+            m.weight.data[...] = (w + big).astype(np.float32)
+    models = bab.Models(lambda b: tl.compile(lambda v: model(v), (b, n_in)), max_batch=8)
+    chain, crown = models.chain_crown(False)  # the real network: no kernel errors to hide in
+    v = rng.uniform(-1, 1, (n_points, n_in)).astype(np.float32).astype(np.float64)
+    rows = rng.normal(size=(2, 3))
+    got = crown.bound(v, v, rows)
+    pair = {}
+    for k in range(1, len(chain.layers) - 1):
+        n = chain.layers[k].w.shape[0]
+        box, j = np.repeat(np.arange(n_points), n), np.tile(np.arange(n), n_points)
+        lo_p, hi_p = crown._pair_bounds(k, box, j)
+        pair[k] = lo_p.reshape(n_points, n), hi_p.reshape(n_points, n)
+    bad = 0
+    for i in range(n_points):
+        exact, pre = _exact(chain, v[i], rows)
+        linear = got.const[i] + got.coef[i] @ v[i]
+        for r in range(len(rows)):
+            bad += int(got.lower[i, r] > exact[r]) + int(linear[r] > exact[r])
+        for k, (lo_p, hi_p) in pair.items():
+            bad += sum(int(lo_p[i, q] > z) + int(hi_p[i, q] < z) for q, z in enumerate(pre[k]))
+    return bad
+
+
+@pytest.mark.parametrize("pairs32,rows32", [(False, False), (True, False), (True, True)])
+def test_bounds_on_points_stay_below_the_exact_value(monkeypatch, pairs32, rows32):
+    # the pair bounds (here every neuron's) and the rows, by the float32 pass or not
+    monkeypatch.setattr(ChainCrown, "pairs32", pairs32)
+    monkeypatch.setattr(ChainCrown, "rows32", rows32)
+    assert sum(_point_violations(seed) for seed in range(4)) == 0
+
+
+def test_a_planted_float64_accounting_of_the_float32_multipliers_is_caught(monkeypatch):
+    # the float32 pass's multipliers and sums: accounting their rounding with float64's unit
+    # roundoff must let some bound rise above the exact value
+    monkeypatch.setattr(ChainCrown, "pairs32", True)
+    monkeypatch.setattr(chain_crown, "MULT_U", 2.0 ** -53)
+    assert sum(_point_violations(seed) for seed in range(4)) > 0  # the pairs'
+    monkeypatch.setattr(ChainCrown, "rows32", True)
+    assert sum(_point_violations(seed) for seed in range(4)) > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_float32_pass_encloses_the_float32_network(monkeypatch, seed):
+    monkeypatch.setattr(ChainCrown, "pairs32", True)
+    monkeypatch.setattr(ChainCrown, "rows32", True)
+    models, lo, hi, rows, rng = _random_case(seed)
+    assert _violations(models, lo, hi, rows, rng) == 0
+
+
+def test_a_float32_overflow_of_the_multipliers_gives_no_bound_never_a_wrong_one(monkeypatch):
+    monkeypatch.setattr(ChainCrown, "rows32", True)
+    models, lo, hi, _, rng = _random_case(2)
+    rows = np.array([[1e40, -1e40, 0.0], [0.0, 1.0, -1.0]])  # rows @ W: past float32's range
+    chain, crown = models.chain_crown(True)
+    got = crown.bound(*models.chain_input(lo, hi, chain, True), rows)
+    assert np.all(np.isneginf(got.const[:, 0])) and np.all(got.coef[:, 0] == 0.0)
+    assert np.all(np.isfinite(got.const[:, 1])) and not np.any(np.isnan(got.lower))
+    assert _violations(models, lo, hi, rows, rng, n_points=50) == 0

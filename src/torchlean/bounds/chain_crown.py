@@ -18,7 +18,7 @@ The network is ``z_k = W_k h_{k-1} + b_k + delta_k``, ``h_k = relu(z_k)``, ``h_{
 ``|delta_k| <= eps_k`` bounds the float32 kernels' errors (matrix product and bias add, with the
 same formulas as the interval rules of ``bounds.ibp``, from the interval of ``h_{k-1}``). A row's
 bound is the weak-duality sum (as in ``bounds.engine``): the multipliers are computed in plain
-float64 and whatever they are, the evaluation is rigorous:
+float64 (optionally float32: below) and whatever they are, the evaluation is rigorous:
 
 - affine step with multiplier ``lam`` on ``z_k``: ``lam . b_k`` plus ``-|lam| . S_k``, where
   ``S_k = eps_k + gamma (|W_k| max|h_{k-1}| + |b_k|)`` covers the kernel errors, the residual of
@@ -33,6 +33,37 @@ float64 and whatever they are, the evaluation is rigorous:
 Every interval is rounded outward (``bounds.rounding``; by ``up_wide``/``down_wide``, at least
 one step out and ten times cheaper than ``numpy.nextafter``, which was a fifth of a pass). The
 inherited bounds are valid because a bound over a box holds on each of its sub-boxes.
+
+Optionally (``ChainCrown.pairs32``, ``rows32``; off: looser bounds, not a win everywhere) the
+backward pass runs in float32 (``_backward_chunk32``: half the memory traffic of its elementwise
+work, which dominates it, and float32 matrix products). The multipliers may be anything, so
+making them in float32 costs nothing; every float32 rounding inside the *evaluated* terms is
+accounted with float32's unit roundoff ``u32`` (``MULT_U``):
+
+- the product ``a = fl32(nu W_j)`` (float32 weights: ``n``-term dot products, the weights' own
+  rounding to float32 included) is the next multiplier; its residual ``(nu W_j - a) . h_{j-1}``
+  is at least ``-gamma32(n + 2) |nu| |W_j| max|h_{j-1}|``: the backward pass's affine slack is
+  ``S'_k = eps_k + (gamma + gamma32(n + 2)) (|W_k| max|h_{k-1}| + |b_k|)`` in place of ``S_k``
+  (also covering the rounding of a float64 first multiplier ``lam W_k`` to float32);
+- a relu step's terms and the bias are one float32 sum ``sum mu p + min(mu, 0) q`` over tables
+  rounded outward to float32 (``p <= al b - S``, ``p + q >= T + s b + S``, ``S`` the slack of
+  ``mu``), i.e. ``mu (al b - S)`` for ``mu >= 0`` and ``mu (T + s b + S)`` for ``mu < 0``, where
+  the weak-duality terms are ``0`` or ``mu T`` (the relu term), ``nu . b`` and ``-|nu| S'``. The
+  multiplier ``nu = mu al + min(mu, 0) (s - al)`` is ``mu`` times the slope up to
+  ``|nu / mu - s| <= 4 u32``, which moves the relu term by at most ``|mu| 4 u32 (|l| + |u|)``
+  and the bias by ``|mu| 4 u32 |b|``; the sum's rounding is at most
+  ``gamma32(n + 2) |mu| (|p| + |q|)`` per neuron. All three are in ``S`` (``_pack``);
+- each step's float32 total is added into the float64 constant as before (exactly converted);
+- underflow: a float32 product may be off by float32's smallest normal (flush-to-zero
+  included), bounded per box over the whole pass (``_under``);
+- overflow past float32's range leaves inf or nan in the constant or the coefficients: such a
+  row gets no bound (-inf), never a wrong one.
+
+Tested on one-point boxes with every neuron stable, where the bound is exact but for round-off:
+with large cancelling weights, a planted float64 ``u`` for these roundings puts bounds above the
+exact rational values of the network. The price is the slack: the float32 sums' worst-case
+errors (``gamma32(n + 2)`` of the terms' magnitudes) are about the network's own kernel errors
+``eps_k`` again, and ACAS Xu searches feel that (``pairs32``' measurements).
 """
 
 from __future__ import annotations
@@ -50,6 +81,21 @@ Array = Any
 __all__ = ["Bounds", "ChainCrown", "concretize"]
 
 ROW_CHUNK = 4096  # backward rows per matrix product (bounds memory: rows x widest layer)
+MULT_U = U32  # unit roundoff of the backward pass's float32 multipliers and sums
+MIN32 = 2.0 ** -126  # float32's smallest normal: bounds an underflowing float32 result's error
+
+
+def _up32(x: Array) -> Array:
+    """An upper bound of ``x`` (float64, within 2**-21 of it, relatively, or MIN32) in
+    float32: ``x + (|x| 2**-22 + MIN32)``, its two float64 roundings (relative ``2**-53``) and
+    the rounding to float32 (relative ``2**-24``, or absolute ``2**-150`` below MIN32) stay
+    within the added ``|x| 2**-22 + MIN32``. Overflow is inf, nan stays nan."""
+    return (x + (np.abs(x) * 2.0 ** -22 + MIN32)).astype(np.float32)
+
+
+def _down32(x: Array) -> Array:
+    """A lower bound of ``x`` in float32: ``_up32`` mirrored."""
+    return (x - (np.abs(x) * 2.0 ** -22 + MIN32)).astype(np.float32)
 
 
 @dataclass
@@ -88,6 +134,17 @@ class ChainCrown:
     bounds then hold for the float32 network); ``u``/``eta``: the kernels' unit roundoff and
     underflow unit."""
 
+    pairs32 = False
+    """The pair bounds by the float32 backward pass (else float64). It halves a pass's
+    backward time (ACAS Xu, 2-core Zen 3), but float32's rounding slack is about the size of
+    the network's kernel errors again, which some searches feel: measured, domains and CPU-s,
+    float64 / float32 pairs: 4_2 property 2 637k 104 s / 671k 92 s, 3_3 property 2 176k 36 s
+    / 264k 44 s, 1_1 property 6 16.1k 10.3 s / 16.3k 9.9 s, 4_9 property 1 5.4k 8.9 s / 5.5k
+    5.9 s. Off: not a win everywhere."""
+    rows32 = False
+    """The output rows by the float32 backward pass too: looser still (the rows decide which
+    boxes close): 4_2 property 2 with float32 pairs and rows took 774k domains and 96 CPU-s."""
+
     def __init__(self, chain: Chain, kinds: list[str], *, kernel: bool, u: float = U32,
                  eta: float = ETA32) -> None:
         if len(kinds) != len(chain.layers):
@@ -101,6 +158,8 @@ class ChainCrown:
         self.aw_t = [np.abs(w).T.copy() for w in self.w]
         self.w_t = [w.T.copy() for w in self.w]
         self.abs_b = [np.abs(b) for b in self.b]
+        # float32 weights for the float32 pass (rounded to nearest where not exact: covered)
+        self.w32 = [w.astype(np.float32) for w in self.w]
         self.kinds = kinds
         self.kernel = kernel
         self.u, self.eta = u, eta
@@ -143,6 +202,14 @@ class ChainCrown:
         self._t: list[Array] = []
         self._slack: list[Array] = []  # S_k: slack of a multiplier on z_k
         self._slack_h: list[Array] = []  # the same for a multiplier on h_k (see _relax)
+        self._p: list[Array] = []  # float32 tables of the float32 pass (see _pack)
+        self._q: list[Array] = []
+        self._al32: list[Array] = []
+        self._e32: list[Array] = []
+        f32 = self.pairs32 or self.rows32
+        self._slack32: list[Array] = []  # S'_k: S_k for the float32 backward pass
+        self._hsum: list[Array] = []  # per box: sum of max |h_{k-1}|
+        self._under: list[Array] = [np.zeros(n_box)]  # per box: underflow of layers < k
         pairs = 0
         for k in range(n_layers):
             w_t, aw_t, b = self.w_t[k], self.aw_t[k], self.b[k]
@@ -153,6 +220,12 @@ class ChainCrown:
             eps = self._kernel_eps(k, m) if self.kernel else 0.0
             g = gamma(2 * max(p, n) + 8)
             self._slack.append(up_wide((eps + g * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
+            # the backward pass's: its products with W_k and b_k are float32 (n-term dot products,
+            # the weights rounded to float32 too: gamma(n + 2) with float32's u, MULT_U)
+            if f32:
+                self._slack32.append(up_wide((eps + (g + gamma(n + 2, MULT_U))
+                                              * (m + self.abs_b[k])) * (1 + 4 * U64) + 8 * ETA64))
+                self._hsum.append(np.sum(mag_in, axis=1))  # sum of max |h_{k-1}| over the box
             c = 0.5 * h_lo + 0.5 * h_hi
             r = up_wide(np.maximum(up_wide(h_hi - c), up_wide(c - h_lo)))
             zc = c @ w_t + b
@@ -174,6 +247,8 @@ class ChainCrown:
             hi = np.maximum(hi, lo)  # an empty intersection only where no float run reaches
             layers.append((lo, hi))
             self._relax(lo, hi)
+            if f32:
+                self._pack(lo, hi)
             h_lo, h_hi = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
         # the rows over every box
         rows = np.asarray(rows, np.float64)
@@ -181,9 +256,11 @@ class ChainCrown:
         lam_w = rows @ self.w[-1]  # (K, p): the rows' multiplier on the last hidden layer
         every = np.arange(n_box)
         k_last = n_layers - 1
-        slack = (self._slack[k_last] @ np.abs(rows).T).reshape(-1)  # (N K,): |row| . S_k
+        slack32 = self.rows32 and k_last > 0
+        s_k = self._slack32[k_last] if slack32 else self._slack[k_last]
+        slack = (s_k @ np.abs(rows).T).reshape(-1)  # (N K,): |row| . S_k (or S'_k)
         const, coef, low = self._backward(k_last, every, np.tile(rows @ self.b[k_last], n_box),
-                                          slack, np.tile(lam_w, (n_box, 1)), k_rows)
+                                          slack, np.tile(lam_w, (n_box, 1)), k_rows, slack32)
         # the rows folded into the last layer over the last hidden layer's interval: now and
         # then tighter than CROWN (kept, as the engine keeps the intersection)
         h_c, h_r = mid_rad(h_lo, h_hi)
@@ -205,16 +282,57 @@ class ChainCrown:
                          active.astype(np.float64))
         al = np.where(active | (unstable & (hi > -lo)), 1.0, 0.0)
         t = np.where(unstable, s * -lo, 0.0)
-        n = lo.shape[1]
-        grel = np.where(unstable, up_wide(gamma(2 * n + 16) * (np.abs(lo) + np.abs(hi))), 0.0)
         self._al.append(al)
         self._s.append(s)
         self._t.append(t)
-        # the slack of a multiplier mu on h_j: its relu term's rounding plus, through
-        # |nu| <= |mu| (slopes in [0, 1], up to rounding), the slack of the next affine step
+        n = lo.shape[1]
+        grel = np.where(unstable, up_wide(gamma(2 * n + 16) * (np.abs(lo) + np.abs(hi))), 0.0)
+        # the slack of a multiplier mu on h_j (float64 pass): its relu term's rounding plus,
+        # through |nu| <= |mu| (slopes in [0, 1], up to rounding), the slack of the next
+        # affine step
         k = len(self._al) - 1
         self._slack_h.append(up_wide((grel + self._slack[k] * (1 + 8 * U64))
-                                * (1 + gamma(n + 4))))
+                                     * (1 + gamma(n + 4))))
+
+    def _pack(self, lo: Array, hi: Array) -> None:
+        """The float32 tables of the last relaxed layer ``k`` for the float32 pass (see
+        ``_backward_chunk32``): ``al``, ``e = s - al`` and ``p``, ``q`` with
+        ``p <= al b - S`` and ``p + q >= T + s b + S`` (``S``: the slack of a multiplier on
+        ``h_k``), and the pass's underflow bound."""
+        k = len(self._al) - 1
+        al, s, t = self._al[k], self._s[k], self._t[k]
+        n = lo.shape[1]
+        b, abs_b = self.b[k], self.abs_b[k]
+        unstable = (lo < 0) & (hi > 0)
+        spread = np.abs(lo) + np.abs(hi)
+        # the relu term: float64 rounding of the slope and the intercept, and float32's
+        # (MULT_U): the slope rounded to float32 and nu = mu al + min(mu, 0) (s - al) rounded
+        # twice, so |nu / mu - s| <= 4 u32 (s <= 1 + 2**-51; |s - al| <= 1/2 where al = 1)
+        grel = np.where(unstable, up_wide((gamma(2 * n + 16) + 4 * MULT_U) * spread), 0.0)
+        # the slack of a multiplier mu on h_k: its relu term's rounding plus, through
+        # |nu| <= |mu| (1 + 4 u32) (slopes in [0, 1] up to rounding), the slack of the next
+        # affine step, plus |mu| |nu / mu - s| |b| for the bias taken as mu s b; then the
+        # float32 sum of the 2 n products mu p + min(mu, 0) q: its error is at most
+        # g (|p| + |q|) |mu| per neuron, with |p| + |q| <= T + 2 |b| + 3 S (+ 2**-21 of it)
+        g = gamma(n + 2, MULT_U)
+        base = up_wide((grel + self._slack32[k] * (1 + 8 * MULT_U)) * (1 + gamma(n + 4))
+                       + 4 * MULT_U * abs_b)
+        slack = up_wide((base + g * (t + 2 * abs_b)) * (1 + 8 * g))
+        p = _down32(al * b - slack)
+        q = up_wide(t + s * b + slack + gamma(6) * (t + abs_b + slack))
+        self._p.append(p)
+        self._q.append(_up32(q - p))
+        al32 = al.astype(np.float32)
+        self._al32.append(al32)
+        self._e32.append(s.astype(np.float32) - al32)  # exact (Sterbenz where al = 1)
+        # underflow (absolute: float32's smallest normal, so flush-to-zero is covered too) of
+        # the float32 work of a step through this layer: nu's products (on |z| and on the next
+        # affine slack), the 2 n products of the relu and bias terms, the product nu W (n
+        # terms for each of the layer's inputs, times |h_{k-1}|) and the rounding of a
+        # multiplier on h_k to float32. Doubled for the float64 rounding of this sum.
+        under = (np.sum(spread + self._slack32[k], axis=1) + 3 * n
+                 + (n + 1) * self._hsum[k] + np.sum(np.maximum(hi, 0.0), axis=1))
+        self._under.append(self._under[-1] + 2 * MIN32 * under)
 
     def _pair_bounds(self, k: int, box: Array, j: Array) -> tuple[Array, Array]:
         """CROWN bounds of neuron ``j[i]`` of layer ``k`` on box ``box[i]``: rows ``+e_j`` and
@@ -225,21 +343,27 @@ class ChainCrown:
             jj = np.repeat(j[s:s + ROW_CHUNK // 2], 2)
             count = len(b)
             sign = np.tile([1.0, -1.0], count)
-            first = self.w[k][jj] * sign[:, None]
-            _, _, low = self._backward(k, b, sign * self.b[k][jj],
-                                       self._slack[k][np.repeat(b, 2), jj], first, 2)
+            if self.pairs32:
+                first = self.w32[k][jj] * sign[:, None].astype(np.float32)
+                slack = self._slack32[k][np.repeat(b, 2), jj]
+            else:
+                first = self.w[k][jj] * sign[:, None]
+                slack = self._slack[k][np.repeat(b, 2), jj]
+            _, _, low = self._backward(k, b, sign * self.b[k][jj], slack, first, 2,
+                                       self.pairs32)
             lo_out[s:s + count] = low[0::2]
             hi_out[s:s + count] = -low[1::2]
         return lo_out, hi_out
 
     def _backward(self, k: int, box: Array, bias: Array, slack: Array, first: Array,
-                  group: int) -> tuple[Array, Array, Array]:
+                  group: int, f32: bool) -> tuple[Array, Array, Array]:
         """Rows ``lam`` on ``z_k``, given by ``bias = lam . b_k``, ``slack = |lam| . S_k`` (both
         rounded to nearest) and ``first = lam W_k`` (coefficients on ``h_{k-1}``), in groups
         of ``group`` consecutive rows over one box, group ``i`` over box ``box[i]``: the
         rigorous constant, the input coefficients and the bound of every row. (A box's
         relaxation is gathered once per group and broadcast over its rows: on ACAS Xu about
-        an eighth less time than a gather per row.)"""
+        an eighth less time than a gather per row.) ``f32``: by the float32 pass (then
+        ``slack`` is ``|lam| . S'_k``)."""
         rows = len(box) * group
         const = np.empty(rows)
         coef = np.empty((rows, self.w[0].shape[1]))
@@ -247,7 +371,8 @@ class ChainCrown:
         step = max(1, ROW_CHUNK // group)
         for s in range(0, len(box), step):
             sl = slice(s * group, (s + step) * group)
-            const[sl], coef[sl], low[sl] = self._backward_chunk(
+            chunk = self._backward_chunk32 if f32 else self._backward_chunk
+            const[sl], coef[sl], low[sl] = chunk(
                 k, box[s:s + step], bias[sl], slack[sl], first[sl], group)
         return const, coef, low
 
@@ -283,4 +408,46 @@ class ChainCrown:
         s = (np.einsum("grd,gd->gr", a3, c) - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
         m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
         low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+        return rig, a, low
+
+    def _backward_chunk32(self, k: int, box: Array, bias: Array, slack: Array, a: Array,
+                          group: int) -> tuple[Array, Array, Array]:
+        g = len(box)
+        slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
+        acc = bias - slack
+        mags = np.abs(bias) + slack
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: no bound (below)
+            if k:  # a multiplier: any value (its rounding is in S'_k, its underflow in under)
+                a = a.astype(np.float32, copy=False)
+            for j in range(k - 1, -1, -1):
+                a3 = a.reshape(g, group, -1)
+                neg = np.minimum(a3, np.float32(0.0))
+                # per neuron: mu (al b - S) for mu >= 0, mu (T + s b + S) for mu < 0: the relu
+                # term (0, or mu T on the upper line), the bias nu b and -|mu| S, summed in
+                # float32 (its rounding is in S); the multiplier nu = mu al + min(mu, 0) (s - al)
+                # (mu times the lower or the upper slope). No np.where: 2-5x faster per step
+                term = (np.einsum("grn,gn->gr", a3, self._p[j][box])
+                        + np.einsum("grn,gn->gr", neg, self._q[j][box])).reshape(-1)
+                nu = a3 * self._al32[j][box][:, None]
+                nu += neg * self._e32[j][box][:, None]
+                term = term.astype(np.float64)
+                acc += term
+                mags += np.abs(term)
+                a = nu.reshape(g * group, -1) @ self.w32[j]
+            n_terms = 2 * k + 4
+            under = np.repeat(self._under[k][box], group)
+            rig = down_wide(acc - gamma(n_terms + 5) * mags - n_terms * ETA64 - under)
+            c, r = self._c0[box], self._r0[box]
+            d = a.shape[1]
+            a = a.astype(np.float64)
+            a3 = a.reshape(g, group, d)
+            abs3 = np.abs(a3)
+            s = (np.einsum("grd,gd->gr", a3, c)
+                 - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
+            m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
+            low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+        # a float32 overflow leaves inf or nan in the constant or the coefficients: no bound
+        bad = ~(np.isfinite(rig) & np.all(np.isfinite(a), axis=1)) | np.isnan(low)
+        if bad.any():
+            rig[bad], a[bad], low[bad] = -np.inf, 0.0, -np.inf
         return rig, a, low
