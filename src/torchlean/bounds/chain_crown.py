@@ -376,12 +376,16 @@ class ChainCrown:
                 k, box[s:s + step], bias[sl], slack[sl], first[sl], group)
         return const, coef, low
 
+    def _start(self, k: int, bias: Array, slack: Array) -> tuple[Array, Array]:
+        """A backward pass's float64 constant and the magnitude of its terms so far: the rows'
+        bias less their affine slack (grown by the slack sum's own rounding)."""
+        slack = slack * (1 + gamma(self.w[k].shape[0] + 4))
+        return bias - slack, np.abs(bias) + slack
+
     def _backward_chunk(self, k: int, box: Array, bias: Array, slack: Array, a: Array,
                         group: int) -> tuple[Array, Array, Array]:
         g = len(box)
-        slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
-        acc = bias - slack
-        mags = np.abs(bias) + slack
+        acc, mags = self._start(k, bias, slack)
         for j in range(k - 1, -1, -1):
             a3 = a.reshape(g, group, -1)
             neg = np.minimum(a3, 0.0)
@@ -413,9 +417,7 @@ class ChainCrown:
     def _backward_chunk32(self, k: int, box: Array, bias: Array, slack: Array, a: Array,
                           group: int) -> tuple[Array, Array, Array]:
         g = len(box)
-        slack = slack * (1 + gamma(self.w[k].shape[0] + 4))  # the sum's own rounding
-        acc = bias - slack
-        mags = np.abs(bias) + slack
+        acc, mags = self._start(k, bias, slack)
         with np.errstate(over="ignore", invalid="ignore"):  # overflow: no bound (below)
             if k:  # a multiplier: any value (its rounding is in S'_k, its underflow in under)
                 a = a.astype(np.float32, copy=False)
