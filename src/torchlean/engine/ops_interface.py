@@ -464,7 +464,7 @@ def matmul_any(a: Any, b: Any) -> Any:
     if len(sb) == 2:
         # (..., n) @ (n, p): one GEMM over the flattened leading axes.
         lead = sa[:-1]
-        flat = apply("reshape", a, shape=(int(np.prod(lead, dtype=int)), sa[-1]))
+        flat = apply("reshape", a, shape=(int(math.prod(lead)), sa[-1]))
         return apply("reshape", apply("matmul", flat, b), shape=lead + (sb[1],))
     return apply("matmul_nd", a, b)
 
@@ -535,8 +535,8 @@ def reshape(x: Any, shape: Any) -> Any:
     if dims.count(-1) > 1:
         raise ShapeError(f"reshape: only one dimension can be -1, found {tuple(dims)}")
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1], dtype=int))
-        total = int(np.prod(source, dtype=int))
+        known = int(math.prod([d for d in dims if d != -1]))
+        total = int(math.prod(source))
         if known == 0 or total % known:
             raise ShapeError(f"reshape: cannot reshape {source} into {tuple(dims)}")
         dims[dims.index(-1)] = total // known
@@ -631,7 +631,7 @@ def flatten_dims(x: Any, start_dim: int = 0, end_dim: int = -1) -> Any:
     a, b = _axis("flatten", start_dim, len(shape)), _axis("flatten", end_dim, len(shape))
     if a > b:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
-    merged = int(np.prod(shape[a:b + 1], dtype=int))
+    merged = int(math.prod(shape[a:b + 1]))
     return reshape(x, shape[:a] + (merged,) + shape[b + 1:])
 
 
@@ -681,7 +681,7 @@ def _fold_extremum(op: str, prim: str, x: Any, dim: Any, keepdim: bool) -> Any:
     rest = tuple(k for k in range(len(shape)) if k not in axes)
     moved = x if axes + rest == tuple(range(len(shape))) else apply(
         "permute", x, perm=axes + rest)
-    count = int(np.prod([shape[k] for k in axes], dtype=int))
+    count = int(math.prod([shape[k] for k in axes]))
     if count == 0:
         raise ShapeError(f"{op}: cannot reduce over an empty axis (shape {shape})")
     flat = reshape(moved, (count,) + tuple(shape[k] for k in rest))
@@ -869,7 +869,7 @@ def div(a: Any, b: Any) -> Any:
 def mean(x: Any) -> Any:
     """Mean of all entries (a scalar)."""
     shape = _shape_of(x)
-    n = int(np.prod(shape, dtype=int))
+    n = int(math.prod(shape))
     if n == 0:
         raise ShapeError(f"mean: needs at least one entry, found shape {tuple(shape)}")
     return apply("scale", apply("sum", x), c=1.0 / n)
@@ -946,7 +946,7 @@ def nll(log_probs: Any, targets: Any) -> Any:
     """
     probs = _targets_as_probabilities("nll", log_probs, targets)
     shape = _shape_of(log_probs)
-    batch = int(np.prod(shape[:-1], dtype=int)) if len(shape) > 1 else 1
+    batch = int(math.prod(shape[:-1])) if len(shape) > 1 else 1
     return apply("scale", apply("sum", apply("mul", log_probs, probs)), c=-1.0 / batch)
 
 

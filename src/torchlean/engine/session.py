@@ -217,6 +217,19 @@ class EagerBackend(_Backend):
         # a session makes a leaf per parameter, input and constant of every pass.)
         return self._new(tape._append_leaf(arr, name, requires_grad), arr)
 
+    def use(self, param: Param) -> TensorRef:
+        # ``_Backend.use``'s first use of a host parameter of the session's dtype, where
+        # ``leaf`` would neither convert nor copy (a session uses every parameter each pass).
+        if (type(param) is Param and self.xp is np and id(param) not in self.param_ids):
+            data = param.array
+            if type(data) is np.ndarray and data.dtype == self.dtype:
+                n = self.tape._append_leaf(data, param.name, param.requires_grad)
+                self.params[n] = param
+                self.param_ids[id(param)] = n
+                self.versions[id(param)] = param.version
+                return self._new(n, data)
+        return super().use(param)
+
     def ref(self, node_id: int) -> TensorRef:
         value = self.tape.value(node_id)
         return TensorRef(self, node_id, tuple(value.shape), value.dtype)

@@ -63,7 +63,7 @@ def optimizer_for(cache: dict[tuple[Any, ...], Any], kind: str, params: list[Par
                   **hyper: Any) -> Any:
     """The ``tl.optim`` optimiser of ``kind`` for exactly these parameters, kept in ``cache`` so
     its state (momenta, step counts) persists; this call's hyper-parameters replace the old."""
-    key = (kind,) + tuple(id(p) for p in params)
+    key = (kind, *map(id, params))
     opt = cache.get(key)
     if opt is None:
         opt = cache[key] = getattr(optim, kind)(params, **hyper)
@@ -71,7 +71,14 @@ def optimizer_for(cache: dict[tuple[Any, ...], Any], kind: str, params: list[Par
         flat = dict(hyper)
         if "betas" in flat:
             flat["beta1"], flat["beta2"] = flat.pop("betas")
-        opt._set_hyper({**opt.hyper, **flat})
+        # A training loop passes the same hyper-parameters every step: when each is a plain
+        # float its group already holds (so ``check_hyper`` passed on it), nothing changes.
+        for group in opt.param_groups:
+            for k, v in flat.items():
+                held = dict.get(group, k)
+                if type(v) is not float or type(held) is not float or held != v:
+                    opt._set_hyper({**opt.hyper, **flat})
+                    return opt
     return opt
 
 
