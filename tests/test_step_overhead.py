@@ -17,7 +17,6 @@ import pytest
 
 import torchlean as tl
 from torchlean.core.errors import ShapeError
-from torchlean.core.registry import KERNELS, fast_kernels
 from torchlean.engine import ops_interface as F
 from torchlean.engine.params import Param
 from torchlean.engine.session import Options, Session, StaleSessionError, _Backend
@@ -172,16 +171,3 @@ def test_eager_use_fast_path_and_fallbacks() -> None:
     p32.assign(np.zeros((2, 3), np.float32))
     with pytest.raises(StaleSessionError):
         s.value(w)
-
-
-def test_fast_kernels_class_restores_on_exit_and_error() -> None:
-    assert KERNELS.fast is False
-    with fast_kernels(True):
-        assert KERNELS.fast is True
-        with fast_kernels(False):
-            assert KERNELS.fast is False
-        assert KERNELS.fast is True
-    assert KERNELS.fast is False
-    with pytest.raises(ValueError), fast_kernels(True):
-        raise ValueError("boom")
-    assert KERNELS.fast is False
