@@ -173,4 +173,7 @@ def test_malloc_thresholds_are_pinned_by_the_command_not_by_import_and_can_be_tu
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         got = _alloc_applied({"TORCHLEAN_MALLOPT": "1"}, COMMAND)
         assert got.get("mmap_threshold", 0) >= 1 << 20 and got.get("trim_threshold", 0) >= 1 << 20
+        assert got.get("top_pad", 0) >= 1 << 20
+        assert _alloc_applied({"TORCHLEAN_MALLOPT": "1", "TORCHLEAN_TOP_PAD": str(3 << 20)},
+                              COMMAND)["top_pad"] == 3 << 20
     assert _alloc_applied({"TORCHLEAN_MALLOPT": "0"}, COMMAND) == {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import gzip
 import os
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -585,29 +584,3 @@ def test_between_two_branch_and_bound_runs_only_the_first_attack_attempt(monkeyp
         assert attacks == [(0, 0), (3, 1)]
         assert ("lookahead" in runs[1]) == looked_ahead
         assert "resume" not in runs[1]
-
-
-def test_the_vnn_command_keeps_big_arrays_on_the_heap(monkeypatch):
-    # torchlean.cli.vnn._tune_malloc hands MALLOC_SETTINGS to the C library's mallopt (glibc's
-    # takes them) and reports a refusal
-    import ctypes
-    import platform
-
-    from torchlean.cli import vnn as vnn_cli
-
-    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
-        pytest.skip("mallopt is glibc's")
-    assert vnn_cli._tune_malloc() is True
-    calls = []
-
-    class FakeLibc:
-        def __init__(self, name):
-            self.mallopt = self
-
-        def __call__(self, param, value):
-            calls.append((param, value))
-            return 0 if param == -3 else 1
-
-    monkeypatch.setattr(ctypes, "CDLL", FakeLibc)
-    assert vnn_cli._tune_malloc() is False
-    assert tuple(calls) == vnn_cli.MALLOC_SETTINGS

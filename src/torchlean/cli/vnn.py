@@ -11,7 +11,6 @@ it as JSON). The library behind it is ``torchlean.vnn``.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import io
 import json
 import os
@@ -151,31 +150,7 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
-# glibc's malloc: big arrays (the bound passes' temporaries, megabytes each) are kept on the heap
-# instead of fresh mmaps returned on free. Each mmap'd array costs its pages' faults again on
-# every allocation: on ACAS Xu branch and bound that was ~10% of the process's time as system
-# time (3_3 property 2, 15 CPU-s: 485k minor faults, 2.0 s system; with these settings 47k,
-# 0.35 s). (mallopt's parameters: M_TRIM_THRESHOLD -1, M_TOP_PAD -2, M_MMAP_THRESHOLD -3.)
-MALLOC_SETTINGS = ((-3, 32 * 2**20), (-1, 512 * 2**20), (-2, 64 * 2**20))
-
-
-def _tune_malloc() -> bool:
-    """Apply ``MALLOC_SETTINGS`` where the C library is glibc (else nothing); True if applied.
-    Only how memory is recycled changes, never a result."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    taken = [mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS]  # every one
-    return all(taken)
-
-
 def run(args: argparse.Namespace) -> int:
-    _tune_malloc()
     if args.instances:
         return _run_benchmark(args)
     if not (args.model and args.property):
