@@ -17,7 +17,7 @@ Usage: python benchmarks/mnist_milp_refine.py NET:PROP [--limit S] [--bab S] [--
    bounds injected (again through the ``lp=True`` hook) and without, and prints both.
 
 Prints per layer the unstable neurons before and after, the mean width of the unstable ones,
-the median width ratio and the MILP CPU seconds (``notes-mnist14.md`` has the figures).
+the median width ratio and the MILP CPU seconds (``docs/MNISTFC_MILP.md`` has the figures).
 BLAS runs on one thread; the clock is the process's CPU time (the machine is shared).
 """
 
