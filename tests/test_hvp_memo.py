@@ -8,6 +8,7 @@ import pytest
 
 import torchlean as tl
 import torchlean.engine.ops_interface as F
+from torchlean.engine import codegen
 from torchlean.engine import transforms as T
 
 
@@ -44,6 +45,10 @@ def test_repeated_hvp_has_the_bits_of_a_fresh_trace_and_fresh_results() -> None:
     held = [tl.hvp(f, params, vs) for _ in range(4)]  # miss, hit (interpreted), hit (plan) x2
     held_bits = [_bits(h) for h in held]
     assert all(b == want for b in held_bits)
+    # The repeats ran the remembered graph, the last ones through its generated plan.
+    assert T._HVP_MEMO._last is not None
+    remembered = T._HVP_MEMO._last[1]
+    assert any(isinstance(p, codegen.Plan) for p in remembered._generated.values())
     # Results are fresh arrays: holding earlier calls' results, they stay as they were.
     assert all(a is not b for a, b in zip(held[2], held[3], strict=True))
     more = tl.hvp(f, params, [2 * v for v in vs])
