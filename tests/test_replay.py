@@ -16,8 +16,10 @@ import pytest
 import torchlean as tl
 import torchlean.engine.ops_interface as F
 from torchlean.core.attr_kinds import set_max_elements
+from torchlean.core.autodiff import run_reverse
 from torchlean.core.errors import ShapeError, TorchLeanError
-from torchlean.core.registry import REGISTRY
+from torchlean.core.registry import ARRAY_OPS, REGISTRY
+from torchlean.engine import replay
 from torchlean.engine.anomaly import NonFiniteError
 from torchlean.engine.replay import PlanCache, same_attrs
 from torchlean.engine.session import Options, StaleSessionError
@@ -263,3 +265,119 @@ def test_a_repeated_pass_reruns_the_last_reverse_steps_only_for_the_same_output(
     # A shorter pass misses: the kept steps are not used for it.
     v, g, _ = _pass(s, x, y, w, ops=4)
     _same((v, g), _fresh(x, y, w0, ops=4))
+
+
+def _mlp_loss(w1: Any, b1: Any, w2: Any, b2: Any, xs: Any, ys: Any, act: Any = F.relu) -> Any:
+    # h, w2 and b2 are used twice: their cotangents are sums of two contributions.
+    h = act(F.linear(w1, b1, xs))
+    logits = F.add(F.linear(w2, b2, h), F.linear(w2, b2, F.scale(h, c=0.5)))
+    return F.cross_entropy(logits, ys)
+
+
+def _mlp_data(seed: int = 0, batch: int = 6) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    params = [rng.standard_normal((5, 4)).astype(np.float32),
+              rng.standard_normal(5).astype(np.float32),
+              rng.standard_normal((3, 5)).astype(np.float32),
+              rng.standard_normal(3).astype(np.float32)]
+    x = rng.standard_normal((batch, 4)).astype(np.float32)
+    labels = rng.integers(0, 3, size=batch).astype(np.float32)
+    return params, x, labels
+
+
+def test_a_repeated_pass_runs_the_kept_reverse_steps_as_one_emitted_function() -> None:
+    params, x, labels = _mlp_data()
+    trainer = ScalarTrainer([p.copy() for p in params], _mlp_loss)
+    cache = trainer._stepper._session._plan_cache
+    trainer.step(0.1, x, labels)  # records
+    trainer.step(0.1, x, labels)  # repeats: keeps its reverse steps
+    assert cache.reverse is not None and cache.emitted is None
+    trainer.step(0.1, x, labels)  # reruns them: emitted now, and used
+    assert cache.emitted is not None
+    fn = cache.emitted[1]
+    assert fn is not None and "def reverse(values, seed, on_leaf)" in fn.source
+    calls = []
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return fn(*args)
+
+    cache.emitted = (cache.emitted[0], counting)
+    trainer.step(0.1, x, labels)
+    assert calls == [1]
+    # The emitted function and the loop over the same kept steps give the same bits, and
+    # report the leaves' cotangents in the same order.
+    s = trainer._stepper._session
+    s.reset()
+    out = trainer._stepper.fn(s._backend, s.input(x, requires_grad=False),
+                              s.input(labels, requires_grad=False))
+    tape = s.tape
+    assert tape is not None
+    seed = np.ones((), np.float32)
+    from_loop: list[int] = []
+    from_fn: list[int] = []
+    _, key, run = cache.reverse
+    want = run_reverse(run, tape._values, out.id, seed, True, ARRAY_OPS,
+                       lambda i, g: from_loop.append(i))
+    got = fn(tape._values, seed, lambda i, g: from_fn.append(i))
+    assert key[1] == out.id and len(got) == len(want) == tape.size
+    assert from_fn == from_loop and len(from_fn) == 4
+    for a, b in zip(got, want, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_emitted_reverse_steps_train_with_the_same_bits_as_no_cache() -> None:
+    """Parameters after several steps, and each step's loss and gradients, equal bitwise to a
+    trainer whose cache is dropped before every step (full recording, the loop); a changed
+    shape or op sequence mid-training falls back and stays equal; gradients a caller holds
+    from an earlier step are not changed by later ones."""
+    params, x, labels = _mlp_data()
+    x9, labels9 = _mlp_data(seed=1, batch=9)[1:]
+    act = [F.relu]
+
+    def loss(w1: Any, b1: Any, w2: Any, b2: Any, xs: Any, ys: Any) -> Any:
+        return _mlp_loss(w1, b1, w2, b2, xs, ys, act[0])
+
+    cached = ScalarTrainer([p.copy() for p in params], loss)
+    plain = ScalarTrainer([p.copy() for p in params], loss)
+    cache = cached._stepper._session._plan_cache
+    held: list[tuple[list[Any], list[np.ndarray]]] = []
+    emitted_at = []
+    for step in range(14):
+        xs, ys = (x9, labels9) if step == 4 else (x, labels)  # one step of another shape
+        act[0] = F.tanh if 7 <= step < 10 else F.relu  # another op sequence for three steps
+        plain._stepper._session._plan_cache = PlanCache()  # nothing cached: records fully
+        got, want = cached.value_and_grads(xs, ys), plain.value_and_grads(xs, ys)
+        assert got[0] == want[0]
+        assert all(g.dtype == w.dtype and np.array_equal(g, w)
+                   for g, w in zip(got[1], want[1], strict=True))
+        held.append((got[1], [np.copy(g) for g in got[1]]))
+        cached.step(0.1, xs, ys)
+        plain.step(0.1, xs, ys)
+        assert all(np.array_equal(a, b)
+                   for a, b in zip(cached.params(), plain.params(), strict=True))
+        emitted_at.append(cache.emitted is not None and cache.emitted[1] is not None)
+    # Emitted while a sequence repeats; dropped at each change (the shape at 4, tanh at 7 and
+    # relu again at 10), emitted again once the new sequence repeats.
+    assert emitted_at[3] and emitted_at[9] and emitted_at[13]
+    assert not emitted_at[4] and not emitted_at[7] and not emitted_at[10]
+    for grads, copies in held:
+        assert all(np.array_equal(a, b) for a, b in zip(grads, copies, strict=True))
+
+
+def test_a_pass_longer_than_the_emission_limit_runs_the_loop() -> None:
+    x, y, w0 = _data()
+    s = Session(Options())
+    w = tl.Param(w0, "w", dtype="float32")
+    limit = replay.MAX_EMITTED_NODES
+    replay.MAX_EMITTED_NODES = 3
+    try:
+        for _ in range(3):
+            got = _pass(s, x, y, w)
+    finally:
+        replay.MAX_EMITTED_NODES = limit
+    emitted = s._plan_cache.emitted
+    assert emitted is not None and emitted[1] is None
+    _same(got[:2], _fresh(x, y, w0))

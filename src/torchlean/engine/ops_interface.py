@@ -784,7 +784,7 @@ def _make_function(prim: Primitive) -> Callable[..., Any]:
         if plain and not kwargs and len(args) == arity:
             # The common call (refs of one owner, no attributes): the one ownership check, then
             # straight to the owner; this is the per-op hot path of eager sessions. One and two
-            # inputs are spelled out (no generator per call).
+            # inputs are spelled out (no generator per call), and three (``linear``).
             if arity == 1:
                 a = args[0]
                 if isinstance(a, Ref):
@@ -794,6 +794,12 @@ def _make_function(prim: Primitive) -> Callable[..., Any]:
                 if isinstance(a, Ref) and isinstance(b, Ref):
                     owner = a._owner
                     if b._owner is owner:
+                        return owner.record(prim, args, {})
+            elif arity == 3:  # linear(w, b, x): every layer of an MLP
+                a, b, c = args
+                if isinstance(a, Ref) and isinstance(b, Ref) and isinstance(c, Ref):
+                    owner = a._owner
+                    if b._owner is owner and c._owner is owner:
                         return owner.record(prim, args, {})
             else:
                 owner = owner_of(args)
@@ -918,7 +924,7 @@ def _targets_as_probabilities(op: str, logits: Any, targets: Any) -> Any:
         targets = targets.owner.value(targets)  # integer labels (a tensor's) are data
     if isinstance(targets, Ref):
         if targets.shape == shape[:-1]:
-            return apply("one_hot", targets, num_classes=shape[-1])
+            return _op("one_hot", (targets,), num_classes=shape[-1])
         if targets.shape != shape:
             raise ShapeError(f"{op}: targets of shape {targets.shape} fit neither labels "
                              f"{shape[:-1]} nor probabilities {shape}")
@@ -947,9 +953,11 @@ def nll(log_probs: Any, targets: Any) -> Any:
     probs = _targets_as_probabilities("nll", log_probs, targets)
     shape = _shape_of(log_probs)
     batch = int(math.prod(shape[:-1])) if len(shape) > 1 else 1
-    return apply("scale", apply("sum", apply("mul", log_probs, probs)), c=-1.0 / batch)
+    # (``_op``: fixed primitives, arities and attributes, so no lookup by name or binding;
+    # the same records and checks: a W2 step's loss is five ops.)
+    return _op("scale", (_op("sum", (_op("mul", (log_probs, probs)),)),), c=-1.0 / batch)
 
 
 def cross_entropy(logits: Any, targets: Any) -> Any:
     """Softmax cross-entropy on logits (last axis = classes), mean reduction over the batch."""
-    return nll(apply("log_softmax", logits), targets)
+    return nll(_op("log_softmax", (logits,)), targets)

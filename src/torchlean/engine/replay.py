@@ -20,7 +20,11 @@ the next pass's tape, recording node ``n``, compares the call with entry ``n``:
 A pass whose every node was a hit, and no more nodes than the cache holds, also reruns the
 reverse steps the last such pass ran for the same output (``PlanCache.reverse``: the entries'
 steps, with training's relu/pooling fusion already applied), since they were made from these
-very entries.
+very entries. From the second such pass on it runs them as one generated straight-line function
+(``emit_reverse``, made once per kept sequence) instead of ``autodiff.run_reverse``'s loop: the
+same rules, called in the same order on the same arrays, summed in the same order (the same
+bits); only the loop's per-node lookups (the step's fields, the exact-rule lookup, the arity
+branches) are done once, at emission.
 
 What is never cached: anything that reads values (the forward kernels themselves, their index
 checks, ``check_finite``, a parameter's version, which every read and backward checks), and
@@ -31,10 +35,13 @@ cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.attr_kinds import max_elements
+from ..core.autodiff import ARRAY_RULES
 from ..core.node import Node
+from ..core.registry import ARRAY_OPS
 
 # Attribute values compared by value (with their type): plain immutable data. Anything else
 # (arrays, callables, objects) is compared by nothing: the op is re-checked every time.
@@ -103,7 +110,7 @@ class PlanCache:
     """The entries of the last pass a session recorded (see the module docstring). A tape
     given a cache reads ``entries`` and writes back the list it records into."""
 
-    __slots__ = ("entries", "key", "reverse")
+    __slots__ = ("emitted", "entries", "key", "reverse")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
@@ -111,7 +118,28 @@ class PlanCache:
         # The reverse steps the last pass ran (``Tape._reverse``), with what they were made
         # for: a pass that repeated every cached node runs them again as they are.
         self.reverse: tuple[Any, ...] | None = None
+        # ``reverse``'s steps as one generated function (``emit_reverse``), with the number of
+        # exact array rules registered when it was made; ``None`` until a pass reruns them.
+        self.emitted: tuple[int, Callable[..., list[Any]] | None] | None = None
 
+    def keep_reverse(self, entries: list[Entry], key: tuple[Any, ...], run: list[Any]) -> None:
+        """Keep the reverse steps ``run`` a repeated pass ran (``reverse``); drops the function
+        emitted for the steps kept before."""
+        self.reverse = (entries, key, run)
+        self.emitted = None
+
+    def reverse_function(self) -> Callable[..., list[Any]] | None:
+        """The kept reverse steps as one generated function ``f(values, seed, on_leaf)``,
+        emitted on the first call (``None`` for a pass too long to emit: the caller runs the
+        steps with ``autodiff.run_reverse``). Emitted again if an exact array rule was
+        registered since (``run_reverse`` looks them up on every pass)."""
+        emitted = self.emitted
+        if emitted is None or emitted[0] != len(ARRAY_RULES):
+            assert self.reverse is not None
+            _, (n, out, _), run = self.reverse
+            fn = emit_reverse(run, out, n) if n <= MAX_EMITTED_NODES else None
+            emitted = self.emitted = (len(ARRAY_RULES), fn)
+        return emitted[1]
     def current(self, xp: Any, dtype: Any) -> list[Entry]:
         """The cached entries for a tape of namespace ``xp`` and dtype ``dtype``; none when
         those or the allocation limit changed since they were checked (a hit skips the device
@@ -122,4 +150,70 @@ class PlanCache:
             self.entries = []
             self.key = key
             self.reverse = None
+            self.emitted = None
         return self.entries
+
+
+# Longer passes keep ``run_reverse``'s loop: compiling the function would cost more than the
+# steps it saves on a pass this long, and its source grows with the tape.
+MAX_EMITTED_NODES = 2000
+
+
+def emit_reverse(run: Sequence[Any], out: int, n: int) -> Callable[..., list[Any]]:
+    """``autodiff.run_reverse(run, values, out, seed, True, ARRAY_OPS, on_leaf)`` as one
+    straight-line function ``f(values, seed, on_leaf)`` for a tape of ``n`` nodes.
+
+    The same walk, unrolled: node ``i`` (from ``out`` down to 0) runs its step when its
+    cotangent is not ``None`` (tested at run time, as the loop does: a rule may return
+    ``None``), calls the rule ``ARRAY_RULES`` maps it to with the same arguments, checks the
+    number of cotangents returned, and adds each target's contribution to that parent's
+    cotangent in the same order with the same ``add`` (a parent's first possible contribution
+    is assigned: its cotangent is ``None`` until then); a leaf reports its cotangent to
+    ``on_leaf``. Nodes no step can reach are left out (their cotangent is ``None`` in the loop
+    too). Cotangents live in local variables; the result is the dense list."""
+    add = ARRAY_RULES.get(ARRAY_OPS.add, ARRAY_OPS.add)
+    glob: dict[str, Any] = {"ops": ARRAY_OPS, "add": add}
+    reached = [False] * n
+    reached[out] = True
+    body: list[str] = []
+    for i in range(out, -1, -1):
+        if not reached[i]:
+            continue
+        step = run[i]
+        if step is None:
+            body.append(f"    if g{i} is not None and on_leaf is not None:")
+            body.append(f"        on_leaf({i}, g{i})")
+            continue
+        _, rule, kwargs, parents, targets = step
+        glob[f"r{i}"] = ARRAY_RULES.get(rule, rule)
+        ins = ", ".join(f"values[{p}]" for p in parents)
+        extra = ""
+        if kwargs:
+            glob[f"k{i}"] = kwargs
+            extra = f", **k{i}"
+        arity = len(parents)
+        body.append(f"    if g{i} is not None:")
+        body.append(f"        c = r{i}(ops, g{i}, [{ins}], values[{i}]{extra})")
+        body.append(f"        if len(c) != {arity}:")
+        body.append(f"            raise TypeError(f'node {i}: vjp rule returned {{len(c)}} "
+                    f"cotangents for {arity} inputs')")
+        for k in targets:
+            p = parents[k]
+            if not reached[p]:  # the first contribution: g{p} is None, so this is the loop's
+                reached[p] = True  # ``c if prev is None else ...`` (a None stays None)
+                body.append(f"        g{p} = c[{k}]")
+                continue
+            body.append(f"        t = c[{k}]")
+            body.append("        if t is not None:")
+            body.append(f"            g{p} = t if g{p} is None else add(g{p}, t)")
+    lines = ["def reverse(values, seed, on_leaf):"]
+    lines += [f"    g{i} = None" for i in range(out) if reached[i]]
+    lines.append(f"    g{out} = seed")
+    lines += body
+    dense = ", ".join(f"g{i}" if i <= out and reached[i] else "None" for i in range(n))
+    lines.append(f"    return [{dense}]")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<torchlean replay reverse>", "exec"), glob)  # noqa: S102  (our own source)
+    fn: Callable[..., list[Any]] = glob["reverse"]
+    fn.source = source  # type: ignore[attr-defined]
+    return fn

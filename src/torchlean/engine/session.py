@@ -243,6 +243,8 @@ class EagerBackend(_Backend):
             ids: tuple[int, ...] = (refs[0]._id,)
         elif arity == 2:
             ids = (refs[0]._id, refs[1]._id)
+        elif arity == 3:
+            ids = (refs[0]._id, refs[1]._id, refs[2]._id)
         else:
             ids = tuple([r._id for r in refs])
         n = tape.record(prim, ids, attrs)

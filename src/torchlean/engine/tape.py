@@ -212,6 +212,8 @@ class Tape:
                     out = prim.forward(values[ids[0]])
                 elif arity == 2 and not checked:
                     out = prim.forward(values[ids[0]], values[ids[1]])
+                elif arity == 3 and not checked:  # (linear)
+                    out = prim.forward(values[ids[0]], values[ids[1]], values[ids[2]])
                 elif arity:
                     out = prim.forward(*[values[i] for i in ids], **checked)
                 elif self.xp is not np:  # a nullary op makes its value in the tape's namespace
@@ -283,7 +285,8 @@ class Tape:
 
         A pass that repeated every node of its session's cached sequence, and no more, reruns
         the steps the last such pass ran for the same output (``PlanCache.reverse``): its
-        entries, so their steps and the fusion's inputs, are the very same objects."""
+        entries, so their steps and the fusion's inputs, are the very same objects; from the
+        second such pass on, as one generated function (``PlanCache.reverse_function``)."""
         entries = self._entries
         fused = fuse and KERNELS.fast and self.xp is np
         cache = self._cache
@@ -293,6 +296,11 @@ class Tape:
         if repeat:
             known = cache.reverse  # type: ignore[union-attr]
             if known is not None and known[0] is entries and known[1] == (n, out, fused):
+                if entries[out].requires_grad:
+                    # The kept steps as one generated function (``replay.emit_reverse``).
+                    emitted = cache.reverse_function()  # type: ignore[union-attr]
+                    if emitted is not None:
+                        return emitted(self._values, seed, on_leaf)
                 return run_reverse(known[2], self._values, out, seed,
                                    entries[out].requires_grad, ARRAY_OPS, on_leaf)
         plan = self._plan
@@ -309,7 +317,7 @@ class Tape:
             if pools:
                 run = _fused_relu_pooling(entries, plan, pools, out)
         if repeat:
-            cache.reverse = (entries, (n, out, fused), list(run))  # type: ignore[union-attr]
+            cache.keep_reverse(entries, (n, out, fused), list(run))  # type: ignore[union-attr]
         return run_reverse(run, self._values, out, seed, entries[out].requires_grad,
                            ARRAY_OPS, on_leaf)
 

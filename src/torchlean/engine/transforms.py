@@ -12,11 +12,13 @@ nodes, and forward mode over that graph gives H v. An op without a JVP rule rais
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..core.attr_kinds import max_elements
 from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
 from ..core.errors import ShapeError, TraceError, device_mismatch
 from ..core.kernels import array_on
@@ -24,6 +26,7 @@ from ..core.registry import KERNELS
 from ..core.shape import as_shape
 from . import codegen
 from .graph import Graph, grad_graph, trace
+from .replay import same_attrs
 from .tape import Tape
 
 
@@ -428,13 +431,77 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     """Hessian-vector product H v of a scalar ``fn``, one entry per primal (forward-over-reverse).
 
     Equals ``torch.func.jvp(torch.func.grad(fn), primals, tangents)[1]``.
+
+    ``fn`` is traced on every call (define-by-run). When the trace is the graph the last call
+    traced (``_same_graph``: the same nodes, attributes, shapes, parameters and constants bit
+    for bit), that call's compiled graph runs it: its recorded reverse pass, and from the
+    second repeat its generated plan, instead of building both again. A different trace
+    replaces the remembered one (one graph is kept, see ``_HvpMemo``).
     """
     primals, tangents = _primals_and_tangents("hvp", primals, tangents)
     c, arrays = _compile_for("hvp", fn, primals)
     if c.out_shape != ():
         raise ShapeError(f"grad: the function's output has shape {c.out_shape}, expected a "
                          "scalar ()")
-    return c.hvp(arrays, tangents)[: len(primals)]
+    return _HVP_MEMO.recall(c).hvp(arrays, tangents)[: len(primals)]
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether host arrays ``a`` and ``b`` hold the same dtype, shape and bits (``-0.0`` and
+    ``0.0`` differ, a NaN equals the same NaN); anything else (a device array, an odd item
+    size) is never the same."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != b.dtype \
+            or a.shape != b.shape or a.dtype.itemsize not in (1, 2, 4, 8) \
+            or a.dtype.hasobject:
+        return False
+    bits = f"u{a.dtype.itemsize}"  # (a view of the same item size works on any strides)
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
+
+
+def _same_graph(a: Graph, b: Graph) -> bool:
+    """Whether ``a`` and ``b`` are the same traced graph: everything ``grad_graph`` and code
+    generation read (dtype, nodes with their ops, parents, attributes, shapes and flags,
+    inputs, outputs, the parameters by identity, the constants bit for bit)."""
+    if (a.dtype != b.dtype or len(a.nodes) != len(b.nodes) or a.inputs != b.inputs
+            or a.outputs != b.outputs or len(a.params) != len(b.params)
+            or a.consts.keys() != b.consts.keys()):
+        return False
+    if any(p is not q for p, q in zip(a.params, b.params, strict=True)):
+        return False
+    for m, n in zip(a.nodes, b.nodes, strict=True):
+        if (m.op is not n.op or m.parents != n.parents or m.kind != n.kind
+                or m.shape != n.shape or m.requires_grad != n.requires_grad
+                or m.index != n.index or m.dtype != n.dtype or m.name != n.name
+                or not same_attrs(m.attrs, n.attrs)):
+            return False
+    return all(_same_bits(c, b.consts[i]) for i, c in a.consts.items())
+
+
+class _HvpMemo:
+    """``tl.hvp``'s last traced graph: ``recall(c)`` returns the ``Compiled`` remembered for
+    the same graph (see ``_same_graph``; the allocation limit is part of the key), or
+    remembers ``c`` and returns it. One entry: what it keeps alive is one graph, its constants
+    (copies made by the trace) and its generated plans' buffers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[Any, Compiled] | None = None
+
+    def recall(self, c: Compiled) -> Compiled:
+        key = max_elements()
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] == key and _same_graph(last[1].graph, c.graph):
+                return last[1]
+            self._last = (key, c)
+            return c
+
+    def clear(self) -> None:
+        with self._lock:
+            self._last = None
+
+
+_HVP_MEMO = _HvpMemo()
 
 
 def hessian(fn: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
