@@ -140,6 +140,7 @@ class PlanCache:
             fn = emit_reverse(run, out, n) if n <= MAX_EMITTED_NODES else None
             emitted = self.emitted = (len(ARRAY_RULES), fn)
         return emitted[1]
+
     def current(self, xp: Any, dtype: Any) -> list[Entry]:
         """The cached entries for a tape of namespace ``xp`` and dtype ``dtype``; none when
         those or the allocation limit changed since they were checked (a hit skips the device
