@@ -408,14 +408,18 @@ class ChainCrown:
             a = nu @ self.w[j]
         n_terms = 3 * k + 4
         rig = down_wide(acc - gamma(n_terms + 4) * mags - n_terms * ETA64)
+        return rig, a, self._over_box(box, rig, a, group)
+
+    def _over_box(self, box: Array, rig: Array, a: Array, group: int) -> Array:
+        """The rows' rigorous lower bounds over their boxes: ``rig + a . x`` minimised over box
+        ``box[i]`` for group ``i`` of ``group`` rows (centre and radius, rounded outward)."""
         c, r = self._c0[box], self._r0[box]
         d = a.shape[1]
-        a3 = a.reshape(g, group, d)
+        a3 = a.reshape(len(box), group, d)
         abs3 = np.abs(a3)
         s = (np.einsum("grd,gd->gr", a3, c) - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
         m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
-        low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
-        return rig, a, low
+        return down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
 
     def _backward_chunk32(self, k: int, box: Array, bias: Array, slack: Array, a: Array,
                           group: int) -> tuple[Array, Array, Array]:
@@ -442,15 +446,8 @@ class ChainCrown:
             n_terms = 2 * k + 4
             under = np.repeat(self._under[k][box], group)
             rig = down_wide(acc - gamma(n_terms + 5) * mags - n_terms * ETA64 - under)
-            c, r = self._c0[box], self._r0[box]
-            d = a.shape[1]
             a = a.astype(np.float64)
-            a3 = a.reshape(g, group, d)
-            abs3 = np.abs(a3)
-            s = (np.einsum("grd,gd->gr", a3, c)
-                 - np.einsum("grd,gd->gr", abs3, r)).reshape(-1) + rig
-            m = np.einsum("grd,gd->gr", abs3, np.abs(c) + r).reshape(-1) + np.abs(rig)
-            low = down_wide(s - gamma(2 * d + 6) * m - (2 * d + 6) * ETA64)
+            low = self._over_box(box, rig, a, group)
         # a float32 overflow leaves inf or nan in the constant or the coefficients: no bound
         bad = ~(np.isfinite(rig) & np.all(np.isfinite(a), axis=1)) | np.isnan(low)
         if bad.any():

@@ -170,14 +170,18 @@ for _name, _uf, _how in [
     _UFUNCS[_name] = (_uf, _how)
 
 
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two kernel results are the same object kind with the same bytes."""
-    if type(a) is not type(b):
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are host arrays (or NumPy scalars) of the same kind, dtype, shape
+    and bits (``-0.0`` and ``0.0`` differ, a NaN equals the same NaN; any strides). Anything
+    else, object arrays included, is never the same."""
+    if type(a) is not type(b) or not isinstance(a, np.ndarray | np.generic):
         return False
-    if isinstance(a, np.ndarray | np.generic):
-        return bool(a.dtype == b.dtype and a.shape == b.shape
-                    and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes())
-    return False
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.hasobject:
+        return False
+    if a.dtype.itemsize not in (1, 2, 4, 8):  # no unsigned view of that size: compare bytes
+        return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    bits = f"u{a.dtype.itemsize}"  # (a view of the same item size works on any strides)
+    return bool(np.array_equal(np.asarray(a).view(bits), np.asarray(b).view(bits)))
 
 
 def _fingerprint(value: Any) -> tuple[Any, ...]:
@@ -273,7 +277,7 @@ class _Tracer:
                 uargs = [a if isinstance(a, _Sym) else self._scalar_array(a, value)
                          for a in uargs]
                 direct = ufunc(*[a.value for a in uargs])
-                if _same_bits(direct, value):  # the kernel is this ufunc, bit for bit
+                if same_bits(direct, value):  # the kernel is this ufunc, bit for bit
                     step.args, step.kwargs, step.ufunc = uargs, {}, ufunc
         self.steps.append(step)
         return out

@@ -162,10 +162,14 @@ class _Backend:
                                           device_of(src), device_of(xp), "a parameter")
                 data = param.on(xp)
         ref = self.leaf("use", data, param.requires_grad, param.name, copy=False)
-        self.params[ref.id] = param
-        self.param_ids[id(param)] = ref.id
-        self.versions[id(param)] = param.version
+        self._register(param, ref.id)
         return ref
+
+    def _register(self, param: Param, node: int) -> None:
+        """Node ``node`` is ``param`` in this pass, at its current version (``check_fresh``)."""
+        self.params[node] = param
+        self.param_ids[id(param)] = node
+        self.versions[id(param)] = param.version
 
     def check_fresh(self, op: str) -> None:
         """Refuse to go on with a pass whose parameters changed since they were recorded.
@@ -224,9 +228,7 @@ class EagerBackend(_Backend):
             data = param.array
             if type(data) is np.ndarray and data.dtype == self.dtype:
                 n = self.tape._append_leaf(data, param.name, param.requires_grad)
-                self.params[n] = param
-                self.param_ids[id(param)] = n
-                self.versions[id(param)] = param.version
+                self._register(param, n)
                 return self._new(n, data)
         return super().use(param)
 

@@ -446,18 +446,6 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     return _HVP_MEMO.recall(c).hvp(arrays, tangents)[: len(primals)]
 
 
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether host arrays ``a`` and ``b`` hold the same dtype, shape and bits (``-0.0`` and
-    ``0.0`` differ, a NaN equals the same NaN); anything else (a device array, an odd item
-    size) is never the same."""
-    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != b.dtype \
-            or a.shape != b.shape or a.dtype.itemsize not in (1, 2, 4, 8) \
-            or a.dtype.hasobject:
-        return False
-    bits = f"u{a.dtype.itemsize}"  # (a view of the same item size works on any strides)
-    return bool(np.array_equal(a.view(bits), b.view(bits)))
-
-
 def _same_graph(a: Graph, b: Graph) -> bool:
     """Whether ``a`` and ``b`` are the same traced graph: everything ``grad_graph`` and code
     generation read (dtype, nodes with their ops, parents, attributes, shapes and flags,
@@ -474,7 +462,7 @@ def _same_graph(a: Graph, b: Graph) -> bool:
                 or m.index != n.index or m.dtype != n.dtype or m.name != n.name
                 or not same_attrs(m.attrs, n.attrs)):
             return False
-    return all(_same_bits(c, b.consts[i]) for i, c in a.consts.items())
+    return all(codegen.same_bits(c, b.consts[i]) for i, c in a.consts.items())
 
 
 class _HvpMemo:
