@@ -125,15 +125,18 @@ def test_linear_gemm_path_chosen_by_the_openblas_core(core: str | None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """SciPy's GEMM runs on the AVX-512 cores (measured faster there), not on the AVX2 Haswell
     kernels (measured slower: there the reference runs, its bits exactly); an unknown core
-    keeps the GEMM. The choice is made once, never by timing."""
+    keeps the GEMM. The choice is made once, never by timing (at one thread: with NumPy's
+    BLAS on more, its matmul runs, ``test_fast_update``)."""
     pytest.importorskip("scipy.linalg")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
     monkeypatch.setattr(fast_blas, "_gemm_core", core)
     assert fast_blas.FORCE_GEMM is None
     rng = np.random.default_rng(9)
     args = [rng.standard_normal(s).astype(np.float32) for s in ((512, 784), (512,), (128, 784))]
-    want = REGISTRY["linear"].reference_forward(*args)
-    with fast_kernels(True):
-        got = REGISTRY["linear"].forward(*args)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        want = REGISTRY["linear"].reference_forward(*args)
+        with fast_kernels(True):
+            got = REGISTRY["linear"].forward(*args)
     pays = core != "Haswell"
     assert fast_blas.gemm_pays() is pays
     # 784 inputs: past one block of the sum, the GEMM path's bits differ from the reference's.

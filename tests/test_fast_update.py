@@ -76,14 +76,55 @@ def test_without_scipy_the_reference_runs(monkeypatch: pytest.MonkeyPatch) -> No
     assert np.array_equal(_sgd_once(p0, g, fast=True)[0], p0 + np.float32(-0.1) * g)
 
 
-def test_the_axpy_library_gets_numpys_thread_count() -> None:
+def _own_scipy_pool(threadpoolctl: object) -> bool:
+    return any(i["user_api"] == "blas" and "scipy" in i["filepath"]
+               and "numpy" not in i["filepath"]
+               for i in threadpoolctl.threadpool_info())  # type: ignore[attr-defined]
+
+
+def test_scipys_own_pool_is_held_at_one_thread_and_the_axpy_yields_when_raised() -> None:
+    # Two OpenBLAS pools with spinning workers on as many cores as threads wait on each other
+    # (W2 at 2 threads: 19 ms a step against 4.8): SciPy's own pool stays at one thread, and a
+    # step taken while something raised it runs the reference update (NumPy alone), not axpy.
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    fast_blas._load()
-    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        fast_blas._load()  # (matches SciPy's BLAS to NumPy's now: 1)
+    fast_blas.scipy_blas()
+    if not _own_scipy_pool(threadpoolctl):
+        pytest.skip("this SciPy shares NumPy's BLAS: there is no second pool to hold")
+    p0, g = _pair(2 * fast_update.MIN_SIZE, "float32", seed=4)
+    reference = p0 + np.float32(-0.1) * g
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        fast_blas._load()  # (a fresh load under NumPy at 2 threads)
         counts = {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()
                   if i["user_api"] == "blas"}
-        assert counts and all(n == 1 for n in counts.values())
+        assert [n for f, n in counts.items() if "numpy" not in f] == [1]
+        assert fast_blas.serial()
+        got, in_place = _sgd_once(p0, g, fast=True)
+        assert in_place and not np.array_equal(got, p0)
+        with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):  # raised again
+            assert not fast_blas.serial()
+            assert "reference update" in fast_blas.describe()
+            assert np.array_equal(_sgd_once(p0, g, fast=True)[0], reference)
+            fast_blas.hold_serial()  # (what torchlean bench does after its own limit)
+            assert fast_blas.serial()
+    assert fast_blas.serial()
+
+
+def test_scipys_gemm_only_where_numpys_blas_is_serial(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On the cores where SciPy's GEMM pays (one thread each), NumPy's matmul on a pool of 2 is
+    # the faster product: gemm_now says no there, and yes again at one thread.
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    fast_blas.scipy_blas()
+    if not _own_scipy_pool(threadpoolctl):
+        pytest.skip("this SciPy shares NumPy's BLAS: its GEMM follows NumPy's threads")
+    monkeypatch.setattr(fast_blas, "_gemm_core", "SkylakeX")
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        assert fast_blas.gemm_pays() and fast_blas.gemm_now()
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        fast_blas.hold_serial()
+        assert fast_blas.gemm_pays() and not fast_blas.gemm_now()
+    monkeypatch.setattr(fast_blas, "_gemm_core", "Haswell")
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        assert not fast_blas.gemm_now()
 
 
 def test_scalar_trainer_steps_use_it_and_eager_equals_compiled() -> None:

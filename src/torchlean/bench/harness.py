@@ -721,14 +721,21 @@ class Timing:
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+# Above one thread, the pause before each timed block (seconds, untimed): the previous block's
+# thread pools (OpenBLAS workers spin about 0.1 s after a call, OpenMP's a while) go idle first,
+# so no framework is timed against another one's spinning workers. Without it, on 2 cores at 2
+# threads, PyTorch's W2 step measured 12.2 ms against 10.2 ms at one thread.
+SETTLE_S = 0.25
+
+
 def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: int,
                      warmup: int = 2, seed: int = 0, sync: Callable[[], Any] | None = None,
-                     clock: str = "wall") -> dict[str, dict[str, float]]:
+                     clock: str = "wall", settle: float = 0.0) -> dict[str, dict[str, float]]:
     """Warm up every step, then ``rounds`` rounds; each round runs a block of ``block`` steps
     of every entry in a shuffled order. Medians and min-max over rounds. ``sync`` (the GPU
     benchmark: wait for the device) is called before each block's clock starts and before it
     stops, so a block's time includes all the device work it queued. ``clock``: a key of
-    ``CLOCKS``."""
+    ``CLOCKS``; ``settle``: seconds to sleep before each block (``SETTLE_S``)."""
     now = CLOCKS[clock]
     wait = sync or (lambda: None)
     for fn in steps.values():
@@ -741,6 +748,8 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
         shuffle.shuffle(order)
         for name in order:
             fn = steps[name]
+            if settle:
+                time.sleep(settle)
             wait()
             f0 = _faults()
             t0 = now()
@@ -767,8 +776,9 @@ def step_table(title: str, times: dict[str, dict[str, float]], ref: str = "torch
 
 
 def pin_threads(threads: int) -> Any:
-    """Pin BLAS (threadpoolctl) and PyTorch to ``threads``; returns the threadpoolctl limiter
-    (keep it alive) or None. JAX's XLA pool follows the cores available (2 here)."""
+    """Pin BLAS (threadpoolctl) and PyTorch to ``threads`` (SciPy's own BLAS pool, if loaded,
+    back to one); returns the threadpoolctl limiter (keep it alive) or None. JAX's XLA pool
+    follows the cores available (2 here)."""
     try:
         import torch
 
@@ -779,7 +789,11 @@ def pin_threads(threads: int) -> Any:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return None
-    return threadpool_limits(limits=threads, user_api="blas")
+    limiter = threadpool_limits(limits=threads, user_api="blas")
+    # torchlean's own rule after a limit on every library: SciPy's second OpenBLAS pool (the
+    # fast kernels' axpy) stays at one thread, never spinning against NumPy's (ops.fast.blas).
+    fast_blas.hold_serial()
+    return limiter
 
 
 def blas_info() -> str:
@@ -803,9 +817,9 @@ def machine_info() -> dict[str, Any]:
 
 
 def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check: bool = True,
-                   clock: str = "wall") -> dict[str, Any]:
+                   clock: str = "wall", threads: int = 1) -> dict[str, Any]:
     """Build, check agreement (unless ``check`` is false) and time one workload on ``clock``
-    (``CLOCKS``)."""
+    (``CLOCKS``); above one thread each block waits ``SETTLE_S`` first."""
     data = make_data(workload)
     impls: dict[str, Impl] = {}
     notes: dict[str, str] = {}
@@ -825,7 +839,8 @@ def bench_workload(workload: str, frameworks: Sequence[str], rounds: int, check:
     steps: dict[str, Callable[[], Any]] = {fw: impl.step for fw, impl in impls.items()}
     for impl in impls.values():
         steps.update(impl.extra)
-    times = time_interleaved(steps, BLOCK[workload], rounds, clock=clock)
+    times = time_interleaved(steps, BLOCK[workload], rounds, clock=clock,
+                             settle=SETTLE_S if threads > 1 else 0.0)
     for fw, impl in impls.items():
         if impl.note:
             times[fw]["note"] = impl.note  # type: ignore[assignment]

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                                   "rounds": args.rounds, "command": command,
                                   "clock": args.clock}
         result["workloads"] = {w: H.bench_workload(w, frameworks, args.rounds,
-                                                   clock=args.clock)
+                                                   clock=args.clock, threads=count)
                                for w in workloads}
         if args.isolated:
             result["isolated"] = H.run_isolated(workloads, frameworks, args.rounds, count,
@@ -160,7 +160,7 @@ def _child(args: argparse.Namespace, workloads: list[str], frameworks: list[str]
         print(json.dumps({"peak_mib": H.peak_rss_mib()}))
         return 0
     out = {w: H.bench_workload(w, frameworks, args.rounds, check=False,
-                               clock=args.clock)["times"]
+                               clock=args.clock, threads=args.threads)["times"]
            for w in workloads}
     print(json.dumps(out))
     del limiter

@@ -11,8 +11,9 @@ axpy kernels use fused multiply-adds, so a result may differ from the reference 
 check it within ``registry.FAST_RTOL`` and bitwise where the product is exact.
 
 NumPy does not expose its BLAS's axpy, so it comes from SciPy (``ops.fast.blas``: imported on
-the first fast step only, its threads matched to NumPy's BLAS; axpy goes parallel above 10,000
-entries) and is never required: without SciPy the reference runs.
+the first fast step only, its own thread pool held at one thread so that it never competes with
+NumPy's) and is never required: without SciPy, or with SciPy's pool raised above one thread
+since, the reference runs.
 
 Measured (W2 of ``torchlean bench``: SGD on 784-512-512-10, 1 thread, CPU time, interleaved in
 one process, load 7-10): the six parameters' update 155-165 us -> 70 us with the arrays hot, and
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..core.registry import KERNELS
-from ..ops.fast.blas import scipy_blas
+from ..ops.fast.blas import scipy_blas, serial
 
 # Below this many entries the f2py call costs more than the pass it saves.
 MIN_SIZE = 4096
@@ -50,7 +51,7 @@ def sgd_update(p: Any, grad: Any, lr: float) -> bool:
     else:
         return False
     blas = scipy_blas()
-    if blas is None:
+    if blas is None or not serial():  # (a second pool of spinning workers: ops.fast.blas)
         return False
     flat = p.reshape(-1)
     out = getattr(blas, name)(grad.reshape(-1), flat, a=-lr)

@@ -2,11 +2,19 @@
 a GEMM with ``beta``), loaded once on first use and never required.
 
 ``import torchlean`` does not import SciPy (``scipy.linalg`` costs about 0.2 s of CPU); the first
-fast kernel that asks does. SciPy's OpenBLAS is a second library with its own thread pool; at
-load its thread count is set to the one NumPy's BLAS has then (threadpoolctl, where installed),
-so a one-thread run stays one thread (a thread limit set earlier through threadpoolctl reached
-only the libraries loaded then). Without SciPy, ``scipy_blas()`` is None and every caller runs
-its reference.
+fast kernel that asks does. Without SciPy, ``scipy_blas()`` is None and every caller runs its
+reference.
+
+SciPy's OpenBLAS is usually a second library with a thread pool of its own, and two OpenBLAS
+pools must not both run workers: an OpenBLAS worker spins for about 0.1 s after each call before
+it sleeps, so on a machine with as many cores as threads each library's calls wait for the other
+library's spinning workers. Measured (W2's compiled SGD step, 2-core Zen 3, NumPy's BLAS at 2
+threads, wall time): SciPy's pool at 2 threads too 19.3 ms a step, at 1 thread 4.75 ms (the
+whole step at 1 thread: 6.2 ms). So at load SciPy's own pool is set to one thread (threadpoolctl;
+without it SciPy's BLAS is not used: its pool could not be sized), and every call checks that it
+still is (``serial()``, about 1 us; a thread limit set later through threadpoolctl reaches both
+libraries): otherwise the caller runs its reference, on NumPy's pool alone. A SciPy that shares
+NumPy's BLAS has no pool of its own and is used at any thread count.
 
 Which BLAS (measured for issue 26, ``benchmarks/bench_gemm.py``: W2's five large products, W3's
 and W5's largest, one thread, CPU time, interleaved with ``torch.mm``, which calls PyTorch's
@@ -33,10 +41,13 @@ from typing import Any
 
 _UNLOADED = object()
 _blas: Any = _UNLOADED
+# threadpoolctl controllers of NumPy's BLAS and of SciPy's own (empty where SciPy shares NumPy's).
+_numpy_pools: list[Any] = []
+_scipy_pools: list[Any] = []
 
 
 def _load() -> Any:
-    """``scipy.linalg.blas`` with its thread count matched to NumPy's BLAS, or None."""
+    """``scipy.linalg.blas`` with its own thread pool (if any) at one thread, or None."""
     try:
         from scipy.linalg import blas
     except ImportError:
@@ -44,18 +55,36 @@ def _load() -> Any:
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:
-        return blas
+        return None  # (its pool could neither be sized nor checked: see the module docstring)
     controller = ThreadpoolController()
     numpy_blas = [c for c in controller.lib_controllers
                   if c.user_api == "blas" and "numpy" in c.filepath]
     scipy_blas = [c for c in controller.lib_controllers
                   if c.user_api == "blas" and "scipy" in c.filepath and c not in numpy_blas]
-    if numpy_blas:
-        threads = numpy_blas[0].num_threads
-        for c in scipy_blas:
-            if c.num_threads != threads:
-                c.set_num_threads(threads)
+    _numpy_pools[:] = numpy_blas
+    _scipy_pools[:] = scipy_blas
+    hold_serial()
     return blas
+
+
+def hold_serial() -> None:
+    """Set SciPy's own BLAS pool (once loaded) back to one thread: for a caller that has just
+    limited every BLAS library's threads through threadpoolctl (``torchlean bench``)."""
+    for c in _scipy_pools:
+        if c.get_num_threads() != 1:
+            c.set_num_threads(1)
+
+
+def serial() -> bool:
+    """Whether a SciPy BLAS call runs now without starting a second pool of workers: SciPy's own
+    OpenBLAS is at one thread (a limit set through threadpoolctl after load may have raised it),
+    or SciPy has none of its own."""
+    return all(c.get_num_threads() == 1 for c in _scipy_pools)
+
+
+def numpy_serial() -> bool:
+    """Whether NumPy's BLAS runs one thread now (True where it was not found)."""
+    return all(c.get_num_threads() == 1 for c in _numpy_pools)
 
 
 def scipy_blas() -> Any:
@@ -108,6 +137,17 @@ def gemm_pays() -> bool:
     return _gemm_core is None or _gemm_core in GEMM_CORES
 
 
+def gemm_now() -> bool:
+    """Whether ``linear``'s fast forward calls SciPy's GEMM now: ``gemm_pays()``, and SciPy's
+    BLAS runs as many threads as NumPy's (both one, or SciPy sharing NumPy's pool): with SciPy's
+    own pool held at one thread, NumPy's multi-threaded matmul is the faster product."""
+    if not gemm_pays():
+        return False
+    if FORCE_GEMM is not None:
+        return True
+    return not _scipy_pools or (serial() and numpy_serial())
+
+
 def describe() -> str:
     """Which GEMM library the fast kernels loaded (``torchlean bench`` prints it), without
     loading one."""
@@ -126,11 +166,14 @@ def describe() -> str:
         return "SciPy's BLAS (library not found by threadpoolctl)"
     i = found[0]
     threads = i.get("num_threads")
-    used = ("its GEMM" if gemm_pays() else
-            f"NumPy's matmul (SciPy's GEMM only on {', '.join(sorted(GEMM_CORES))} cores); "
-            "SciPy's BLAS for the SGD axpy")
+    axpy = ("SciPy's BLAS for the SGD axpy" if serial() else
+            "SGD's reference update (SciPy's pool raised above one thread)")
+    used = ("its GEMM" if gemm_now() else
+            f"NumPy's matmul (SciPy's GEMM only on {', '.join(sorted(GEMM_CORES))} cores "
+            f"and where NumPy's BLAS runs one thread); {axpy}")
     return (f"SciPy's {i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
             f"({threads} thread{'' if threads == 1 else 's'}): {used}")
 
 
-__all__ = ["GEMM_CORES", "describe", "gemm_pays", "scipy_blas"]
+__all__ = ["GEMM_CORES", "describe", "gemm_now", "gemm_pays", "hold_serial", "numpy_serial",
+           "scipy_blas", "serial"]

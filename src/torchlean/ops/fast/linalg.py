@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core.registry import attach_fast
 from ..linalg import _linear as reference
-from .blas import gemm_pays, scipy_blas
+from .blas import gemm_now, scipy_blas
 
 # Multiply-adds from which the GEMM call pays for itself (see the module docstring).
 MIN_WORK = 1 << 21
@@ -47,7 +47,7 @@ def linear(w: Any, b: Any, x: Any) -> Any:
             or x.shape[0] * w.shape[0] * w.shape[1] < MIN_WORK
             or not x.flags.c_contiguous or not w.flags.c_contiguous):
         return reference(w, b, x)
-    if not gemm_pays():  # (SciPy absent, or its GEMM measured slower on this core)
+    if not gemm_now():  # (SciPy absent, its GEMM slower on this core, or NumPy's threads)
         return reference(w, b, x)
     blas = scipy_blas()
     gemm = blas.sgemm if dtype == np.float32 else blas.dgemm
