@@ -95,6 +95,7 @@ from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, unbroadcast
 from ..core.shape import StaticShape
 from ..ops.fast import pool as fast_pool
 from ..ops.fast import residuals
+from ..ops.fast import sgd as fast_sgd
 
 # From this many entries on, a ufunc's scalar operand stays a scalar (``_Tracer._scalar_array``).
 _FULL_LIMIT = 4096
@@ -786,6 +787,66 @@ def emit_value_and_backward(graph: Any, arrays: Sequence[Any], also: Sequence[in
         return None
 
 
+def _weight_product(producer: dict[int, _Step], g: Any, param: Any) -> list[_Sym] | None:
+    """``[G, H]`` where the traced gradient ``g`` of ``param`` is ``matmul(transpose2d(G), H)``
+    (a linear layer's weight gradient, as ``linear``'s VJP records it) and ``gemm_step`` fits
+    the values; else None."""
+    step = producer.get(g.id) if isinstance(g, _Sym) else None
+    if step is None or step.prim != "matmul" or len(step.args) != 2:
+        return None
+    t, h = step.args
+    inner = producer.get(t.id) if isinstance(t, _Sym) else None
+    if inner is None or inner.prim != "transpose2d" or len(inner.args) != 1 or inner.kwargs:
+        return None
+    gt = inner.args[0]
+    if not isinstance(gt, _Sym) or not isinstance(h, _Sym):
+        return None
+    return [gt, h] if fast_sgd.gemm_fits(param, gt.value, h.value) else None
+
+
+def emit_sgd_step(graph: Any, arrays: Sequence[Any], update: Sequence[bool], lr: float
+                  ) -> Plan | None:
+    """A plan of one plain SGD step on a scalar graph: ``p -= lr * grad`` in place for every
+    input ``k`` with ``update[k]`` (the parameters being trained), after the whole forward and
+    reverse pass has read them. Its inputs are ``(*arrays, lr)``; it returns ``(loss, None,
+    ...)``. A gradient that is one product ``G^T H`` (``_weight_product``) is never formed: one
+    GEMM adds ``-lr G^T H`` into the parameter (``ops.fast.sgd.gemm_step``); any other is added
+    by ``ops.fast.sgd.update_step``. Traced and checked on copies of the updated inputs (the
+    copies are restored between the trace and the check run); ``None`` where the interpreter
+    must stay."""
+    try:
+        originals = [a if u else None for a, u in zip(arrays, update, strict=True)]
+        arrays = [a.copy() if u else a for a, u in zip(arrays, update, strict=True)]
+        tracer = _Tracer()
+        values, saved = _trace_forward(tracer, graph, arrays)
+        rate = tracer.input(float(lr))
+        out = graph.output
+        seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
+        grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
+                            graph.nodes[out].requires_grad,
+                            _TraceOps(tracer, graph.array_ops()))
+        producer = {step.out.id: step for step in tracer.steps}
+        done = []
+        for k, i in enumerate(graph.inputs):
+            g = grads[i]
+            if not update[k] or g is None:
+                continue
+            pair = _weight_product(producer, g, originals[k])
+            if pair is not None:
+                done.append(tracer.call(fast_sgd.gemm_step, [values[i], *pair, rate], {}))
+            else:
+                done.append(tracer.call(fast_sgd.update_step, [values[i], g, rate], {}))
+        for copy, original in zip(arrays, originals, strict=True):
+            if original is not None:
+                copy[...] = original  # (the check run starts where the trace did)
+        outputs = [values[out], *done]
+        if KERNELS.fast:
+            _fuse_relu_pooling(tracer, outputs)
+        return _generate(tracer, outputs)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def emit_forward(graph: Any, arrays: Sequence[Any]) -> Plan | None:
     """A plan returning the graph's outputs (as ``Graph.evaluate``), or ``None``."""
     try:
@@ -812,4 +873,4 @@ def emit_tangents(graph: Any, arrays: Sequence[Any], tangents: Sequence[Any]) ->
         return None
 
 
-__all__ = ["Plan", "emit_value_and_backward", "emit_forward", "emit_tangents"]
+__all__ = ["Plan", "emit_value_and_backward", "emit_forward", "emit_sgd_step", "emit_tangents"]

@@ -161,24 +161,53 @@ class Compiled:
         return _or_zeros(g.backprop(values, g.output, seed, on_leaf), values, g.inputs)
 
     def _run_generated(self, op: str, graph: Graph, kind: str, xs: Sequence[Any],
-                       tangents: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
+                       tangents: Sequence[Any] | None = None,
+                       sgd: tuple[tuple[bool, ...], float] | None = None
+                       ) -> tuple[Any, ...] | None:
         """The outputs of ``graph``'s generated ``kind`` plan on inputs ``xs`` (checked here),
-        or ``None``: codegen off, a device run, no plan could be emitted, or the plan busy."""
+        or ``None``: codegen off, a device run, no plan could be emitted, or the plan busy.
+        ``sgd``: (which inputs to update, the learning rate) of kind ``"sgd"``."""
         if not self.codegen:
             return None
         xp = self.namespace(xs)
         if xp is not np:
             return None
         arrays = graph.check_inputs(op, self._full(xs, xp), xp=xp)
+        if sgd is not None:
+            update, lr = sgd
+            n = len(arrays) - len(graph.params)
+            if any(update[n + k] and arrays[n + k] is not p.array
+                   for k, p in enumerate(graph.params)):
+                return None  # (an update into a converted copy would be lost)
+            pattern: tuple[bool, ...] = update
+            plan = self._plan_for(graph, kind, pattern, lambda: codegen.emit_sgd_step(
+                graph, arrays, update, lr))
+            return None if plan is None else plan.run([*arrays, lr])
         if tangents is not None:
             dxs = graph.check_inputs(f"{op} tangents", _pad_tangents(graph, tangents),
                                      allow_none=True, xp=xp)
-            pattern: tuple[bool, ...] = tuple(t is None for t in dxs)
+            pattern = tuple(t is None for t in dxs)
             arrays = arrays + [t for t in dxs if t is not None]
         else:
             pattern = ()
-        # A plan is traced with one kernel set (``registry.fast_kernels``) and calls its fast
-        # kernels directly: one plan per set.
+        n = len(graph.inputs)
+        if kind == "backward":
+            plan = self._plan_for(graph, kind, pattern,
+                                  lambda: codegen.emit_value_and_backward(graph, arrays))
+        elif kind == "forward":
+            plan = self._plan_for(graph, kind, pattern,
+                                  lambda: codegen.emit_forward(graph, arrays))
+        else:
+            plan = self._plan_for(graph, kind, pattern,
+                                  lambda: codegen.emit_tangents(graph, arrays[:n], dxs))
+        return None if plan is None else plan.run(arrays)
+
+    def _plan_for(self, graph: Graph, kind: str, pattern: tuple[bool, ...],
+                  emit: Callable[[], Any]) -> Any:
+        """The generated plan of ``kind`` for this graph, input pattern and kernel set (a plan
+        is traced with one set, ``registry.fast_kernels``, and calls its fast kernels
+        directly), emitted by ``emit()`` on the second call; None on the first call and where
+        none could be emitted."""
         key = (kind, id(graph), len(graph.nodes), pattern, KERNELS.fast)
         plan = self._generated.get(key, _UNSEEN)
         if plan is _UNSEEN:
@@ -187,16 +216,8 @@ class Compiled:
             self._generated[key] = _SEEN_ONCE
             return None
         if plan is _SEEN_ONCE:
-            n = len(graph.inputs)
-            if kind == "backward":
-                plan = codegen.emit_value_and_backward(graph, arrays)
-            elif kind == "forward":
-                plan = codegen.emit_forward(graph, arrays)
-            else:
-                plan = codegen.emit_tangents(graph, arrays[:n], dxs)
-            self._generated[key] = plan
-        plan = self._generated[key]
-        return None if plan is None else plan.run(arrays)
+            plan = self._generated[key] = emit()
+        return plan
 
     def _scalar(self, op: str) -> None:
         if self.out_shape != ():
@@ -259,6 +280,18 @@ class Compiled:
         out = values[self.graph.output]
         seed = namespace_of(out).ones((), dtype=self.dtype)
         return out, self._cotangents(values, seed, on_input)
+
+    def sgd_step(self, xs: Sequence[Any], lr: float, update: Sequence[bool]) -> Any:
+        """One plain SGD step as one generated plan: the scalar output's value, every input
+        ``k`` with ``update[k]`` (parameters, after the traced inputs) moved by ``-lr`` times
+        its gradient in place (``codegen.emit_sgd_step``: a linear weight's gradient is
+        accumulated into it by one GEMM, never formed). Returns ``None``, having changed
+        nothing, where no such plan runs: codegen off, a device, the first call, a plan that
+        could not be emitted or is busy; the caller then takes the general path."""
+        self._scalar("sgd_step")
+        got = self._run_generated("sgd_step", self.graph, "sgd", xs,
+                                  sgd=(tuple(update), float(lr)))
+        return None if got is None else got[0]
 
     def backprop_all(self, xs: Sequence[Any], seed: Any) -> list[Any]:
         """One cotangent per node, in graph order (zeros where unreached)."""

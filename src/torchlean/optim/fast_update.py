@@ -25,39 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..core.registry import KERNELS
-from ..ops.fast.blas import scipy_blas, serial
-
-# Below this many entries the f2py call costs more than the pass it saves.
-MIN_SIZE = 4096
+from ..ops.fast.sgd import MIN_SIZE, axpy
 
 
 def sgd_update(p: Any, grad: Any, lr: float) -> bool:
     """``p += (-lr) * grad`` in place by BLAS axpy where the fast kernels are on and the arrays
-    allow it; returns False (nothing done) where the reference update must run."""
-    if not KERNELS.fast or type(p) is not np.ndarray or type(grad) is not np.ndarray:
-        return False
-    dtype = p.dtype
-    if (grad.dtype != dtype or p.size < MIN_SIZE or p.shape != grad.shape
-            or not p.flags.c_contiguous or not p.flags.writeable
-            or not grad.flags.c_contiguous):
-        return False
-    if dtype == np.float32:
-        name = "saxpy"
-    elif dtype == np.float64:
-        name = "daxpy"
-    else:
-        return False
-    blas = scipy_blas()
-    if blas is None or not serial():  # (a second pool of spinning workers: ops.fast.blas)
-        return False
-    flat = p.reshape(-1)
-    out = getattr(blas, name)(grad.reshape(-1), flat, a=-lr)
-    if out is not flat:  # (f2py updates a contiguous array of the right dtype in place)
-        flat[...] = out
-    return True
+    allow it (``ops.fast.sgd.axpy``); returns False (nothing done) where the reference update
+    must run."""
+    return KERNELS.fast and axpy(p, grad, lr)
 
 
 __all__ = ["MIN_SIZE", "sgd_update"]

@@ -535,6 +535,26 @@ class SGD(Optimizer):
             if isinstance(p, Param):
                 p.mark_updated()
 
+    def plain(self) -> bool:
+        """Whether every step is ``p -= lr * grad`` alone: one group, no momentum, no weight
+        decay (what a generated SGD step computes: ``training.Stepper.sgd_step``)."""
+        if len(self.param_groups) != 1:
+            return False
+        h = self.param_groups[0].hyper()
+        return h["momentum"] == 0.0 and h["weight_decay"] == 0.0
+
+    def count_step(self, updated: Sequence[Any]) -> None:
+        """The bookkeeping of a plain step whose updates ran elsewhere (a generated plan that
+        changed ``updated`` in place): each one's step counter and version, as ``step``
+        keeps them for a parameter it updates, then the optimiser's step count."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        for p in updated:
+            i = index[id(p)]
+            _count_step(self._state_on(i, np))
+            if isinstance(p, Param):
+                p.mark_updated()
+        self.step_count += 1
+
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
         p = param.array

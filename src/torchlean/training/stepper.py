@@ -21,6 +21,7 @@ from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from ..engine.session import Options, Session
 from ..engine.transforms import Compiled
+from ..ops.fast import blas as fast_blas
 from . import cuda_graph
 
 
@@ -97,6 +98,30 @@ class Stepper:
         value = s.value(out)
         s.reset()
         return value
+
+    def sgd_step(self, inputs: Sequence[Any], lr: float) -> tuple[Any, list[Param]] | None:
+        """One plain SGD step (``p -= lr * grad`` for every trainable parameter) run as the
+        compiled graph's generated plan, which updates the parameters in place
+        (``Compiled.sgd_step``): the loss and the parameters it updated; or ``None``, having
+        changed nothing, where the general path must run. Only compiled host training under
+        the fast kernels, without the finite check, and with NumPy's BLAS and SciPy's at one
+        thread (above one, NumPy's threaded GEMM beats the one-thread GEMM this plan calls:
+        ``ops.fast.blas``)."""
+        opts = self.opts
+        if (opts.backend != "compiled" or self.xp is not np or not opts.fast_kernels
+                or opts.check_finite or fast_blas.scipy_blas() is None
+                or not fast_blas.serial() or not fast_blas.numpy_serial()):
+            return None
+        with fast_kernels(True):
+            xs = self._arrays(inputs)
+            c = self.compiled_for(xs)
+            if c.out_shape != ():
+                return None  # (the general path names the error)
+            update = [False] * len(xs) + [p.requires_grad for p in c.params]
+            value = c.sgd_step(xs, lr, update)
+        if value is None:
+            return None
+        return value, [p for p in c.params if p.requires_grad]
 
     def value_and_grads(self, inputs: Sequence[Any], extra_key: Any = (),
                         on_param_grad: Callable[[Param, Any], None] | None = None

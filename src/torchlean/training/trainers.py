@@ -186,11 +186,20 @@ class ScalarTrainer:
                 for p, g in zip(self.param_list, grads, strict=True)]
 
     def _step(self, kind: str, inputs: Sequence[Any], **hyper: Any) -> float:
-        loss, grads = self.value_and_grads(*inputs)
         params = [p for p in self.param_list if p.requires_grad]
+        optimizer = optimizer_for(self._optimizers, kind, params, **hyper)  # (checks hyper)
+        if kind == "SGD" and optimizer.plain():
+            # One generated plan for the whole step where the stepper can (compiled host
+            # training: linear weights updated by their gradient's GEMM, ops.fast.sgd).
+            fused = self._stepper.sgd_step(inputs, optimizer.lr)
+            if fused is not None:
+                value, updated = fused
+                optimizer.count_step(updated)
+                return float(to_host(value))
+        loss, grads = self.value_and_grads(*inputs)
         chosen = [g for p, g in zip(self.param_list, grads, strict=True) if p.requires_grad]
         with fast_kernels(self.opts.fast_kernels):  # (SGD's in-place axpy: optim.fast_update)
-            optimizer_for(self._optimizers, kind, params, **hyper).step(chosen)
+            optimizer.step(chosen)
         return loss
 
     def step(self, lr: float, *inputs: Any) -> float:
