@@ -133,8 +133,11 @@ HELD_OUT_2: dict[str, tuple[tuple, dict[str, tuple]]] = {
                                       "bn_val_loss": near(0.15), "layered_final_loss": near(0.15),
                                       "update_ratio": near(0.5)}),
     # every hand-written gradient matches autograd (counted); losses from the framework's stream
+    # exercise1_close counts torch.allclose(manual, autograd) over 26 gradients; the closest
+    # sits about 7e-9 from a 1e-8 tolerance, and PyTorch's own count came out 25, not 26, in one
+    # CI run (its MKL kernels' sums may follow the operands' alignment): one either way.
     "karpathy_backprop_ninja": (EXACT, {"first_loss": near(0.15), "train_loss": near(0.25),
-                                        "val_loss": near(0.25)}),
+                                        "val_loss": near(0.25), "exercise1_close": near(1)}),
     # packed sequences through a bidirectional GRU; chance 2.94; torch seeds 0-3: first
     # 2.78-2.82, last 1.53-1.64
     "nlp_chatbot": (EXACT, {"attn_general": ("close", 1e-4, 1e-5),
