@@ -764,6 +764,18 @@ def _zeros_where_none(tracer: _Tracer, found: Sequence[Any], values: Sequence[An
     return out
 
 
+def _trace_value_and_grads(tracer: _Tracer, graph: Any, arrays: Sequence[Any]
+                           ) -> tuple[list[Any], list[Any]]:
+    """A scalar graph's traced forward values and its traced reverse pass from seed 1: the
+    cotangent of every node (``None`` where none arrives), as ``run_reverse`` gives them."""
+    values, saved = _trace_forward(tracer, graph, arrays)
+    out = graph.output
+    seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
+    grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
+                        graph.nodes[out].requires_grad, _TraceOps(tracer, graph.array_ops()))
+    return values, grads
+
+
 def emit_value_and_backward(graph: Any, arrays: Sequence[Any], also: Sequence[int] = ()
                             ) -> Plan | None:
     """A plan returning ``(loss, grad of input 0, ...)`` for a scalar graph, traced on
@@ -772,12 +784,8 @@ def emit_value_and_backward(graph: Any, arrays: Sequence[Any], also: Sequence[in
     grads...)``; certified training reads its bounds node there)."""
     try:
         tracer = _Tracer()
-        values, saved = _trace_forward(tracer, graph, arrays)
+        values, grads = _trace_value_and_grads(tracer, graph, arrays)
         out = graph.output
-        seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
-        grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
-                            graph.nodes[out].requires_grad,
-                            _TraceOps(tracer, graph.array_ops()))
         outputs = [values[out], *(values[i] for i in also),
                    *_zeros_where_none(tracer, grads, values, graph.inputs)]
         if KERNELS.fast:
@@ -818,13 +826,8 @@ def emit_sgd_step(graph: Any, arrays: Sequence[Any], update: Sequence[bool], lr:
         originals = [a if u else None for a, u in zip(arrays, update, strict=True)]
         arrays = [a.copy() if u else a for a, u in zip(arrays, update, strict=True)]
         tracer = _Tracer()
-        values, saved = _trace_forward(tracer, graph, arrays)
-        rate = tracer.input(float(lr))
-        out = graph.output
-        seed = tracer.call(np.ones, [()], {"dtype": graph.dtype})
-        grads = run_reverse(_reverse_plan(tracer, graph, saved), values, out, seed,
-                            graph.nodes[out].requires_grad,
-                            _TraceOps(tracer, graph.array_ops()))
+        values, grads = _trace_value_and_grads(tracer, graph, arrays)
+        rate = tracer.input(float(lr))  # (the plan's last argument)
         producer = {step.out.id: step for step in tracer.steps}
         done = []
         for k, i in enumerate(graph.inputs):
@@ -839,7 +842,7 @@ def emit_sgd_step(graph: Any, arrays: Sequence[Any], update: Sequence[bool], lr:
         for copy, original in zip(arrays, originals, strict=True):
             if original is not None:
                 copy[...] = original  # (the check run starts where the trace did)
-        outputs = [values[out], *done]
+        outputs = [values[graph.output], *done]
         if KERNELS.fast:
             _fuse_relu_pooling(tracer, outputs)
         return _generate(tracer, outputs)
