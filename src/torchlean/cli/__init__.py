@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse has printed its one line (or --help, --version)
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     # NumPy-only training faults its step buffers back in every step under glibc's default
-    # thresholds (see core/alloc.py): the command opts in; the library never does.
+    # thresholds (see core/alloc.py): the command opts in at once; the library on the first
+    # repeated step.
     alloc.pin_thresholds()
     try:
         with common.blas_threads(getattr(args, "threads", 1)):

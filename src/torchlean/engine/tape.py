@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import ops as _ops  # noqa: F401  (registers every primitive)
+from ..core import alloc
 from ..core.autodiff import Step, forward_tangents, reverse_step, run_reverse
 from ..core.backend import (
     as_dtype,
@@ -294,6 +295,7 @@ class Tape:
         repeat = (cache is not None and self._first_miss is None and n == self._cached_len
                   and cache.entries is entries and len(entries) == n)
         if repeat:
+            alloc.repeated_step()  # (a loop: keep its freed buffers in the heap, core/alloc.py)
             known = cache.reverse  # type: ignore[union-attr]
             if known is not None and known[0] is entries and known[1] == (n, out, fused):
                 if entries[out].requires_grad:

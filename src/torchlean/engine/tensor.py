@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import alloc
 from ..core.autodiff import (
     TARGETS_0,
     TARGETS_01,
@@ -454,6 +455,7 @@ class Tensor(Ref):
         seed = _seed("backward", self, gradient)
         if create_graph:
             seed = _leaf(seed)
+        alloc.another_pass()  # (a training loop keeps its freed buffers: core/alloc.py)
         _reverse([self], [seed], create_graph, retain_graph or create_graph, accumulate=True)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import alloc
 from ..core.attr_kinds import max_elements
 from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
 from ..core.errors import ShapeError, TraceError, device_mismatch
@@ -216,6 +217,7 @@ class Compiled:
             self._generated[key] = _SEEN_ONCE
             return None
         if plan is _SEEN_ONCE:
+            alloc.repeated_step()  # (a loop: keep its freed buffers in the heap, core/alloc.py)
             plan = self._generated[key] = emit()
         return plan
 
