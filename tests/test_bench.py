@@ -78,6 +78,17 @@ def test_interleaved_timing_runs_every_entry_block_times_per_round() -> None:
         assert t["rounds"] == 4 and t["min_ms"] <= t["median_ms"] <= t["max_ms"]
 
 
+def test_a_pause_before_each_block_is_followed_by_untimed_rewarm_steps() -> None:
+    calls = {"a": 0}
+
+    def fn() -> None:
+        calls["a"] += 1
+
+    bench.time_interleaved({"a": fn}, block=3, rounds=2, warmup=1, settle=1e-4)
+    assert calls["a"] == 1 + 2 * (bench.REWARM + 3)
+    assert bench.REWARM >= 1
+
+
 def test_the_cpu_clock_is_the_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """``clock="cpu"`` reads ``CLOCKS["cpu"]`` (process CPU time) around every block, and
     nothing else: a fake clock that advances 2 ms per read gives 2 ms per block."""

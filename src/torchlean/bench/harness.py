@@ -726,6 +726,13 @@ CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time
 # so no framework is timed against another one's spinning workers. Without it, on 2 cores at 2
 # threads, PyTorch's W2 step measured 12.2 ms against 10.2 ms at one thread.
 SETTLE_S = 0.25
+# After the pause, this many untimed steps of the block's own entry: they wake the pools the
+# pause let sleep and refill the caches, so the block times steady steps, not a cold start.
+# Without it (Intel Xeon, 2 cores, 2 threads, 9 rounds) the pause's wake-up cost swelled every
+# framework's first steps unevenly: PyTorch's W3 step 5.0 ms against 3.7 with it (3.5 over 50
+# steps in a row), W5's 3.5 against 1.5, which made torchlean's ratios look 10-40% better than
+# in steady state.
+REWARM = 1
 
 
 def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: int,
@@ -735,7 +742,8 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
     of every entry in a shuffled order. Medians and min-max over rounds. ``sync`` (the GPU
     benchmark: wait for the device) is called before each block's clock starts and before it
     stops, so a block's time includes all the device work it queued. ``clock``: a key of
-    ``CLOCKS``; ``settle``: seconds to sleep before each block (``SETTLE_S``)."""
+    ``CLOCKS``; ``settle``: seconds to sleep before each block (``SETTLE_S``), then ``REWARM``
+    untimed steps of the block's entry."""
     now = CLOCKS[clock]
     wait = sync or (lambda: None)
     for fn in steps.values():
@@ -750,6 +758,8 @@ def time_interleaved(steps: dict[str, Callable[[], Any]], block: int, rounds: in
             fn = steps[name]
             if settle:
                 time.sleep(settle)
+                for _ in range(REWARM):
+                    fn()  # (untimed: wakes the pools the pause let sleep)
             wait()
             f0 = _faults()
             t0 = now()
