@@ -188,3 +188,19 @@ def test_malloc_thresholds_are_pinned_by_the_command_not_by_import_and_can_be_tu
         assert _alloc_applied({"TORCHLEAN_MALLOPT": "1", "TORCHLEAN_TOP_PAD": str(3 << 20)},
                               COMMAND)["top_pad"] == 3 << 20
     assert _alloc_applied({"TORCHLEAN_MALLOPT": "0"}, COMMAND) == {}
+
+
+def _memory_lines(mem: dict[str, float]) -> list[str]:
+    result = {"workloads": {}, "isolated": {"times": {}, "peak_memory_mib_200_W2_steps": mem}}
+    return [line for line in bench.targets(result) if "no higher than before" in line]
+
+
+def test_peak_memory_bound_is_the_margin_above_the_numpy_floor_of_the_same_run() -> None:
+    # Before issue 26: 240 MiB with the floor at 239, i.e. 1 MiB above it (+2% of the floor).
+    ok = _memory_lines({"numpy": 281.0, "torchlean-compiled": 284.0})
+    assert len(ok) == 1 and ok[0].endswith(": met") and "floor 281 MiB" in ok[0]
+    bad = _memory_lines({"numpy": 281.0, "torchlean-compiled": 300.0})
+    assert bad[0].endswith(": missed")
+    # Without a floor in the run, the absolute figure of then.
+    assert _memory_lines({"torchlean-compiled": 244.0})[0].endswith(": met")
+    assert _memory_lines({"torchlean-compiled": 284.0})[0].endswith(": missed")

@@ -906,8 +906,12 @@ def run_isolated(workloads: Sequence[str], frameworks: Sequence[str], rounds: in
 
 MAIN_JOBS = ("mlp", "cnn")
 # Peak memory of a fresh process over 200 W2 steps before issue 26 (README, Performance): the
-# issue's bound for "peak memory no higher than today".
+# issue's bound for "peak memory no higher than today". That run's NumPy floor was 239 MiB; what
+# a fresh process holds before any step depends on the environment (280 MiB for the same floor
+# with this project's current dependencies), so where this run measured the floor the bound is
+# the margin above it then (``PEAK_MIB_BEFORE - FLOOR_MIB_BEFORE``), not the absolute figure.
 PEAK_MIB_BEFORE = {"torchlean-eager": 241.0, "torchlean-compiled": 240.0}
+FLOOR_MIB_BEFORE = 239.0
 _ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -1313,11 +1317,22 @@ def targets(result: dict[str, Any]) -> list[str]:
             if isinstance(mem.get(fw), float):
                 out.append(f"  peak memory {fw} {mem[fw]:.0f} MiB <= torch {mem['torch']:.0f} "
                            f"MiB: {'met' if mem[fw] <= mem['torch'] else 'missed'}")
+    floor = mem.get("numpy")
     for fw, before in PEAK_MIB_BEFORE.items():
-        if isinstance(mem.get(fw), float):
+        if not isinstance(mem.get(fw), float):
+            continue
+        if isinstance(floor, float):
+            bound = floor + (before - FLOOR_MIB_BEFORE)
+            ok = mem[fw] <= bound + 0.02 * floor
+            out.append(f"  peak memory {fw} {mem[fw]:.0f} MiB no higher than before issue 26 "
+                       f"(then {before - FLOOR_MIB_BEFORE:.0f} MiB above the NumPy floor; this "
+                       f"run's floor {floor:.0f} MiB, bound {bound:.0f} MiB, +2% noise): "
+                       f"{'met' if ok else 'missed'}")
+        else:
             ok = mem[fw] <= before * 1.02
             out.append(f"  peak memory {fw} {mem[fw]:.0f} MiB no higher than before issue 26 "
-                       f"({before:.0f} MiB, +2% noise): {'met' if ok else 'missed'}")
+                       f"({before:.0f} MiB, +2% noise; no NumPy floor measured in this run): "
+                       f"{'met' if ok else 'missed'}")
     return out
 
 
