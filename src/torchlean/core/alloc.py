@@ -86,7 +86,6 @@ def pin_thresholds() -> dict[str, int]:
     return applied
 
 
-
 def repeated_step() -> None:
     """Called where a step repeats (see the module docstring): pins the thresholds once per
     process. After the first call it costs one global read (it is on every repeated pass)."""
