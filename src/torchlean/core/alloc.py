@@ -18,8 +18,10 @@ user's NumPy-only training loop paid the faults the command avoided: measured in
 that load only NumPy (Intel Xeon, AVX-512, one BLAS thread), W3's CNN step faulted 3,018 pages a
 step eager and 2,209 compiled (7.8 and 6.8 ms a step, against 4.7 and 4.6 ms with the thresholds
 pinned), W5's eager step 312 (1.93 against 1.55 ms), W4's eager hvp 117, and a CNN trained
-through ``torchlean.nn`` / ``optim`` / ``Tensor.backward()`` 2,835 (10.5 against 7.7 ms). A
-process that only verifies, converts or runs single passes is left alone.
+through ``torchlean.nn`` / ``optim`` / ``Tensor.backward()`` 2,835 (10.5 against 7.7 ms); in
+most fresh processes, since glibc's dynamic threshold, raised by the sizes of earlier frees,
+sometimes happens to cover a step. A process that only verifies, converts or runs single passes
+is left alone.
 ``TORCHLEAN_MALLOPT=0`` leaves malloc alone;
 ``TORCHLEAN_MMAP_THRESHOLD`` (bytes, default 32 MiB, glibc's largest) and
 ``TORCHLEAN_TRIM_THRESHOLD`` (bytes, default 512 MiB) change the two values. The top pad (extra
