@@ -4,7 +4,9 @@
 add what those do not pin down: the stride-1 input gradient's two routes (the centre offset's
 block as the accumulator under "same" padding, a zero-filled array otherwise) agree with the
 reference in float32 and float64 on the W3 layer shapes, and a forward op's value
-(``conv_transpose_core``) never keeps the GEMM's nine-times-larger output alive.
+(``conv_transpose_core``) never keeps the GEMM's nine-times-larger output alive. The max
+pooling tests run twice: with the NumPy kernels, and with the compiled loops of ``pool_jit``
+(numba, a test dependency) on every size.
 """
 
 from __future__ import annotations
@@ -15,6 +17,19 @@ import pytest
 from torchlean.core.registry import ARRAY_OPS, FAST_RTOL, REGISTRY, fast_kernels
 from torchlean.ops.fast import conv as fast_conv
 from torchlean.ops.fast import pool as fast_pool
+from torchlean.ops.fast import pool_jit
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def pool_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which max pooling kernels run: NumPy's (the loops' size floor out of reach) or the
+    compiled loops on every size (their floor at 0)."""
+    if request.param == "numba":
+        assert pool_jit.kernels() is not None  # numba is in the test extra
+        monkeypatch.setattr(pool_jit, "MIN_SIZE", 0)
+    else:
+        monkeypatch.setattr(pool_jit, "MIN_SIZE", 1 << 62)
+    return str(request.param)
 
 
 def _channels_last(a: np.ndarray) -> np.ndarray:
@@ -79,7 +94,8 @@ def _special(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np
     ("max_pool", {"kernel_size": (2,), "stride": (3,)}, (2, 3, 11)),  # gaps between windows
 ])
 def test_max_pool_winner_code_is_bitwise_the_reference(dtype: str, name: str,
-                                                       attrs: dict, shape: tuple) -> None:
+                                                       attrs: dict, shape: tuple,
+                                                       pool_path: str) -> None:
     """The forward's winner code routes the VJP to the reference's cells, bit for bit, on
     ties (0.0 against -0.0 included), NaN windows and infinities, for a channels-last input
     too; and the route without a code (a missed residual) gives the same bits."""
@@ -123,7 +139,7 @@ def _code_key(x: np.ndarray, attrs: dict, name: str) -> tuple:
     ("max_pool", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 8)),
 ])
 def test_fused_relu_pool_vjp_is_bitwise_the_two_rules(dtype: str, name: str, attrs: dict,
-                                                      shape: tuple) -> None:
+                                                      shape: tuple, pool_path: str) -> None:
     """``relu_vjp`` (what generated code calls for relu -> max pool) gives the bits of
     ``mul(max_pool_vjp(g), positive_mask(c))``, the reference rules, with NaN, +-inf, -0.0 and
     ties in ``c`` and infinities in ``g``; with and without the forward's winner code."""

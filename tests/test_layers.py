@@ -42,7 +42,7 @@ SHIMS = {"torchlean.functional", "torchlean.errors", "torchlean.shape", "torchle
 # Third-party libraries that are optional extras (or peers) and so may be imported late.
 OPTIONAL = {"onnx", "onnxruntime", "cupy", "cupyx", "mpi4py", "sympy", "tqdm", "matplotlib",
             "scipy", "safetensors", "sklearn", "threadpoolctl", "torch", "jax", "jaxlib",
-            "autograd", "array_api_strict"}
+            "autograd", "array_api_strict", "numba"}
 
 
 def _modules() -> dict[str, Path]:

@@ -37,7 +37,7 @@ from ...core.registry import attach_fast
 from ...core.shape import size as prod
 from ..pool import _infer_d, _offset_views, geometry
 from ..windows import axes_tuple, crop_spatial, kernel_offsets, pad_spatial
-from . import residuals
+from . import pool_jit, residuals
 
 _CODE = "max_pool.code"
 _NAN_CODE = 255  # a window whose maximum is NaN: no offset wins
@@ -85,6 +85,9 @@ def _forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
     itself (``new > old``, both contiguous) and recorded as ``code = max(code, raised * j)``
     (``j`` only grows), so the forward adds three contiguous passes over the output per
     offset to its one strided read, and the VJP reads no input window at all."""
+    compiled = pool_jit.forward(x, k, s, p)  # large channels-last 2-D poolings (numba)
+    if compiled is not None:
+        return compiled
     views = _offset_views(pad_spatial(x, p, -np.inf), k, s)
     best = views[0].copy(order="K")
     if len(views) >= _NAN_CODE or not views[0].size:
@@ -120,16 +123,20 @@ def _backward(x: Any, g: Any, best: Any, k: tuple[int, ...], s: tuple[int, ...],
     out = g.shape[g.ndim - d:]
     tiled = s == k and not any(p) and all(
         o * kk == n for o, kk, n in zip(out, k, spatial, strict=True))
+    if _order(g) != _order(best):
+        # One copy into the maxima's layout (a cotangent reshaped back from a flattened linear
+        # layer arrives in (N, C, H, W) order): the passes below then all run in one order.
+        g = _like(best, g)
+    if tiled and code is not None:
+        compiled = pool_jit.backward(x, g, best, code, k, positive)
+        if compiled is not None:
+            return compiled
     if any(p):
         full = tuple(n + 2 * pp for n, pp in zip(spatial, p, strict=True))
         buf = np.zeros(x.shape[: x.ndim - d] + full, dtype=g.dtype)
     else:
         # Windows that tile the input exactly write each cell once: no zero fill.
         buf = (np.empty_like if tiled else np.zeros_like)(x, dtype=g.dtype)
-    if _order(g) != _order(best):
-        # One copy into the maxima's layout (a cotangent reshaped back from a flattened linear
-        # layer arrives in (N, C, H, W) order): the passes below then all run in one order.
-        g = _like(best, g)
     views = None if code is not None else _offset_views(pad_spatial(x, p, -np.inf), k, s)
     taken = None
     last = prod(k) - 1

@@ -1,0 +1,161 @@
+"""Large 2-D max poolings as compiled loops (numba), bit for bit the NumPy fast kernels of
+``ops.fast.pool``: the forward's window maxima and winner codes, the tiled VJP's routed gradient
+(with or without the relu mask of ``pool.relu_vjp``).
+
+Why: NumPy runs a channels-last pooling as one ufunc pass per kernel offset whose contiguous
+runs are only C floats long (16 on W3's first layer), plus three contiguous passes per offset
+for the winner code; the time goes to the ufunc loop's per-run overhead, not to memory. One
+loop over the input in memory order, the channel loop innermost (vectorised by LLVM), does the
+same work in one pass. Measured on W3's poolings (channels-last, 2x2, one thread, a NumPy-only
+process with malloc pinned, 2-core AMD EPYC Zen 4): forward (32, 16, 28, 28) 420 -> 62 us,
+(32, 32, 14, 14) 196 -> 25 us; VJP 369 -> 93 us and 172 -> 32 us.
+
+Optional, and only where it pays: numba is an extra (``pip install torchlean[fast]``, part of
+``examples`` and ``test``); it is imported the first time a pooling of at least ``MIN_SIZE``
+input entries asks (``kernels()``), never by ``import torchlean``: importing numba and loading
+its compiled cache costs about 0.3-0.7 s in a fresh process (the first process on a machine
+also compiles, about 1.5 s, and writes numba's on-disk cache), more than the digits CNN's small
+poolings would ever save, so those keep the NumPy kernels. ``TORCHLEAN_NUMBA=0`` turns it off.
+
+Semantics, as the NumPy fast kernels (which the tests hold bitwise to the reference rules):
+
+- the running maximum is NumPy's ``maximum(best, v)``: a NaN propagates (the first one met
+  stays), and on equal values the later operand is taken (``maximum(+0.0, -0.0)`` is ``-0.0``
+  in NumPy, strided or not);
+- the winner code is the last offset that raised the running maximum strictly, in row-major
+  offset order (the first maximum), or 255 where the window's maximum is NaN;
+- the VJP multiplies ``g`` by the winner test as a float (``g * 0.0`` keeps the sign of zero
+  and gives NaN for an infinite ``g``, as ``np.multiply(g, hit)`` does); with ``positive`` a cell
+  routes only where its window's maximum is > 0.
+
+Covered: 2x2 windows with stride 2 (the CNN pooling; a loop over general window offsets inside
+the channel loop does not vectorise and measured 4-17x slower than the unrolled one, so other
+geometries keep NumPy's kernels), no padding, on 4-D channels-last arrays (what the fast
+convolution and relu leave), float32 or float64; the VJP only where the windows tile the input
+(each cell written once). Everything else returns None and the caller runs its NumPy kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+# Below this many input entries the NumPy kernels run (see the module docstring).
+MIN_SIZE = 65536
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_UNLOADED = object()
+_kernels: Any = _UNLOADED
+
+
+def _forward_loop(x: Any, best: Any, code: Any) -> None:
+    """(N, H, W, C) -> 2x2 stride-2 window maxima and winner codes, both (N, Ho, Wo, C).
+    Written with selects only and the four offsets unrolled, so that LLVM vectorises the channel
+    loop (a loop over the offsets inside it, or the window state kept in memory across offset
+    loops, measured 4-17x slower)."""
+    n_, ho, wo, c_ = best.shape
+    for n in range(n_):
+        for i in range(ho):
+            for j in range(wo):
+                for c in range(c_):
+                    b = x[n, 2 * i, 2 * j, c]
+                    k = 0
+                    # offset o raises the maximum strictly: it is the first maximum so far; the
+                    # running value is NumPy's maximum(b, v): b if b > v or b is NaN, else v
+                    v = x[n, 2 * i, 2 * j + 1, c]
+                    k = 1 if v > b else k
+                    b = b if (b > v or b != b) else v
+                    v = x[n, 2 * i + 1, 2 * j, c]
+                    k = 2 if v > b else k
+                    b = b if (b > v or b != b) else v
+                    v = x[n, 2 * i + 1, 2 * j + 1, c]
+                    k = 3 if v > b else k
+                    b = b if (b > v or b != b) else v
+                    best[n, i, j, c] = b
+                    code[n, i, j, c] = 255 if b != b else k
+
+
+def _backward_loop(g: Any, code: Any, best: Any, positive: bool, dx: Any) -> None:
+    """The 2x2 stride-2 VJP: ``dx`` (N, 2 Ho, 2 Wo, C) written in memory order, each cell
+    ``g * hit`` of its window (``hit``: the cell's offset is the code, and with ``positive``
+    the window's maximum is > 0)."""
+    n_, ho, wo, c_ = g.shape
+    for n in range(n_):
+        for i in range(ho):
+            for di in range(2):
+                for j in range(wo):
+                    for dj in range(2):
+                        off = 2 * di + dj
+                        for c in range(c_):
+                            hit = code[n, i, j, c] == off
+                            if positive:
+                                hit = hit and best[n, i, j, c] > 0
+                            # (float32 * 1.0 or 0.0 in float64 rounds back exactly)
+                            dx[n, 2 * i + di, 2 * j + dj, c] = g[n, i, j, c] * (
+                                1.0 if hit else 0.0)
+
+
+def kernels() -> Any:
+    """The compiled loops ``(forward, backward)``, or None without numba or with
+    ``TORCHLEAN_NUMBA=0`` (loaded once; numba caches the machine code on disk)."""
+    global _kernels
+    if _kernels is _UNLOADED:
+        _kernels = None
+        if os.environ.get("TORCHLEAN_NUMBA", "1").strip() != "0":
+            try:
+                import numba
+            except ImportError:
+                return None
+            jit = numba.njit(cache=True, nogil=True)
+            _kernels = (jit(_forward_loop), jit(_backward_loop))
+    return _kernels
+
+
+def _channels_last(a: Any) -> Any:
+    """The (N, H, W, C) C-ordered view of a channels-last 4-D array, or None."""
+    if not isinstance(a, np.ndarray) or a.ndim != 4:
+        return None
+    view = a.transpose(0, 2, 3, 1)
+    return view if view.flags.c_contiguous else None
+
+
+def _usable(x: Any) -> Any:
+    if not isinstance(x, np.ndarray) or x.dtype not in _DTYPES or x.size < MIN_SIZE:
+        return None
+    xl = _channels_last(x)
+    return xl if xl is not None and kernels() is not None else None
+
+
+def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
+            ) -> tuple[Any, Any] | None:
+    """``pool._forward``'s maxima and codes for a 2x2 stride-2 unpadded pooling (channels-last,
+    as (N, C, Ho, Wo) views), or None where the loops do not apply."""
+    if k != (2, 2) or s != (2, 2) or any(p):
+        return None
+    xl = _usable(x)
+    if xl is None:
+        return None
+    n, h, w, c = xl.shape
+    if h < 2 or w < 2:
+        return None
+    best = np.empty((n, h // 2, w // 2, c), dtype=x.dtype)
+    code = np.empty((n, h // 2, w // 2, c), dtype=np.uint8)
+    kernels()[0](xl, best, code)
+    return best.transpose(0, 3, 1, 2), code.transpose(0, 3, 1, 2)
+
+
+def backward(x: Any, g: Any, best: Any, code: Any, k: tuple[int, ...], positive: bool
+             ) -> Any:
+    """``pool._backward``'s result for 2x2 windows that tile ``x`` exactly (stride 2, no
+    padding, even sizes: the caller checks the tiling), channels-last, or None where the loops
+    do not apply. ``g`` must already be in ``best``'s layout."""
+    if k != (2, 2) or code is None or g.dtype != x.dtype:
+        return None
+    xl = _usable(x)
+    gl, bl, cl = _channels_last(g), _channels_last(best), _channels_last(code)
+    if xl is None or gl is None or bl is None or cl is None or bl.dtype != x.dtype:
+        return None
+    dx = np.empty(xl.shape, dtype=x.dtype)
+    kernels()[1](gl, cl, bl, positive, dx)
+    return dx.transpose(0, 3, 1, 2)

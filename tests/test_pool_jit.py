@@ -1,0 +1,146 @@
+"""The compiled max pooling loops (``ops.fast.pool_jit``, numba): taken where they apply, the
+NumPy kernels' bits on the shapes training meets (planted NaN, infinities, signed zeros and
+ties), and never loaded where they do not pay (``import torchlean``, small poolings,
+``TORCHLEAN_NUMBA=0``). ``test_fast_conv_pool`` runs the reference-bitwise tests through both
+paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from torchlean.core.registry import ARRAY_OPS, REGISTRY, fast_kernels
+from torchlean.ops.fast import pool as fast_pool
+from torchlean.ops.fast import pool_jit
+
+
+def _special_channels_last(rng: np.random.Generator, shape: tuple[int, ...],
+                           dtype: str) -> np.ndarray:
+    """A relu'd (N, C, H, W) activation stored channels-last, with specials planted."""
+    n, c, h, w = shape
+    x = np.maximum(rng.standard_normal((n, h, w, c)), 0.0).astype(dtype)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=(5, flat.size // 50), replace=False)
+    flat[picks[0]] = -0.0
+    flat[picks[1]] = np.nan
+    flat[picks[2]] = -np.inf
+    flat[picks[3]] = np.inf
+    flat[picks[4]] = 1.25
+    return x.transpose(0, 3, 1, 2)
+
+
+def _numpy_path(monkeypatch: pytest.MonkeyPatch, fn, *args):  # type: ignore[no-untyped-def]
+    with monkeypatch.context() as m:
+        m.setattr(pool_jit, "MIN_SIZE", 1 << 62)
+        return fn(*args)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,k,s", [
+    ((32, 16, 28, 28), (2, 2), (2, 2)),   # W3's first pooling
+    ((32, 32, 14, 14), (2, 2), (2, 2)),   # its second
+    ((4, 24, 33, 31), (2, 2), (2, 2)),    # ragged edges: the forward's loops only
+])
+def test_loops_give_the_numpy_kernels_bits(dtype: str, shape: tuple[int, ...],
+                                           k: tuple[int, int], s: tuple[int, int],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(sum(shape))
+    x = _special_channels_last(rng, shape, dtype)
+    assert x.size >= pool_jit.MIN_SIZE
+    p = (0, 0)
+    with np.errstate(invalid="ignore"):
+        compiled = pool_jit.forward(x, k, s, p)
+        assert compiled is not None  # a large channels-last pooling takes the loops
+        best, code = fast_pool._forward(x, k, s, p)
+        want_best, want_code = _numpy_path(monkeypatch, fast_pool._forward, x, k, s, p)
+        assert best.strides == want_best.strides  # the input's layout kept, as NumPy's
+        assert best.tobytes() == want_best.tobytes()
+        assert np.array_equal(code, want_code)
+        assert (code == 255).any() and (code > 0).any()  # the specials reached some windows
+        g = rng.standard_normal(best.shape).astype(dtype).transpose(0, 2, 3, 1).copy()
+        g = g.transpose(0, 3, 1, 2)
+        g.reshape(-1)[::11] = np.inf  # g * 0.0 is NaN: the non-winners' factor must match
+        g[0, 0, 0, :] = -1.0          # and -0.0 from negative cotangents
+        for positive in (False, True):
+            got = fast_pool._backward(x, g, best, k, s, p, code, positive)
+            want = _numpy_path(monkeypatch, fast_pool._backward, x, g, best, k, s, p, code,
+                               positive)
+            assert got.shape == want.shape == x.shape
+            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+    if shape[2] % 2 == 0 and shape[3] % 2 == 0:  # the VJP's loops need tiling windows
+        assert pool_jit.backward(x, g, best, code, k, False) is not None
+
+
+def test_loops_decline_what_they_do_not_cover(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(N, C, H, W)-ordered, padded, other windows, integer, strided and small inputs go to the
+    NumPy kernels."""
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)  # (N, C, H, W) order
+    assert pool_jit.forward(big, (2, 2), (2, 2), (0, 0)) is None
+    last = np.ascontiguousarray(big.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    assert pool_jit.forward(last, (2, 2), (2, 2), (0, 0)) is not None
+    assert pool_jit.forward(last, (2, 2), (2, 2), (1, 1)) is None
+    assert pool_jit.forward(last, (3, 3), (2, 2), (0, 0)) is None
+    assert pool_jit.forward(last, (2, 2), (1, 1), (0, 0)) is None
+    assert pool_jit.forward(last.astype(np.int32), (2, 2), (2, 2), (0, 0)) is None
+    small = np.ascontiguousarray(last[:1, :, :8, :8].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    assert pool_jit.forward(small, (2, 2), (2, 2), (0, 0)) is None
+    assert pool_jit.forward(last[:, :, :31, :31], (2, 2), (2, 2), (0, 0)) is None  # a strided view
+    monkeypatch.setattr(pool_jit, "MIN_SIZE", 0)
+    assert pool_jit.forward(small, (2, 2), (2, 2), (0, 0)) is not None
+
+
+def test_training_step_routes_through_the_loops_and_matches(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relu -> max pool -> sum chain under the fast kernels: value and input gradient equal
+    to the NumPy kernels' on a W3-sized channels-last activation."""
+    rng = np.random.default_rng(7)
+    c = _special_channels_last(rng, (32, 16, 28, 28), "float32") - np.float32(0.3)
+    prim = REGISTRY["max_pool2d"]
+    calls = []
+    real = pool_jit.kernels()
+    assert real is not None
+    monkeypatch.setattr(pool_jit, "_kernels", (
+        lambda *a: (calls.append("f"), real[0](*a))[1],
+        lambda *a: (calls.append("b"), real[1](*a))[1]))
+
+    def step() -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(invalid="ignore"), fast_kernels(True):
+            x = np.maximum(c, np.float32(0))
+            out = prim.forward(x, kernel_size=2)
+            g = np.ones_like(out)
+            return out, prim.vjp(ARRAY_OPS, g, [x], out, kernel_size=2)[0]
+
+    out, dx = step()
+    assert calls == ["f", "b"]
+    want_out, want_dx = _numpy_path(monkeypatch, step)
+    assert calls == ["f", "b"]  # (not called again on the NumPy path)
+    assert out.tobytes() == want_out.tobytes()
+    assert np.ascontiguousarray(dx).tobytes() == np.ascontiguousarray(want_dx).tobytes()
+
+
+def _fresh(code: str, **env: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, check=True, timeout=600)
+    return proc.stdout.strip()
+
+
+def test_numba_is_loaded_only_where_it_pays() -> None:
+    """``import torchlean`` and a small pooling leave numba unloaded; a large one loads it;
+    ``TORCHLEAN_NUMBA=0`` keeps the NumPy kernels even there."""
+    code = (
+        "import sys, numpy as np, torchlean\n"
+        "from torchlean.core.registry import REGISTRY, fast_kernels\n"
+        "seen = ['numba' in sys.modules]\n"
+        "for n in (2, 64):\n"
+        "    x = np.ones((n, 28, 28, 16), np.float32).transpose(0, 3, 1, 2)\n"
+        "    with fast_kernels(True):\n"
+        "        REGISTRY['max_pool2d'].forward(x, kernel_size=2)\n"
+        "    seen.append('numba' in sys.modules)\n"
+        "print(seen)\n")
+    assert _fresh(code) == "[False, False, True]"
+    assert _fresh(code, TORCHLEAN_NUMBA="0") == "[False, False, False]"
