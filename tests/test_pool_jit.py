@@ -50,7 +50,7 @@ def test_loops_give_the_numpy_kernels_bits(dtype: str, shape: tuple[int, ...],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(sum(shape))
     x = _special_channels_last(rng, shape, dtype)
-    assert x.size >= pool_jit.MIN_SIZE
+    assert x.size >= pool_jit.MIN_SIZE and pool_jit.kernels() is not None
     p = (0, 0)
     with np.errstate(invalid="ignore"):
         compiled = pool_jit.forward(x, k, s, p)
@@ -79,6 +79,7 @@ def test_loops_decline_what_they_do_not_cover(monkeypatch: pytest.MonkeyPatch) -
     """(N, C, H, W)-ordered, padded, other windows, integer, strided and small inputs go to the
     NumPy kernels."""
     rng = np.random.default_rng(3)
+    assert pool_jit.kernels() is not None  # (loaded: the forwards below may use them)
     big = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)  # (N, C, H, W) order
     assert pool_jit.forward(big, (2, 2), (2, 2), (0, 0)) is None
     last = np.ascontiguousarray(big.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
@@ -130,17 +131,23 @@ def _fresh(code: str, **env: str) -> str:
 
 
 def test_numba_is_loaded_only_where_it_pays() -> None:
-    """``import torchlean`` and a small pooling leave numba unloaded; a large one loads it;
-    ``TORCHLEAN_NUMBA=0`` keeps the NumPy kernels even there."""
+    """``import torchlean``, a small pooling's forward and VJP, and a large pooling's forward
+    (inference) leave numba unloaded; a large pooling's VJP (training) loads it, and the next
+    forward then runs the loops; ``TORCHLEAN_NUMBA=0`` keeps the NumPy kernels throughout."""
     code = (
         "import sys, numpy as np, torchlean\n"
-        "from torchlean.core.registry import REGISTRY, fast_kernels\n"
+        "from torchlean.core.registry import ARRAY_OPS, REGISTRY, fast_kernels\n"
+        "from torchlean.ops.fast import pool_jit\n"
+        "prim = REGISTRY['max_pool2d']\n"
         "seen = ['numba' in sys.modules]\n"
         "for n in (2, 64):\n"
         "    x = np.ones((n, 28, 28, 16), np.float32).transpose(0, 3, 1, 2)\n"
         "    with fast_kernels(True):\n"
-        "        REGISTRY['max_pool2d'].forward(x, kernel_size=2)\n"
-        "    seen.append('numba' in sys.modules)\n"
+        "        out = prim.forward(x, kernel_size=2)\n"
+        "        seen.append('numba' in sys.modules)\n"
+        "        prim.vjp(ARRAY_OPS, np.ones_like(out), [x], out, kernel_size=2)\n"
+        "        seen.append('numba' in sys.modules)\n"
+        "seen.append(pool_jit.forward(x, (2, 2), (2, 2), (0, 0)) is not None)\n"
         "print(seen)\n")
-    assert _fresh(code) == "[False, False, True]"
-    assert _fresh(code, TORCHLEAN_NUMBA="0") == "[False, False, False]"
+    assert _fresh(code) == "[False, False, False, False, True, True]"
+    assert _fresh(code, TORCHLEAN_NUMBA="0") == "[False, False, False, False, False, False]"

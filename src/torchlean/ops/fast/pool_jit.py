@@ -11,11 +11,15 @@ process with malloc pinned, 2-core AMD EPYC Zen 4): forward (32, 16, 28, 28) 420
 (32, 32, 14, 14) 196 -> 25 us; VJP 369 -> 93 us and 172 -> 32 us.
 
 Optional, and only where it pays: numba is an extra (``pip install torchlean[fast]``, part of
-``examples`` and ``test``); it is imported the first time a pooling of at least ``MIN_SIZE``
-input entries asks (``kernels()``), never by ``import torchlean``: importing numba and loading
-its compiled cache costs about 0.3-0.7 s in a fresh process (the first process on a machine
-also compiles, about 1.5 s, and writes numba's on-disk cache), more than the digits CNN's small
-poolings would ever save, so those keep the NumPy kernels. ``TORCHLEAN_NUMBA=0`` turns it off.
+``examples`` and ``test``), never imported by ``import torchlean``: importing it and loading its
+compiled cache costs about 0.3-0.7 s in a fresh process (the first process on a machine also
+compiles, about 1.5 s, and writes numba's on-disk cache). So it is loaded by the first VJP of a
+pooling of at least ``MIN_SIZE`` input entries (training a CNN of W3's size), after which the
+forwards use the loops too; a forward alone (inference, evaluation) never loads it. Measured:
+``torchlean train --model cnn --dataset digits`` trains on 32 x 16 x 8 x 8 poolings (below the
+floor) but evaluates in batches of 256 (above it); loading numba there made the job 0.5 s
+slower (2.6-2.9 -> 3.2-3.5 s), for poolings that save a few ms in all. ``TORCHLEAN_NUMBA=0``
+turns the loops off.
 
 Semantics, as the NumPy fast kernels (which the tests hold bitwise to the reference rules):
 
@@ -96,11 +100,14 @@ def _backward_loop(g: Any, code: Any, best: Any, positive: bool, dx: Any) -> Non
                                 1.0 if hit else 0.0)
 
 
-def kernels() -> Any:
+def kernels(load: bool = True) -> Any:
     """The compiled loops ``(forward, backward)``, or None without numba or with
-    ``TORCHLEAN_NUMBA=0`` (loaded once; numba caches the machine code on disk)."""
+    ``TORCHLEAN_NUMBA=0`` (loaded once; numba caches the machine code on disk); with ``load``
+    False, None until something has loaded them."""
     global _kernels
     if _kernels is _UNLOADED:
+        if not load:
+            return None
         _kernels = None
         if os.environ.get("TORCHLEAN_NUMBA", "1").strip() != "0":
             try:
@@ -120,11 +127,11 @@ def _channels_last(a: Any) -> Any:
     return view if view.flags.c_contiguous else None
 
 
-def _usable(x: Any) -> Any:
+def _usable(x: Any, load: bool) -> Any:
     if not isinstance(x, np.ndarray) or x.dtype not in _DTYPES or x.size < MIN_SIZE:
         return None
     xl = _channels_last(x)
-    return xl if xl is not None and kernels() is not None else None
+    return xl if xl is not None and kernels(load) is not None else None
 
 
 def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
@@ -133,7 +140,7 @@ def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
     as (N, C, Ho, Wo) views), or None where the loops do not apply."""
     if k != (2, 2) or s != (2, 2) or any(p):
         return None
-    xl = _usable(x)
+    xl = _usable(x, load=False)  # (a forward alone never pays for loading numba)
     if xl is None:
         return None
     n, h, w, c = xl.shape
@@ -152,7 +159,7 @@ def backward(x: Any, g: Any, best: Any, code: Any, k: tuple[int, ...], positive:
     do not apply. ``g`` must already be in ``best``'s layout."""
     if k != (2, 2) or code is None or g.dtype != x.dtype:
         return None
-    xl = _usable(x)
+    xl = _usable(x, load=True)
     gl, bl, cl = _channels_last(g), _channels_last(best), _channels_last(code)
     if xl is None or gl is None or bl is None or cl is None or bl.dtype != x.dtype:
         return None
