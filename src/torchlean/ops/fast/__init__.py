@@ -13,7 +13,9 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
   batch-last col2im;
 - ``pool``: max pooling keeps its input's memory layout (so a channels-last activation stays
   so for the next convolution); its VJP hands the forward's output (the window maxima) to the
-  first-maximum routing instead of recomputing them, and skips the second geometry check;
+  first-maximum routing instead of recomputing them, and skips the second geometry check; large
+  2x2 stride-2 channels-last poolings run as compiled loops (``pool_jit``, numba, an optional
+  extra loaded by the first such VJP), bit for bit the NumPy kernels;
 - ``norm``: layer normalisation keeps ``xhat`` and ``rstd``, and its VJP is one fused pass
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
