@@ -151,3 +151,35 @@ def test_numba_is_loaded_only_where_it_pays() -> None:
         "print(seen)\n")
     assert _fresh(code) == "[False, False, False, False, True, True]"
     assert _fresh(code, TORCHLEAN_NUMBA="0") == "[False, False, False, False, False, False]"
+
+
+def test_verify_fast_column_runs_the_loops_and_catches_a_wrong_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torchlean verify``'s fast column takes max_pool2d's tiled sample through the loops (on
+    a channels-last copy) and fails when they route the gradient to the wrong cell."""
+    from torchlean.verify.checks import Settings, column_fast
+    from torchlean.verify.report import FAIL, PASS
+
+    prim = REGISTRY["max_pool2d"]
+    samples = prim.samples(np.random.default_rng(0))
+    real = pool_jit.kernels()
+    assert real is not None
+    calls: list[str] = []
+
+    def spy_forward(*a: object) -> None:
+        calls.append("f")
+        real[0](*a)
+
+    def spy_backward(*a: object) -> None:
+        calls.append("b")
+        real[1](*a)
+
+    monkeypatch.setattr(pool_jit, "_kernels", (spy_forward, spy_backward))
+    assert column_fast(prim, samples, Settings.make(quick=True)).status == PASS
+    assert "f" in calls and "b" in calls
+
+    def wrong_backward(g, code, best, positive, dx):  # type: ignore[no-untyped-def]
+        real[1](g, (code + 1) % 4, best, positive, dx)  # every window routed one cell on
+
+    monkeypatch.setattr(pool_jit, "_kernels", (real[0], wrong_backward))
+    assert column_fast(prim, samples, Settings.make(quick=True)).status == FAIL

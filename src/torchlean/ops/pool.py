@@ -494,6 +494,8 @@ _ND_CASES: list[tuple[Shape, dict[str, Any]]] = [
 _2D_CASES: list[tuple[Shape, dict[str, Any]]] = [
     ((2, 4, 4), {"kernel_size": 2, "stride": None}),
     ((2, 2, 5, 5), {"kernel_size": (3, 2), "stride": (2, 1)}),
+    # batched 2x2 windows that tile: the fast kernels' compiled loops (ops/fast/pool_jit.py)
+    ((2, 3, 4, 6), {"kernel_size": 2}),
 ]
 _2D_PAD_CASES: list[tuple[Shape, dict[str, Any]]] = [
     ((2, 4, 4), {"kernel_size": 2, "stride": 2, "padding": 0}),

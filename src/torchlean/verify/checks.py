@@ -18,9 +18,18 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import TorchLeanError, UnknownOpError, UnsupportedJvpError
-from ..core.registry import FAST_RTOL, REGISTRY, Primitive, Sample, fast_kernels
+from ..core.registry import (
+    ARRAY_OPS,
+    FAST_RTOL,
+    REGISTRY,
+    Primitive,
+    Sample,
+    fast_kernels,
+)
 from ..engine import ops_interface as F
 from ..engine.transforms import compile as compile_fn
+from ..ops.fast import pool as fast_pool
+from ..ops.fast import pool_jit
 from ..spec import get_spec
 from . import numeric as N
 from . import symbolic as S
@@ -246,8 +255,38 @@ def check_fast(prim: Primitive, sample: Sample, rng: np.random.Generator) -> flo
             if a.dtype != e.dtype:
                 raise Mismatch(f"{what}: dtype {a.dtype} != reference {e.dtype}")
             worst = max(worst, N.compare(a, e, rtol, rtol, f"{what} vs reference"))
+    if prim.name in fast_pool.RELU_FUSED:
+        worst = max(worst, _check_pool_loops(prim, sample, rng))
     with fast_kernels(True):
         check_link(prim, sample, rng)
+    return worst
+
+
+def _check_pool_loops(prim: Primitive, sample: Sample, rng: np.random.Generator) -> float:
+    """A max pooling's fast kernels on a channels-last copy of the sample, with the compiled
+    loops (``ops.fast.pool_jit``) at every size: forward and VJP against the reference, within
+    ``FAST_RTOL``. (Recording copies inputs into C order, so the check above never reaches the
+    layout the loops take; where numba is missing, this checks the NumPy kernels on it.)"""
+    worst = 0.0
+    x = np.asarray(sample.inputs[0])
+    forward, vjp, fast_vjp = prim.reference_forward, prim.reference_vjp, prim.vjp
+    if x.ndim != 4 or forward is None or vjp is None or fast_vjp is None:
+        return worst
+    for dtype in ("float64", "float32"):
+        xc = np.ascontiguousarray(x.astype(dtype).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        want_out = forward(xc, **sample.attrs)
+        g = rng.standard_normal(want_out.shape).astype(dtype)
+        want = vjp(ARRAY_OPS, g, [xc], want_out, **sample.attrs)[0]
+        with fast_kernels(True), pool_jit.every_size():
+            out = prim.forward(xc, **sample.attrs)
+            got = fast_vjp(ARRAY_OPS, g, [xc], out, **sample.attrs)[0]
+        rtol = FAST_RTOL[dtype]
+        for what, a, e in (("forward", out, want_out), ("VJP", got, want)):
+            label = f"{dtype} fast {what}, channels-last input (compiled loops)"
+            if a.dtype != e.dtype or a.shape != e.shape:
+                raise Mismatch(f"{label}: {a.dtype} {a.shape} != reference {e.dtype} {e.shape}")
+            worst = max(worst, N.compare(np.asarray(a), np.asarray(e), rtol, rtol,
+                                         f"{label} vs reference"))
     return worst
 
 

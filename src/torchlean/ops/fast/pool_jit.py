@@ -42,6 +42,8 @@ convolution and relu leave), float32 or float64; the VJP only where the windows 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -117,6 +119,19 @@ def kernels(load: bool = True) -> Any:
             jit = numba.njit(cache=True, nogil=True)
             _kernels = (jit(_forward_loop), jit(_backward_loop))
     return _kernels
+
+
+@contextmanager
+def every_size() -> Iterator[bool]:
+    """Inside: the loops (loaded now, if numba is there) run at every size, so that small
+    samples exercise them (``torchlean verify``'s fast column); yields whether they are
+    available."""
+    global MIN_SIZE
+    before, MIN_SIZE = MIN_SIZE, 0
+    try:
+        yield kernels() is not None
+    finally:
+        MIN_SIZE = before
 
 
 def _channels_last(a: Any) -> Any:
