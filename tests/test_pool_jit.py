@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -183,3 +184,77 @@ def test_verify_fast_column_runs_the_loops_and_catches_a_wrong_one(
 
     monkeypatch.setattr(pool_jit, "_kernels", (real[0], wrong_backward))
     assert column_fast(prim, samples, Settings.make(quick=True)).status == FAIL
+
+
+@pytest.mark.parametrize("path", ["numpy", "numba"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(4, 8, 12, 10), (3, 5, 9, 7)])  # tiled; ragged edges
+def test_relu_fused_pool_forward_gives_the_two_calls_bits(
+        path: str, dtype: str, shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``relu_max_forward(c)`` and the relu-fused VJP handed ``c`` (what generated code runs
+    after the forward peephole) against ``max_pool(relu(c))`` and the VJP handed ``relu(c)``:
+    the same pooled values and the same gradient bits, with NaN, infinities, signed zeros and
+    windows whose maximum is 0 or negative (where the loops' codes differ, unrouted), through
+    the compiled loops and without them."""
+    monkeypatch.setattr(pool_jit, "MIN_SIZE", 0 if path == "numba" else 1 << 62)
+    assert pool_jit.kernels() is not None
+    rng = np.random.default_rng(sum(shape))
+    c = _special_channels_last(rng, shape, dtype) - np.asarray(0.6, dtype)
+    c.reshape(-1)[::13] = -0.0
+    c[0, 0, :4, :4] = -1.0  # whole windows below 0
+    name, attrs = "max_pool2d", {"kernel_size": 2}
+    prim = REGISTRY[name]
+    with np.errstate(invalid="ignore"), fast_kernels(True):
+        x = REGISTRY["relu"].forward(c)
+        want_p = prim.forward(x, **attrs)
+        g = rng.standard_normal(want_p.shape).astype(dtype)
+        g.reshape(-1)[::5] = -np.inf
+        g.reshape(-1)[1::5] = -1.0
+        want = fast_pool.RELU_FUSED[name](g, x, want_p, **attrs)
+        p = fast_pool.RELU_FUSED_FORWARD[name](c, **attrs)
+        got = fast_pool.RELU_FUSED[name](g, c, p, **attrs)
+    assert p.tobytes() == want_p.tobytes() and p.strides == want_p.strides
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def _small_cnn(w: Any, b: Any, w2: Any, b2: Any, x: Any, y: Any, *, extra: bool) -> Any:
+    import torchlean.engine.ops_interface as F
+
+    h = F.relu(F.conv2d(w, b, x, padding=1))
+    p = F.max_pool2d(h, kernel_size=2)
+    loss = F.cross_entropy(F.linear(w2, b2, F.reshape(p, (p.shape[0], 6 * 6 * 6))), y)
+    return F.add(loss, F.mean(h)) if extra else loss  # extra: relu's value used elsewhere
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_generated_plan_fuses_relu_into_the_pooling_and_keeps_the_bits(extra: bool) -> None:
+    """A compiled conv -> relu -> max pool step: the generated plan calls the relu-fused
+    pooling forward and no relu (only where relu's value feeds nothing else), and returns the
+    interpreted plan's bits; many windows are all negative (a negative bias)."""
+    import functools
+
+    import torchlean as tl
+
+    rng = np.random.default_rng(2)
+    params = [rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.5,
+              np.full(6, -0.8, np.float32),
+              rng.standard_normal((4, 216)).astype(np.float32) * 0.1, np.zeros(4, np.float32)]
+    x = rng.standard_normal((16, 3, 12, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 16).astype(np.float32)
+    loss = functools.partial(_small_cnn, extra=extra)
+    c = tl.compile(lambda *a: loss(*a), *[p.shape for p in params], x.shape, y.shape,
+                   wrt=tuple(range(4)))
+    with fast_kernels(True), pool_jit.every_size():
+        c.codegen = False
+        ref_value, ref_grads = c.value_and_backward(*params, x, y)
+        c.codegen = True
+        for _ in range(3):
+            value, grads = c.value_and_backward(*params, x, y)
+            assert np.asarray(value).tobytes() == np.asarray(ref_value).tobytes()
+            assert all(np.asarray(a).tobytes() == np.asarray(b).tobytes()
+                       for a, b in zip(grads, ref_grads, strict=True))
+    plans = [p for p in c._generated.values() if hasattr(p, "source")]
+    assert len(plans) == 1
+    glob = plans[0].fn.__globals__
+    fused = any(v is fast_pool.RELU_FUSED_FORWARD["max_pool2d"] for v in glob.values())
+    assert fused is not extra

@@ -743,6 +743,51 @@ def _fuse_relu_pooling(tracer: _Tracer, outputs: Sequence[_Sym]) -> None:
                 or g.dtype != x.dtype or type(g.value) is not np.ndarray:
             continue
         steps[k] = _Step(step.out, vjps[vjp.args[0]], [g, x, pooled], dict(vjp.kwargs))
+    _fuse_relu_pool_forward(tracer, outputs)
+
+
+def _fuse_relu_pool_forward(tracer: _Tracer, outputs: Sequence[_Sym]) -> None:
+    """After ``_fuse_relu_pooling``'s VJP fusion: where ``x = relu(c)`` feeds only
+    ``p = max_pool(x)`` and that pooling's relu-fused VJP ``relu_vjp(g, x, p)``, compute
+    ``p = relu_max_forward(c)`` (``ops.fast.pool``: the pooling of the relu'd values without
+    writing them; the same ``p``) and hand the VJP ``c`` (the same shape, dtype and layout; it
+    reads no value of it). The relu call becomes dead code. The plan's outputs keep their bits
+    (see ``relu_max_forward``; the plan's first run is checked against the trace as always).
+    W3 compiled: the relu forwards were about 0.3 ms of a 6 ms step."""
+    steps = tracer.steps
+    # uses by live calls only (the VJP fusion left the calls it replaced in place, dead)
+    live = {s.id for s in outputs}
+    for step in reversed(steps):
+        if step.out.id in live:
+            live.update(a.id for a in (*step.args, *step.kwargs.values()) if isinstance(a, _Sym))
+    uses: dict[int, int] = {}
+    made: dict[int, _Step] = {}
+    for step in steps:
+        made[step.out.id] = step
+        if step.out.id not in live:
+            continue
+        for a in (*step.args, *step.kwargs.values()):
+            if isinstance(a, _Sym):
+                uses[a.id] = uses.get(a.id, 0) + 1
+    for sym in outputs:
+        uses[sym.id] = uses.get(sym.id, 0) + 1
+    fused_vjps = {fused: name for name, fused in fast_pool.RELU_FUSED.items()}
+    for step in steps:
+        name = fused_vjps.get(step.fn)
+        if name is None or len(step.args) != 3:
+            continue
+        g, x, pooled = step.args
+        relu, pool = made.get(x.id), made.get(pooled.id)
+        if relu is None or pool is None or relu.prim != "relu" or pool.prim != name \
+                or len(pool.args) != 1 or pool.args[0] is not x or uses.get(x.id) != 2:
+            continue
+        c = relu.args[0]
+        if not isinstance(c, _Sym) or type(c.value) is not np.ndarray \
+                or c.value.dtype != x.value.dtype or c.value.strides != x.value.strides:
+            continue
+        pool.fn, pool.args, pool.prim, pool.ufunc = (
+            fast_pool.RELU_FUSED_FORWARD[name], [c], None, None)
+        step.args = [g, c, pooled]
 
 
 def _zeros_where_none(tracer: _Tracer, found: Sequence[Any], values: Sequence[Any],

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.registry import attach_fast
+from ...core.registry import REGISTRY, attach_fast
 from ...core.shape import size as prod
 from ..pool import _infer_d, _offset_views, geometry
 from ..windows import axes_tuple, crop_spatial, kernel_offsets, pad_spatial
@@ -63,6 +63,33 @@ def max_forward(fixed_d: int | None) -> Any:
         best, code = _forward(x, k, s, p)
         if code is not None:
             residuals.save(best, _CODE, _key(x, k, s, p), code)
+        return best
+
+    return forward
+
+
+def relu_max_forward(fixed_d: int | None) -> Any:
+    """``max_pool(relu(c))`` in one call, for generated code (``engine.codegen`` swaps a relu
+    whose only uses are this pooling and the relu-fused VJP, ``relu_vjp``, for it): the
+    relu'd activation is never written. The result has the two calls' bits (the maximum of
+    relu'd cells is relu of the maximum, NaN and signed zeros included, as NumPy's ``maximum``
+    gives them). The compiled loops (``pool_jit``) take the maximum of the raw cells, so a
+    window whose maximum is <= 0 keeps the code of its raw first maximum, not of its first
+    relu'd zero: the relu-fused VJP routes no cell of such a window (windows that tile, where
+    it tests ``maximum > 0``), so its result is the same; elsewhere, and without the loops, the
+    relu'd activation is made and pooled as before. The code is kept against the result under
+    ``c``'s key (``relu`` keeps shape and dtype), where ``relu_vjp`` called with ``c`` finds
+    it."""
+
+    relu = REGISTRY["relu"]
+
+    def forward(c: Any, **a: Any) -> Any:
+        _, k, s, p = geometry("max_pool", tuple(c.shape), a["kernel_size"], a.get("stride"),
+                              a.get("padding", 0), fixed_d)[0]
+        fused = pool_jit.forward(c, k, s, p, relu=True)
+        best, code = fused if fused is not None else _forward(relu.forward(c), k, s, p)
+        if code is not None:
+            residuals.save(best, _CODE, _key(c, k, s, p), code)
         return best
 
     return forward
@@ -216,8 +243,11 @@ def relu_vjp(fixed_d: int | None) -> Any:
     return fused
 
 
-# Primitive name -> its fused relu VJP (``relu_vjp``), for generated code.
+# Primitive name -> its fused relu VJP (``relu_vjp``) and its relu-fused forward
+# (``relu_max_forward``), for generated code.
 RELU_FUSED: dict[str, Any] = {}
+RELU_FUSED_FORWARD: dict[str, Any] = {}
 for _name, _d in (("max_pool", None), ("max_pool2d", 2), ("max_pool2d_pad", 2)):
     attach_fast(_name, forward=max_forward(_d), vjp=max_vjp(_d))
     RELU_FUSED[_name] = relu_vjp(_d)
+    RELU_FUSED_FORWARD[_name] = relu_max_forward(_d)

@@ -55,11 +55,12 @@ _UNLOADED = object()
 _kernels: Any = _UNLOADED
 
 
-def _forward_loop(x: Any, best: Any, code: Any) -> None:
-    """(N, H, W, C) -> 2x2 stride-2 window maxima and winner codes, both (N, Ho, Wo, C).
-    Written with selects only and the four offsets unrolled, so that LLVM vectorises the channel
-    loop (a loop over the offsets inside it, or the window state kept in memory across offset
-    loops, measured 4-17x slower)."""
+def _forward_loop(x: Any, relu: bool, best: Any, code: Any) -> None:
+    """(N, H, W, C) -> 2x2 stride-2 window maxima and winner codes, both (N, Ho, Wo, C);
+    with ``relu``, ``relu`` of each maximum (NumPy's ``maximum(b, 0)``), which is the maximum of
+    the relu'd window. Written with selects only and the four offsets unrolled, so that LLVM
+    vectorises the channel loop (a loop over the offsets inside it, or the window state kept in
+    memory across offset loops, measured 4-17x slower)."""
     n_, ho, wo, c_ = best.shape
     for n in range(n_):
         for i in range(ho):
@@ -78,6 +79,8 @@ def _forward_loop(x: Any, best: Any, code: Any) -> None:
                     v = x[n, 2 * i + 1, 2 * j + 1, c]
                     k = 3 if v > b else k
                     b = b if (b > v or b != b) else v
+                    if relu:
+                        b = b if (b > 0 or b != b) else 0.0
                     best[n, i, j, c] = b
                     code[n, i, j, c] = 255 if b != b else k
 
@@ -149,21 +152,24 @@ def _usable(x: Any, load: bool) -> Any:
     return xl if xl is not None and kernels(load) is not None else None
 
 
-def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...]
-            ) -> tuple[Any, Any] | None:
+def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...],
+            relu: bool = False) -> tuple[Any, Any] | None:
     """``pool._forward``'s maxima and codes for a 2x2 stride-2 unpadded pooling (channels-last,
-    as (N, C, Ho, Wo) views), or None where the loops do not apply."""
+    as (N, C, Ho, Wo) views), or None where the loops do not apply. With ``relu``: the pooling
+    of ``relu(x)`` for windows that tile ``x`` (``pool.relu_max_forward``): the same maxima;
+    the codes differ from those of the relu'd input only in windows whose maximum is <= 0,
+    which the relu-fused VJP (``pool.relu_vjp``, tiled: ``positive``) never routes."""
     if k != (2, 2) or s != (2, 2) or any(p):
         return None
     xl = _usable(x, load=False)  # (a forward alone never pays for loading numba)
     if xl is None:
         return None
     n, h, w, c = xl.shape
-    if h < 2 or w < 2:
+    if h < 2 or w < 2 or (relu and (h % 2 or w % 2)):
         return None
     best = np.empty((n, h // 2, w // 2, c), dtype=x.dtype)
     code = np.empty((n, h // 2, w // 2, c), dtype=np.uint8)
-    kernels()[0](xl, best, code)
+    kernels()[0](xl, relu, best, code)
     return best.transpose(0, 3, 1, 2), code.transpose(0, 3, 1, 2)
 
 
