@@ -40,7 +40,9 @@ that record the fast call. Either way the plan is bitwise equal to the interpret
 peephole on top: ``relu`` followed by max pooling has its three reverse calls (the pooling's
 VJP, relu's mask, their product) emitted as one fused call that gives the same bits
 (``_fuse_relu_pooling``, ``ops.fast.pool.relu_vjp``; W3 compiled: about 0.4 ms of a 8 ms
-step).
+step), and where that relu's value feeds nothing else the relu itself is folded into the
+pooling's forward (``_fuse_relu_pool_forward``, ``ops.fast.pool.relu_max_forward``: the
+relu'd activation is never written; W3 compiled: about 0.3 ms of a 6 ms step).
 
 **Passes over the trace** (each keeps the interpreter's bits: the same kernels on the same
 values; the plan's first run is checked against the trace as always). Dead code: a call whose
