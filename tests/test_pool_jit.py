@@ -258,3 +258,47 @@ def test_generated_plan_fuses_relu_into_the_pooling_and_keeps_the_bits(extra: bo
     glob = plans[0].fn.__globals__
     fused = any(v is fast_pool.RELU_FUSED_FORWARD["max_pool2d"] for v in glob.values())
     assert fused is not extra
+
+
+def test_a_failing_loop_falls_back_to_numpy_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A numba that cannot compile or run a loop switches the loops off for the process (one
+    RuntimeWarning) and the pooling still returns NumPy's result."""
+    rng = np.random.default_rng(4)
+    x = _special_channels_last(rng, (32, 16, 28, 28), "float32")
+    with np.errstate(invalid="ignore"):
+        want_best, want_code = _numpy_path(monkeypatch, fast_pool._forward, x, (2, 2), (2, 2),
+                                           (0, 0))
+
+    def broken(*a: object) -> None:
+        raise TypeError("cannot compile for this NumPy")
+
+    monkeypatch.setattr(pool_jit, "_kernels", (broken, broken))
+    with pytest.warns(RuntimeWarning, match="numba loops switched off"), \
+            np.errstate(invalid="ignore"):
+        best, code = fast_pool._forward(x, (2, 2), (2, 2), (0, 0))
+    assert best.tobytes() == want_best.tobytes() and np.array_equal(code, want_code)
+    assert pool_jit.kernels() is None  # off for the rest of the process (until reloaded)
+
+
+def test_a_read_only_install_compiles_without_the_disk_cache(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba refuses ``cache=True`` where no cache directory is writable; the loops are then
+    compiled without it instead of failing."""
+    import numba
+
+    real_njit = numba.njit
+
+    def njit(*args: Any, **kw: Any) -> Any:
+        if kw.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return real_njit(*args, **kw)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    monkeypatch.setattr(pool_jit, "_kernels", pool_jit._UNLOADED)
+    loops = pool_jit.kernels()
+    assert loops is not None
+    x = np.ones((1, 4, 4, 2), np.float32)
+    best, code = np.empty((1, 2, 2, 2), np.float32), np.empty((1, 2, 2, 2), np.uint8)
+    loops[0](x, False, best, code)
+    assert (best == 1).all() and (code == 0).all()

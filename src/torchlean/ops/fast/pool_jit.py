@@ -42,6 +42,7 @@ convolution and relu leave), float32 or float64; the VJP only where the windows 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -119,9 +120,28 @@ def kernels(load: bool = True) -> Any:
                 import numba
             except ImportError:
                 return None
-            jit = numba.njit(cache=True, nogil=True)
-            _kernels = (jit(_forward_loop), jit(_backward_loop))
+            try:
+                jit = numba.njit(cache=True, nogil=True)
+                _kernels = (jit(_forward_loop), jit(_backward_loop))
+            except RuntimeError:  # no writable cache location (a read-only install):
+                jit = numba.njit(nogil=True)  # compile in each process instead
+                _kernels = (jit(_forward_loop), jit(_backward_loop))
     return _kernels
+
+
+def _run(which: int, *args: Any) -> bool:
+    """Call loop ``which`` (0 forward, 1 VJP); False, with the loops switched off for the rest
+    of the process and a warning, when numba cannot compile or run it (a numba that does not
+    support this NumPy, say): the caller then runs NumPy's kernels, which give the same bits."""
+    global _kernels
+    try:
+        _kernels[which](*args)
+        return True
+    except Exception as exc:  # noqa: BLE001  (numba's errors have no common base we can name)
+        _kernels = None
+        warnings.warn(f"torchlean: max pooling's numba loops switched off ({type(exc).__name__}: "
+                      f"{exc}); NumPy's kernels run instead", RuntimeWarning, stacklevel=3)
+        return False
 
 
 @contextmanager
@@ -169,7 +189,8 @@ def forward(x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...],
         return None
     best = np.empty((n, h // 2, w // 2, c), dtype=x.dtype)
     code = np.empty((n, h // 2, w // 2, c), dtype=np.uint8)
-    kernels()[0](xl, relu, best, code)
+    if not _run(0, xl, relu, best, code):
+        return None
     return best.transpose(0, 3, 1, 2), code.transpose(0, 3, 1, 2)
 
 
@@ -185,5 +206,6 @@ def backward(x: Any, g: Any, best: Any, code: Any, k: tuple[int, ...], positive:
     if xl is None or gl is None or bl is None or cl is None or bl.dtype != x.dtype:
         return None
     dx = np.empty(xl.shape, dtype=x.dtype)
-    kernels()[1](gl, cl, bl, positive, dx)
+    if not _run(1, gl, cl, bl, positive, dx):
+        return None
     return dx.transpose(0, 3, 1, 2)
