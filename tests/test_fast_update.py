@@ -90,6 +90,9 @@ def test_scipys_own_pool_is_held_at_one_thread_and_the_axpy_yields_when_raised()
     fast_blas.scipy_blas()
     if not _own_scipy_pool(threadpoolctl):
         pytest.skip("this SciPy shares NumPy's BLAS: there is no second pool to hold")
+    # (an earlier in-process command may have left every pool raised: start where a fresh
+    # load leaves SciPy's pool, at one thread)
+    fast_blas.hold_serial()
     p0, g = _pair(2 * fast_update.MIN_SIZE, "float32", seed=4)
     reference = p0 + np.float32(-0.1) * g
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
