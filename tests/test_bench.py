@@ -127,6 +127,7 @@ def test_report_and_json_for_one_small_run(tmp_path, capsys) -> None:  # type: i
     assert status == 0
     text = capsys.readouterr().out
     assert "W1:" in text and "torchlean-eager" in text and "load average" in text
+    assert "max pooling (2x2, channels-last) as compiled loops: " in text
     assert "threads 1," in text and "threads 2," in text
     result = json.loads(path.read_text())
     assert [r["threads"] for r in result["runs"]] == [1, 2]

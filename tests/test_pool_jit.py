@@ -302,3 +302,15 @@ def test_a_read_only_install_compiles_without_the_disk_cache(
     best, code = np.empty((1, 2, 2, 2), np.float32), np.empty((1, 2, 2, 2), np.uint8)
     loops[0](x, False, best, code)
     assert (best == 1).all() and (code == 0).all()
+
+
+def test_describe_says_whether_the_loops_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's report line: loaded, not yet loaded, switched off, or turned off."""
+    assert pool_jit.kernels() is not None
+    assert "loaded" in pool_jit.describe() and "not loaded" not in pool_jit.describe()
+    monkeypatch.setattr(pool_jit, "_kernels", pool_jit._UNLOADED)
+    assert "not loaded" in pool_jit.describe()
+    monkeypatch.setattr(pool_jit, "_kernels", None)
+    assert "switched off" in pool_jit.describe()
+    monkeypatch.setenv("TORCHLEAN_NUMBA", "0")
+    assert pool_jit.describe().startswith("off")

@@ -45,6 +45,7 @@ from ..engine import ops_interface as F
 from ..engine.params import Param
 from ..engine.session import Options
 from ..ops.fast import blas as fast_blas
+from ..ops.fast import pool_jit
 from ..training.cuda_graph import maybe_graphed
 from ..training.stepper import Stepper
 from ..zoo import models, trained
@@ -1214,6 +1215,7 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append(f"BLAS: {m['blas']}; OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}, "
                  f"OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}")
     lines.append(f"GEMMs: NumPy's matmul; linear's fast forward: {fast_blas.describe()}")
+    lines.append(f"max pooling (2x2, channels-last) as compiled loops: {pool_jit.describe()}")
     lines.append("load average at start {:.2f} {:.2f} {:.2f}; at end {:.2f} {:.2f} {:.2f}".format(
         *m["load_average"], *result["load_average_end"]))
     if result.get("clock", "wall") == "cpu":

@@ -41,6 +41,7 @@ convolution and relu leave), float32 or float64; the VJP only where the windows 
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import warnings
 from collections.abc import Iterator
@@ -142,6 +143,21 @@ def _run(which: int, *args: Any) -> bool:
         warnings.warn(f"torchlean: max pooling's numba loops switched off ({type(exc).__name__}: "
                       f"{exc}); NumPy's kernels run instead", RuntimeWarning, stacklevel=3)
         return False
+
+
+def describe() -> str:
+    """One line for reports (``torchlean bench``): whether the loops can run and have loaded,
+    without importing numba."""
+    if os.environ.get("TORCHLEAN_NUMBA", "1").strip() == "0":
+        return "off (TORCHLEAN_NUMBA=0): NumPy's kernels"
+    try:
+        version = importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return "numba not installed: NumPy's kernels"
+    if _kernels is _UNLOADED:
+        return f"numba {version}, not loaded (no pooling VJP of {MIN_SIZE}+ entries yet)"
+    return f"numba {version}, " + ("loaded" if _kernels is not None else
+                                   "switched off after a failure: NumPy's kernels")
 
 
 @contextmanager
