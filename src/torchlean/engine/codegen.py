@@ -461,6 +461,33 @@ def _fold_constants(tracer: _Tracer, outputs: Sequence[_Sym]) -> int:
     return len(folded)
 
 
+def _live(steps: Sequence[_Step], outputs: Sequence[_Sym]) -> set[int]:
+    """The ids of the values ``outputs`` depend on through ``steps`` (the calls to keep)."""
+    live = {s.id for s in outputs}
+    for step in reversed(steps):
+        if step.out.id in live:
+            live.update(a.id for a in (*step.args, *step.kwargs.values()) if isinstance(a, _Sym))
+    return live
+
+
+def _uses_and_makers(steps: Sequence[_Step], outputs: Sequence[_Sym],
+                     live: set[int] | None = None) -> tuple[dict[int, int], dict[int, _Step]]:
+    """How many calls (those making an id in ``live``, when given) and outputs use each value,
+    and the call that makes each value."""
+    uses: dict[int, int] = {}
+    made: dict[int, _Step] = {}
+    for step in steps:
+        made[step.out.id] = step
+        if live is not None and step.out.id not in live:
+            continue
+        for a in (*step.args, *step.kwargs.values()):
+            if isinstance(a, _Sym):
+                uses[a.id] = uses.get(a.id, 0) + 1
+    for sym in outputs:
+        uses[sym.id] = uses.get(sym.id, 0) + 1
+    return uses, made
+
+
 def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     """Emit the traced calls that reach ``outputs`` as one function (see the module docstring)."""
     _fold_constants(tracer, outputs)
@@ -468,14 +495,8 @@ def _generate(tracer: _Tracer, outputs: Sequence[_Sym]) -> Plan:
     steps = tracer.steps
     out_ids = {s.id for s in outputs}
     # Dead code: kernels are pure, so a call whose result nothing uses is dropped.
-    live = set(out_ids)
-    kept: list[_Step] = []
-    for step in reversed(steps):
-        if step.out.id in live:
-            kept.append(step)
-            live.update(a.id for a in step.args if isinstance(a, _Sym))
-            live.update(a.id for a in step.kwargs.values() if isinstance(a, _Sym))
-    kept.reverse()
+    live = _live(steps, outputs)
+    kept = [step for step in steps if step.out.id in live]
     position = {step.out.id: k for k, step in enumerate(kept)}
     end = len(kept)  # "used by the return statement"
     last: dict[int, int] = {}
@@ -713,15 +734,7 @@ def _fuse_relu_pooling(tracer: _Tracer, outputs: Sequence[_Sym]) -> None:
     (``ops.fast.pool.relu_vjp``: the same bits, one pass instead of six), where ``t`` and ``m``
     feed nothing else and ``g`` has x's dtype. The three calls it replaces become dead code."""
     steps = tracer.steps
-    uses: dict[int, int] = {}
-    made: dict[int, _Step] = {}
-    for step in steps:
-        made[step.out.id] = step
-        for a in (*step.args, *step.kwargs.values()):
-            if isinstance(a, _Sym):
-                uses[a.id] = uses.get(a.id, 0) + 1
-    for sym in outputs:
-        uses[sym.id] = uses.get(sym.id, 0) + 1
+    uses, made = _uses_and_makers(steps, outputs)
     vjps = {REGISTRY[name].fast_vjp: fused for name, fused in fast_pool.RELU_FUSED.items()}
     for k, step in enumerate(steps):
         if step.prim != "mul" or len(step.args) != 2 or step.kwargs:
@@ -758,21 +771,7 @@ def _fuse_relu_pool_forward(tracer: _Tracer, outputs: Sequence[_Sym]) -> None:
     W3 compiled: the relu forwards were about 0.3 ms of a 6 ms step."""
     steps = tracer.steps
     # uses by live calls only (the VJP fusion left the calls it replaced in place, dead)
-    live = {s.id for s in outputs}
-    for step in reversed(steps):
-        if step.out.id in live:
-            live.update(a.id for a in (*step.args, *step.kwargs.values()) if isinstance(a, _Sym))
-    uses: dict[int, int] = {}
-    made: dict[int, _Step] = {}
-    for step in steps:
-        made[step.out.id] = step
-        if step.out.id not in live:
-            continue
-        for a in (*step.args, *step.kwargs.values()):
-            if isinstance(a, _Sym):
-                uses[a.id] = uses.get(a.id, 0) + 1
-    for sym in outputs:
-        uses[sym.id] = uses.get(sym.id, 0) + 1
+    uses, made = _uses_and_makers(steps, outputs, _live(steps, outputs))
     fused_vjps = {fused: name for name, fused in fast_pool.RELU_FUSED.items()}
     for step in steps:
         name = fused_vjps.get(step.fn)

@@ -116,18 +116,24 @@ def kernels(load: bool = True) -> Any:
         if not load:
             return None
         _kernels = None
-        if os.environ.get("TORCHLEAN_NUMBA", "1").strip() != "0":
+        if not _turned_off():
             try:
                 import numba
             except ImportError:
                 return None
             try:
-                jit = numba.njit(cache=True, nogil=True)
-                _kernels = (jit(_forward_loop), jit(_backward_loop))
+                _kernels = _compile(numba.njit(cache=True, nogil=True))
             except RuntimeError:  # no writable cache location (a read-only install):
-                jit = numba.njit(nogil=True)  # compile in each process instead
-                _kernels = (jit(_forward_loop), jit(_backward_loop))
+                _kernels = _compile(numba.njit(nogil=True))  # compile in each process instead
     return _kernels
+
+
+def _compile(jit: Any) -> tuple[Any, Any]:
+    return jit(_forward_loop), jit(_backward_loop)
+
+
+def _turned_off() -> bool:
+    return os.environ.get("TORCHLEAN_NUMBA", "1").strip() == "0"
 
 
 def _run(which: int, *args: Any) -> bool:
@@ -148,7 +154,7 @@ def _run(which: int, *args: Any) -> bool:
 def describe() -> str:
     """One line for reports (``torchlean bench``): whether the loops can run and have loaded,
     without importing numba."""
-    if os.environ.get("TORCHLEAN_NUMBA", "1").strip() == "0":
+    if _turned_off():
         return "off (TORCHLEAN_NUMBA=0): NumPy's kernels"
     try:
         version = importlib.metadata.version("numba")
