@@ -96,7 +96,7 @@ def test_driver_gradient_equals_reference_driver_bitwise() -> None:
         h = ((h + y) * y).tanh() - y
         h = h.relu() if i % 2 else h.sigmoid().exp()
     out = h.sum()
-    nodes = T._graph_of([out])
+    nodes, _ = T._graph_of([out])
     position = {t: k for k, t in enumerate(nodes)}
     plan = T._plan_of(nodes, position)
     values = [t._value for t in nodes]

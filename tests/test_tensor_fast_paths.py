@@ -67,7 +67,7 @@ def test_plan_from_tensors_equals_generic_plan():
     c = tl.tensor(np.full(3, 2.0, np.float32))  # no grad: not a target
     h = ((x + b) * c).tanh()
     out = (h.relu() * x + 2.0).sum()
-    nodes = T._graph_of([out])
+    nodes, _ = T._graph_of([out])
     position = {t: k for k, t in enumerate(nodes)}
     views = [Node(t._op, tuple(position[p] for p in t._parents), t._attrs,
                   t.requires_grad, t.shape) for t in nodes]

@@ -146,7 +146,9 @@ AXES: Kind = _axes
 
 
 def _shape(op: str, name: str, value: Any) -> tuple[int, ...]:
-    v = _as_int(value)
+    # (A tuple first: ``_as_int`` of a tuple tries ``operator.index`` and catches its
+    # TypeError, about 1 us of every reshape.)
+    v = None if type(value) is tuple else _as_int(value)
     if v is not None:  # one int is a 1-D shape, as numpy.zeros(3) takes it
         if v < 0:
             raise _bad(op, name, "a shape (tuple of non-negative ints)", value)

@@ -347,12 +347,19 @@ FAST_RTOL = {"float32": 1e-4, "float64": 1e-10}
 
 
 class _KernelSet:
-    """Which kernels the dispatchers run: ``fast`` is set only inside ``fast_kernels(True)``."""
+    """Which kernels the dispatchers run: ``fast`` is set only inside ``fast_kernels(True)``.
 
-    __slots__ = ("fast",)
+    ``tensors`` is the choice of the define-by-run door (``tl.Tensor`` ops and their
+    ``backward()``, and optimiser steps outside any block): on by default, as PyTorch's eager
+    mode runs its fast kernels, and set to ``on`` inside a ``fast_kernels(on)`` block (so
+    ``fast_kernels(False)`` gives tensors the reference kernels too); ``set_tensor_kernels``
+    changes the default. The door turns ``fast`` on around the calls it makes itself."""
+
+    __slots__ = ("fast", "tensors")
 
     def __init__(self) -> None:
         self.fast = False
+        self.tensors = True
 
 
 KERNELS = _KernelSet()
@@ -371,26 +378,39 @@ class fast_kernels:  # noqa: N801  (used as a function: ``with fast_kernels(on):
     (A class, not a ``contextlib.contextmanager`` generator: every training step enters it
     twice, and the generator's frame and wrapper cost about 2 us a block.)"""
 
-    __slots__ = ("_on", "_before", "_edge")
+    __slots__ = ("_on", "_before", "_tensors", "_edge")
 
     def __init__(self, on: bool = True) -> None:
         self._on = bool(on)
         self._before = False
+        self._tensors = True
         self._edge = False
 
     def __enter__(self) -> None:
         before = self._before = KERNELS.fast
+        self._tensors = KERNELS.tensors
         edge = self._edge = self._on and not before
         if edge:
             for hook in FAST_BLOCK_HOOKS:
                 hook()
-        KERNELS.fast = self._on
+        KERNELS.fast = KERNELS.tensors = self._on
 
     def __exit__(self, *exc: object) -> None:
         KERNELS.fast = self._before
+        KERNELS.tensors = self._tensors
         if self._edge:
             for hook in FAST_BLOCK_HOOKS:
                 hook()
+
+
+def set_tensor_kernels(on: bool) -> bool:
+    """Whether ``tl.Tensor`` code outside any ``fast_kernels`` block runs the fast kernels
+    (``True``, the default) or the reference ones; returns the previous choice."""
+    if not isinstance(on, bool | np.bool_):
+        raise SignatureError(f"set_tensor_kernels: expected a bool, found {type(on).__name__}")
+    before = KERNELS.tensors
+    KERNELS.tensors = bool(on)
+    return before
 
 
 def _dispatch_forward(reference: Rule, fast: Rule) -> Rule:

@@ -84,7 +84,7 @@ from ..core.errors import (
     device_mismatch,
 )
 from ..core.kernels import array_on, run_checked
-from ..core.registry import ARRAY_OPS, REGISTRY, Primitive
+from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
 from . import ops_interface as F
@@ -874,6 +874,54 @@ class Tensor(Ref):
         return _leaf(np.asarray(np.prod(self._host(), axis=axis, keepdims=keepdim)))
 
     # --- shapes -----------------------------------------------------------------------------
+    # The layout methods below take a lean path for the common call on a float host tensor
+    # (int arguments that are valid here): the result shape is computed once, here, and the
+    # primitive recorded with its attributes already in normal form (``_record_shaped``),
+    # about 2 us instead of 7-9 through ``F.apply``. Anything else (lists of NumPy ints, an
+    # axis out of range, a device tensor) takes the general path, which checks everything and
+    # raises its errors.
+    def reshape(self, *shape: Any) -> Tensor:  # type: ignore[override]
+        dims = shape[0] if len(shape) == 1 and type(shape[0]) in _DIM_SEQUENCES else shape
+        target = _lean_shape(dims, self.shape)
+        if target is None or type(self._value) is not np.ndarray or self.dtype.kind != "f":
+            return Ref.reshape(self, *shape)  # type: ignore[return-value]
+        return _record_shaped(_RESHAPE, self, {"shape": target}, target)
+
+    view = reshape  # type: ignore[assignment]
+
+    def permute(self, *dims: Any) -> Tensor:  # type: ignore[override]
+        perm = dims[0] if len(dims) == 1 and type(dims[0]) in _DIM_SEQUENCES else dims
+        n = len(self.shape)
+        if (len(perm) == n and all(type(d) is int and -n <= d < n for d in perm)
+                and type(self._value) is np.ndarray and self.dtype.kind == "f"):
+            axes = tuple([d % n for d in perm])
+            if len(set(axes)) == n:
+                shape = self.shape
+                return _record_shaped(_PERMUTE, self, {"perm": axes},
+                                      tuple([shape[a] for a in axes]))
+        return Ref.permute(self, *dims)  # type: ignore[return-value]
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:  # type: ignore[override]
+        n = len(self.shape)
+        if (type(dim0) is int and type(dim1) is int and n and -n <= dim0 < n
+                and -n <= dim1 < n and type(self._value) is np.ndarray
+                and self.dtype.kind == "f"):
+            a, b = dim0 % n, dim1 % n
+            if a == b:
+                return self
+            perm = list(range(n))
+            perm[a], perm[b] = b, a
+            shape = list(self.shape)
+            shape[a], shape[b] = shape[b], shape[a]
+            return _record_shaped(_PERMUTE, self, {"perm": tuple(perm)}, tuple(shape))
+        return Ref.transpose(self, dim0, dim1)  # type: ignore[return-value]
+
+    def softmax(self, dim: int) -> Tensor:  # type: ignore[override]
+        n = len(self.shape)
+        if type(dim) is int and n and (dim == -1 or dim == n - 1) and self.dtype.kind == "f":
+            return _record1(_SOFTMAX, self)  # (its shape rule checks the last axis)
+        return Ref.softmax(self, dim)  # type: ignore[return-value]
+
     def view_as(self, other: Any) -> Tensor:
         return self.reshape(tuple(other.shape))  # type: ignore[return-value]
 
@@ -1405,6 +1453,22 @@ def _matmul(a: Any, b: Any) -> Tensor:
                                  f"be multiplied") from None
         raise TorchLeanError(f"matmul: expected both tensors of one dtype, found "
                              f"{a.dtype.name} and {b.dtype.name} (as in PyTorch; cast one)")
+    sa, sb = a.shape, b.shape
+    if type(a._value) is np.ndarray and type(b._value) is np.ndarray and len(sb) >= 2:
+        # The lean forms of ``matmul_any``'s cases (the same primitives, so the same graph and
+        # bits); each primitive's shape rule checks the inner dimensions.
+        if len(sa) == 2 and len(sb) == 2:
+            return _record2(_MATMUL, a, b, infer=True)
+        if len(sb) == 2 and len(sa) > 2 and sa[-1] == sb[0]:
+            lead = sa[:-1]
+            flat = (math.prod(lead), sa[-1])
+            out = _record2(_MATMUL, _record_shaped(_RESHAPE, a, {"shape": flat}, flat), b,
+                           infer=True)
+            shape = lead + (sb[1],)
+            return _record_shaped(_RESHAPE, out, {"shape": shape}, shape)
+        if len(sa) == len(sb) and len(sa) > 2:
+            prim = _BMM if len(sa) == 3 and sa[0] == sb[0] else _MATMUL_ND
+            return _record2(prim, a, b, infer=True)
     return F.matmul_any(a, b)  # type: ignore[no-any-return]
 
 
@@ -1848,14 +1912,18 @@ class GradFn:
         return f"<{self.name()}>"
 
 
-def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
+def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
     """The tensors behind ``outputs`` in creation order (a topological order): every tensor
     with a history, and the inputs of their ops (tensors without one are leaves here; the
-    rules read their values).
+    rules read their values); and whether every op's output is as it made it (``False`` when
+    an op of ``OUTPUT_FREE`` had its output changed in place since, which the reference rules
+    allow but a fast VJP that reads the output (max pooling's) does not: that backward then
+    runs the reference kernels).
 
     Tensors are the keys themselves (their hash is ``object``'s, by identity, and a dict never
     calls ``==`` on a key of another hash), which saves an ``id()`` call per visit."""
     seen: dict[Tensor, None] = {}
+    clean = True
     stack = [t for t in outputs if t.requires_grad]
     pop = stack.pop
     push = stack.append
@@ -1869,9 +1937,10 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
                             "backward if you need to")
         seen[t] = None
         vc = t._vc
-        if vc is not None and vc[1] > t._id and t._op is not None and \
-                t._op.name not in OUTPUT_FREE:
-            raise _modified(t, t, vc)
+        if vc is not None and vc[1] > t._id and t._op is not None:
+            if t._op.name not in OUTPUT_FREE:
+                raise _modified(t, t, vc)
+            clean = False
         for p in t._parents:
             vc = p._vc
             if vc is not None and vc[1] > t._id and (p._op is not None or t._op is None or
@@ -1881,7 +1950,7 @@ def _graph_of(outputs: Sequence[Tensor]) -> list[Tensor]:
                 push(p)
     nodes = list(seen)
     nodes.sort(key=_CREATED)
-    return nodes
+    return nodes, clean
 
 
 _CREATED = operator.attrgetter("_id")
@@ -1941,7 +2010,7 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     """Run the one reverse driver over the graph behind ``outputs``; ``(tensor, cotangent)``
     for every tensor reached, or (``accumulate``: ``backward()``) nothing, each leaf that
     requires grad having accumulated its cotangent into ``.grad`` instead."""
-    nodes = _graph_of(outputs)
+    nodes, clean = _graph_of(outputs)
     if not nodes:
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
@@ -1952,11 +2021,16 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     values: list[Any] = nodes if create_graph else [t._value for t in nodes]
     plan = _plan_of(nodes, position)
     total: list[Any] = [None] * len(nodes)
+    # The fast VJPs run on arrays only (``create_graph`` records the reference rules).
+    fast = clean and not create_graph and KERNELS.tensors and not KERNELS.fast
     for out, seed in zip(outputs, seeds, strict=True):
         if not out.requires_grad:
             continue
         k = position[out]
-        grads = run_reverse(plan, values, k, seed, True, ops)
+        if fast:
+            grads = _fast_call(run_reverse, plan, values, k, seed, True, ops)
+        else:
+            grads = run_reverse(plan, values, k, seed, True, ops)
         if len(outputs) == 1:  # one output (loss.backward()): its cotangents are the total
             total = grads
             break
@@ -2102,7 +2176,10 @@ class _Recorder:
                     break
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
-        out = run_checked(prim, values, attrs)
+        if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+            out = _fast_call(run_checked, prim, values, attrs)
+        else:
+            out = run_checked(prim, values, attrs)
         if history and not prim.nondiff and _state.grad_enabled:
             return Tensor._result(out, prim, tuple(tensors), attrs)
         return Tensor._result(out, None, (), {})
@@ -2143,6 +2220,20 @@ class _Recorder:
         return F.inverted_dropout(x, p, training, mask_of)  # type: ignore[no-any-return]
 
 
+def _fast_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with the fast kernels on for this one call: how tensors run a
+    primitive that has a fast forward, and their reverse pass (``KERNELS.tensors``, on by
+    default, as PyTorch's eager mode runs its fast kernels; ``fast_kernels(False)`` or
+    ``set_tensor_kernels(False)`` gives the reference). Not a ``fast_kernels`` block: a block
+    clears the fast kernels' residual store at its edges, and a forward's residual must
+    survive until its ``backward()`` (it lives as long as the op's output array)."""
+    KERNELS.fast = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        KERNELS.fast = False
+
+
 def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
     """``DeviceError`` when the tensors of one op live on different devices."""
     first = tensors[0]
@@ -2178,25 +2269,77 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
     if type(v) is not np.ndarray:
         return RECORDER.record(prim, (x,), {})
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
-    out = prim.forward(v)
+    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+        out = _fast_call(prim.forward, v)
+    else:
+        out = prim.forward(v)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
         return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
-def _record2(prim: Primitive, a: Tensor, b: Tensor) -> Tensor:
-    """``RECORDER.record(prim, (a, b), {})`` for float tensors of one dtype."""
+def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tensor:
+    """``RECORDER.record(prim, (a, b), {})`` for float tensors of one dtype. The shape rule of
+    an elementwise op cannot refuse two equal shapes, and is skipped for them; ``infer``: run
+    it always (a matrix product's inner dimensions)."""
     va = a._value
     vb = b._value
     if type(va) is not np.ndarray or type(vb) is not np.ndarray:
         return RECORDER.record(prim, (a, b), {})
     shape = a.shape
-    if shape != b.shape:
+    if infer or shape != b.shape:
         shape = prim.infer(shape, b.shape)
-    out = prim.forward(va, vb)
+    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+        out = _fast_call(prim.forward, va, vb)
+    else:
+        out = prim.forward(va, vb)
     if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
         return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
+
+
+def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tuple[int, ...]
+                   ) -> Tensor:
+    """``RECORDER.record(prim, (x,), attrs)`` for a float host tensor whose attributes the
+    caller has put in normal form and checked, and whose result ``shape`` it has computed by
+    the primitive's rule (the lean layout methods of ``Tensor``: reshape, permute)."""
+    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+        out = _fast_call(prim.forward, x._value, **attrs)
+    else:
+        out = prim.forward(x._value, **attrs)
+    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+        return Tensor._result(out, prim, (x,), attrs, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+
+
+# What a shape or permutation argument may be on the lean paths (torch.Size is a tuple).
+_DIM_SEQUENCES = (tuple, list, Size)
+
+
+def _lean_shape(dims: Any, source: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``dims`` (Python ints, at most one -1) as the reshape target of ``source``, or ``None``
+    where the general path must check it (and raise what it raises)."""
+    known = 1
+    free = -1
+    k = 0
+    for d in dims:
+        if type(d) is not int:
+            return None
+        if d < 0:
+            if d != -1 or free >= 0:
+                return None
+            free = k
+        else:
+            known *= d
+        k += 1
+    total = math.prod(source)
+    if free < 0:
+        return tuple(dims) if known == total else None
+    if known == 0 or total % known:
+        return None
+    out = list(dims)
+    out[free] = total // known
+    return tuple(out)
 
 
 def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
@@ -2207,7 +2350,10 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
         return RECORDER.record(prim, (x,), {"c": c})
     # (``c`` is a finite float: all that scale's and add_scalar's shape rules check.)
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape, c=c)
-    out = prim.forward(v, c=c)
+    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+        out = _fast_call(prim.forward, v, c=c)
+    else:
+        out = prim.forward(v, c=c)
     if x.requires_grad and _state.grad_enabled and not prim.nondiff:
         return Tensor._result(out, prim, (x,), {"c": c}, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
@@ -2223,6 +2369,12 @@ _TANH = REGISTRY["tanh"]
 _RELU = REGISTRY["relu"]
 _SIGMOID = REGISTRY["sigmoid"]
 # Primitives whose shape rule is the identity (given a checked scalar ``c``): see ``_record1``.
+_RESHAPE = REGISTRY["reshape"]
+_PERMUTE = REGISTRY["permute"]
+_SOFTMAX = REGISTRY["softmax"]
+_MATMUL = REGISTRY["matmul"]
+_BMM = REGISTRY["bmm"]
+_MATMUL_ND = REGISTRY["matmul_nd"]
 _IDENTITY_SHAPED = frozenset({_EXP, _TANH, _RELU, _SIGMOID, TP.SIN, TP.COS, _SCALE, _ADD_SCALAR})
 _check_method_signatures(Tensor)
 

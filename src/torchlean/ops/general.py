@@ -31,6 +31,9 @@ from .samples import dim, normal
 
 def check_perm(op: str, perm: Any, ndim: int) -> tuple[int, ...]:
     """``perm`` as a tuple of ints, checked to be a permutation of ``range(ndim)``."""
+    if type(perm) is tuple and len(perm) == ndim and all(type(a) is int for a in perm) \
+            and sorted(perm) == list(range(ndim)):
+        return perm  # (the per-op path: already a tuple of ints)
     if isinstance(perm, str | bytes) or not hasattr(perm, "__iter__"):
         raise ShapeError(f"{op}: perm must be a sequence of axes, found {perm!r}")
     axes = tuple(perm)

@@ -33,7 +33,7 @@ def sgd_update(p: Any, grad: Any, lr: float) -> bool:
     """``p += (-lr) * grad`` in place by BLAS axpy where the fast kernels are on and the arrays
     allow it (``ops.fast.sgd.axpy``); returns False (nothing done) where the reference update
     must run."""
-    return KERNELS.fast and axpy(p, grad, lr)
+    return KERNELS.tensors and axpy(p, grad, lr)
 
 
 __all__ = ["MIN_SIZE", "sgd_update"]

@@ -34,4 +34,4 @@ Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one 
 described in each module, with the variants that lost.
 """
 
-from . import attention, conv, elementwise, linalg, norm, pool  # noqa: F401  (attach them)
+from . import attention, conv, elementwise, linalg, norm, pool, softmax  # noqa: F401  (attach them)
