@@ -273,3 +273,41 @@ def test_lean_paths_raise_the_general_errors():
     with pytest.raises(ShapeError):
         x @ tl.tensor(np.zeros((2, 5, 5), np.float32))
     assert x.grad is None and m.grad is None
+
+
+# --- several outputs in one reverse pass ----------------------------------------------------
+
+def test_grad_of_several_outputs_is_one_pass_equal_to_the_sum_of_single_passes():
+    rng = np.random.default_rng(10)
+    wa = rng.standard_normal((5, 4)).astype(np.float64)
+    xa = rng.standard_normal((3, 5)).astype(np.float64)
+    w = tl.tensor(wa, requires_grad=True)
+    x = tl.tensor(xa)
+    h = (x @ w).tanh()
+    outs = [h.sum(), (h * h).sum(), h[0].sum(), h.sum()]  # one output twice, one inside another
+    seeds = [tl.tensor(np.array(s)) for s in (1.0, -2.0, 0.5, 3.0)]
+    (got,) = tl.autograd.grad(outs, [w], grad_outputs=seeds, retain_graph=True)
+    want = np.zeros_like(wa)
+    for o, s in zip(outs, seeds, strict=True):
+        (g,) = tl.autograd.grad(o, [w], grad_outputs=s, retain_graph=True)
+        want += g.numpy()
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_hvp_by_double_backward_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    wa = rng.standard_normal((6, 4)).astype(np.float64)
+    ba = rng.standard_normal(6).astype(np.float64)
+    xa = rng.standard_normal((8, 4)).astype(np.float64)
+    va = [rng.standard_normal(wa.shape), rng.standard_normal(ba.shape)]
+
+    def hvp(mod):
+        w, b = (mod.tensor(a, requires_grad=True) for a in (wa, ba))
+        loss = mod.tanh(mod.nn.functional.linear(mod.tensor(xa), w, b)).square().sum()
+        gs = mod.autograd.grad(loss, [w, b], create_graph=True)
+        out = mod.autograd.grad(gs, [w, b], grad_outputs=[mod.tensor(v) for v in va])
+        return [t.detach().numpy() for t in out]
+
+    for a, b in zip(hvp(tl), hvp(torch), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

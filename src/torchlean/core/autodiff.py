@@ -128,8 +128,13 @@ def reverse_plan(nodes: Sequence[NodeLike], start: int = 0,
 
 def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int, seed: Any,
                 out_requires_grad: bool, ops: Any,
-                on_leaf: Callable[[int, Any], None] | None = None) -> list[Any]:
+                on_leaf: Callable[[int, Any], None] | None = None,
+                more_seeds: Sequence[tuple[int, Any]] = ()) -> list[Any]:
     """Cotangents for every node from ``out_id`` back to 0; ``None`` where none arrives.
+
+    ``more_seeds``: ``(node, seed)`` pairs of further outputs below ``out_id``, seeded before
+    the walk, so one pass gives the sum of every output's vector-Jacobian product (reverse
+    mode is linear in its seeds), as ``autograd.grad`` of several outputs needs.
 
     A node used by several children receives the sum of their contributions, accumulated in the
     order the children are visited (decreasing id). Nodes without ``requires_grad`` neither
@@ -143,6 +148,9 @@ def run_reverse(plan: Sequence[Step | None], values: Sequence[Any], out_id: int,
     grads[out_id] = seed
     exact = ARRAY_RULES if ops is ARRAY_OPS else _NO_RULES
     add = exact.get(ops.add, ops.add)
+    for j, more in more_seeds:
+        prev = grads[j]
+        grads[j] = more if prev is None else add(prev, more)
     # The per-node hot loop of every reverse pass: no comprehension (a call each in 3.11) for
     # the usual one or two parents, and no keyword expansion for rules without attributes.
     for i in range(out_id, -1, -1):

@@ -1954,6 +1954,7 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 
 _CREATED = operator.attrgetter("_id")
+_FIRST = operator.itemgetter(0)
 
 
 def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step | None]:
@@ -2015,28 +2016,19 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
         raise TorchLeanError("backward: none of the outputs requires grad (did you compute it "
                              "under no_grad, or from tensors without requires_grad=True?)")
     position = dict(zip(nodes, range(len(nodes)), strict=True))  # (tensor keys: see ``_graph_of``)
-    # The driver starts from one output; with several (autograd.grad), run it once per output
-    # over the same plan and add the cotangents (outputs are few, usually one).
+    # Several outputs (autograd.grad): one pass from the last of them, every other output's
+    # seed placed before the walk (reverse mode is linear in its seeds).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
     values: list[Any] = nodes if create_graph else [t._value for t in nodes]
     plan = _plan_of(nodes, position)
-    total: list[Any] = [None] * len(nodes)
+    live = sorted([(position[out], seed) for out, seed in zip(outputs, seeds, strict=True)
+                   if out.requires_grad], key=_FIRST)
+    k, seed = live[-1]
     # The fast VJPs run on arrays only (``create_graph`` records the reference rules).
-    fast = clean and not create_graph and KERNELS.tensors and not KERNELS.fast
-    for out, seed in zip(outputs, seeds, strict=True):
-        if not out.requires_grad:
-            continue
-        k = position[out]
-        if fast:
-            grads = _fast_call(run_reverse, plan, values, k, seed, True, ops)
-        else:
-            grads = run_reverse(plan, values, k, seed, True, ops)
-        if len(outputs) == 1:  # one output (loss.backward()): its cotangents are the total
-            total = grads
-            break
-        for i, g in enumerate(grads):
-            if g is not None:
-                total[i] = g if total[i] is None else ops.add(total[i], g)
+    if clean and not create_graph and KERNELS.tensors and not KERNELS.fast:
+        total = _fast_call(run_reverse, plan, values, k, seed, True, ops, None, live[:-1])
+    else:
+        total = run_reverse(plan, values, k, seed, True, ops, None, live[:-1])
     found: list[tuple[Tensor, Any]] = []
     for t, g in zip(nodes, total, strict=True):  # one pass: free the graph, hand out gradients
         if t._op is not None:
