@@ -311,3 +311,27 @@ def test_hvp_by_double_backward_matches_torch():
 
     for a, b in zip(hvp(tl), hvp(torch), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_backward_adopts_a_gradient_nothing_else_holds_and_copies_shared_ones(monkeypatch):
+    from torchlean.engine import tensor as T
+
+    copies = []
+    accumulate = T._accumulate
+    monkeypatch.setattr(T, "_accumulate", lambda t, g: (copies.append(t), accumulate(t, g)))
+    w = tl.tensor(np.ones((3, 3)), requires_grad=True)
+    (tl.tensor(np.ones((2, 3))) @ w).sum().backward()
+    assert copies == []  # the product's fresh array became w.grad as it was
+    a = tl.tensor(np.ones(3), requires_grad=True)
+    b = tl.tensor(np.ones(3), requires_grad=True)
+    c = tl.tensor(np.ones(3), requires_grad=True)
+    (a * 2.0 + b + c).sum().backward()  # add hands one cotangent to b and c
+    assert len(copies) >= 2
+    b.grad.add_(10.0)
+    assert np.array_equal(c.grad.numpy(), np.ones(3))  # no aliasing between leaves
+    w2 = tl.tensor(np.ones((3, 3)), requires_grad=True)
+    y = tl.tensor(np.ones((2, 3))) @ w2
+    y.sum().backward()
+    first = w2.grad.numpy().copy()
+    (tl.tensor(np.ones((2, 3))) @ w2).sum().backward()  # accumulates into the adopted array
+    assert np.array_equal(w2.grad.numpy(), 2 * first)
