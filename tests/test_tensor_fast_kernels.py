@@ -335,3 +335,48 @@ def test_backward_adopts_a_gradient_nothing_else_holds_and_copies_shared_ones(mo
     first = w2.grad.numpy().copy()
     (tl.tensor(np.ones((2, 3))) @ w2).sum().backward()  # accumulates into the adopted array
     assert np.array_equal(w2.grad.numpy(), 2 * first)
+
+
+# --- relu then max pooling: one fused reverse step ----------------------------------------
+
+def _relu_pool_grads(pool, two_uses=False, retain=False):
+    rng = np.random.default_rng(12)
+    x = tl.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32), requires_grad=True)
+    w = tl.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
+    h = tl.relu(nnf.conv2d(x, w, padding=1))
+    if retain:
+        h.retain_grad()
+    out = pool(h).square().sum()
+    if two_uses:
+        out = out + (h * 0.5).sum()
+    out.backward()
+    return [x.grad.numpy(), w.grad.numpy()] + ([h.grad.numpy()] if retain else [])
+
+
+@pytest.mark.parametrize("pool", [lambda h: nnf.max_pool2d(h, 2),
+                                  lambda h: nnf.max_pool2d(h, 3, stride=2, padding=1),
+                                  lambda h: nnf.max_pool2d(h, 3, stride=1)])
+@pytest.mark.parametrize("case", [{}, {"two_uses": True}, {"retain": True}])
+def test_relu_pool_fusion_gives_the_unfused_bits(monkeypatch, pool, case):
+    from torchlean.engine import tensor as T
+
+    fused_steps = []
+    step = T._relu_pool_step
+    monkeypatch.setattr(T, "_relu_pool_step", lambda *a: fused_steps.append(step(*a))
+                        or fused_steps[-1])
+    got = _relu_pool_grads(pool, **case)
+    assert any(s is not None for s in fused_steps) == (not case)  # fused only when it may be
+    monkeypatch.setattr(T, "_relu_pool_step", lambda *a: None)
+    want = _relu_pool_grads(pool, **case)
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_grad_of_the_relu_output_itself_is_not_fused_away():
+    rng = np.random.default_rng(13)
+    c = tl.tensor(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), requires_grad=True)
+    h = tl.relu(c)
+    loss = nnf.max_pool2d(h, 2).sum()
+    (gh, gc) = tl.autograd.grad(loss, [h, c])
+    assert gh.numpy().sum() == 4 * 2  # one winner per window
+    np.testing.assert_array_equal(gc.numpy(), gh.numpy() * (c.detach().numpy() > 0))

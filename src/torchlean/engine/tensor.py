@@ -49,8 +49,8 @@ import itertools
 import math
 import operator
 import threading
-from sys import getrefcount
 from collections.abc import Callable, Sequence
+from sys import getrefcount
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,7 @@ from ..core.kernels import array_on, run_checked
 from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
+from ..ops.fast import pool as fast_pool
 from . import ops_interface as F
 from . import torch_prims as TP
 from .dtypes import as_dtype, get_default_dtype, result_type
@@ -1973,14 +1974,20 @@ _SOLE_OWNER = _sole_owner()
 _FIRST = operator.itemgetter(0)
 
 
-def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step | None]:
+def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = False
+             ) -> list[Step | None]:
     """``autodiff.reverse_plan`` of the tensors ``nodes`` (in creation order; ``position`` maps
     each tensor to its index), built straight from the tensors: ``reverse_step`` spelled out
     for one and two parents without a ``Node`` view per tensor (the view cost as much as the
     step). The same ``Primitive.vjp_rule`` decides every rule that it changes (a selective rule,
     a broadcast cotangent to sum back); for the rest it returns the primitive's own ``vjp`` and
     attributes, taken here without the call. A test keeps this equal to ``reverse_plan`` over
-    ``Node`` views."""
+    ``Node`` views.
+
+    ``fuse`` (a ``backward()`` on the fast kernels): a max pooling of ``relu(c)``, where the
+    relu's result feeds nothing else in the graph and nobody asked for its gradient, takes the
+    pooling's relu-fused VJP straight to ``c`` (``_relu_pool_step``), as generated code does;
+    the relu's own step then receives nothing and is skipped."""
     plan: list[Step | None] = []
     append = plan.append
     i = -1
@@ -2013,8 +2020,44 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int]) -> list[Step 
             rule, kwargs = op.vjp_rule(t._attrs, tuple([p.requires_grad for p in ps]), reduce)
         else:  # what ``vjp_rule`` returns here (a differentiable op has a vjp)
             rule, kwargs = op.vjp, t._attrs  # type: ignore[assignment]
+        if fuse and arity == 1 and op.name in fast_pool.RELU_FUSED:
+            fused = _relu_pool_step(i, t, nodes, position)
+            if fused is not None:
+                append(fused)
+                continue
         append((i, rule, kwargs, parents, targets))
     return plan
+
+
+def _relu_pool_step(i: int, pool: Tensor, nodes: Sequence[Tensor], position: dict[Tensor, int]
+                    ) -> Step | None:
+    """The fused reverse step of ``pool = max_pool(relu(c))`` (see ``_plan_of``), or ``None``
+    where it does not apply. The same bits as the two steps it replaces
+    (``ops.fast.pool.relu_vjp``)."""
+    r = pool._parents[0]
+    if r._op is not _RELU or getattr(r, "_retains", False):
+        return None
+    c = r._parents[0]
+    x = r._value
+    if not c.requires_grad or type(x) is not np.ndarray:
+        return None
+    k = position[r]
+    for u in nodes[k + 1:]:  # the relu's consumers in this graph: the pooling alone
+        if u is not pool and any(p is r for p in u._parents):
+            return None
+    op = pool._op
+    assert op is not None and op.vjp is not None and _RELU.vjp is not None
+    fused = fast_pool.RELU_FUSED[op.name]
+    pool_vjp, relu_vjp = op.vjp, _RELU.vjp
+
+    def rule(ops: Any, g: Any, ins: Any, out: Any, **attrs: Any) -> tuple[Any]:
+        if type(g) is np.ndarray and g.dtype == x.dtype:
+            return (fused(g, x, out, **attrs),)
+        # (a cotangent of another dtype: the two steps, as unfused)
+        (routed,) = pool_vjp(ops, g, [x], out, **attrs)
+        return relu_vjp(ops, routed, ins, x)  # type: ignore[no-any-return]
+
+    return (i, rule, pool._attrs, (position[c],), TARGETS_0)
 
 
 # Whether any tensor was ever flagged by ``retain_grad``: until then ``backward()`` skips the
@@ -2036,12 +2079,13 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     # seed placed before the walk (reverse mode is linear in its seeds).
     ops: Any = TENSOR_OPS if create_graph else ARRAY_OPS
     values: list[Any] = nodes if create_graph else [t._value for t in nodes]
-    plan = _plan_of(nodes, position)
+    # The fast VJPs run on arrays only (``create_graph`` records the reference rules).
+    fast = clean and not create_graph and KERNELS.tensors and not KERNELS.fast
+    plan = _plan_of(nodes, position, fast and accumulate)
     live = sorted([(position[out], seed) for out, seed in zip(outputs, seeds, strict=True)
                    if out.requires_grad], key=_FIRST)
     k, seed = live[-1]
-    # The fast VJPs run on arrays only (``create_graph`` records the reference rules).
-    if clean and not create_graph and KERNELS.tensors and not KERNELS.fast:
+    if fast:
         total = _fast_call(run_reverse, plan, values, k, seed, True, ops, None, live[:-1])
     else:
         total = run_reverse(plan, values, k, seed, True, ops, None, live[:-1])
