@@ -407,13 +407,15 @@ def _fused_relu_pooling(entries: Sequence[Any], plan: list[Step | None], pools: 
         if run is None:
             run = list(plan)
         _, rule, kwargs, _, _ = step
-        run[k] = (k, _fused_rule(_POOLS[entries[k].op], rule, plan[x]), kwargs,
+        run[k] = (k, fused_relu_pool_rule(_POOLS[entries[k].op], rule, plan[x]), kwargs,
                   (x, relu.parents[0]), (1,))
     return plan if run is None else run
 
 
-def _fused_rule(fused: Any, pool_rule: Any, relu_step: Any) -> Any:
-    """A reverse rule over inputs ``(x, c)`` (x = relu(c)) giving ``(None, dc)``."""
+def fused_relu_pool_rule(fused: Any, pool_rule: Any, relu_step: Any) -> Any:
+    """A reverse rule over inputs ``(x, c)`` (x = relu(c)) giving ``(None, dc)``: ``fused``
+    (``ops.fast.pool.RELU_FUSED``), or the pooling's rule then relu's step for a cotangent of
+    another dtype. The eager tape's fusion and ``tl.Tensor``'s (``tensor._relu_pool_step``)."""
 
     def rule(ops: Any, g: Any, xs: Any, out: Any, **attrs: Any) -> tuple[None, Any]:
         x, c = xs

@@ -93,6 +93,7 @@ from . import ops_interface as F
 from . import torch_prims as TP
 from .dtypes import as_dtype, get_default_dtype, result_type
 from .ops_interface import MaxResult, Ref
+from .tape import fused_relu_pool_rule
 from .tensor_format import format_values, grad_fn_name
 from .torch_index import torch_steps
 from .transforms import Compiled
@@ -2021,7 +2022,7 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = 
         else:  # what ``vjp_rule`` returns here (a differentiable op has a vjp)
             rule, kwargs = op.vjp, t._attrs  # type: ignore[assignment]
         if fuse and arity == 1 and op.name in fast_pool.RELU_FUSED:
-            fused = _relu_pool_step(i, t, nodes, position)
+            fused = _relu_pool_step(i, t, rule, nodes, position, plan)
             if fused is not None:
                 append(fused)
                 continue
@@ -2029,35 +2030,26 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = 
     return plan
 
 
-def _relu_pool_step(i: int, pool: Tensor, nodes: Sequence[Tensor], position: dict[Tensor, int]
-                    ) -> Step | None:
-    """The fused reverse step of ``pool = max_pool(relu(c))`` (see ``_plan_of``), or ``None``
-    where it does not apply. The same bits as the two steps it replaces
+def _relu_pool_step(i: int, pool: Tensor, rule: Any, nodes: Sequence[Tensor],
+                    position: dict[Tensor, int], plan: list[Step | None]) -> Step | None:
+    """The fused reverse step of ``pool = max_pool(relu(c))`` (see ``_plan_of``; the eager
+    tape's ``fused_relu_pool_rule``), or ``None`` where it does not apply: the pooling's step
+    takes ``(x, c)`` as parents and gives ``c`` its cotangent, the same bits as the two steps
     (``ops.fast.pool.relu_vjp``)."""
     r = pool._parents[0]
-    if r._op is not _RELU or getattr(r, "_retains", False):
+    if r._op is not _RELU or getattr(r, "_retains", False) or type(r._value) is not np.ndarray:
         return None
     c = r._parents[0]
-    x = r._value
-    if not c.requires_grad or type(x) is not np.ndarray:
-        return None
     k = position[r]
+    relu_step = plan[k]
+    if not c.requires_grad or relu_step is None:
+        return None
     for u in nodes[k + 1:]:  # the relu's consumers in this graph: the pooling alone
         if u is not pool and any(p is r for p in u._parents):
             return None
-    op = pool._op
-    assert op is not None and op.vjp is not None and _RELU.vjp is not None
-    fused = fast_pool.RELU_FUSED[op.name]
-    pool_vjp, relu_vjp = op.vjp, _RELU.vjp
-
-    def rule(ops: Any, g: Any, ins: Any, out: Any, **attrs: Any) -> tuple[Any]:
-        if type(g) is np.ndarray and g.dtype == x.dtype:
-            return (fused(g, x, out, **attrs),)
-        # (a cotangent of another dtype: the two steps, as unfused)
-        (routed,) = pool_vjp(ops, g, [x], out, **attrs)
-        return relu_vjp(ops, routed, ins, x)  # type: ignore[no-any-return]
-
-    return (i, rule, pool._attrs, (position[c],), TARGETS_0)
+    fused = fast_pool.RELU_FUSED[pool._op.name]  # type: ignore[union-attr]
+    return (i, fused_relu_pool_rule(fused, rule, relu_step), pool._attrs, (k, position[c]),
+            TARGETS_1)
 
 
 # Whether any tensor was ever flagged by ``retain_grad``: until then ``backward()`` skips the
