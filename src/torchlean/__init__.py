@@ -31,6 +31,7 @@ from .core.errors import (
     UnknownOpError,
     UnsupportedJvpError,
 )
+from .core.registry import fast_kernels, set_tensor_kernels
 from .core.rng import Generator, default_generator
 from .data import Dataset
 from .engine.graph import Graph, GraphError
@@ -80,7 +81,7 @@ __all__ = [
     "Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like",
     "ones_like", "arange", "rand", "randn", "Generator", "default_generator", "no_grad",
     "enable_grad", "is_grad_enabled", "autograd", "cat", "stack", "float32", "float64", "int64",
-    "bool_", "StaleSessionError", "Parameter", "Size",
+    "bool_", "StaleSessionError", "Parameter", "Size", "fast_kernels", "set_tensor_kernels",
 ]
 __version__ = "0.1.0"
 
