@@ -380,3 +380,20 @@ def test_grad_of_the_relu_output_itself_is_not_fused_away():
     (gh, gc) = tl.autograd.grad(loss, [h, c])
     assert gh.numpy().sum() == 4 * 2  # one winner per window
     np.testing.assert_array_equal(gc.numpy(), gh.numpy() * (c.detach().numpy() > 0))
+
+
+def test_inference_keeps_no_residuals():
+    gc.collect()
+    start = residuals.size()
+    rng = np.random.default_rng(14)
+    x = tl.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
+    w = tl.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
+    with tl.no_grad():
+        out = nnf.gelu(nnf.max_pool2d(nnf.conv2d(x, w, padding=1), 2), approximate="tanh")
+    assert residuals.size() == start  # nothing kept for outputs no backward will reach
+    kept = nnf.conv2d(x, w, padding=1)
+    assert residuals.size() > start  # (with a history they are kept)
+    with fast_kernels(False):
+        ref = nnf.gelu(nnf.max_pool2d(nnf.conv2d(x, w, padding=1), 2), approximate="tanh")
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    del kept

@@ -89,6 +89,7 @@ from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
 from ..ops.fast import pool as fast_pool
+from ..ops.fast import residuals
 from . import ops_interface as F
 from . import torch_prims as TP
 from .dtypes import as_dtype, get_default_dtype, result_type
@@ -2229,11 +2230,12 @@ class _Recorder:
                     break
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
+        history = history and not prim.nondiff and _state.grad_enabled
         if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-            out = _fast_call(run_checked, prim, values, attrs)
+            out = _fast_forward(history, run_checked, prim, values, attrs)
         else:
             out = run_checked(prim, values, attrs)
-        if history and not prim.nondiff and _state.grad_enabled:
+        if history:
             return Tensor._result(out, prim, tuple(tensors), attrs)
         return Tensor._result(out, None, (), {})
 
@@ -2287,6 +2289,16 @@ def _fast_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         KERNELS.fast = False
 
 
+def _fast_forward(history: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``_fast_call`` of a forward; its residuals are dropped at once when the op records no
+    history (``no_grad``, inference): no backward will read them, and a convolution's im2col
+    matrix would otherwise live as long as the output."""
+    out = _fast_call(fn, *args, **kwargs)
+    if not history:
+        residuals.discard(out)
+    return out
+
+
 def _check_one_device(op: str, tensors: Sequence[Tensor]) -> None:
     """``DeviceError`` when the tensors of one op live on different devices."""
     first = tensors[0]
@@ -2322,11 +2334,12 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
     if type(v) is not np.ndarray:
         return RECORDER.record(prim, (x,), {})
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
+    history = x.requires_grad and _state.grad_enabled and not prim.nondiff
     if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_call(prim.forward, v)
+        out = _fast_forward(history, prim.forward, v)
     else:
         out = prim.forward(v)
-    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+    if history:
         return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
@@ -2342,11 +2355,12 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tens
     shape = a.shape
     if infer or shape != b.shape:
         shape = prim.infer(shape, b.shape)
+    history = (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff
     if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_call(prim.forward, va, vb)
+        out = _fast_forward(history, prim.forward, va, vb)
     else:
         out = prim.forward(va, vb)
-    if (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff:
+    if history:
         return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
@@ -2356,11 +2370,12 @@ def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tup
     """``RECORDER.record(prim, (x,), attrs)`` for a float host tensor whose attributes the
     caller has put in normal form and checked, and whose result ``shape`` it has computed by
     the primitive's rule (the lean layout methods of ``Tensor``: reshape, permute)."""
+    history = x.requires_grad and _state.grad_enabled and not prim.nondiff
     if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_call(prim.forward, x._value, **attrs)
+        out = _fast_forward(history, prim.forward, x._value, **attrs)
     else:
         out = prim.forward(x._value, **attrs)
-    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+    if history:
         return Tensor._result(out, prim, (x,), attrs, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
@@ -2403,11 +2418,12 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
         return RECORDER.record(prim, (x,), {"c": c})
     # (``c`` is a finite float: all that scale's and add_scalar's shape rules check.)
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape, c=c)
+    history = x.requires_grad and _state.grad_enabled and not prim.nondiff
     if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_call(prim.forward, v, c=c)
+        out = _fast_forward(history, prim.forward, v, c=c)
     else:
         out = prim.forward(v, c=c)
-    if x.requires_grad and _state.grad_enabled and not prim.nondiff:
+    if history:
         return Tensor._result(out, prim, (x,), {"c": c}, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 

@@ -32,12 +32,25 @@ from typing import Any
 from ...core.registry import FAST_BLOCK_HOOKS
 
 _STORE: dict[tuple[int, str], tuple[Any, Any, Any]] = {}
+_TAGS: set[str] = set()  # every tag ever saved under (a handful: one or two per fast kernel)
 
 
 def save(owner: Any, tag: str, key: Any, value: Any) -> None:
     """Keep ``value`` for as long as ``owner`` lives, under ``tag`` and ``key``."""
     slot = (id(owner), tag)
     _STORE[slot] = (weakref.ref(owner, _dropper(slot)), key, value)
+    _TAGS.add(tag)
+
+
+def discard(owner: Any) -> None:
+    """Drop whatever is saved for ``owner`` (an output no backward will reach)."""
+    if not _STORE:
+        return
+    me = id(owner)
+    for tag in _TAGS:
+        entry = _STORE.get((me, tag))
+        if entry is not None and entry[0]() is owner:
+            del _STORE[(me, tag)]
 
 
 def load(owner: Any, tag: str, key: Any) -> Any:
