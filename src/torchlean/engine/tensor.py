@@ -2023,7 +2023,7 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = 
         else:  # what ``vjp_rule`` returns here (a differentiable op has a vjp)
             rule, kwargs = op.vjp, t._attrs  # type: ignore[assignment]
         if fuse and arity == 1 and op.name in fast_pool.RELU_FUSED:
-            fused = _relu_pool_step(i, t, rule, nodes, position, plan)
+            fused = _relu_pool_step(i, t, rule, kwargs, nodes, position, plan)
             if fused is not None:
                 append(fused)
                 continue
@@ -2031,7 +2031,7 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = 
     return plan
 
 
-def _relu_pool_step(i: int, pool: Tensor, rule: Any, nodes: Sequence[Tensor],
+def _relu_pool_step(i: int, pool: Tensor, rule: Any, kwargs: Any, nodes: Sequence[Tensor],
                     position: dict[Tensor, int], plan: list[Step | None]) -> Step | None:
     """The fused reverse step of ``pool = max_pool(relu(c))`` (see ``_plan_of``; the eager
     tape's ``fused_relu_pool_rule``), or ``None`` where it does not apply: the pooling's step
@@ -2049,8 +2049,7 @@ def _relu_pool_step(i: int, pool: Tensor, rule: Any, nodes: Sequence[Tensor],
         if u is not pool and any(p is r for p in u._parents):
             return None
     fused = fast_pool.RELU_FUSED[pool._op.name]  # type: ignore[union-attr]
-    return (i, fused_relu_pool_rule(fused, rule, relu_step), pool._attrs, (k, position[c]),
-            TARGETS_1)
+    return (i, fused_relu_pool_rule(fused, rule, relu_step), kwargs, (k, position[c]), TARGETS_1)
 
 
 # Whether any tensor was ever flagged by ``retain_grad``: until then ``backward()`` skips the
