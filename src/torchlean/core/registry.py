@@ -29,10 +29,11 @@ Fast kernels (TorchLean's ``Options.fastKernels``). A primitive may also carry a
 and/or a ``fast_vjp``: runtime-only kernels for hot ops that compute the same function in another
 way (another GEMM layout, a saved residual instead of a recomputation), equal to the reference
 within a stated tolerance (``FAST_RTOL``), never bitwise. The reference kernels stay the
-definition: ``forward`` and ``vjp`` dispatch to the fast ones only inside ``fast_kernels(True)``
-(what training does when ``Options(fast_kernels=True)``, the default) and only on NumPy arrays;
-everywhere else (the spec checks, the bound engine, ``to_tape``, verification) the reference
-runs. ``reference_forward`` / ``reference_vjp`` are always the reference; ``torchlean verify``
+definition: ``forward`` and ``vjp`` dispatch to the fast ones only while ``KERNELS.fast`` is set
+(inside ``fast_kernels(True)``, what training does when ``Options(fast_kernels=True)``, the
+default; and around each call ``tl.Tensor`` makes, while ``KERNELS.tensors``) and only on NumPy
+arrays; everywhere else (the spec checks, the bound engine, ``to_tape``, verification) the
+reference runs. ``reference_forward`` / ``reference_vjp`` are always the reference; ``torchlean verify``
 compares each fast kernel with them on the samples.
 """
 

@@ -10,7 +10,10 @@ tape makes).
 ``backward()`` and ``autograd.grad`` collect the graph behind an output, number its tensors in
 creation order (which is a topological order) and run the one reverse driver of
 ``torchlean.autodiff`` over it, with the same plan builder and rules as the eager tape and the
-compiled graph. With ``create_graph=True`` the rules run on an interpreter that records tensors
+compiled graph. Tensors run the fast kernels (``ops.fast``) by default, as PyTorch's eager mode
+runs its own: each op that has a fast forward, and each reverse pass on arrays, turns them on
+for that call (``_fast_call``); ``fast_kernels(False)`` / ``set_tensor_kernels(False)`` give the
+reference. With ``create_graph=True`` the rules run on an interpreter that records tensors
 (``TENSOR_OPS``), so gradients are tensors with a history and can be differentiated again.
 
 Conventions follow PyTorch: leaves accumulate ``.grad`` (a tensor; a parameter, ``Param`` /

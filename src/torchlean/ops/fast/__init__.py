@@ -4,7 +4,8 @@ Importing this package attaches them to their primitives (``registry.attach_fast
 reference kernels in the op families stay the definition. Each fast kernel computes the same
 function in another way and agrees with its reference within ``registry.FAST_RTOL`` (checked by
 ``torchlean verify`` on the samples and by the tests); they run only inside
-``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``.
+``registry.fast_kernels(True)``, which training enters when ``Options(fast_kernels=True)``,
+and in ``tl.Tensor`` code (on by default: ``registry.set_tensor_kernels``).
 
 - ``conv``: 2-D convolutions write channels-last GEMM results (returned as (N, C, H, W) views),
   the bias fused into the forward GEMM and the kernel-gradient GEMM (a column of ones), the
@@ -20,6 +21,9 @@ function in another way and agrees with its reference within ``registry.FAST_RTO
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
   fused NumPy pass over them instead of recomputing the forward through primitives;
+- ``softmax``: rows of at most 64 entries take their maxima over the columns of a transposed
+  copy and their sums as one matrix-vector product (NumPy reduces a short contiguous axis row
+  by row);
 - ``linalg``: ``linear``'s forward as one BLAS GEMM with the bias as its ``C`` (SciPy's BLAS,
   ``blas``, loaded on first use; large 2-D float inputs only), faster than NumPy's matmul plus
   the bias on this machine's OpenBLAS builds;

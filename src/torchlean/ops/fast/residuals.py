@@ -14,6 +14,11 @@ when such a block opens and when it closes: ``registry.FAST_BLOCK_HOOKS``). With
 (one training step) an op's output is never mutated between its forward and its VJP (every
 recorded op makes a new array; optimisers update parameters after the block), which is what
 makes identity a sound key; a VJP outside the block that recorded its forward simply misses.
+``tl.Tensor`` code saves outside any block (``engine.tensor._fast_call``): there an entry lives
+as long as its output array, is dropped at once for an op that records no history
+(``discard``), and an output changed in place is either snapshotted (an in-place op with a
+history: the VJP receives the copy and misses) or makes that backward run the reference kernels
+(a change through an alias: ``tensor._graph_of``).
 
 **Explicit residuals** (``EXPLICIT``): a fast kernel may also expose its two halves with the
 residual passed by hand, ``forward_saving(*inputs, **attrs) -> (out, saved)`` and
