@@ -33,8 +33,8 @@ definition: ``forward`` and ``vjp`` dispatch to the fast ones only while ``KERNE
 (inside ``fast_kernels(True)``, what training does when ``Options(fast_kernels=True)``, the
 default; and around each call ``tl.Tensor`` makes, while ``KERNELS.tensors``) and only on NumPy
 arrays; everywhere else (the spec checks, the bound engine, ``to_tape``, verification) the
-reference runs. ``reference_forward`` / ``reference_vjp`` are always the reference; ``torchlean verify``
-compares each fast kernel with them on the samples.
+reference runs. ``reference_forward`` / ``reference_vjp`` are always the reference;
+``torchlean verify`` compares each fast kernel with them on the samples.
 """
 
 from __future__ import annotations
