@@ -397,3 +397,37 @@ def test_inference_keeps_no_residuals():
         ref = nnf.gelu(nnf.max_pool2d(nnf.conv2d(x, w, padding=1), 2), approximate="tanh")
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
     del kept
+
+
+def test_the_kernel_choice_is_per_thread():
+    import threading
+
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def other() -> None:
+        with fast_kernels(True):
+            seen["fast"] = KERNELS.fast
+            inside.set()
+            release.wait(60)  # (a hang guard only: the main thread releases it at once)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    try:
+        assert inside.wait(60)
+        assert seen["fast"] and not KERNELS.fast  # the other thread's block is its own
+        x = tl.tensor(np.random.default_rng(15).standard_normal((64, 32)).astype(np.float32))
+        with fast_kernels(False):
+            out = tl.softmax(x, dim=-1).numpy()
+        assert np.array_equal(out, REGISTRY["softmax"].reference_forward(x.numpy()))
+    finally:
+        release.set()
+        worker.join(60)
+    before = set_tensor_kernels(False)
+    try:
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("tensors", KERNELS.tensors))
+        t.start()
+        t.join(60)
+        assert got["tensors"] is False  # a thread started after takes the default
+    finally:
+        set_tensor_kernels(before)

@@ -40,6 +40,7 @@ reference runs. ``reference_forward`` / ``reference_vjp`` are always the referen
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -347,20 +348,26 @@ class Primitive:
 FAST_RTOL = {"float32": 1e-4, "float64": 1e-10}
 
 
-class _KernelSet:
+# ``set_tensor_kernels``'s choice: what each thread's ``KERNELS.tensors`` starts from.
+_TENSORS_DEFAULT = [True]
+
+
+class _KernelSet(threading.local):
     """Which kernels the dispatchers run: ``fast`` is set only inside ``fast_kernels(True)``.
 
     ``tensors`` is the choice of the define-by-run door (``tl.Tensor`` ops and their
     ``backward()``, and optimiser steps outside any block): on by default, as PyTorch's eager
     mode runs its fast kernels, and set to ``on`` inside a ``fast_kernels(on)`` block (so
     ``fast_kernels(False)`` gives tensors the reference kernels too); ``set_tensor_kernels``
-    changes the default. The door turns ``fast`` on around the calls it makes itself."""
+    changes the default. The door turns ``fast`` on around the calls it makes itself.
 
-    __slots__ = ("fast", "tensors")
+    Per thread, as PyTorch's grad mode is: a block or a tensor op in one thread never switches
+    the kernels of another (a verifier in one thread must run the reference while a training
+    loop in another runs the fast set)."""
 
     def __init__(self) -> None:
         self.fast = False
-        self.tensors = True
+        self.tensors = _TENSORS_DEFAULT[0]
 
 
 KERNELS = _KernelSet()
@@ -406,11 +413,12 @@ class fast_kernels:  # noqa: N801  (used as a function: ``with fast_kernels(on):
 
 def set_tensor_kernels(on: bool) -> bool:
     """Whether ``tl.Tensor`` code outside any ``fast_kernels`` block runs the fast kernels
-    (``True``, the default) or the reference ones; returns the previous choice."""
+    (``True``, the default) or the reference ones, in this thread and in threads started
+    after; returns this thread's previous choice."""
     if not isinstance(on, bool | np.bool_):
         raise SignatureError(f"set_tensor_kernels: expected a bool, found {type(on).__name__}")
     before = KERNELS.tensors
-    KERNELS.tensors = bool(on)
+    KERNELS.tensors = _TENSORS_DEFAULT[0] = bool(on)
     return before
 
 
