@@ -2,8 +2,10 @@
 
 Every workload (W1 elementwise chain, W2 MLP step, W3 CNN step, W4 Hessian-vector product, W5
 pre-LN transformer block step) is built from the same seeded float32 data in every framework
-that is installed: torchlean eager and compiled, PyTorch eager, JAX jit, HIPS autograd, and a
-hand-written NumPy version with no tape (the floor any NumPy-based engine can reach). Before
+that is installed: torchlean eager and compiled, PyTorch's own code of the workload run with
+``torchlean`` in place of ``torch`` (``torchlean-tensors``: the ``tl.Tensor`` door), PyTorch
+eager, JAX jit, HIPS autograd, and a hand-written NumPy version with no tape (the floor any
+NumPy-based engine can reach). Before
 anything is timed, each framework's loss and gradients (W4: the Hessian-vector product) are
 compared with the reference (PyTorch when installed, else torchlean eager); a disagreement is an
 error, not a row. Timing is interleaved: after a warm-up, each round runs a block of steps of
