@@ -431,3 +431,26 @@ def test_the_kernel_choice_is_per_thread():
         assert got["tensors"] is False  # a thread started after takes the default
     finally:
         set_tensor_kernels(before)
+
+
+def test_functional_linear_lean_path_equals_the_general_path_and_checks_shapes():
+    rng = np.random.default_rng(16)
+    xa = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    wa = rng.standard_normal((4, 5)).astype(np.float32)
+    ba = rng.standard_normal(4).astype(np.float32)
+    x1, w1, b1 = (tl.tensor(a, requires_grad=True) for a in (xa, wa, ba))
+    out = nnf.linear(x1, w1, b1)  # tensors: the lean path
+    x2, w2, b2 = (tl.tensor(a, requires_grad=True) for a in (xa, wa, ba))
+    ref = nnf.linear(x2, w2, b2.detach().numpy())  # an array bias: the general path
+    assert out._op is REGISTRY["linear"] and out.shape == (2, 3, 4)
+    assert np.array_equal(out.detach().numpy(), ref.detach().numpy())
+    out.sum().backward()
+    ref.sum().backward()
+    assert np.array_equal(x1.grad.numpy(), x2.grad.numpy())
+    assert np.array_equal(w1.grad.numpy(), w2.grad.numpy())
+    with pytest.raises(ShapeError, match="torch's order"):
+        nnf.linear(w1, x1, b1)  # swapped: the wrapper's own message
+    with pytest.raises(ShapeError):
+        nnf.linear(x1, w1, tl.tensor(np.zeros(3, np.float32)))
+    with pytest.raises(TorchLeanError):
+        nnf.linear(x1, w1.double(), b1)  # two dtypes: the general path refuses

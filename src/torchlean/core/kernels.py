@@ -26,7 +26,7 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
     and ``tl.Tensor`` share it): the shape rule, then one dtype for all inputs. ``xp`` is the
     namespace a nullary op (``rand_uniform``) makes its value in; ``None`` or NumPy: the
     kernel's default (the host)."""
-    if not attrs:  # the per-op hot path of tensors and tapes, spelled out for one or two inputs
+    if not attrs:  # the per-op hot path of tensors and tapes, spelled out for 1-3 inputs
         arity = len(values)
         if arity == 1:
             x = values[0]
@@ -38,6 +38,12 @@ def run_checked(prim: Primitive, values: Sequence[Any], attrs: dict[str, Any],
             if a.dtype != b.dtype:
                 raise dtypes_differ(prim.name, [a.dtype, b.dtype])
             return prim.forward(a, b)
+        if arity == 3:  # linear(w, b, x): every layer of an MLP
+            a, b, c = values
+            prim.infer(a.shape, b.shape, c.shape)
+            if a.dtype != b.dtype or a.dtype != c.dtype:
+                raise dtypes_differ(prim.name, [a.dtype, b.dtype, c.dtype])
+            return prim.forward(a, b, c)
     if "dtype" in attrs:  # the output dtype of a nullary op is not part of its shape rule
         prim.infer(*[v.shape for v in values],
                    **{k: v for k, v in attrs.items() if k != "dtype"})

@@ -2367,6 +2367,32 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tens
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
 
 
+def record_floats(prim: Primitive, tensors: tuple[Tensor, ...]) -> Tensor | None:
+    """``RECORDER.record(prim, tensors, {})`` for an attribute-free primitive whose inputs are
+    float host tensors of one dtype, or ``None`` (nothing done) for any other inputs: the lean
+    path of ``nn.functional``'s hot layers (``linear``), which have checked the shapes in their
+    own words first. The primitive's shape rule still runs (and the allocation limit with it)."""
+    dtype = tensors[0].dtype
+    history = False
+    for t in tensors:
+        if type(t._value) is not np.ndarray or t.dtype != dtype:
+            return None
+        if t.requires_grad:
+            history = True
+    if dtype.kind != "f":
+        return None
+    shape = prim.infer(*[t.shape for t in tensors])
+    history = history and _state.grad_enabled and not prim.nondiff
+    values = [t._value for t in tensors]
+    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
+        out = _fast_forward(history, prim.forward, *values)
+    else:
+        out = prim.forward(*values)
+    if history:
+        return Tensor._result(out, prim, tensors, _NO_ATTRS, shape)
+    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+
+
 def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tuple[int, ...]
                    ) -> Tensor:
     """``RECORDER.record(prim, (x,), attrs)`` for a float host tensor whose attributes the

@@ -36,9 +36,10 @@ import numpy as np
 
 from ..core.backend import namespace_of, on_host, to_device, to_host
 from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..core.registry import REGISTRY
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
-from ..engine.tensor import Tensor
+from ..engine.tensor import Tensor, record_floats
 from ..engine.torch_methods import apply_inplace
 from .bags import dropout1d, dropout2d, dropout3d, embedding_bag
 from .sampling import affine_grid, grid_sample, linear_resize
@@ -63,6 +64,9 @@ class UnsupportedArgumentError(TorchLeanError):
 
 # ---------------------------------------------------------------------------------------------
 # Argument checks
+
+
+_LINEAR = REGISTRY["linear"]
 
 
 def _tensor(fn: str, name: str, x: Any) -> Any:
@@ -210,6 +214,13 @@ def _restore(x: Any, back: tuple[int, ...] | None) -> Any:
 def linear(input: Any, weight: Any, bias: Any = None) -> Any:
     """``input @ weight.T + bias`` for ``input (..., in)``, ``weight (out, in)``, ``bias (out,)``.
     """
+    if isinstance(input, Tensor) and isinstance(weight, Tensor) and isinstance(bias, Tensor):
+        # The common call (a layer's tensors): one float dtype on the host, shapes that fit.
+        ws, xs = weight.shape, input.shape
+        if len(ws) == 2 and xs and xs[-1] == ws[1] and bias.shape == (ws[0],):
+            out = record_floats(_LINEAR, (weight, bias, input))
+            if out is not None:
+                return out
     x = _float_tensor("linear", "input", input)
     w = _float_tensor("linear", "weight", weight)
     ws, xs = _shape(w), _shape(x)

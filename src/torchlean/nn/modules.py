@@ -594,9 +594,9 @@ class Linear(Module):
                      if bias else None)
 
     def forward(self, x: Any) -> Any:
-        bias = (_use(x, self.bias) if self.bias is not None
-                else _const(x, np.zeros(self.out_features)))
-        return F.linear(_use(x, self.weight), bias, x)
+        weight, bias = self.weight, self.bias  # (each a ``Module.__getattr__`` call: once)
+        b = _use(x, bias) if bias is not None else _const(x, np.zeros(self.out_features))
+        return F.linear(_use(x, weight), b, x)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
