@@ -136,16 +136,20 @@ def test_residuals_live_as_long_as_the_output_and_a_second_backward_reuses_them(
 def test_an_output_changed_in_place_after_the_op_falls_back_to_the_reference_backward():
     # max pooling's reference VJP never reads its output (torch allows changing it), but the
     # fast VJP routes by the output's maxima: such a backward must run the reference.
+    # With a relu before it, the fused step would mask by the (changed) maxima: all routed
+    # gradient would vanish.
     rng = np.random.default_rng(3)
-    xa = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
-    x = tl.tensor(xa, requires_grad=True)
-    y = nnf.max_pool2d(x, 2)
-    y.detach().add_(100.0)  # same storage, no history
-    (y * 1.0).sum().backward()
-    with fast_kernels(False):
-        x2 = tl.tensor(xa, requires_grad=True)
-        nnf.max_pool2d(x2, 2).sum().backward()
-    assert np.array_equal(x.grad.numpy(), x2.grad.numpy())
+    xa = rng.standard_normal((1, 2, 4, 4)).astype(np.float32) + 1.0
+    for before in (lambda t: t, tl.relu):
+        x = tl.tensor(xa, requires_grad=True)
+        y = nnf.max_pool2d(before(x), 2)
+        y.detach().sub_(100.0)  # same storage, no history
+        (y * 1.0).sum().backward()
+        with fast_kernels(False):
+            x2 = tl.tensor(xa, requires_grad=True)
+            nnf.max_pool2d(before(x2), 2).sum().backward()
+        assert x2.grad.numpy().sum() == 8  # one winner per window
+        assert np.array_equal(x.grad.numpy(), x2.grad.numpy())
 
 
 def test_double_backward_records_the_reference_rules():
