@@ -3,8 +3,10 @@
 ``step`` is the gradient, or the momentum buffer / decayed gradient SGD made from it first. The
 reference update (``optimizers.SGD.apply_single``) is NumPy's product and add: two passes
 over the parameter's size and a temporary as large as the parameter. BLAS ``?axpy`` does it in
-one pass with no temporary. It runs only inside ``registry.fast_kernels(True)`` (training steps
-with ``Options(fast_kernels=True)``, the default), on host float32/float64 arrays of at least
+one pass with no temporary. It runs inside ``registry.fast_kernels(True)`` (training steps with
+``Options(fast_kernels=True)``, the default) and outside any block where ``tl.Tensor`` code runs
+the fast kernels (``KERNELS.tensors``, on by default: a PyTorch-style ``opt.step()``), never inside
+``fast_kernels(False)``; on host float32/float64 arrays of at least
 ``MIN_SIZE`` entries, contiguous, of one dtype; everything else keeps the reference. OpenBLAS's
 axpy kernels use fused multiply-adds, so a result may differ from the reference by one rounding
 (one ulp of the product's magnitude; about 9% of float32 entries on random data): the tests
@@ -30,7 +32,8 @@ from ..ops.fast.sgd import MIN_SIZE, axpy
 
 
 def sgd_update(p: Any, grad: Any, lr: float) -> bool:
-    """``p += (-lr) * grad`` in place by BLAS axpy where the fast kernels are on and the arrays
+    """``p += (-lr) * grad`` in place by BLAS axpy where the fast kernels are chosen
+    (``KERNELS.tensors``: inside a fast block, or outside any block by default) and the arrays
     allow it (``ops.fast.sgd.axpy``); returns False (nothing done) where the reference update
     must run."""
     return KERNELS.tensors and axpy(p, grad, lr)
