@@ -94,8 +94,8 @@ def test_a_wrong_fused_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     def unmasked(fused: Any) -> Any:
         return lambda g, x, out, **a: fused(g, x + 1, out, **a)
 
-    wrong = {prim: unmasked(fused) for prim, fused in tape_mod._POOLS.items()}
-    monkeypatch.setattr(tape_mod, "_POOLS", wrong)
+    wrong = {prim: unmasked(fused) for prim, fused in tape_mod.RELU_POOLS.items()}
+    monkeypatch.setattr(tape_mod, "RELU_POOLS", wrong)
     got, _ = _grads("float32", False, leaves_only=True)
     assert any(got[i].tobytes() != want[i].tobytes() for i in leaves)
 

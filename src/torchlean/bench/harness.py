@@ -299,8 +299,7 @@ def build_torch(workload: str, data: dict[str, Any]) -> Impl:
             return torch.func.jvp(grad_fn, plain, vs)[1]
 
         def double_backward() -> Any:
-            g = torch.autograd.grad(loss(*params), params, create_graph=True)
-            return torch.autograd.grad(g, params, grad_outputs=vs)
+            return _double_backward(torch, loss, params, vs)
 
         def hvp_check() -> tuple[float, list[np.ndarray]]:
             return float("nan"), [t.detach().numpy() for t in jvp_of_grad()]
@@ -314,6 +313,13 @@ def build_torch(workload: str, data: dict[str, Any]) -> Impl:
     return _torch_sgd_impl(torch, loss, params)
 
 
+def _double_backward(torch: Any, loss: Any, params: list[Any], vs: Sequence[Any]) -> Any:
+    """W4 as PyTorch writes it without ``torch.func``: the gradient with ``create_graph``, then
+    its vector-Jacobian product with ``vs`` (``torch`` may be ``torchlean``)."""
+    g = torch.autograd.grad(loss(*params), params, create_graph=True)
+    return torch.autograd.grad(g, params, grad_outputs=vs)
+
+
 def build_tensors(workload: str, data: dict[str, Any]) -> Impl:
     """PyTorch's own code of the workload (``_torch_loss``, ``torch.optim.SGD``,
     ``torch.autograd.grad``) with ``torch`` replaced by ``torchlean``: define-by-run
@@ -325,8 +331,7 @@ def build_tensors(workload: str, data: dict[str, Any]) -> Impl:
         vs = [tl.tensor(v) for v in data["v"]]
 
         def double_backward() -> Any:
-            g = tl.autograd.grad(loss(*params), params, create_graph=True)
-            return tl.autograd.grad(g, params, grad_outputs=vs)
+            return _double_backward(tl, loss, params, vs)
 
         def hvp_check() -> tuple[float, list[np.ndarray]]:
             return float("nan"), [t.detach().numpy() for t in double_backward()]

@@ -315,7 +315,7 @@ class Tape:
             plan.append(step)
         run = plan
         if fused:
-            pools = [k for k in range(out + 1) if entries[k].op in _POOLS]
+            pools = [k for k in range(out + 1) if entries[k].op in RELU_POOLS]
             if pools:
                 run = _fused_relu_pooling(entries, plan, pools, out)
         if repeat:
@@ -380,7 +380,9 @@ class Tape:
 
 
 # The max pooling primitives with a fused relu VJP (``ops.fast.pool.relu_vjp``).
-_POOLS = {REGISTRY[name]: fused for name, fused in fast_pool.RELU_FUSED.items()}
+# Max-pooling primitive -> its relu-fused VJP (``ops.fast.pool.RELU_FUSED``): the eager tape's
+# fusion and ``tl.Tensor``'s.
+RELU_POOLS = {REGISTRY[name]: fused for name, fused in fast_pool.RELU_FUSED.items()}
 _RELU = REGISTRY["relu"]
 
 
@@ -407,7 +409,7 @@ def _fused_relu_pooling(entries: Sequence[Any], plan: list[Step | None], pools: 
         if run is None:
             run = list(plan)
         _, rule, kwargs, _, _ = step
-        run[k] = (k, fused_relu_pool_rule(_POOLS[entries[k].op], rule, plan[x]), kwargs,
+        run[k] = (k, fused_relu_pool_rule(RELU_POOLS[entries[k].op], rule, plan[x]), kwargs,
                   (x, relu.parents[0]), (1,))
     return plan if run is None else run
 

@@ -91,13 +91,12 @@ from ..core.kernels import array_on, run_checked
 from ..core.registry import ARRAY_OPS, KERNELS, REGISTRY, Primitive
 from ..core.rng import Generator, check_generator, default_generator, init_generator
 from ..core.shape import as_shape
-from ..ops.fast import pool as fast_pool
 from ..ops.fast import residuals
 from . import ops_interface as F
 from . import torch_prims as TP
 from .dtypes import as_dtype, get_default_dtype, result_type
 from .ops_interface import MaxResult, Ref
-from .tape import fused_relu_pool_rule
+from .tape import RELU_POOLS, fused_relu_pool_rule
 from .tensor_format import format_values, grad_fn_name
 from .torch_index import torch_steps
 from .transforms import Compiled
@@ -2025,7 +2024,7 @@ def _plan_of(nodes: Sequence[Tensor], position: dict[Tensor, int], fuse: bool = 
             rule, kwargs = op.vjp_rule(t._attrs, tuple([p.requires_grad for p in ps]), reduce)
         else:  # what ``vjp_rule`` returns here (a differentiable op has a vjp)
             rule, kwargs = op.vjp, t._attrs  # type: ignore[assignment]
-        if fuse and arity == 1 and op.name in fast_pool.RELU_FUSED:
+        if fuse and arity == 1 and op in RELU_POOLS:
             fused = _relu_pool_step(i, t, rule, kwargs, nodes, position, plan)
             if fused is not None:
                 append(fused)
@@ -2051,7 +2050,7 @@ def _relu_pool_step(i: int, pool: Tensor, rule: Any, kwargs: Any, nodes: Sequenc
     for u in nodes[k + 1:]:  # the relu's consumers in this graph: the pooling alone
         if u is not pool and any(p is r for p in u._parents):
             return None
-    fused = fast_pool.RELU_FUSED[pool._op.name]  # type: ignore[union-attr]
+    fused = RELU_POOLS[pool._op]  # type: ignore[index]
     return (i, fused_relu_pool_rule(fused, rule, relu_step), kwargs, (k, position[c]), TARGETS_1)
 
 
@@ -2233,10 +2232,8 @@ class _Recorder:
         if not values and "dtype" in prim.attrs and attrs.get("dtype") is None:
             attrs = {**attrs, "dtype": float32}
         history = history and not prim.nondiff and _state.grad_enabled
-        if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-            out = _fast_forward(history, run_checked, prim, values, attrs)
-        else:
-            out = run_checked(prim, values, attrs)
+        out = (run_checked(prim, values, attrs) if prim.fast_forward is None
+               else _fast_forward(history, run_checked, prim, values, attrs))
         if history:
             return Tensor._result(out, prim, tuple(tensors), attrs)
         return Tensor._result(out, None, (), {})
@@ -2292,9 +2289,14 @@ def _fast_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def _fast_forward(history: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``_fast_call`` of a forward; its residuals are dropped at once when the op records no
-    history (``no_grad``, inference): no backward will read them, and a convolution's im2col
-    matrix would otherwise live as long as the output."""
+    """The forward ``fn`` of a primitive that has a fast one: ``_fast_call`` where tensors run
+    the fast kernels (``KERNELS.tensors``, and not already inside a fast block), else ``fn``
+    as it is. Its residuals are dropped at once when the op records no history (``no_grad``,
+    inference): no backward will read them, and a convolution's im2col matrix would otherwise
+    live as long as the output. (Callers test ``prim.fast_forward`` first: the per-op path of
+    every other primitive makes no call here.)"""
+    if not KERNELS.tensors or KERNELS.fast:
+        return fn(*args, **kwargs)
     out = _fast_call(fn, *args, **kwargs)
     if not history:
         residuals.discard(out)
@@ -2337,10 +2339,8 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
         return RECORDER.record(prim, (x,), {})
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape)
     history = x.requires_grad and _state.grad_enabled and not prim.nondiff
-    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_forward(history, prim.forward, v)
-    else:
-        out = prim.forward(v)
+    out = (prim.forward(v) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, v))
     if history:
         return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
@@ -2358,10 +2358,8 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tens
     if infer or shape != b.shape:
         shape = prim.infer(shape, b.shape)
     history = (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff
-    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_forward(history, prim.forward, va, vb)
-    else:
-        out = prim.forward(va, vb)
+    out = (prim.forward(va, vb) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, va, vb))
     if history:
         return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
@@ -2384,10 +2382,8 @@ def record_floats(prim: Primitive, tensors: tuple[Tensor, ...]) -> Tensor | None
     shape = prim.infer(*[t.shape for t in tensors])
     history = history and _state.grad_enabled and not prim.nondiff
     values = [t._value for t in tensors]
-    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_forward(history, prim.forward, *values)
-    else:
-        out = prim.forward(*values)
+    out = (prim.forward(*values) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, *values))
     if history:
         return Tensor._result(out, prim, tensors, _NO_ATTRS, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
@@ -2399,10 +2395,8 @@ def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tup
     caller has put in normal form and checked, and whose result ``shape`` it has computed by
     the primitive's rule (the lean layout methods of ``Tensor``: reshape, permute)."""
     history = x.requires_grad and _state.grad_enabled and not prim.nondiff
-    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_forward(history, prim.forward, x._value, **attrs)
-    else:
-        out = prim.forward(x._value, **attrs)
+    out = (prim.forward(x._value, **attrs) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, x._value, **attrs))
     if history:
         return Tensor._result(out, prim, (x,), attrs, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
@@ -2447,10 +2441,8 @@ def _record_c(prim: Primitive, x: Tensor, c: float) -> Tensor:
     # (``c`` is a finite float: all that scale's and add_scalar's shape rules check.)
     shape = x.shape if prim in _IDENTITY_SHAPED else prim.infer(x.shape, c=c)
     history = x.requires_grad and _state.grad_enabled and not prim.nondiff
-    if prim.fast_forward is not None and KERNELS.tensors and not KERNELS.fast:
-        out = _fast_forward(history, prim.forward, v, c=c)
-    else:
-        out = prim.forward(v, c=c)
+    out = (prim.forward(v, c=c) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, v, c=c))
     if history:
         return Tensor._result(out, prim, (x,), {"c": c}, shape)
     return Tensor._result(out, None, (), _NO_ATTRS, shape)
