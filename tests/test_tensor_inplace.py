@@ -180,3 +180,191 @@ def test_random_fills_use_the_generator_and_keep_the_dtype() -> None:
     assert float(b.min()) >= -1 and float(b.max()) < 1
     tl.manual_seed(0)
     assert tl.zeros(1000).normal_(2.0, 0.5).equal(a)
+
+
+# --- views: one storage, one version counter (torch's views) ----------------------------------
+
+def _both(build: Callable[[Any], Any]) -> list[Any]:
+    """``build(m)`` for torchlean and torch: the gradient it returns, or the error's class."""
+    out = []
+    for m in (tl, torch):
+        try:
+            out.append(build(m))
+        except (tl.TorchLeanError, RuntimeError) as exc:
+            out.append(type(exc))
+    return out
+
+
+def test_a_reshape_shares_the_version_counter_of_its_source() -> None:
+    for m in (tl, torch):
+        x = m.tensor(np.ones(6, np.float32))
+        y = x.view(2, 3)
+        y.add_(1.0)
+        assert x._version == y._version == 1
+        z = x.reshape(3, 2)
+        x.mul_(2.0)
+        assert z._version == 2
+        np.testing.assert_array_equal(np.asarray(z.numpy()), np.full((3, 2), 4.0))
+
+
+def test_in_place_through_a_view_of_a_value_a_backward_needs_raises() -> None:
+    # a * a saved a; a changes through its view: torch's error (torchlean computed 12 per
+    # entry, a wrong gradient, when views had counters of their own).
+    def build(m: Any) -> Any:
+        x = m.tensor(np.ones(4, np.float32), requires_grad=True)
+        a = x * 2.0
+        b = a * a
+        a.reshape(2, 2).add_(1.0)
+        b.sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    assert ours is tl.TapeError and theirs is RuntimeError
+
+
+def test_a_no_grad_write_through_a_view_is_seen_by_the_backward() -> None:
+    # exp's VJP reads its output; changing it through a view under no_grad must be caught.
+    def build(m: Any) -> Any:
+        x = m.tensor(np.zeros(4, np.float32), requires_grad=True)
+        a = x.exp()
+        with m.no_grad():
+            a.view(2, 2).mul_(2.0)
+        a.sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    assert ours is tl.TapeError and theirs is RuntimeError
+
+
+def test_in_place_on_a_view_whose_base_is_not_used_again_matches_torch() -> None:
+    # The pattern of flatten-then-relu_(): the view's new node carries the gradient.
+    def build(m: Any) -> Any:
+        x = m.tensor(np.linspace(-1, 1, 6, dtype=np.float32), requires_grad=True)
+        a = x * 3.0
+        y = a.view(2, 3)
+        y.mul_(m.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)))
+        y.relu_()
+        (y * y).sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_the_base_used_after_an_in_place_op_on_its_view_is_refused() -> None:
+    # torch rewrites the base's history (CopySlices) and gets 6; torchlean's base still has
+    # x * 2 as its history, which would give 2: it refuses instead of answering wrongly.
+    def build(m: Any) -> Any:
+        x = m.tensor(np.ones(4, np.float32), requires_grad=True)
+        a = x * 2.0
+        a.view(2, 2).mul_(3.0)
+        a.sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    np.testing.assert_array_equal(theirs, np.full(4, 6.0))
+    assert ours is tl.TapeError
+    with pytest.raises(tl.TapeError, match="view of the same storage"):
+        build(tl)
+
+
+def test_another_view_of_the_same_base_is_refused_too() -> None:
+    x = tl.tensor(np.ones(4, np.float32), requires_grad=True)
+    a = x * 2.0
+    v1, v2 = a.view(2, 2), a.reshape(4)
+    v1.add_(1.0)
+    with pytest.raises(tl.TapeError, match="view of the same storage"):
+        (v2 * 1.0).sum().backward()
+    assert x.grad is None  # refused before any gradient was written
+
+
+def test_in_place_on_a_view_of_a_leaf_that_requires_grad_is_refused_as_in_torch() -> None:
+    for m, err in ((tl, tl.TorchLeanError), (torch, RuntimeError)):
+        x = m.tensor(np.ones(4, np.float32), requires_grad=True)
+        with pytest.raises(err, match="view of a leaf Variable"):
+            x.view(2, 2).add_(1.0)
+        np.testing.assert_array_equal(x.detach().numpy(), np.ones(4))  # nothing changed
+        with m.no_grad():
+            x.view(2, 2).add_(1.0)  # allowed without grad mode, as in torch
+        assert x._version == 1
+
+
+def test_a_view_made_without_history_is_not_written_under_grad_mode() -> None:
+    for m, err in ((tl, tl.TorchLeanError), (torch, RuntimeError)):
+        x = m.tensor(np.ones(4, np.float32), requires_grad=True)
+        a = x * 2.0
+        with m.no_grad():
+            v = a.view(2, 2)
+        with pytest.raises(err, match="(?i)no_grad mode"):
+            v.mul_(m.tensor(np.ones((2, 2), np.float32), requires_grad=True))
+
+
+def test_a_snapshot_keeps_the_changes_made_before_it() -> None:
+    # no_grad change of exp's output, then a recorded in-place op: exp's VJP would read the
+    # changed output (through the snapshot the in-place op keeps); torch raises.
+    def build(m: Any) -> Any:
+        x = m.tensor(np.zeros(4, np.float32), requires_grad=True)
+        a = x.exp()
+        with m.no_grad():
+            a.mul_(2.0)
+        a.add_(1.0)
+        a.sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    assert ours is tl.TapeError and theirs is RuntimeError
+
+
+def test_permute_and_transpose_are_views_as_in_torch() -> None:
+    rng = np.random.default_rng(7)
+    a0 = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    seen = []
+    for m in (tl, torch):
+        x = m.tensor(a0.copy())
+        p = x.permute(2, 0, 1)
+        t = x.transpose(0, 2)
+        m2 = x[0].t()
+        layout = (p.is_contiguous(), p.stride(), t.stride(), m2.stride(), x[0].T.stride(),
+                  p.contiguous().is_contiguous(), p.contiguous().stride())
+        p[1, 0, 2] = 50.0    # x[0, 2, 1]
+        t[3, 1, 1] = -7.0    # x[1, 1, 3]
+        m2[2, 0] = 9.0       # x[0, 0, 2]
+        c = p.contiguous()
+        c[0, 0, 0] = 123.0   # a copy: x unchanged
+        seen.append((layout, x.numpy().copy(), x._version))
+    assert seen[0][0] == seen[1][0]
+    np.testing.assert_array_equal(seen[0][1], seen[1][1])
+    assert seen[0][2] == seen[1][2] == 3
+
+
+def test_gradients_through_transposed_views_match_torch() -> None:
+    rng = np.random.default_rng(8)
+    q0, k0 = (rng.standard_normal((2, 5, 3, 4)).astype(np.float32) for _ in range(2))
+    w0 = rng.standard_normal((4, 6)).astype(np.float32)
+    grads = []
+    for m in (tl, torch):
+        q, k, w = (m.tensor(v, requires_grad=True) for v in (q0, k0, w0))
+        qh, kh = q.transpose(1, 2), k.permute(0, 2, 3, 1)      # (2, 3, 5, 4), (2, 3, 4, 5)
+        s = (qh @ kh).softmax(-1) @ qh                           # strided operands
+        out = s.transpose(1, 2).reshape(2, 5, 12) @ m.tensor(np.ones((12, 2), np.float32))
+        loss = (out * out).sum() + (q.reshape(10, 12)[:, :4] @ w).t().sum()
+        loss.backward()
+        grads.append([t.grad.numpy() for t in (q, k, w)])
+    for ours, theirs in zip(*grads, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
+
+
+def test_in_place_on_a_transposed_view_follows_the_view_rules() -> None:
+    # relu_ on a transposed view of a non-leaf that nothing else uses: the gradient torch gives
+    def build(m: Any) -> Any:
+        x = m.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+        y = (x * 2.0).t()
+        y.relu_()
+        (y * m.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))).sum().backward()
+        return x.grad.numpy()
+
+    ours, theirs = _both(build)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    x = tl.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    with pytest.raises(tl.TorchLeanError, match="view of a leaf Variable"):
+        x.t().mul_(2.0)

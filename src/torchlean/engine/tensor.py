@@ -164,9 +164,10 @@ class Tensor(Ref):
     float dtype; sizes give zeros, where torch leaves memory uninitialised)."""
 
     # ``_retains`` (set by ``retain_grad`` only, read with a default) is never initialised: the
-    # per-op constructor stays as short as it was.
+    # per-op constructor stays as short as it was. ``_base``: the tensor whose storage a view
+    # shares (torch's views), else None.
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
-                 "_freed", "_retains")
+                 "_freed", "_retains", "_base")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
     _value: Any
     _op: Primitive | None
@@ -174,8 +175,11 @@ class Tensor(Ref):
     _attrs: dict[str, Any]
     requires_grad: bool
     grad: Tensor | None
+    # [version, sequence number of the last change, of the last change recorded with a
+    # history]: one list shared by every alias of one storage (detach, .data, views).
     _vc: list[int] | None
     _freed: bool
+    _base: Tensor | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The reverse pass keys its graph by the tensors themselves (``_graph_of``), which is
@@ -221,6 +225,7 @@ class Tensor(Ref):
         t.grad = None
         t._vc = None
         t._freed = False
+        t._base = None
         return t
 
     # --- reading ------------------------------------------------------------------------------
@@ -298,10 +303,7 @@ class Tensor(Ref):
     def detach(self) -> Tensor:
         """A new leaf sharing this value (and its version counter), with no history."""
         t = _leaf(self._value)
-        vc = self._vc
-        if vc is None:
-            vc = self._vc = [0, 0]
-        t._vc = vc
+        t._vc = _counter(self)
         return t
 
     def detach_(self) -> Tensor:
@@ -742,7 +744,13 @@ class Tensor(Ref):
     def t(self) -> Tensor:  # type: ignore[override]
         if self.ndim < 2:
             return self  # as torch: 0-d and 1-D tensors are their own transpose
-        return Ref.t(self)  # type: ignore[return-value]
+        return self.T
+
+    @property
+    def T(self) -> Tensor:  # type: ignore[override]  # noqa: N802  (PyTorch's name)
+        if self.ndim == 2:
+            return self.transpose(0, 1)
+        return Ref.T.fget(self)  # type: ignore[attr-defined,no-any-return]
 
     def floor(self) -> Tensor:
         return _rounded(self, "floor")
@@ -903,8 +911,7 @@ class Tensor(Ref):
             axes = tuple([d % n for d in perm])
             if len(set(axes)) == n:
                 shape = self.shape
-                return _record_shaped(_PERMUTE, self, {"perm": axes},
-                                      tuple([shape[a] for a in axes]))
+                return _permuted(self, axes, tuple([shape[a] for a in axes]))
         return Ref.permute(self, *dims)  # type: ignore[return-value]
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:  # type: ignore[override]
@@ -919,7 +926,7 @@ class Tensor(Ref):
             perm[a], perm[b] = b, a
             shape = list(self.shape)
             shape[a], shape[b] = shape[b], shape[a]
-            return _record_shaped(_PERMUTE, self, {"perm": tuple(perm)}, tuple(shape))
+            return _permuted(self, tuple(perm), tuple(shape))
         return Ref.transpose(self, dim0, dim1)  # type: ignore[return-value]
 
     def softmax(self, dim: int) -> Tensor:  # type: ignore[override]
@@ -972,7 +979,12 @@ class Tensor(Ref):
         return _leaf(np.tile(self._value, reps))
 
     def contiguous(self) -> Tensor:
-        return self
+        """``self`` when its value is in row-major order, else a row-major copy (recorded as
+        the identity permutation, whose reference forward copies), as torch's."""
+        v = self._value
+        if v.flags.c_contiguous or self.dtype.kind != "f" or type(v) is not np.ndarray:
+            return self if v.flags.c_contiguous else _leaf(v.copy())
+        return _record_shaped(_PERMUTE, self, {"perm": tuple(range(self.ndim))}, self.shape)
 
     def clone(self) -> Tensor:
         """A copy with the same history (gradients flow back through it)."""
@@ -1024,9 +1036,7 @@ class Tensor(Ref):
         return 0 if self._vc is None else self._vc[0]
 
     def _bump(self) -> None:
-        vc = self._vc
-        if vc is None:
-            vc = self._vc = [0, 0]
+        vc = _counter(self)
         vc[0] += 1
         vc[1] = next(_sequence)
 
@@ -1570,6 +1580,18 @@ def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any
         raise TorchLeanError(f"{op}: a leaf Variable that requires grad is being used in an "
                              "in-place operation (as in PyTorch: wrap the update in "
                              "tl.no_grad(), or change .data)")
+    storage = self._base
+    if grad_on and storage is not None and storage.requires_grad:
+        # torch's two refusals for views: the write would change a leaf's value behind its
+        # gradient, or (a view made without history) leave the base's history ambiguous.
+        if storage._op is None:
+            raise TorchLeanError(f"{op}: a view of a leaf Variable that requires grad is being "
+                                 "used in an in-place operation (as in PyTorch: wrap the "
+                                 "update in tl.no_grad(), or change .data)")
+        if self._op is None:
+            raise TorchLeanError(f"{op}: a view created in no_grad mode is being modified in "
+                                 "place with grad mode enabled (as in PyTorch, this ambiguous "
+                                 "use is forbidden: clone() the view first)")
     record = grad_on and (self.requires_grad or any(
         isinstance(o, Tensor) and o.requires_grad for o in others))
     if record:
@@ -1595,6 +1617,11 @@ def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any
     _write(op, self, out._value)
     self._bump()
     if record and out._op is not None:
+        # The write is recorded in this tensor's new node; other aliases of the storage (a
+        # view's base, other views) keep histories that no longer make their value, which
+        # ``_graph_of`` refuses to differentiate through for ops recorded after now.
+        vc = self._vc
+        vc[2] = vc[1]  # type: ignore[index]
         self._op, self._parents, self._attrs = out._op, out._parents, out._attrs
         self.requires_grad = True
         self._id = next(_sequence)
@@ -1608,10 +1635,69 @@ def _write(op: str, t: Tensor, value: Any) -> None:
         raise TorchLeanError(f"{op}: cannot write into this tensor's storage ({exc})") from None
 
 
+def _permuted(x: Tensor, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tensor:
+    """torch's ``permute`` / ``transpose`` of a float host tensor: a view of ``x``'s storage
+    (writes through either reach the other, one version counter), recorded as the permute
+    primitive, whose reference forward gives the same values copied into row-major order.
+    The copy is left to the consumer that needs one (a reshape; a matrix product reads the
+    strided operand as it is), as in torch."""
+    out = x._value.transpose(axes)
+    if x.requires_grad and _state.grad_enabled:
+        res = Tensor._result(out, _PERMUTE, (x,), {"perm": axes}, shape)
+    else:
+        res = Tensor._result(out, None, (), _NO_ATTRS, shape)
+    _share_storage(res, x)
+    return res
+
+
+def _counter(t: Tensor) -> list[int]:
+    """``t``'s version counter, made on first use (most tensors never need one)."""
+    vc = t._vc
+    if vc is None:
+        vc = t._vc = [0, 0, 0]
+    return vc
+
+
+def _share_storage(view: Tensor, source: Tensor) -> None:
+    """``view``'s value is (part of) ``source``'s storage: one version counter for both, so a
+    change through either is seen by the other's checks, and the base remembered for the
+    in-place refusals (torch's views)."""
+    view._vc = _counter(source)
+    base = source._base
+    view._base = source if base is None else base
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array whose memory ``a`` views (``a`` itself when it owns it, or when its base is a
+    foreign buffer: bytes, a memoryview). NumPy points a view's ``base`` at the owner, except
+    through arrays over foreign buffers, hence the walk."""
+    b = a.base
+    while isinstance(b, np.ndarray):
+        a, b = b, b.base
+    return a
+
+
+def _link_view(out: Tensor, inputs: Sequence[Tensor]) -> Tensor:
+    """``out`` linked to the input whose storage its value shares, if any: called where a
+    kernel returned a NumPy view (``.base`` set), as reshape and the identity casts do, or a
+    reshaped fresh result (its owner is no input's); anything else costs one attribute
+    test."""
+    v = out._value
+    if type(v) is np.ndarray:
+        owner = _owner(v)
+        for t in inputs:
+            if type(t._value) is np.ndarray and _owner(t._value) is owner:
+                _share_storage(out, t)
+                break
+    return out
+
+
 def _snapshot(t: Tensor) -> Tensor:
     """t's node as it is now (a copy of the value, the same history and creation number)."""
     snap = Tensor._result(t._value.copy(), t._op, t._parents, t._attrs)
     snap._id = t._id
+    if t._vc is not None:  # its changes so far (a frozen copy: the snapshot has no aliases)
+        snap._vc = list(t._vc)
     snap.requires_grad = t.requires_grad
     snap._freed = t._freed
     return snap
@@ -1650,10 +1736,7 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
             view = _leaf(value if hasattr(value, "shape") and value.shape != () or
                          not isinstance(value, np.generic) else np.asarray(value))
             if isinstance(view._value, np.ndarray) and np.shares_memory(view._value, t._value):
-                vc = t._vc
-                if vc is None:
-                    vc = t._vc = [0, 0]
-                view._vc = vc
+                _share_storage(view, t)
             return view
         return _leaf(value.copy() if isinstance(value, np.ndarray) else xp.asarray(value))
     out: Any = t
@@ -1809,6 +1892,7 @@ def _init_slots(t: Tensor, value: Any, prim: Primitive | None, parents: tuple[Te
     t.grad = None
     t._vc = None
     t._freed = False
+    t._base = None
 
 
 def _leaf(value: Any, requires_grad: bool = False) -> Tensor:
@@ -1949,9 +2033,15 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
             clean = False
         for p in t._parents:
             vc = p._vc
-            if vc is not None and vc[1] > t._id and (p._op is not None or t._op is None or
-                                                     t._op.name not in INPUT_FREE):
-                raise _modified(p, t, vc)
+            if vc is not None:
+                # Changed after t used it: an error where t's rule reads the value, or where
+                # p's own node was replaced since (a recorded in-place op renews p's creation
+                # number), so the gradient would flow through the wrong node.
+                if vc[1] > t._id and (p._id > t._id or t._op is None or
+                                      t._op.name not in INPUT_FREE):
+                    raise _modified(p, t, vc)
+                if vc[2] > p._id and t._id > vc[2] and p.requires_grad:
+                    raise _rewritten(p, t)
             if p not in seen:
                 push(p)
     nodes = list(seen)
@@ -2139,6 +2229,19 @@ def _accumulate(leaf: Tensor, g: Any) -> None:
         leaf.grad = _leaf(g.copy()) if leaf.grad is None else _leaf(leaf.grad._value + g)
 
 
+def _rewritten(p: Tensor, user: Tensor) -> TapeError:
+    """The error for a value changed by a recorded in-place op through another alias (a view
+    or the view's base) and used after: its own history no longer makes its value. torch
+    rewrites the base's history (``CopySlices``); torchlean refuses rather than differentiate
+    through the stale one."""
+    op = user._op.name if user._op is not None else "an op"
+    return TapeError(
+        f"backward: a [{p.dtype.name} tensor of shape {list(p.shape)}] used by {op} was changed "
+        "by an in-place operation on a view of the same storage (or on the view's base) after "
+        "it was computed; torchlean does not rewrite its history through the view. Hint: "
+        "clone() the view before changing it in place, or use out-of-place ops.")
+
+
 def _modified(p: Tensor, user: Tensor, vc: list[int]) -> TapeError:
     """torch's error for a value a recorded backward needs that was changed in place since."""
     op = user._op.name if user._op is not None else "an op"
@@ -2234,9 +2337,9 @@ class _Recorder:
         history = history and not prim.nondiff and _state.grad_enabled
         out = (run_checked(prim, values, attrs) if prim.fast_forward is None
                else _fast_forward(history, run_checked, prim, values, attrs))
-        if history:
-            return Tensor._result(out, prim, tuple(tensors), attrs)
-        return Tensor._result(out, None, (), {})
+        res = (Tensor._result(out, prim, tuple(tensors), attrs) if history
+               else Tensor._result(out, None, (), {}))
+        return res if res._value.base is None else _link_view(res, tensors)
 
     def _record_data(self, prim: Primitive, tensors: Sequence[Tensor], attrs: dict[str, Any]
                      ) -> Tensor:
@@ -2341,9 +2444,9 @@ def _record1(prim: Primitive, x: Tensor) -> Tensor:
     history = x.requires_grad and _state.grad_enabled and not prim.nondiff
     out = (prim.forward(v) if prim.fast_forward is None
            else _fast_forward(history, prim.forward, v))
-    if history:
-        return Tensor._result(out, prim, (x,), _NO_ATTRS, shape)
-    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+    res = (Tensor._result(out, prim, (x,), _NO_ATTRS, shape) if history
+           else Tensor._result(out, None, (), _NO_ATTRS, shape))
+    return res if res._value.base is None else _link_view(res, (x,))
 
 
 def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tensor:
@@ -2360,16 +2463,18 @@ def _record2(prim: Primitive, a: Tensor, b: Tensor, infer: bool = False) -> Tens
     history = (a.requires_grad or b.requires_grad) and _state.grad_enabled and not prim.nondiff
     out = (prim.forward(va, vb) if prim.fast_forward is None
            else _fast_forward(history, prim.forward, va, vb))
-    if history:
-        return Tensor._result(out, prim, (a, b), _NO_ATTRS, shape)
-    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+    res = (Tensor._result(out, prim, (a, b), _NO_ATTRS, shape) if history
+           else Tensor._result(out, None, (), _NO_ATTRS, shape))
+    return res if res._value.base is None else _link_view(res, (a, b))
 
 
-def record_floats(prim: Primitive, tensors: tuple[Tensor, ...]) -> Tensor | None:
-    """``RECORDER.record(prim, tensors, {})`` for an attribute-free primitive whose inputs are
-    float host tensors of one dtype, or ``None`` (nothing done) for any other inputs: the lean
-    path of ``nn.functional``'s hot layers (``linear``), which have checked the shapes in their
-    own words first. The primitive's shape rule still runs (and the allocation limit with it)."""
+def record_floats(prim: Primitive, tensors: tuple[Tensor, ...],
+                  attrs: dict[str, Any] = _NO_ATTRS) -> Tensor | None:
+    """``RECORDER.record(prim, tensors, attrs)`` for a primitive whose inputs are float host
+    tensors of one dtype, or ``None`` (nothing done) for any other inputs: the lean path of
+    ``nn.functional``'s hot layers (``linear``, ``layer_norm``), which have checked the shapes
+    and put ``attrs`` in normal form in their own words first. The primitive's shape rule
+    still runs (and the allocation limit with it)."""
     dtype = tensors[0].dtype
     history = False
     for t in tensors:
@@ -2379,14 +2484,14 @@ def record_floats(prim: Primitive, tensors: tuple[Tensor, ...]) -> Tensor | None
             history = True
     if dtype.kind != "f":
         return None
-    shape = prim.infer(*[t.shape for t in tensors])
+    shape = prim.infer(*[t.shape for t in tensors], **attrs)
     history = history and _state.grad_enabled and not prim.nondiff
     values = [t._value for t in tensors]
-    out = (prim.forward(*values) if prim.fast_forward is None
-           else _fast_forward(history, prim.forward, *values))
-    if history:
-        return Tensor._result(out, prim, tensors, _NO_ATTRS, shape)
-    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+    out = (prim.forward(*values, **attrs) if prim.fast_forward is None
+           else _fast_forward(history, prim.forward, *values, **attrs))
+    res = (Tensor._result(out, prim, tensors, attrs, shape) if history
+           else Tensor._result(out, None, (), _NO_ATTRS, shape))
+    return res if res._value.base is None else _link_view(res, tensors)
 
 
 def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tuple[int, ...]
@@ -2397,9 +2502,9 @@ def _record_shaped(prim: Primitive, x: Tensor, attrs: dict[str, Any], shape: tup
     history = x.requires_grad and _state.grad_enabled and not prim.nondiff
     out = (prim.forward(x._value, **attrs) if prim.fast_forward is None
            else _fast_forward(history, prim.forward, x._value, **attrs))
-    if history:
-        return Tensor._result(out, prim, (x,), attrs, shape)
-    return Tensor._result(out, None, (), _NO_ATTRS, shape)
+    res = (Tensor._result(out, prim, (x,), attrs, shape) if history
+           else Tensor._result(out, None, (), _NO_ATTRS, shape))
+    return res if res._value.base is None else _link_view(res, (x,))
 
 
 # What a shape or permutation argument may be on the lean paths (torch.Size is a tuple).

@@ -369,11 +369,14 @@ def _reshaped_(self: Any, shaped: Any) -> Any:
 
 
 def is_contiguous(self: Any, memory_format: Any = None) -> builtins.bool:
-    return True
+    """Whether the value is in row-major order (a transposed view is not, as in torch)."""
+    return builtins.bool(self._value.flags.c_contiguous)
 
 
 def stride(self: Any, dim: Any = None) -> Any:
-    strides = tuple(builtins.int(np.prod(self.shape[i + 1:])) for i in range(self.ndim))
+    """The value's strides in elements (torch's convention), of views too."""
+    item = self._value.itemsize
+    strides = tuple(builtins.int(st // item) for st in self._value.strides)
     return strides if dim is None else strides[_dim("stride", self, dim)]
 
 

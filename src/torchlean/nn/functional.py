@@ -67,6 +67,7 @@ class UnsupportedArgumentError(TorchLeanError):
 
 
 _LINEAR = REGISTRY["linear"]
+_LAYER_NORM = REGISTRY["layer_norm"]
 
 
 def _tensor(fn: str, name: str, x: Any) -> Any:
@@ -585,6 +586,17 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
                eps: float = 1e-5) -> Any:
     """Normalise over the trailing ``normalized_shape`` axes (population variance), then
     ``* weight + bias``; several trailing axes are flattened into one for the primitive."""
+    if (isinstance(input, Tensor) and isinstance(weight, Tensor) and isinstance(bias, Tensor)
+            and type(eps) is float and eps > 0 and input.shape):
+        # The common call (a layer's tensors over the last axis): checked here in few steps.
+        d = input.shape[-1]
+        ns = normalized_shape
+        if type(ns) in (tuple, list) and len(ns) == 1:
+            ns = ns[0]
+        if type(ns) is int and ns == d and weight.shape == (d,) and bias.shape == (d,):
+            out = record_floats(_LAYER_NORM, (input, weight, bias), {"eps": eps})
+            if out is not None:
+                return out
     x = _float_tensor("layer_norm", "input", input)
     norm = ((normalized_shape,) if isinstance(normalized_shape, int | np.integer)
             else tuple(normalized_shape) if isinstance(normalized_shape, tuple | list) else None)
