@@ -484,9 +484,9 @@ class Tensor(Ref):
             if not -n <= index < n:
                 raise IndexRangeError(f"indexing: index {index} is out of bounds for dimension "
                                       f"0 with size {n}")
-            return Ref.__getitem__(self, index)  # type: ignore[return-value]
+            return _viewed(Ref.__getitem__(self, index), self, index)  # type: ignore[arg-type]
         if type(index) is slice and self.dtype.kind == "f" and self.shape:
-            return Ref.__getitem__(self, index)  # type: ignore[return-value]
+            return _viewed(Ref.__getitem__(self, index), self, index)  # type: ignore[arg-type]
         return _getitem(self, index)
 
     # --- torch's type promotion on the operators ------------------------------------------------
@@ -1744,7 +1744,21 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
         if all(isinstance(e, slice) and e == slice(None) for e in step):
             continue
         out = Ref.__getitem__(out, step)
-    return out  # type: ignore[no-any-return]
+    return _viewed(out, t, steps[0]) if len(steps) == 1 and out is not t else out
+
+
+def _viewed(out: Tensor, t: Tensor, index: Any) -> Tensor:
+    """``out`` (``t[index]`` recorded by its gather) holding the same entries as a view of
+    ``t``'s storage where NumPy's ``index`` is basic (a view), as torch's basic indexing is,
+    history or not: the gather keeps its rule, writes through either reach the other."""
+    value = t._value
+    if type(value) is np.ndarray:
+        view = value[index]
+        if (type(view) is np.ndarray and view.base is not None and view.shape == out.shape
+                and _owner(view) is _owner(value)):
+            out._value = view
+            _share_storage(out, t)
+    return out
 
 
 def _setitem(t: Tensor, index: Any, value: Any) -> None:
