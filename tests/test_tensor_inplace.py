@@ -368,3 +368,20 @@ def test_in_place_on_a_transposed_view_follows_the_view_rules() -> None:
     x = tl.tensor(np.ones((2, 3), np.float32), requires_grad=True)
     with pytest.raises(tl.TorchLeanError, match="view of a leaf Variable"):
         x.t().mul_(2.0)
+
+
+def test_diagonal_is_a_view_as_in_torch() -> None:
+    # A.diagonal().add_(eps): the common regularisation idiom must change A.
+    seen = []
+    for m in (tl, torch):
+        x = m.tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+        x[0].diagonal(1).mul_(-1.0)
+        x.diagonal(0, 1, 2).add_(100.0)
+        w = m.tensor(np.arange(9, dtype=np.float32).reshape(3, 3), requires_grad=True)
+        a = w * 2.0
+        d = a.diagonal()
+        d.mul_(3.0)
+        (d * d).sum().backward()
+        seen.append((x.numpy().copy(), x._version, a.detach().numpy().copy(), w.grad.numpy()))
+    for ours, theirs in zip(*seen, strict=True):
+        np.testing.assert_array_equal(ours, theirs)

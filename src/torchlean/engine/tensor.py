@@ -1670,10 +1670,15 @@ def _share_storage(view: Tensor, source: Tensor) -> None:
 def _owner(a: np.ndarray) -> np.ndarray:
     """The array whose memory ``a`` views (``a`` itself when it owns it, or when its base is a
     foreign buffer: bytes, a memoryview). NumPy points a view's ``base`` at the owner, except
-    through arrays over foreign buffers, hence the walk."""
+    through arrays over foreign buffers and ``as_strided``'s wrapper object, hence the walk."""
     b = a.base
-    while isinstance(b, np.ndarray):
-        a, b = b, b.base
+    while b is not None:
+        if isinstance(b, np.ndarray):
+            a, b = b, b.base
+        elif isinstance(getattr(b, "base", None), np.ndarray):  # as_strided's DummyArray
+            b = b.base
+        else:
+            break
     return a
 
 
@@ -1752,12 +1757,17 @@ def _viewed(out: Tensor, t: Tensor, index: Any) -> Tensor:
     ``t``'s storage where NumPy's ``index`` is basic (a view), as torch's basic indexing is,
     history or not: the gather keeps its rule, writes through either reach the other."""
     value = t._value
-    if type(value) is np.ndarray:
-        view = value[index]
-        if (type(view) is np.ndarray and view.base is not None and view.shape == out.shape
-                and _owner(view) is _owner(value)):
-            out._value = view
-            _share_storage(out, t)
+    return adopt_view(out, t, value[index]) if type(value) is np.ndarray else out
+
+
+def adopt_view(out: Tensor, t: Tensor, view: Any) -> Tensor:
+    """``out`` (recorded from ``t`` by an op that copies) given ``view`` as its value where
+    ``view`` is a NumPy view of ``t``'s storage with the same entries: torch's view ops
+    (indexing, ``diagonal``) share storage, and writes through either reach the other."""
+    if (type(view) is np.ndarray and view.base is not None and view.shape == out.shape
+            and view.dtype == out.dtype and _owner(view) is _owner(t._value)):
+        out._value = view
+        _share_storage(out, t)
     return out
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..core.errors import IndexRangeError, ShapeError, TorchLeanError
 from ..core.rng import Generator, check_generator, default_generator
@@ -25,6 +26,7 @@ from .tensor import (
     _inplace,
     _leaf,
     _where,
+    adopt_view,
     cat,
     checked_signature,
     is_grad_enabled,
@@ -157,7 +159,17 @@ def diagonal_(self: Any, offset: builtins.int = 0, dim1: builtins.int = 0,
     length = builtins.max(builtins.min(rows - start_r, cols - start_c), 0)
     r = tensor(np.arange(start_r, start_r + length))
     c = tensor(np.arange(start_c, start_c + length))
-    return moved[(Ellipsis, r, c)]
+    out = moved[(Ellipsis, r, c)]
+    v = moved._value
+    if type(v) is np.ndarray and length > 0:
+        # torch's diagonal is a view: the same entries seen in place, one step of a row and a
+        # column apart (NumPy's own diagonal view is read-only).
+        corner = v[..., start_r:, start_c:]
+        view = as_strided(corner, corner.shape[:-2] + (length,),
+                          corner.strides[:-2] + (corner.strides[-2] + corner.strides[-1],),
+                          writeable=v.flags.writeable)
+        adopt_view(out, self, view)
+    return out
 
 
 def diag_embed(self: Any, offset: builtins.int = 0) -> Any:
