@@ -19,7 +19,7 @@ import pytest
 
 import torchlean as tl
 from torchlean import attack, nn
-from torchlean.bounds import bab
+from torchlean.bounds import bab, properties
 from torchlean.bounds.properties import PropertyError, Region, refute
 from torchlean.vnn import benchmark, instance, vnnlib
 from torchlean.vnn.instance import Network, VnnError, verify_instance
@@ -584,3 +584,53 @@ def test_between_two_branch_and_bound_runs_only_the_first_attack_attempt(monkeyp
         assert attacks == [(0, 0), (3, 1)]
         assert ("lookahead" in runs[1]) == looked_ahead
         assert "resume" not in runs[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# A counterexample must survive every float32 summation order, not only torchlean's
+
+def _exact(v):
+    """The exact decimal of a float (VNN-LIB numbers are read exactly)."""
+    from decimal import Decimal
+    return format(Decimal(float(v)), "f")
+
+
+def _point_property(x, row, threshold, sense="<="):
+    lines = [f"(declare-const X_{i} Real)" for i in range(len(x))]
+    lines += [f"(declare-const Y_{i} Real)" for i in range(5)]
+    for i, v in enumerate(x):
+        lines += [f"(assert (>= X_{i} {_exact(v)}))", f"(assert (<= X_{i} {_exact(v)}))"]
+    lines.append(f"(assert ({sense} Y_{row} {_exact(threshold)}))")
+    return vnnlib.parse("\n".join(lines), "point")
+
+
+@needs_shared
+def test_a_counterexample_within_rounding_of_the_boundary_is_not_reported():
+    path = os.path.join(SHARED, "acasxu", "ACASXU_run2a_1_1_batch_2000.onnx")
+    net = Network(path)
+    x = np.array([0.6, -0.3, 0.4, 0.45, -0.45], np.float32)
+    y = np.asarray(net.run(x), np.float64)
+    # Y_0 <= its own float32 value: torchlean's forward meets it exactly, but another
+    # summation order may land one step above; not a counterexample to report.
+    on_edge = _point_property(x, 0, y[0])
+    assert on_edge.violated_by(x, y) is not None
+    lo, hi = properties.enclose_outputs(net.model, x)
+    assert np.all(lo <= y) and np.all(y <= hi) and hi[0] > y[0]
+    assert not properties.confirm(net.model, on_edge, x, y)
+    result = verify_instance(path, on_edge, 20, "bab", effort=0)
+    assert result.status == "unknown", result
+    # a threshold clear of rounding: sat, and onnxruntime agrees
+    clear = _point_property(x, 0, y[0] + 1e-3)
+    result = verify_instance(path, clear, 20, "bab", effort=0)
+    assert result.status == "sat", result
+    _check_with_onnxruntime(path, clear, result)
+
+
+def test_violated_throughout_is_exact_at_the_ends():
+    prop = vnnlib.parse("\n".join(
+        ["(declare-const X_0 Real)", "(declare-const Y_0 Real)", "(declare-const Y_1 Real)",
+         "(assert (>= X_0 0))", "(assert (<= X_0 1))", "(assert (<= Y_0 Y_1))"]), "p")
+    x = [0.5]
+    assert prop.violated_throughout(x, [0.0, 1.0], [1.0, 2.0]) is not None  # max y0 = min y1
+    assert prop.violated_throughout(x, [0.0, 1.0], [np.nextafter(1.0, 2.0), 2.0]) is None
+    assert prop.violated_throughout([1.5], [0.0, 1.0], [0.5, 2.0]) is None  # outside the box

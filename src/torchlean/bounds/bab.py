@@ -82,7 +82,7 @@ from typing import Any
 
 import numpy as np
 
-from . import METHODS, compute_bounds
+from . import METHODS, compute_bounds, properties
 from .alpha import optimise
 from .chain_crown import ChainCrown, concretize
 from .engine import BoundsError, Propagation
@@ -1181,7 +1181,9 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
     back as ``resume``, the search goes on where it stopped.
 
     ``run(x)``: the float32 network on one flat input (batch of one), flat output; a point is a
-    counterexample only when ``prop.violated_by(x, run(x))`` (exact arithmetic) says so.
+    counterexample only when ``prop.violated_by(x, run(x))`` (exact arithmetic) says so, and
+    the engine's enclosure of the outputs at ``x`` is unsafe throughout
+    (``properties.confirm``).
     """
     clock = options.get("clock", time.monotonic)
     search_fn = options.pop("search_fn", search)  # bounds.relu_bab passes its own
@@ -1189,7 +1191,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
 
     def confirm(x: Array) -> tuple[Array, Array] | None:
         y = np.asarray(run(x)).reshape(-1)
-        if np.all(np.isfinite(y)) and prop.violated_by(x, y) is not None:
+        if properties.confirm(models.get(1), prop, x, y):
             return np.asarray(x, np.float64), y.astype(np.float64)
         return None
 

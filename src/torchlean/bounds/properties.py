@@ -130,6 +130,15 @@ class Conjunction:
     def holds(self, y: Sequence[float]) -> bool:
         return all(con.holds(y) for con in self.constraints)
 
+    def holds_throughout(self, y_lo: Sequence[float], y_hi: Sequence[float]) -> bool:
+        """Whether every constraint holds at every point of the box ``[y_lo, y_hi]``, exactly:
+        each left side's maximum over the box (an upper end per positive coefficient, a lower
+        end per negative one) is at most its bound."""
+        return all(
+            sum((c * Fraction(float(y_hi[i] if c > 0 else y_lo[i])) for i, c in con.terms),
+                Fraction(0)) <= con.bound
+            for con in self.constraints)
+
 
 @dataclass(frozen=True)
 class Region:
@@ -207,6 +216,15 @@ class Property:
                 return r, met[0]
         return None
 
+    def violated_throughout(self, x: Any, y_lo: Any, y_hi: Any) -> tuple[int, int] | None:
+        """As ``violated_by``, for every output in the box ``[y_lo, y_hi]`` at once (a certified
+        enclosure of the network's outputs at ``x``: ``enclose_outputs``)."""
+        for r, region in enumerate(self.regions):
+            met = [c for c, conj in enumerate(region.outputs) if conj.holds_throughout(y_lo, y_hi)]
+            if met and region.contains(x):
+                return r, met[0]
+        return None
+
 
 @dataclass
 class Refutation:
@@ -228,6 +246,37 @@ def _spec_shape(out_shape: tuple[int, ...], n_outputs: int, label: str) -> tuple
         raise PropertyError(f"{label}: expected a network output with a batch axis of 1, found "
                             f"shape {out_shape}")
     return out_shape[1:]
+
+
+def enclose_outputs(compiled: Any, x: Any, kernel: bool = True) -> tuple[Array, Array]:
+    """Certified lower and upper ends of every output (flat, float64) at the one input ``x``:
+    the bound engine's interval pass over the point box. With ``kernel`` they hold for the
+    network's float32 computation whatever order its sums take (the engine's rounding error
+    terms); without, for the real-valued network."""
+    graph = compiled.graph
+    in_shape = graph.nodes[graph.inputs[0]].shape
+    rest = tuple(compiled.out_shape)[1:]
+    m = int(np.prod(rest)) if rest else 1
+    eye = np.eye(m)
+    spec = np.concatenate([eye, -eye]).reshape((1, 2 * m, *rest))
+    point = np.asarray(x, np.float64).reshape(in_shape)
+    result = compute_bounds(compiled, point, point, method="crown", spec=spec, kernel=kernel)
+    assert result.spec is not None
+    lower = np.asarray(result.spec[0], np.float64).reshape(2 * m)
+    return lower[:m], -lower[m:]
+
+
+def confirm(compiled: Any, prop: Property, x: Any, y: Any) -> bool:
+    """Whether ``x`` is a counterexample to report: the network's float32 output ``y`` meets an
+    unsafe set exactly (``violated_by``) and so does every output the engine encloses at ``x``
+    (``enclose_outputs`` with the float32 error terms, which also enclose the real-valued
+    output), so that another float32 evaluation order (another runtime's summation,
+    onnxruntime's) or exact arithmetic cannot take it out. A point within rounding of the
+    boundary is not reported; the search goes on."""
+    if not np.all(np.isfinite(y)) or prop.violated_by(x, y) is None:
+        return False
+    y_lo, y_hi = enclose_outputs(compiled, x, kernel=True)
+    return prop.violated_throughout(x, y_lo, y_hi) is not None
 
 
 def refute(compiled: Any, prop: Property, region: Region, *, method: str = "crown",

@@ -18,7 +18,11 @@
 
 A point is reported ``sat`` only after the network itself (the float32 compiled graph that the
 bound engine encloses, batch of one) maps it into the unsafe set, checked exactly
-(``Property.violated_by``). Otherwise the answer is ``unknown`` (everything ran) or ``timeout``.
+(``Property.violated_by``), and the bound engine's enclosure of the outputs at that point (every
+float32 evaluation order, and the real value) lies in the unsafe set too
+(``properties.confirm``): a point on the boundary within rounding is not reported, since another
+runtime (onnxruntime) may sum in another order and land on the safe side. Otherwise the answer
+is ``unknown`` (everything ran) or ``timeout``.
 Each ``unsat`` is a claim about the float32 network in round-to-nearest (``rounding="float32"``,
 the bound engine's ``kernel=True``) or about the real-valued network (``rounding="real"``);
 ``Result.claim`` says which.
@@ -65,7 +69,8 @@ CLAIMS = {
             "weights); its float32 computation is not covered",
 }
 SAT_CLAIM = ("sat: the counterexample was run through the float32 network and meets the unsafe "
-             "constraints exactly")
+             "constraints exactly, as does every output the bound engine encloses at it (any "
+             "float32 summation order, and the real-valued network)")
 MAX_MODEL_BYTES = 2 * 2**30
 SAMPLE_BATCH = 1024  # points per network call when sampling, if the network takes a batch
 SAMPLES = 16384  # samples in the first attack attempt (half of them on the box's faces)
@@ -356,11 +361,12 @@ def _fallbacks(bounds: Any) -> list[str]:
 
 def _counterexample(net: Network, prop: Property, points: Any, order: Any
                     ) -> tuple[Any, Any] | None:
-    """The first of ``points`` (in ``order``) that the network maps into the unsafe set."""
+    """The first of ``points`` (in ``order``) that the network maps into the unsafe set, with
+    every output the bound engine encloses there (``properties.confirm``)."""
     for k in order[:MAX_CANDIDATES]:
         x = np.asarray(points[k], dtype=net.model.dtype).reshape(-1)
         y = net.run(x)
-        if np.all(np.isfinite(y)) and prop.violated_by(x, y) is not None:
+        if properties.confirm(net.model, prop, x, y):
             return x.astype(np.float64), y.astype(np.float64)
     return None
 
