@@ -104,14 +104,23 @@ def test_a_wrong_acceptance_of_an_attack_point_is_caught(tmp_path, monkeypatch):
     assert _exact(VERTEX, 3.6) == pytest.approx(-0.1)
     result = verify_instance(onnx_path, prop_path, None, "ibp", effort=0)
     assert result.status == "unknown" and result.counterexample is None
-    # A planted lax acceptance (violations up to 0.2 short accepted) turns the vertex into a
-    # "sat" that the exact check above refutes: the check is what keeps sat sound.
-    real = Property.violated_by
+    # A planted lax acceptance (violations up to 0.2 short accepted, by the exact check of the
+    # output and by that of its enclosure) turns the vertex into a "sat" that the exact checks
+    # above refute: the checks are what keep sat sound.
+    real, real_throughout = Property.violated_by, Property.violated_throughout
+    shift = np.array([-0.2, 0.0])
 
     def lax(self, x, y):
-        return real(self, x, np.asarray(y, np.float64) + np.array([-0.2, 0.0]))
+        return real(self, x, np.asarray(y, np.float64) + shift)
+
+    def lax_throughout(self, x, y_lo, y_hi):
+        return real_throughout(self, x, np.asarray(y_lo, np.float64) + shift,
+                               np.asarray(y_hi, np.float64) + shift)
 
     monkeypatch.setattr(Property, "violated_by", lax)
+    planted = verify_instance(onnx_path, prop_path, None, "ibp", effort=0)
+    assert planted.status == "unknown"  # the enclosure's check alone still refuses it
+    monkeypatch.setattr(Property, "violated_throughout", lax_throughout)
     planted = verify_instance(onnx_path, prop_path, None, "ibp", effort=0)
     assert planted.status == "sat" and "switch-on" in planted.message
     assert _exact(planted.counterexample[0], 3.6) < 0
