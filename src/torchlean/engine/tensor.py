@@ -982,8 +982,10 @@ class Tensor(Ref):
         """``self`` when its value is in row-major order, else a row-major copy (recorded as
         the identity permutation, whose reference forward copies), as torch's."""
         v = self._value
-        if v.flags.c_contiguous or self.dtype.kind != "f" or type(v) is not np.ndarray:
-            return self if v.flags.c_contiguous else _leaf(v.copy())
+        if v.flags.c_contiguous:
+            return self
+        if self.dtype.kind != "f":  # data: a fresh row-major copy, no history to keep
+            return _leaf(v.copy())
         return _record_shaped(_PERMUTE, self, {"perm": tuple(range(self.ndim))}, self.shape)
 
     def clone(self) -> Tensor:
