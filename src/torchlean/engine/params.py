@@ -62,7 +62,7 @@ class Param(Tensor):
         as_dtype(arr.dtype)  # float32 or float64 only
         _init_slots(self, arr.copy(), None, (), {})
         self.requires_grad = bool(requires_grad)
-        self._vc = [0, 0, 0]  # [version, sequence numbers of the last change, recorded change]
+        self._vc = [0, 0, 0, None]  # see Tensor._vc
         self.name = name
         self._readback: tuple[int, np.ndarray] | None = None  # (version, host copy)
 

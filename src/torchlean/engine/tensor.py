@@ -52,6 +52,7 @@ import itertools
 import math
 import operator
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from sys import getrefcount
 from typing import Any
@@ -167,7 +168,7 @@ class Tensor(Ref):
     # per-op constructor stays as short as it was. ``_base``: the tensor whose storage a view
     # shares (torch's views), else None.
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
-                 "_freed", "_retains", "_base")
+                 "_freed", "_retains", "_base", "__weakref__")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
     _value: Any
     _op: Primitive | None
@@ -175,9 +176,10 @@ class Tensor(Ref):
     _attrs: dict[str, Any]
     requires_grad: bool
     grad: Tensor | None
-    # [version, sequence number of the last change, of the last change recorded with a
-    # history]: one list shared by every alias of one storage (detach, .data, views).
-    _vc: list[int] | None
+    # [version, sequence number of the last change, of the last recorded change that left
+    # other aliases' histories stale, weak references to the storage's views (or None)]: one
+    # list shared by every alias of one storage (detach, .data, views).
+    _vc: list[Any] | None
     _freed: bool
     _base: Tensor | None
 
@@ -1596,8 +1598,15 @@ def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any
                                  "use is forbidden: clone() the view first)")
     record = grad_on and (self.requires_grad or any(
         isinstance(o, Tensor) and o.requires_grad for o in others))
+    # A recorded write through a view rewrites the base's history too (torch's CopySlices):
+    # the base becomes "its old value with the view's entries replaced by the new ones", and
+    # the view's old value is read from the base's old node, not through the view's own
+    # history (which leads to the base object, whose node changes here). Every other view
+    # then becomes a gather of the base's new node (``_regenerate_views``).
+    rebase = _rebase_plan(self, storage) if record and storage is not None else None
     if record:
-        base = _snapshot(self)
+        base = (_snapshot(self) if rebase is None
+                else RECORDER.record(TP.TAKE(rebase[0]), (rebase[1],), {}))
         out = compute(base, *[base if o is self else o for o in others])
     else:
         with _GradMode(False):
@@ -1619,15 +1628,91 @@ def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any
     _write(op, self, out._value)
     self._bump()
     if record and out._op is not None:
-        # The write is recorded in this tensor's new node; other aliases of the storage (a
-        # view's base, other views) keep histories that no longer make their value, which
-        # ``_graph_of`` refuses to differentiate through for ops recorded after now.
-        vc = self._vc
-        vc[2] = vc[1]  # type: ignore[index]
         self._op, self._parents, self._attrs = out._op, out._parents, out._attrs
         self.requires_grad = True
         self._id = next(_sequence)
+        current = storage is None or rebase is not None
+        if rebase is not None and storage is not None:
+            # (``out``, not ``self``: the view object may take a later write's node, and this
+            # node must keep reading this write's value)
+            index, old_base = rebase
+            _renode(storage, RECORDER.record(TP.setitem(index, storage.shape),
+                                             (old_base, out), {}))
+        if current and not _regenerate_views(storage if storage is not None else self, self):
+            current = False
+        if not current:
+            # Aliases whose histories could not be rewritten (device arrays): ``_graph_of``
+            # refuses to differentiate through them for ops recorded after now.
+            vc = self._vc
+            vc[2] = vc[1]  # type: ignore[index]
     return self
+
+
+def _renode(t: Tensor, node: Tensor) -> None:
+    """``t`` takes ``node``'s history (its value, the storage, is already ``node``'s)."""
+    t._op, t._parents, t._attrs = node._op, node._parents, node._attrs
+    t.requires_grad = node.requires_grad
+    t._id = next(_sequence)
+
+
+def _regenerate_views(base: Tensor, writer: Tensor) -> bool:
+    """After a recorded write into ``base``'s storage: every other live view with a history
+    becomes a gather of the base's current node (torch regenerates a view's history the same
+    way once its version changed), so no alias keeps a history that no longer makes its
+    value. False where some view's entries cannot be located in the base."""
+    views = base._vc[3] if base._vc is not None else None
+    for ref in views or ():
+        v = ref()
+        if v is None or v is writer or v._op is None:
+            continue
+        positions = (_positions(v._value, base._value)
+                     if type(v._value) is np.ndarray and type(base._value) is np.ndarray
+                     else None)
+        if positions is None:
+            return False
+        index = np.unravel_index(positions, base.shape)
+        _renode(v, RECORDER.record(TP.TAKE(index), (base,), {}))
+    return True
+
+
+def _rebase_plan(view: Tensor, base: Tensor) -> tuple[Any, Tensor] | None:
+    """For a recorded in-place op on ``view``: the NumPy index of its entries in ``base`` and
+    a snapshot of ``base``'s old node, or None where the entries cannot be located (device
+    arrays; then other aliases are refused after the write instead)."""
+    v, b = view._value, base._value
+    if type(v) is not np.ndarray or type(b) is not np.ndarray or v.dtype != b.dtype:
+        return None
+    positions = _positions(v, b)
+    if positions is None:
+        return None
+    return np.unravel_index(positions, b.shape), _snapshot(base)
+
+
+def _addresses(a: np.ndarray) -> np.ndarray:
+    """The memory address of every entry of ``a`` (its shape, int64)."""
+    addr = np.full((1,) * a.ndim, a.__array_interface__["data"][0], dtype=np.int64)
+    for k, (n, st) in enumerate(zip(a.shape, a.strides, strict=True)):
+        step = np.arange(n, dtype=np.int64) * st
+        addr = addr + step.reshape((1,) * k + (n,) + (1,) * (a.ndim - k - 1))
+    return np.broadcast_to(addr, a.shape)
+
+
+def _positions(view: np.ndarray, base: np.ndarray) -> np.ndarray | None:
+    """The row-major flat position in ``base`` of each entry of ``view`` (``view``'s shape),
+    matched by address; None where ``base`` overlaps itself or an entry of ``view`` is not
+    one of ``base``'s."""
+    at_base = _addresses(base).reshape(-1)
+    order = np.argsort(at_base, kind="stable")
+    ordered = at_base[order]
+    if ordered.size and np.any(ordered[1:] == ordered[:-1]):
+        return None
+    at_view = _addresses(view).reshape(-1)
+    if not ordered.size:
+        return None if at_view.size else np.zeros(view.shape, np.int64)
+    k = np.clip(np.searchsorted(ordered, at_view), 0, ordered.size - 1)
+    if not np.array_equal(ordered[k], at_view):
+        return None
+    return order[k].reshape(view.shape)
 
 
 def _write(op: str, t: Tensor, value: Any) -> None:
@@ -1652,11 +1737,11 @@ def _permuted(x: Tensor, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tenso
     return res
 
 
-def _counter(t: Tensor) -> list[int]:
+def _counter(t: Tensor) -> list[Any]:
     """``t``'s version counter, made on first use (most tensors never need one)."""
     vc = t._vc
     if vc is None:
-        vc = t._vc = [0, 0, 0]
+        vc = t._vc = [0, 0, 0, None]
     return vc
 
 
@@ -1664,9 +1749,15 @@ def _share_storage(view: Tensor, source: Tensor) -> None:
     """``view``'s value is (part of) ``source``'s storage: one version counter for both, so a
     change through either is seen by the other's checks, and the base remembered for the
     in-place refusals (torch's views)."""
-    view._vc = _counter(source)
+    vc = view._vc = _counter(source)
     base = source._base
     view._base = source if base is None else base
+    views = vc[3]
+    if views is None:
+        views = vc[3] = []
+    elif len(views) >= 32 and len(views) & (len(views) - 1) == 0:
+        views[:] = [r for r in views if r() is not None]  # (at powers of two: amortised)
+    views.append(weakref.ref(view))
 
 
 def _owner(a: np.ndarray) -> np.ndarray:
@@ -1704,7 +1795,7 @@ def _snapshot(t: Tensor) -> Tensor:
     snap = Tensor._result(t._value.copy(), t._op, t._parents, t._attrs)
     snap._id = t._id
     if t._vc is not None:  # its changes so far (a frozen copy: the snapshot has no aliases)
-        snap._vc = list(t._vc)
+        snap._vc = [*t._vc[:3], None]
     snap.requires_grad = t.requires_grad
     snap._freed = t._freed
     return snap
@@ -2029,9 +2120,10 @@ class GradFn:
 
 
 def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
-    """The tensors behind ``outputs`` in creation order (a topological order): every tensor
-    with a history, and the inputs of their ops (tensors without one are leaves here; the
-    rules read their values); and whether every op's output is as it made it (``False`` when
+    """The tensors behind ``outputs`` in a topological order (creation order, unless a view's
+    base had its node replaced since: ``_parents_first``): every tensor with a history, and
+    the inputs of their ops (tensors without one are leaves here; the rules read their
+    values); and whether every op's output is as it made it (``False`` when
     an op of ``OUTPUT_FREE`` had its output changed in place since, which the reference rules
     allow but a fast VJP that reads the output (max pooling's) does not: that backward then
     runs the reference kernels).
@@ -2040,6 +2132,7 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
     calls ``==`` on a key of another hash), which saves an ``id()`` call per visit."""
     seen: dict[Tensor, None] = {}
     clean = True
+    ordered = True
     stack = [t for t in outputs if t.requires_grad]
     pop = stack.pop
     push = stack.append
@@ -2062,17 +2155,46 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
             if vc is not None:
                 # Changed after t used it: an error where t's rule reads the value, or where
                 # p's own node was replaced since (a recorded in-place op renews p's creation
-                # number), so the gradient would flow through the wrong node.
-                if vc[1] > t._id and (p._id > t._id or t._op is None or
-                                      t._op.name not in INPUT_FREE):
+                # number) and t is not a view of p (a view's value is p's storage, which the
+                # new node makes: torch regenerates a view's history the same way), so the
+                # gradient would flow through the wrong node.
+                if vc[1] > t._id and (t._op is None or t._op.name not in INPUT_FREE
+                                      or (p._id > t._id and t._vc is not vc)):
                     raise _modified(p, t, vc)
                 if vc[2] > p._id and t._id > vc[2] and p.requires_grad:
                     raise _rewritten(p, t)
+                if p._id > t._id:
+                    ordered = False  # a view of a node replaced since: no creation order
             if p not in seen:
                 push(p)
     nodes = list(seen)
-    nodes.sort(key=_CREATED)
-    return nodes, clean
+    if ordered:
+        nodes.sort(key=_CREATED)
+        return nodes, clean
+    return _parents_first(nodes), clean
+
+
+def _parents_first(nodes: list[Tensor]) -> list[Tensor]:
+    """``nodes`` (closed under parents) with every tensor after its parents: a depth-first
+    post-order, for the graphs where creation order is not one (a view recorded before its
+    base's node was replaced by an in-place op)."""
+    order: list[Tensor] = []
+    visited: dict[Tensor, None] = {}
+    for root in nodes:
+        if root in visited:
+            continue
+        stack: list[tuple[Tensor, bool]] = [(root, False)]
+        while stack:
+            t, finished = stack.pop()
+            if finished:
+                order.append(t)
+                continue
+            if t in visited:
+                continue
+            visited[t] = None
+            stack.append((t, True))
+            stack.extend((p, False) for p in t._parents if p not in visited)
+    return order
 
 
 _CREATED = operator.attrgetter("_id")
