@@ -600,11 +600,15 @@ def test_state_dict_round_trip_and_copies() -> None:
     assert not np.allclose(a(x), b(x))
     b.load_state_dict(a.state_dict())
     np.testing.assert_array_equal(a(x), b(x))
+    b[0].weight.assign(np.zeros((4, 3)))  # loading copied: b's parameters are its own
+    assert np.abs(a[0].weight.value).sum() > 0
     state = a.state_dict()
-    state["0.weight"][:] = 0  # a copy: the module is unaffected
-    assert np.abs(a[0].weight.value).sum() > 0
-    b[0].weight.assign(np.zeros((4, 3)))  # and b's parameters are its own
-    assert np.abs(a[0].weight.value).sum() > 0
+    state["0.bias"][:] = 0  # as torch's: the entries share the parameters' storage
+    np.testing.assert_array_equal(a[0].bias.value, np.zeros(4))
+    snapshot = {k: v.clone() for k, v in a.state_dict().items()}  # a copy keeps the values
+    a[0].weight.data.fill_(1.0)  # an in-place update (as an optimiser step)
+    np.testing.assert_array_equal(state["0.weight"].numpy(), np.ones((4, 3)))
+    assert np.abs(snapshot["0.weight"].numpy() - 1).sum() > 0
 
 
 def test_load_state_dict_reports_every_problem_and_changes_nothing() -> None:

@@ -97,7 +97,12 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _host(x: Any) -> Any:
-    return x.detach().numpy() if _is_tensor(x) else to_host(x)
+    """``x``'s value on the host (a device tensor's copied there: a state dict's entries share
+    the parameters' storage, wherever it lives)."""
+    if _is_tensor(x):
+        value = getattr(x, "array", None)
+        return to_host(value) if value is not None else x.detach().numpy()
+    return to_host(x)
 
 
 def _is_param(x: Any) -> bool:
@@ -526,7 +531,7 @@ def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
                 cut = len(key) + 1 if key else 0
                 sub = {name[cut:]: found[name] for name in names}
                 if keep_undo:
-                    backup = {k: np.array(to_host(v), copy=True)
+                    backup = {k: np.array(_host(v), copy=True)
                               for k, v in target.state_dict().items()}
                     undo.append(functools.partial(target.load_state_dict, backup))
                 target.load_state_dict(sub)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.backend import as_dtype, namespace_of, numeric_array, to_device, to_host
 from ..core.errors import ShapeError, TorchLeanError
-from .tensor import Tensor, _init_slots, _leaf
+from .tensor import Tensor, _counter, _init_slots, _leaf
 
 _GRAD = Tensor.__dict__["grad"]  # the tensor's grad slot (Param adds a converting setter)
 
@@ -50,7 +50,8 @@ class Param(Tensor):
         if name is not None and not isinstance(name, str):
             raise TorchLeanError(f"Parameter: name must be a str, found {type(name).__name__}")
         label = f"Param {name or ''}"
-        if isinstance(value, Tensor):
+        source = value if isinstance(value, Tensor) else None
+        if source is not None:
             value = value._value
         arr = value if hasattr(value, "__array_namespace__") else numeric_array(label, value)
         if arr.dtype.kind not in "biuf":
@@ -60,9 +61,13 @@ class Param(Tensor):
         elif arr.dtype.kind != "f":
             arr = arr.astype(np.float32)
         as_dtype(arr.dtype)  # float32 or float64 only
-        _init_slots(self, arr.copy(), None, (), {})
+        # nn.Parameter(t) shares t's storage and version counter, as torch's (arrays and
+        # converted values are copied: the parameter owns them)
+        shared = source is not None and arr is source._value
+        _init_slots(self, arr if shared else arr.copy(), None, (), {})
         self.requires_grad = bool(requires_grad)
-        self._vc = [0, 0, 0, None]  # see Tensor._vc
+        self._vc = (_counter(source) if shared and source is not None
+                    else [0, 0, 0, None])  # see Tensor._vc
         self.name = name
         self._readback: tuple[int, np.ndarray] | None = None  # (version, host copy)
 

@@ -140,12 +140,45 @@ class _GradMode:
         _state.grad_enabled = self._saved.pop()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isgeneratorfunction(fn):
+            return self._generator(fn)
+
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             with _GradMode(self.enabled):
                 return fn(*args, **kwargs)
 
         wrapped.__name__ = getattr(fn, "__name__", "wrapped")
         wrapped.__doc__ = fn.__doc__
+        return wrapped
+
+    def _generator(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A generator function whose body runs in this mode at every step (as torch's
+        decorator does): the mode is entered around each resumption, not once around the
+        call that only creates the generator."""
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            gen = fn(*args, **kwargs)
+            try:
+                with _GradMode(enabled):
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with _GradMode(enabled):
+                            gen.close()
+                        raise
+                    except BaseException as exc:
+                        with _GradMode(enabled):
+                            response = gen.throw(exc)
+                    else:
+                        with _GradMode(enabled):
+                            response = gen.send(request)
+            except StopIteration as stop:
+                return stop.value
+
         return wrapped
 
 
@@ -2371,10 +2404,24 @@ def _seed(op: str, out: Tensor, gradient: Any) -> Any:
 
 
 def _accumulate(leaf: Tensor, g: Any) -> None:
+    """``leaf.grad += g``: a differentiable gradient (``create_graph``) out of place, as torch;
+    an array into the existing ``.grad`` in place, as torch, so that a reference to it (``g =
+    p.grad``, one that ``zero_grad(set_to_none=False)`` zeroed, one the user assigned) sees
+    the sum."""
+    held = leaf.grad
     if isinstance(g, Tensor):
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        leaf.grad = g if held is None else held + g
+        return
+    if held is None:
+        leaf.grad = _leaf(g.copy())
+        return
+    v = held._value
+    if (type(v) is type(g) and v.shape == g.shape and v.dtype == g.dtype
+            and not held.requires_grad and getattr(v.flags, "writeable", True)):
+        v += g
+        held._bump()
     else:
-        leaf.grad = _leaf(g.copy()) if leaf.grad is None else _leaf(leaf.grad._value + g)
+        leaf.grad = _leaf(v + g)
 
 
 def _rewritten(p: Tensor, user: Tensor) -> TapeError:
@@ -2856,11 +2903,20 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
 
 @checked_signature
 def as_tensor(data: Any, dtype: Any = None, device: str | None = None) -> Tensor:
-    """``data`` as a tensor, without a copy when it already is one of that dtype and device."""
+    """``data`` as a tensor, without a copy when it already is one of that dtype and device, or
+    a host NumPy array of a tensor dtype (then sharing its memory, as torch's)."""
     if isinstance(data, Tensor) and (dtype is None or np.dtype(dtype) == data.dtype) and (
             device is None or _device_name(device) == data.device):
         return data
+    if (type(data) is np.ndarray and data.dtype in _SHAREABLE
+            and (dtype is None or as_dtype("as_tensor", dtype) == data.dtype)
+            and (device is None or _device_name(device) == "cpu")):
+        return _leaf(data)
     return tensor(data, dtype, device=device)
+
+
+# The dtypes a host array keeps as a tensor (``as_tensor`` shares such an array's memory).
+_SHAREABLE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int64, np.bool_))
 
 
 def from_numpy(array: np.ndarray) -> Tensor:

@@ -200,12 +200,12 @@ class Module:
             raise TorchLeanError(f"{type(self).__name__}: call Module.__init__() before "
                                  "assigning attributes")
         if isinstance(value, Param):
-            self._forget(name)
+            self._forget(name, keep=self._parameters)
             if value.name is None:
                 value.name = name
-            self._parameters[name] = value
+            self._parameters[name] = value  # (an existing name keeps its place, as in torch)
         elif isinstance(value, Module):
-            self._forget(name)
+            self._forget(name, keep=self._modules)
             self._modules[name] = value
         elif name in self._buffers:
             self._buffers[name] = self._as_buffer(name, value)
@@ -225,10 +225,12 @@ class Module:
         if not self._forget(name):
             object.__delattr__(self, name)
 
-    def _forget(self, name: str) -> bool:
+    def _forget(self, name: str, keep: dict[str, Any] | None = None) -> bool:
+        """Remove ``name`` from every registry but ``keep`` (where the caller replaces it in
+        place, so that it keeps its position) and from the instance's attributes."""
         found = False
         for table in (self._parameters, self._buffers, self._modules):
-            if name in table:
+            if name in table and table is not keep:
                 del table[name]
                 found = True
         if name in self.__dict__ and name not in ("_parameters", "_buffers", "_modules"):
@@ -333,17 +335,18 @@ class Module:
     # --- state -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Every parameter and persistent buffer as a tensor without history (copies of the
-        values), keyed by torch-style dotted names."""
+        """Every parameter and persistent buffer as a tensor without history sharing its
+        storage (``detach()``, as torch's: an in-place change of an entry changes the module,
+        and the entries follow later optimiser steps; copy them to keep a snapshot), keyed by
+        torch-style dotted names."""
         state: dict[str, Tensor] = {}
         for prefix, module in self.named_modules():
             for name, p in module._parameters.items():
-                state[f"{prefix}.{name}" if prefix else name] = tensor(
-                    np.array(to_host(p.value), copy=True))
+                state[f"{prefix}.{name}" if prefix else name] = p.detach()
             for name, b in module._buffers.items():
                 if b is not None and name not in module._non_persistent:
-                    state[f"{prefix}.{name}" if prefix else name] = tensor(
-                        np.array(b.numpy(), copy=True))
+                    state[f"{prefix}.{name}" if prefix else name] = (
+                        b.detach() if isinstance(b, Tensor) else tensor(np.array(b, copy=True)))
         return state
 
     def _state_slots(self) -> dict[str, tuple[Module, str, bool]]:
@@ -445,22 +448,17 @@ class Module:
         return self.to("cpu")
 
     def _cast(self, dtype: Any) -> Module:
-        """Every float parameter and buffer converted to ``dtype``. A parameter of another dtype
-        is replaced by a new ``Param`` with the same name, ``requires_grad`` and device (build
-        optimisers after the conversion, as in torch); one shared by several modules stays
-        shared."""
+        """Every float parameter (and its gradient) and float buffer converted to ``dtype`` in
+        place, as torch's ``_apply``: the ``Param`` objects stay (an optimiser built before
+        keeps updating them), each on its device."""
         target = np.dtype(as_dtype(dtype))
-        converted: dict[int, Param] = {}
         for module in self.modules():
-            for name, p in module._parameters.items():
+            for p in module._parameters.values():
                 if p is None or p.dtype == target:
                     continue
-                new = converted.get(id(p))
-                if new is None:
-                    new = Param(np.asarray(p.value).astype(target), p.name, p.requires_grad)
-                    new.on(namespace_of(p.array))
-                    converted[id(p)] = new
-                module._parameters[name] = new
+                p.data = tensor(p.array.astype(target))
+                if p.grad is not None:
+                    p.grad = tensor(p.grad.array.astype(target))
             for name, b in module._buffers.items():
                 if b is not None and b.dtype.kind == "f":
                     module._buffers[name] = tensor(b.numpy().astype(target))
