@@ -1694,17 +1694,19 @@ def _regenerate_views(base: Tensor, writer: Tensor) -> bool:
     way once its version changed), so no alias keeps a history that no longer makes its
     value. False where some view's entries cannot be located in the base."""
     views = base._vc[3] if base._vc is not None else None
-    for ref in views or ():
-        v = ref()
+    for entry in views or ():
+        v = entry[0]()
         if v is None or v is writer or v._op is None:
             continue
-        positions = (_positions(v._value, base._value)
-                     if type(v._value) is np.ndarray and type(base._value) is np.ndarray
-                     else None)
-        if positions is None:
-            return False
-        index = np.unravel_index(positions, base.shape)
-        _renode(v, RECORDER.record(TP.TAKE(index), (base,), {}))
+        if entry[1] is None:  # located once: a view's place in its base never changes
+            positions = (_positions(v._value, base._value)
+                         if type(v._value) is np.ndarray and type(base._value) is np.ndarray
+                         else None)
+            if positions is None:
+                return False
+            entry[1] = TP.TAKE(np.unravel_index(positions, base.shape))
+        # the node alone: the view's value is already the gather's (its storage)
+        _renode(v, Tensor._result(v._value, entry[1], (base,), _NO_ATTRS, v.shape))
     return True
 
 
@@ -1734,6 +1736,12 @@ def _positions(view: np.ndarray, base: np.ndarray) -> np.ndarray | None:
     """The row-major flat position in ``base`` of each entry of ``view`` (``view``'s shape),
     matched by address; None where ``base`` overlaps itself or an entry of ``view`` is not
     one of ``base``'s."""
+    if base.flags.c_contiguous:  # the common case: positions are offsets, no sort
+        offsets = _addresses(view) - base.__array_interface__["data"][0]
+        if np.any(offsets % base.itemsize) or (
+                offsets.size and (offsets.min() < 0 or offsets.max() >= base.nbytes)):
+            return None
+        return (offsets // base.itemsize).reshape(view.shape)
     at_base = _addresses(base).reshape(-1)
     order = np.argsort(at_base, kind="stable")
     ordered = at_base[order]
@@ -1789,8 +1797,8 @@ def _share_storage(view: Tensor, source: Tensor) -> None:
     if views is None:
         views = vc[3] = []
     elif len(views) >= 32 and len(views) & (len(views) - 1) == 0:
-        views[:] = [r for r in views if r() is not None]  # (at powers of two: amortised)
-    views.append(weakref.ref(view))
+        views[:] = [e for e in views if e[0]() is not None]  # (at powers of two: amortised)
+    views.append([weakref.ref(view), None])  # [the view, its gather from the base, once made]
 
 
 def _owner(a: np.ndarray) -> np.ndarray:
