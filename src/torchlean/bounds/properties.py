@@ -209,18 +209,17 @@ class Property:
     def violated_by(self, x: Any, y: Any) -> tuple[int, int] | None:
         """``(region, conjunction)`` indices that the pair ``(x, y)`` (flat sequences of floats)
         meets exactly, or None."""
-        for r, region in enumerate(self.regions):
-            # The outputs first: a few constraints, where the box has an exact test per input.
-            met = [c for c, conj in enumerate(region.outputs) if conj.holds(y)]
-            if met and region.contains(x):
-                return r, met[0]
-        return None
+        return self._first_met(x, lambda conj: conj.holds(y))
 
     def violated_throughout(self, x: Any, y_lo: Any, y_hi: Any) -> tuple[int, int] | None:
         """As ``violated_by``, for every output in the box ``[y_lo, y_hi]`` at once (a certified
         enclosure of the network's outputs at ``x``: ``enclose_outputs``)."""
+        return self._first_met(x, lambda conj: conj.holds_throughout(y_lo, y_hi))
+
+    def _first_met(self, x: Any, meets: Any) -> tuple[int, int] | None:
         for r, region in enumerate(self.regions):
-            met = [c for c, conj in enumerate(region.outputs) if conj.holds_throughout(y_lo, y_hi)]
+            # The outputs first: a few constraints, where the box has an exact test per input.
+            met = [c for c, conj in enumerate(region.outputs) if meets(conj)]
             if met and region.contains(x):
                 return r, met[0]
         return None

@@ -1793,6 +1793,8 @@ def _share_storage(view: Tensor, source: Tensor) -> None:
     vc = view._vc = _counter(source)
     base = source._base
     view._base = source if base is None else base
+    if view._op is None:
+        return  # (only views with a history are regenerated after a write: no entry needed)
     views = vc[3]
     if views is None:
         views = vc[3] = []
@@ -1874,9 +1876,7 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
         if len(steps) == 1:  # basic indexing is a view, as in torch: writes reach t
             view = _leaf(value if hasattr(value, "shape") and value.shape != () or
                          not isinstance(value, np.generic) else np.asarray(value))
-            if isinstance(view._value, np.ndarray) and np.shares_memory(view._value, t._value):
-                _share_storage(view, t)
-            return view
+            return _link_view(view, (t,))
         return _leaf(value.copy() if isinstance(value, np.ndarray) else xp.asarray(value))
     out: Any = t
     for step in steps:
