@@ -49,6 +49,9 @@ TIMEOUT_ENV = "TORCHLEAN_MPI_TIMEOUT"
 EXIT_GRACE_S = 2.0
 """Seconds a wait may go on after a peer on this node exited (it may have finished its part)."""
 ABORT_CODE = 124
+FORWARD_GRACE_S = 1.5
+"""Seconds between printing the message and aborting: the launcher forwards a rank's stderr
+through its proxy, and an abort processed first would drop the message (seen on a busy host)."""
 
 
 def _env_int(name: str) -> int | None:
@@ -292,6 +295,7 @@ class Watchdog:
               flush=True)
         sys.stdout.flush()
         self._stop.set()
+        time.sleep(FORWARD_GRACE_S)
         if self.abort is not None:
             with contextlib.suppress(Exception):
                 self.abort(ABORT_CODE)
