@@ -121,3 +121,139 @@ def test_subclasses_keep_the_identity_hash_the_reverse_pass_keys_by():
         class ByValue(tl.Tensor):
             def __hash__(self):
                 return 0
+
+
+# --- indexing, cat and stack on float host tensors (lean paths of recurrent loops) ------------
+
+def _general_index(x, index):
+    """``x[index]`` through the generic ``Ref`` indexing the lean path stands in for."""
+    return T.Ref.__getitem__(x, index)
+
+
+@pytest.mark.parametrize("shape", [(5,), (5, 3), (5, 3, 2), (5, 1, 2, 2)])
+@pytest.mark.parametrize("index", [0, 3, -1, -5, slice(1, 4), slice(None), slice(3, 1),
+                                   slice(-2, None), slice(None, None, 1)])
+def test_lean_indexing_records_what_the_general_path_records(shape, index):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape).astype(np.float32)
+    leaf = tl.tensor(a, requires_grad=True)
+    x = leaf * 1.0
+    lean, general = x[index], _general_index(x, index)
+    assert lean.shape == general.shape
+    np.testing.assert_array_equal(lean.detach().numpy(), general.detach().numpy())
+    chain = []
+    for t in (lean, general):
+        ops = []
+        while t._op is not None and t is not x:
+            ops.append((t._op.name, dict(t._attrs)))
+            t = t._parents[0]
+        chain.append(ops)
+    assert chain[0] == chain[1]
+    # values, gradients and aliasing as torch's
+    tx = torch.tensor(a, requires_grad=True)
+    ty = tx * 1.0
+    w = rng.standard_normal(lean.shape).astype(np.float32)
+    (lean * tl.tensor(w)).sum().backward()
+    (ty[index] * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(leaf.grad.numpy(), tx.grad.numpy())
+
+
+def test_lean_indexing_is_a_view_and_checks_its_range():
+    x = tl.tensor(np.zeros((4, 3), np.float32), requires_grad=True) * 1.0
+    row = x[2]
+    with tl.no_grad():
+        row.fill_(5.0)  # a view: the write reaches the base, as in torch
+    assert x.detach().numpy()[2].tolist() == [5.0, 5.0, 5.0]
+    for bad in (4, -5):
+        with pytest.raises(tl.TorchLeanError, match="out of bounds"):
+            x[bad]
+
+
+def _depth(t, leaves):
+    if t in leaves or t._op is None:
+        return 0
+    return 1 + max(_depth(p, leaves) for p in t._parents)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 16])
+@pytest.mark.parametrize("op", ["cat", "stack"])
+def test_lean_cat_and_stack_match_torch_and_form_a_balanced_tree(n, op):
+    rng = np.random.default_rng(n)
+    arrays = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(n)]
+    xs = [tl.tensor(a, requires_grad=k % 3 != 1) for k, a in enumerate(arrays)]
+    ts = [torch.tensor(a, requires_grad=k % 3 != 1) for k, a in enumerate(arrays)]
+    out, ref = getattr(tl, op)(xs), getattr(torch, op)(ts)
+    assert out.shape == tuple(ref.shape)
+    np.testing.assert_array_equal(out.detach().numpy(), ref.detach().numpy())
+    # a balanced tree of concatenations (a chain would be n - 1 deep: quadratic copying)
+    assert _depth(out, set(xs)) <= int(np.ceil(np.log2(n))) + (op == "stack")
+    w = rng.standard_normal(out.shape).astype(np.float32)
+    (out * tl.tensor(w)).sum().backward()
+    (ref * torch.tensor(w)).sum().backward()
+    for x, t in zip(xs, ts, strict=True):
+        assert (x.grad is None) == (t.grad is None)
+        if t.grad is not None:
+            np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+    with tl.no_grad():
+        plain = getattr(tl, op)(xs)
+    assert not plain.requires_grad and plain._op is None
+    np.testing.assert_array_equal(plain.numpy(), ref.detach().numpy())
+
+
+def test_lean_cat_and_stack_leave_other_calls_to_the_general_path():
+    a = tl.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    b = tl.tensor(np.ones((2, 3)))  # float64: the general path's dtype check names it
+    for op in (tl.cat, tl.stack):
+        with pytest.raises(tl.TorchLeanError, match="dtypes differ"):
+            op([a, b])
+    with pytest.raises(tl.TorchLeanError, match="differs"):
+        tl.cat([a, tl.tensor(np.ones((2, 4), np.float32))])
+    with pytest.raises(tl.TorchLeanError, match="expected"):
+        tl.stack([a, tl.tensor(np.ones((3, 3), np.float32))])
+    with pytest.raises(tl.TorchLeanError, match="zero-dimensional"):
+        tl.cat([tl.tensor(1.0), tl.tensor(2.0)])
+    s = tl.stack([tl.tensor(1.0, requires_grad=True), tl.tensor(2.0)])  # scalars
+    assert s.shape == (2,) and s.requires_grad
+    empty = tl.tensor(np.zeros(0, np.float32))  # torch's legacy rule: a 1-d empty one joins
+    assert tl.cat([a, empty]).shape == (2, 3)
+    assert tl.stack([a, a], dim=1).shape == (2, 2, 3)
+
+
+def _records(t, stop):
+    ops = []
+    while t._op is not None and t is not stop:
+        ops.append((t._op.name, dict(t._attrs)))
+        t = t._parents[0]
+    return ops
+
+
+@pytest.mark.parametrize("shape", [(4,), (4, 3), (2, 3, 5)])
+@pytest.mark.parametrize("dim", [0, -1, 1, 2, -3, None])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("op", ["sum", "mean", "var"])
+def test_lean_reductions_record_what_the_general_path_records(shape, dim, keepdim, op):
+    if dim is not None and not -len(shape) <= dim < len(shape):
+        with pytest.raises(tl.TorchLeanError):
+            getattr(tl.tensor(np.ones(shape, np.float32), requires_grad=True), op)(dim)
+        return
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(shape).astype(np.float32)
+    leaf = tl.tensor(a, requires_grad=True)
+    x = leaf * 1.0
+    out = getattr(x, op)(dim, keepdim=keepdim)
+    if op != "var":
+        general = getattr(T.Ref, op)(x, dim, keepdim)
+        assert _records(out, x) == _records(general, x)
+        np.testing.assert_array_equal(out.detach().numpy(), general.detach().numpy())
+    tx = torch.tensor(a, requires_grad=True)
+    ref = getattr(tx * 1.0, op)(dim, keepdim=keepdim)
+    assert out.shape == tuple(ref.shape)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    w = rng.standard_normal(out.shape).astype(np.float32)
+    (out * tl.tensor(w)).sum().backward()
+    (ref * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    with tl.no_grad():
+        plain = getattr(x, op)(dim, keepdim=keepdim)
+    assert not plain.requires_grad
+    np.testing.assert_allclose(plain.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
