@@ -924,8 +924,10 @@ class Tensor(Ref):
         if not x.ndim:
             dim = None
         centred = x - x.mean(dim, keepdim=True)
-        factor = 1.0 / (n - ddof) if n - ddof > 0 else float("nan")
-        return _scaled((centred * centred).sum(dim, keepdim), factor)
+        squares = (centred * centred).sum(dim, keepdim)
+        if n - ddof > 0:  # the registry's scale (the lean scalar path; the same product)
+            return _record_c(_SCALE, squares, 1.0 / (n - ddof))
+        return _scaled(squares, float("nan"))
 
     def std(self, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
             correction: int | None = None) -> Tensor:
@@ -2728,24 +2730,25 @@ def _lean_reduce(prim: Primitive, x: Tensor, dim: int | None, keepdim: Any) -> T
             total = math.prod(shape)
             if prim is _REDUCE_MEAN and not total:
                 return None
-            out = record_floats(_SUM, (x,))
-            if prim is _REDUCE_MEAN and out is not None:
-                out = record_floats(_SCALE, (out,), {"c": 1.0 / total})
-            return out
+            whole = record_floats(_SUM, (x,))
+            if prim is _REDUCE_MEAN and whole is not None:
+                whole = record_floats(_SCALE, (whole,), {"c": 1.0 / total})
+            return whole
         axes: Sequence[int] = range(n - 1, -1, -1)
     elif -n <= dim < n:
         axes = (dim + n if dim < 0 else dim,)
     else:
         return None
-    out: Tensor | None = x
+    out = x
     for axis in axes:
-        out = record_floats(prim, (out,), {"axis": axis})  # type: ignore[arg-type]
-        if out is None:
+        step = record_floats(prim, (out,), {"axis": axis})
+        if step is None:
             return None
+        out = step
     if not keepdim:
         return out
     kept = tuple(1 if k in axes else d for k, d in enumerate(shape))
-    return _record_shaped(_RESHAPE, out, {"shape": kept}, kept)  # type: ignore[arg-type]
+    return _record_shaped(_RESHAPE, out, {"shape": kept}, kept)
 
 
 def _lean_row(x: Tensor, i: int) -> Tensor:
@@ -3180,17 +3183,16 @@ def _lean_join(tensors: Sequence[Any], stacked: bool) -> Tensor | None:
             history = True
     if not (history and _state.grad_enabled):
         values = [t._value for t in tensors]
-        out = np.stack(values) if stacked else np.concatenate(values)
-        return Tensor._result(out, None, (), _NO_ATTRS, out.shape)
+        joined = np.stack(values) if stacked else np.concatenate(values)
+        return Tensor._result(joined, None, (), _NO_ATTRS, joined.shape)
     level: list[Tensor] = list(tensors)
     while len(level) > 1:
-        joined = [_record_join(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)]
-        level = joined + level[len(level) & ~1:]
-    out = level[0]
-    if stacked:
-        out = _record_shaped(_RESHAPE, out, {"shape": (len(tensors),) + shape},
-                             (len(tensors),) + shape)
-    return out
+        pairs = [_record_join(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)]
+        level = pairs + level[len(level) & ~1:]
+    if not stacked:
+        return level[0]
+    new_shape = (len(tensors),) + shape
+    return _record_shaped(_RESHAPE, level[0], {"shape": new_shape}, new_shape)
 
 
 def _record_join(a: Tensor, b: Tensor) -> Tensor:
