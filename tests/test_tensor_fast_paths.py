@@ -257,3 +257,45 @@ def test_lean_reductions_record_what_the_general_path_records(shape, dim, keepdi
         plain = getattr(x, op)(dim, keepdim=keepdim)
     assert not plain.requires_grad
     np.testing.assert_allclose(plain.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["max", "min", "amax", "amin"])
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_extrema_without_history_are_one_reduction_with_the_general_values(op, dim, keepdim):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (5, 4)).astype(np.float32)  # ties
+    a[2, 1] = np.nan if op in ("max", "amin") else a[2, 1]  # NaN propagates, as torch's
+    x, tx = tl.tensor(a), torch.tensor(a)
+    if op in ("amax", "amin") and dim is None:
+        out, ref = getattr(x, op)(), getattr(tx, op)()
+    elif dim is None:
+        out, ref = getattr(x, op)(), getattr(tx, op)()
+    else:
+        out, ref = getattr(x, op)(dim, keepdim=keepdim), getattr(tx, op)(dim, keepdim=keepdim)
+    if isinstance(ref, tuple):  # (values, indices)
+        np.testing.assert_array_equal(out[0].numpy(), ref[0].numpy())
+        np.testing.assert_array_equal(out[1].numpy(), ref[1].numpy())
+        out = out[0]
+    else:
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    assert out._op is None and not out.requires_grad
+    general = getattr(T.Ref, op)(x, dim, keepdim) if dim is not None else getattr(T.Ref, op)(x)
+    general = general[0] if isinstance(general, tuple) else general
+    np.testing.assert_array_equal(out.numpy(), general.numpy())
+
+
+def test_extrema_with_history_keep_the_tree_and_its_gradient():
+    a = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], np.float32)
+    x = tl.tensor(a, requires_grad=True)
+    out = x.max()
+    assert out._op is not None  # recorded: the general path's tree of binary maxima
+    out.backward()
+    assert x.grad.numpy().sum() == pytest.approx(1.0) and x.grad.numpy()[0, 1:].sum() == 1.0
+    with tl.no_grad():
+        assert x.max()._op is None and x.max().item() == 3.0
+    with pytest.raises(tl.TorchLeanError):
+        tl.tensor(np.zeros((0, 3), np.float32)).max()
+    with pytest.raises(tl.TorchLeanError):
+        tl.tensor(a).max(2)
+    assert tl.tensor(np.arange(6).reshape(2, 3)).max().item() == 5  # integers: general path
