@@ -285,13 +285,26 @@ def test_extrema_without_history_are_one_reduction_with_the_general_values(op, d
     np.testing.assert_array_equal(out.numpy(), general.numpy())
 
 
-def test_extrema_with_history_keep_the_tree_and_its_gradient():
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_extrema_of_every_entry_with_history_split_ties_as_torch(op):
+    a = np.array([[1.0, 3.0, 3.0], [3.0, 0.0, 0.0]], np.float32)  # three maxima, two minima
+    for values in (a, np.where(a == 1.0, np.nan, a).astype(np.float32)):
+        x, tx = tl.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+        out, ref = getattr(x * 2.0, op)(), getattr(tx * 2.0, op)()
+        assert out._op is not None and out.shape == ()
+        np.testing.assert_array_equal(out.detach().numpy(), ref.detach().numpy())
+        (out * out).backward()
+        (ref * ref).backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    x = tl.tensor(a, requires_grad=True)
+    (g,) = tl.autograd.grad(getattr(x, op)(), x, create_graph=True)  # recorded again
+    np.testing.assert_allclose(g.detach().numpy().sum(), 1.0, rtol=1e-6)
+    assert x.max(1).values._op is not None  # one axis: the general path's tree
+
+
+def test_extrema_keep_the_general_checks():
     a = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], np.float32)
     x = tl.tensor(a, requires_grad=True)
-    out = x.max()
-    assert out._op is not None  # recorded: the general path's tree of binary maxima
-    out.backward()
-    assert x.grad.numpy().sum() == pytest.approx(1.0) and x.grad.numpy()[0, 1:].sum() == 1.0
     with tl.no_grad():
         assert x.max()._op is None and x.max().item() == 3.0
     with pytest.raises(tl.TorchLeanError):

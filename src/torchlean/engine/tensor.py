@@ -2743,12 +2743,22 @@ def record_floats(prim: Primitive, tensors: tuple[Tensor, ...],
 def _plain_extremum(x: Tensor, dim: Any, keepdim: Any, reduce: Callable[..., Any]
                     ) -> Tensor | None:
     """``reduce`` (``np.max`` / ``np.min``) of a float host tensor with entries over ``dim``
-    (None: every axis; an int in range) when no history is recorded, or ``None`` for the
-    general path (which checks and raises). A maximum is exact: the general path's values."""
-    if (x.requires_grad and _state.grad_enabled) or type(x._value) is not np.ndarray or \
-            x.dtype.kind != "f" or not x.shape or not x._value.size or \
-            type(keepdim) is not bool:
+    (None: every axis; an int in range) when no history is recorded, and over every entry with
+    one, or ``None`` for the general path (which checks and raises). A maximum is exact: the
+    general path's values."""
+    if type(x._value) is not np.ndarray or x.dtype.kind != "f" or not x.shape or \
+            not x._value.size or type(keepdim) is not bool:
         return None
+    if x.requires_grad and _state.grad_enabled:
+        if dim is not None or keepdim:
+            return None  # the general path's tree over one axis
+        # every entry: one op whose ties share the gradient evenly, as torch's max() (the
+        # tree would be two ops per entry, and split three ties 1/2, 1/4, 1/4)
+        v = x._value
+        top = reduce(v)
+        mask = (v == top) | (np.isnan(v) & np.isnan(top))
+        prim = TP.extremum_all(mask, reduce is np.max)
+        return Tensor._result(np.asarray(top), prim, (x,), _NO_ATTRS, ())
     if dim is None:
         return Tensor._result(np.asarray(reduce(x._value, keepdims=keepdim)), None, (),
                               _NO_ATTRS)

@@ -126,6 +126,27 @@ POW = Primitive("pow", ("x", "y"), _broadcast_shape, _pow_forward, vjp=_pow_vjp,
                 samples=_no_samples)
 
 
+def extremum_all(mask: Any, largest: bool) -> Primitive:
+    """The largest (or smallest) entry of a tensor, whose ties (``mask``: the entries equal to
+    it, NaN matching NaN) share the gradient evenly, as torch's ``max()`` / ``min()`` do."""
+    ties = int(mask.sum())
+
+    def forward(x: Any) -> Any:
+        xp = namespace_of(x)
+        return xp.max(x) if largest else xp.min(x)
+
+    def vjp(ops: Any, g: Any, inputs: Any, out: Any) -> tuple[Any, ...]:
+        spread = ops.broadcast_to(g, shape=tuple(inputs[0].shape))
+        # the other entries get an exact zero (not g * 0: a NaN extremum's g is NaN)
+        return (call(ops, where(mask), ops.scale(spread, c=1.0 / ties),
+                     ops.zeros_like(spread)),)
+
+    return Primitive("max_all" if largest else "min_all", ("x",), lambda s: (), forward,
+                     vjp=vjp, reverse_only=True, samples=_no_samples,
+                     semantics="The extremum of all entries; ties share the gradient evenly "
+                               "(tensor-only).")
+
+
 def where(cond: Any) -> Primitive:
     """``where(cond, a, b)`` for a fixed bool array ``cond`` (broadcast to a and b)."""
 
