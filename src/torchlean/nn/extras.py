@@ -155,30 +155,51 @@ class Unflatten(Module):
 
 
 class Conv1d(Module):
-    """1-D convolution over ``(C, L)`` or ``(N, C, L)``; weight ``(out, in, k)``."""
+    """1-D convolution over ``(C, L)`` or ``(N, C, L)``; weight ``(out, in / groups, k)``.
+    ``padding_mode`` other than ``'zeros'`` pads the input with ``F.pad``'s mode first (as
+    torch's ``_conv_forward``)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
                  padding_mode: str = "zeros", dtype: Any = "float32", generator: Any = None
                  ) -> None:
         super().__init__()
-        _positive("Conv1d", in_channels=in_channels, out_channels=out_channels)
-        if dilation not in (1, (1,)) or groups != 1 or padding_mode != "zeros":
-            raise TF.UnsupportedArgumentError("Conv1d: dilation, groups and padding_mode other "
-                                              "than the defaults are not supported")
+        _positive("Conv1d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        modes = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate",
+                 "circular": "circular"}
+        if padding_mode not in modes:
+            raise TorchLeanError(f"Conv1d: padding_mode must be one of {tuple(modes)}, found "
+                                 f"{padding_mode!r}")
+        if in_channels % groups or out_channels % groups:
+            raise TorchLeanError(f"Conv1d: in_channels ({in_channels}) and out_channels "
+                                 f"({out_channels}) must be divisible by groups ({groups})")
         k = int(kernel_size[0] if isinstance(kernel_size, tuple | list) else kernel_size)
         self.in_channels, self.out_channels, self.kernel_size = int(in_channels), \
             int(out_channels), (k,)
-        self.stride, self.padding = stride, padding
-        bound = kaiming_uniform_bound(in_channels * k)
-        self.weight = Param(uniform_init((out_channels, in_channels, k), bound, dtype,
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.groups, self.padding_mode = int(groups), padding_mode
+        self._pad_mode = modes[padding_mode]
+        bound = kaiming_uniform_bound(in_channels // groups * k)
+        self.weight = Param(uniform_init((out_channels, in_channels // groups, k), bound, dtype,
                                          generator), "weight")
         self.bias = (Param(uniform_init((out_channels,), bound, dtype, generator), "bias")
                      if bias else None)
 
     def forward(self, x: Any) -> Any:
         bias = _use(x, self.bias) if self.bias is not None else None
-        return TF.conv1d(x, _use(x, self.weight), bias, stride=self.stride, padding=self.padding)
+        padding = self.padding
+        if self.padding_mode != "zeros" and padding != "valid":
+            d = self.dilation[0] if isinstance(self.dilation, tuple | list) else self.dilation
+            if padding == "same":
+                total = int(d) * (self.kernel_size[0] - 1)
+                amounts = [total // 2, total - total // 2]
+            else:
+                p = int(padding[0] if isinstance(padding, tuple | list) else padding)
+                amounts = [p, p]
+            x = TF.pad(x, amounts, mode=self._pad_mode)
+            padding = 0
+        return TF.conv1d(x, _use(x, self.weight), bias, stride=self.stride, padding=padding,
+                         dilation=self.dilation, groups=self.groups)
 
 
 class BatchNorm1d(BatchNorm2d):
@@ -195,21 +216,28 @@ class BatchNorm1d(BatchNorm2d):
 
 
 class MaxPool1d(Module):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 dilation: Any = 1, return_indices: bool = False,
+                 ceil_mode: bool = False) -> None:
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, input: Any) -> Any:
-        return TF.max_pool1d(input, self.kernel_size, self.stride, self.padding)
+        return TF.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode, self.return_indices)
 
 
 class AvgPool1d(Module):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, input: Any) -> Any:
-        return TF.avg_pool1d(input, self.kernel_size, self.stride, self.padding)
+        return TF.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                             self.count_include_pad)
 
 
 class ParameterList(Module):

@@ -9,9 +9,9 @@ compose to. Inputs may be refs of
 any owner (``Session`` refs, ``tl.Tensor``, graph variables) or plain arrays (then the value is
 computed directly, without autodiff).
 
-Arguments torch accepts but torchlean cannot honour (``dilation``, ``groups``, ``ceil_mode``,
-``inplace=True``, ...) are refused with an ``UnsupportedArgumentError`` naming the function and
-the argument, never silently ignored. Bad shapes raise ``ShapeError``, bad values
+Arguments torch accepts but torchlean cannot honour (a pooling ``dilation``, ``inplace=True``
+on session refs, ``max_norm``, ...) are refused with an ``UnsupportedArgumentError`` naming the
+function and the argument, never silently ignored. Bad shapes raise ``ShapeError``, bad values
 ``TorchLeanError`` subclasses, each naming the function.
 
 Plain device arrays (CuPy) are computed on their device: constants the functions make (zero
@@ -39,7 +39,7 @@ from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceErro
 from ..core.registry import REGISTRY
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
-from ..engine.tensor import Tensor, record_floats
+from ..engine.tensor import Tensor, record_floats, tensor
 from ..engine.torch_methods import apply_inplace
 from .bags import dropout1d, dropout2d, dropout3d, embedding_bag
 from .sampling import affine_grid, grid_sample, linear_resize
@@ -256,17 +256,44 @@ def _ntuple(fn: str, name: str, value: Any, d: int, minimum: int) -> tuple[int, 
     return tuple(int(v) for v in values)
 
 
-def _conv_padding(fn: str, padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...]
-                  ) -> tuple[int, ...]:
+def _conv_padding(fn: str, padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
+                  dilation: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The (before, after) zero padding of each spatial axis; ``'same'`` pads the extra entry
+    of an odd total after, as torch does (stride 1 only, as torch)."""
     if padding == "valid":
-        return (0,) * len(kernel)
+        return ((0, 0),) * len(kernel)
     if padding == "same":
-        if any(v != 1 for v in stride) or any(k % 2 == 0 for k in kernel):
-            raise UnsupportedArgumentError(f"{fn}: padding='same' needs stride 1 and odd kernel "
-                                           f"sizes here (symmetric padding), found kernel "
-                                           f"{kernel}, stride {stride}")
-        return tuple(k // 2 for k in kernel)
-    return _ntuple(fn, "padding", padding, len(kernel), 0)
+        if any(v != 1 for v in stride):
+            raise TorchLeanError(f"{fn}: padding='same' is not supported for strided "
+                                 f"convolutions, found stride {stride}")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _ntuple(fn, "padding", padding, len(kernel), 0))
+
+
+def _dilate(w: Any, dilation: tuple[int, ...]) -> Any:
+    """The weight with ``dilation - 1`` zero taps between its taps on each spatial axis (a
+    dilated convolution is the ordinary one with this kernel): a zero slice is appended to the
+    axis and the taps gathered from it, so the gradient reaches the real taps only."""
+    ws = _shape(w)
+    for i, r in enumerate(dilation):
+        if r == 1:
+            continue
+        axis, k = 2 + i, ws[2 + i]
+        amounts = [0] * (2 * (len(ws) - 1 - axis)) + [0, 1]
+        extended = pad(w, amounts)
+        taps = np.arange((k - 1) * r + 1)
+        source = np.where(taps % r == 0, taps // r, k)
+        w = extended[(slice(None),) * axis + (source,)]
+    return w
+
+
+def _groups(fn: str, groups: Any, c_in: int, c_out: int) -> int:
+    g = _int(fn, "groups", groups, 1)
+    if c_in % g or c_out % g:
+        raise ShapeError(f"{fn}: in_channels ({c_in}) and out_channels ({c_out}) must both be "
+                         f"divisible by groups ({g})")
+    return g
 
 
 _LAYOUTS = {1: "(C, L) or (N, C, L)", 2: "(C, H, W) or (N, C, H, W)",
@@ -294,12 +321,32 @@ def _conv_args(fn: str, d: int, input: Any, weight: Any, bias: Any, out_axis: in
 
 def _conv(fn: str, d: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
           dilation: Any, groups: Any) -> Any:
-    _require(fn, "dilation", dilation, 1)
-    _require(fn, "groups", groups, 1)
     x, w, b = _conv_args(fn, d, input, weight, bias, 0)
     s = _ntuple(fn, "stride", stride, d, 1)
-    p = _conv_padding(fn, padding, _shape(w)[2:], s)
-    return F.apply("conv2d" if d == 2 else "conv", w, b, x, stride=s, padding=p)
+    dil = _ntuple(fn, "dilation", dilation, d, 1)
+    xs, ws = _shape(x), _shape(w)
+    channel = len(xs) - d - 1
+    g = _groups(fn, groups, xs[channel], ws[0])
+    if ws[1] * g != xs[channel]:
+        raise ShapeError(f"{fn}: weight {ws} with groups={g} expects {ws[1] * g} input "
+                         f"channels, found input {xs}")
+    amounts = _conv_padding(fn, padding, ws[2:], s, dil)
+    if any(a != b for a, b in amounts):  # uneven ('same' with an even extent): pad explicitly
+        x = pad(x, [v for pair in reversed(amounts) for v in pair])
+        amounts = ((0, 0),) * d
+    p = tuple(a for a, _ in amounts)
+    w = _dilate(w, dil)
+    op = "conv2d" if d == 2 else "conv"
+    if g == 1:
+        return F.apply(op, w, b, x, stride=s, padding=p)
+    # groups: each group of input channels convolved with its block of filters, then joined
+    ci, co = xs[channel] // g, ws[0] // g
+    outs = []
+    for k in range(g):
+        xk = x[(slice(None),) * channel + (slice(k * ci, (k + 1) * ci),)]
+        outs.append(F.apply(op, w[k * co:(k + 1) * co], b[k * co:(k + 1) * co], xk, stride=s,
+                            padding=p))
+    return F.cat(outs, channel)
 
 
 def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
@@ -312,8 +359,9 @@ def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
 def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1) -> Any:
     """2-D cross-correlation: ``input (N, C_in, H, W)`` or ``(C_in, H, W)``, ``weight (C_out,
-    C_in, kH, kW)``; ``padding`` an int, a pair, ``'valid'`` or ``'same'`` (odd kernels,
-    stride 1). ``dilation`` and ``groups`` must be 1."""
+    C_in / groups, kH, kW)``; ``padding`` an int, a pair, ``'valid'`` or ``'same'`` (stride 1;
+    an odd total pads its extra entry after, as torch); ``dilation`` and ``groups`` as torch.
+    """
     return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
@@ -326,15 +374,33 @@ def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
 def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
                      padding: Any = 0, output_padding: Any = 0, groups: int = 1,
                      dilation: Any = 1) -> Any:
-    """2-D transposed convolution; ``weight (C_in, C_out, kH, kW)`` as in torch.
-    ``groups`` and ``dilation`` must be 1."""
-    _require("conv_transpose2d", "dilation", dilation, 1)
-    _require("conv_transpose2d", "groups", groups, 1)
-    x, w, b = _conv_args("conv_transpose2d", 2, input, weight, bias, 1)
-    s = _pair("conv_transpose2d", "stride", stride, 1)
-    p = _pair("conv_transpose2d", "padding", padding, 0)
-    op = _pair("conv_transpose2d", "output_padding", output_padding, 0)
-    return F.apply("conv_transpose2d", w, b, x, stride=s, padding=p, output_padding=op)
+    """2-D transposed convolution; ``weight (C_in, C_out / groups, kH, kW)`` as in torch.
+    ``dilation`` spreads the kernel's taps (zeros between them); ``groups`` splits the input
+    channels and the weight's first axis into that many independent convolutions."""
+    fn = "conv_transpose2d"
+    x, w, _ = _conv_args(fn, 2, input, weight, None, 1)
+    xs, ws = _shape(x), _shape(w)
+    channel = len(xs) - 3
+    g = _int(fn, "groups", groups, 1)
+    if ws[0] != xs[channel] or ws[0] % g:
+        raise ShapeError(f"{fn}: weight {ws} with groups={g} expects {ws[0]} input channels "
+                         f"(divisible by groups), found input {xs}")
+    out_channels = ws[1] * g
+    b = (_const(w, np.zeros(out_channels)) if bias is None
+         else _float_tensor(fn, "bias", bias))
+    if _shape(b) != (out_channels,):
+        raise ShapeError(f"{fn}: bias must have shape ({out_channels},), found {_shape(b)}")
+    s = _pair(fn, "stride", stride, 1)
+    p = _pair(fn, "padding", padding, 0)
+    op = _pair(fn, "output_padding", output_padding, 0)
+    w = _dilate(w, _pair(fn, "dilation", dilation, 1))
+    if g == 1:
+        return F.apply("conv_transpose2d", w, b, x, stride=s, padding=p, output_padding=op)
+    ci, co = ws[0] // g, ws[1]
+    outs = [F.apply("conv_transpose2d", w[k * ci:(k + 1) * ci], b[k * co:(k + 1) * co],
+                    x[(slice(None),) * channel + (slice(k * ci, (k + 1) * ci),)], stride=s,
+                    padding=p, output_padding=op) for k in range(g)]
+    return F.cat(outs, channel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,30 +421,123 @@ def _pool_args(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, paddi
     return x, k, s, p
 
 
+def _pool_sizes(fn: str, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int, ...],
+                p: tuple[int, ...], ceil_mode: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """torch's output sizes (``pooling_output_shape``) and the extra padding after each axis
+    that ``ceil_mode`` needs for its last, partial window."""
+    if not isinstance(ceil_mode, bool | np.bool_):
+        raise TorchLeanError(f"{fn}: ceil_mode must be a bool, found {ceil_mode!r}")
+    sizes, extra = [], []
+    for n, ki, si, pi in zip(spatial, k, s, p, strict=True):
+        out = (n + 2 * pi - ki + (si - 1 if ceil_mode else 0)) // si + 1
+        if ceil_mode and (out - 1) * si >= n + pi:
+            out -= 1  # the last window must start inside the input or its left padding
+        if out < 1:
+            raise ShapeError(f"{fn}: kernel {k} with padding {p} is larger than the input's "
+                             f"spatial size {spatial}")
+        sizes.append(out)
+        extra.append(max(0, (out - 1) * si + ki - (n + 2 * pi)))
+    return tuple(sizes), tuple(extra)
+
+
+def _padded(x: Any, p: tuple[int, ...], extra: tuple[int, ...], fill: float) -> Any:
+    """``x`` padded by ``p`` before and ``p + extra`` after each spatial axis with ``fill``."""
+    amounts = [v for pi, e in zip(reversed(p), reversed(extra), strict=True)
+               for v in (pi, pi + e)]
+    return x if not any(amounts) else pad(x, amounts, value=fill)
+
+
+def _max_indices(fn: str, x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...],
+                 extra: tuple[int, ...]) -> Any:
+    """torch's ``return_indices``: per output, the flat spatial index (into the unpadded
+    input) of its window's first maximum, from the input's values."""
+    values = _values(fn, "input", x)
+    if values is None:
+        raise UnsupportedArgumentError(f"{fn}: return_indices=True needs the input's values, "
+                                       "which a traced graph does not have")
+    d = len(k)
+    spatial = values.shape[-d:]
+    widths = [(0, 0)] * (values.ndim - d) + [(pi, pi + e) for pi, e in zip(p, extra,
+                                                                              strict=True)]
+    full = np.pad(values.astype(np.float64), widths, constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(full, k, axis=tuple(range(-d, 0)))
+    windows = windows[(Ellipsis,) + tuple(slice(None, None, si) for si in s)
+                      + (slice(None),) * d]
+    lead = windows.shape[:values.ndim]
+    local = np.argmax(windows.reshape(lead + (-1,)), axis=-1)  # the first maximum (NaN wins)
+    offsets = np.unravel_index(local, k)
+    flat = np.zeros(lead, dtype=np.int64)
+    for axis in range(d):
+        starts = np.arange(lead[values.ndim - d + axis]) * s[axis] - p[axis]
+        shape = [1] * len(lead)
+        shape[values.ndim - d + axis] = -1
+        flat = flat * spatial[axis] + starts.reshape(shape) + offsets[axis]
+    return tensor(flat) if isinstance(x, Tensor) else flat
+
+
 def _max_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any,
               dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
     _require(fn, "dilation", dilation, 1)
-    _require(fn, "ceil_mode", ceil_mode, False)
-    _require(fn, "return_indices", return_indices, False)
     x, k, s, p = _pool_args(fn, d, input, kernel_size, stride, padding)
-    if d != 2:
-        return F.apply("max_pool", x, kernel_size=k, stride=s, padding=p)
-    if p == (0, 0):
-        return F.apply("max_pool2d", x, kernel_size=k, stride=s)
-    return F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    _, extra = _pool_sizes(fn, _shape(x)[-d:], k, s, p, ceil_mode)
+    if any(extra):
+        # the partial windows of ceil_mode: pad with the lowest finite value, which never wins
+        # a window (each holds an input entry); NaN-free, unlike -inf * 0 in a padded sum
+        out = F.apply("max_pool2d" if d == 2 else "max_pool",
+                      _padded(x, p, extra, float(np.finfo(_dtype(x)).min)), kernel_size=k,
+                      stride=s, **({} if d == 2 else {"padding": (0,) * d}))
+    elif d != 2:
+        out = F.apply("max_pool", x, kernel_size=k, stride=s, padding=p)
+    elif p == (0, 0):
+        out = F.apply("max_pool2d", x, kernel_size=k, stride=s)
+    else:
+        out = F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    if return_indices:
+        return out, _max_indices(fn, x, k, s, p, extra)
+    return out
+
+
+def _avg_divisors(spatial: tuple[int, ...], sizes: tuple[int, ...], k: tuple[int, ...],
+                  s: tuple[int, ...], p: tuple[int, ...], count_include_pad: bool
+                  ) -> np.ndarray:
+    """torch's divisor of each output of an average pool: the window clipped to the padded
+    input (``count_include_pad``) or to the input itself, per axis, multiplied."""
+    divisor = np.ones(sizes)
+    for axis, (n, o, ki, si, pi) in enumerate(zip(spatial, sizes, k, s, p, strict=True)):
+        start = np.arange(o) * si - pi
+        end = np.minimum(start + ki, n + pi)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        shape = [1] * len(sizes)
+        shape[axis] = o
+        divisor = divisor * (end - start).reshape(shape)
+    return divisor
 
 
 def _avg_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any,
               ceil_mode: Any, count_include_pad: Any, divisor_override: Any = None) -> Any:
-    _require(fn, "ceil_mode", ceil_mode, False)
-    _require(fn, "count_include_pad", count_include_pad, True)
-    _require(fn, "divisor_override", divisor_override, None)
     x, k, s, p = _pool_args(fn, d, input, kernel_size, stride, padding)
-    if d != 2:
-        return F.apply("avg_pool", x, kernel_size=k, stride=s, padding=p)
-    if p == (0, 0):
-        return F.apply("avg_pool2d", x, kernel_size=k, stride=s)
-    return F.apply("avg_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    spatial = _shape(x)[-d:]
+    sizes, extra = _pool_sizes(fn, spatial, k, s, p, ceil_mode)
+    if divisor_override is not None:
+        divisor_override = _int(fn, "divisor_override", divisor_override, 1)
+    if not any(extra) and count_include_pad and divisor_override is None:
+        if d != 2:
+            return F.apply("avg_pool", x, kernel_size=k, stride=s, padding=p)
+        if p == (0, 0):
+            return F.apply("avg_pool2d", x, kernel_size=k, stride=s)
+        return F.apply("avg_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
+    # The window sums (a mean over the zero-padded full windows), rescaled per output by
+    # torch's divisor for that window.
+    padded = _padded(x, p, extra, 0.0)
+    if d == 2:
+        means = F.apply("avg_pool2d", padded, kernel_size=k, stride=s)
+    else:
+        means = F.apply("avg_pool", padded, kernel_size=k, stride=s, padding=(0,) * d)
+    divisor = (np.full(sizes, float(divisor_override)) if divisor_override is not None
+               else _avg_divisors(spatial, sizes, k, s, p, bool(count_include_pad)))
+    factor = np.broadcast_to(float(np.prod(k)) / divisor, _shape(means))
+    return F.apply("mul", means, _const(means, factor))
 
 
 def max_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
@@ -425,22 +584,60 @@ def avg_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 
                      count_include_pad, divisor_override)
 
 
-def adaptive_avg_pool2d(input: Any, output_size: Any) -> Any:
-    """Adaptive average pooling to ``output_size`` when it divides the spatial size (the
-    windows are then equal and disjoint: an ordinary average pool); other sizes are refused."""
-    fn = "adaptive_avg_pool2d"
+def _adaptive_args(fn: str, input: Any, output_size: Any) -> tuple[Any, tuple[int, int]]:
     x = _float_tensor(fn, "input", input)
     xs = _shape(x)
     if len(xs) not in (3, 4):
         raise ShapeError(f"{fn}: input must be {_LAYOUTS[2]}, found {xs}")
     size = (output_size, output_size) if not isinstance(output_size, tuple | list) else tuple(
         xs[-2 + i] if v is None else v for i, v in enumerate(output_size))
-    out = _pair(fn, "output_size", size, 1)
-    if xs[-2] % out[0] or xs[-1] % out[1]:
-        raise UnsupportedArgumentError(f"{fn}: output_size {out} must divide the spatial size "
-                                       f"{xs[-2:]} here (unequal windows are not supported)")
-    k = (xs[-2] // out[0], xs[-1] // out[1])
-    return F.apply("avg_pool2d", x, kernel_size=k, stride=k)
+    return x, _pair(fn, "output_size", size, 1)
+
+
+def _adaptive_windows(n: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive windows: ``[floor(i n / out), ceil((i + 1) n / out))``."""
+    return [(i * n // out, -(-(i + 1) * n // out)) for i in range(out)]
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> Any:
+    """Adaptive average pooling to ``output_size`` (an int, a pair, ``None`` keeping an axis):
+    an ordinary average pool when the size divides the spatial size (equal, disjoint
+    windows), else torch's overlapping windows as two constant averaging matrices."""
+    fn = "adaptive_avg_pool2d"
+    x, out = _adaptive_args(fn, input, output_size)
+    xs = _shape(x)
+    if not xs[-2] % out[0] and not xs[-1] % out[1]:
+        k = (xs[-2] // out[0], xs[-1] // out[1])
+        return F.apply("avg_pool2d", x, kernel_size=k, stride=k)
+    if not isinstance(x, Tensor):
+        raise UnsupportedArgumentError(f"{fn}: output_size {out} that does not divide the "
+                                       f"spatial size {xs[-2:]} needs a tensor input, found "
+                                       f"{type(x).__name__}")
+    rows, cols = (np.zeros((o, n), dtype=_dtype(x)) for o, n in zip(out, xs[-2:], strict=True))
+    for matrix, n, o in ((rows, xs[-2], out[0]), (cols, xs[-1], out[1])):
+        for i, (a, b) in enumerate(_adaptive_windows(n, o)):
+            matrix[i, a:b] = 1.0 / (b - a)
+    return tensor(rows) @ x @ tensor(np.ascontiguousarray(cols.T))
+
+
+def adaptive_max_pool2d(input: Any, output_size: Any, return_indices: bool = False) -> Any:
+    """Adaptive max pooling: an ordinary max pool when ``output_size`` divides the spatial
+    size, else the maximum of each of torch's overlapping windows (tensors)."""
+    fn = "adaptive_max_pool2d"
+    x, out = _adaptive_args(fn, input, output_size)
+    xs = _shape(x)
+    if not xs[-2] % out[0] and not xs[-1] % out[1]:
+        k = (xs[-2] // out[0], xs[-1] // out[1])
+        return _max_pool(fn, 2, x, k, k, 0, 1, False, return_indices)
+    _require(fn, "return_indices", return_indices, False)
+    if not isinstance(x, Tensor):
+        raise UnsupportedArgumentError(f"{fn}: output_size {out} that does not divide the "
+                                       f"spatial size {xs[-2:]} needs a tensor input, found "
+                                       f"{type(x).__name__}")
+    rows = [F.stack([x[..., a:b, c:e].amax(dim=(-2, -1))
+                     for c, e in _adaptive_windows(xs[-1], out[1])], -1)
+            for a, b in _adaptive_windows(xs[-2], out[0])]
+    return F.stack(rows, -2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,17 +664,24 @@ def relu(input: Any, inplace: bool = False) -> Any:
     return F.apply("relu", _float_tensor("relu", "input", input))
 
 
+def _negative_part(x: Any) -> tuple[Any, Any]:
+    """``(relu(x), x - relu(x))``: the second is ``min(x, 0)`` exactly, and its derivative at 0
+    is 1 (relu's is 0 there), so a function built on it takes torch's ``x > 0 ? 1 : f'(x)``
+    subgradient at the kink."""
+    positive = F.apply("relu", x)
+    return positive, F.apply("sub", x, positive)
+
+
 def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Any:
-    """``relu(x) - negative_slope * relu(-x)``."""
+    """``relu(x) + negative_slope * min(x, 0)`` (derivative ``negative_slope`` at 0, as
+    torch's)."""
     if inplace:
         return _in_place("leaky_relu", input, lambda a: leaky_relu(a, negative_slope))
     if not isinstance(negative_slope, int | float) or isinstance(negative_slope, bool):
         raise TorchLeanError(f"leaky_relu: negative_slope must be a number, found "
                              f"{negative_slope!r}")
-    x = _float_tensor("leaky_relu", "input", input)
-    negative = F.apply("relu", F.apply("scale", x, c=-1.0))
-    return F.apply("add", F.apply("relu", x), F.apply("scale", negative,
-                                                      c=-float(negative_slope)))
+    positive, negative = _negative_part(_float_tensor("leaky_relu", "input", input))
+    return F.apply("add", positive, F.apply("scale", negative, c=float(negative_slope)))
 
 
 def _number(fn: str, name: str, value: Any) -> float:
@@ -505,15 +709,14 @@ def relu6(input: Any, inplace: bool = False) -> Any:
 
 
 def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:
-    """``relu(x) + alpha * (exp(-relu(-x)) - 1)``: x above 0, ``alpha (exp(x) - 1)`` below.
-    At exactly 0 the derivative is 0 (relu's convention; torch gives alpha there)."""
+    """``relu(x) + alpha * (exp(min(x, 0)) - 1)``: x above 0, ``alpha (exp(x) - 1)`` below.
+    At exactly 0 the derivative is alpha, as torch's."""
     if inplace:
         return _in_place("elu", input, lambda a: elu(a, alpha))
     a = _number("elu", "alpha", alpha)
-    x = _float_tensor("elu", "input", input)
-    negative = F.apply("scale", F.apply("relu", F.apply("scale", x, c=-1.0)), c=-1.0)
+    positive, negative = _negative_part(_float_tensor("elu", "input", input))
     below = F.apply("scale", F.apply("add_scalar", F.apply("exp", negative), c=-1.0), c=a)
-    return F.apply("add", F.apply("relu", x), below)
+    return F.apply("add", positive, below)
 
 
 def logsigmoid(input: Any) -> Any:
@@ -547,20 +750,41 @@ def sigmoid(input: Any) -> Any:
 
 
 def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:
-    """``log(1 + exp(beta x)) / beta`` (the stable primitive; torch's linear region above
-    ``threshold`` differs from it by less than ``exp(-threshold)``)."""
+    """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold`` (torch's
+    linear region). With the default threshold the two differ by less than ``exp(-20)``, so
+    the stable primitive alone is used; another threshold selects by the input's values
+    (refused while tracing, where they are unknown)."""
     if not isinstance(beta, int | float) or isinstance(beta, bool) or beta <= 0:
         raise TorchLeanError(f"softplus: beta must be a positive number, found {beta!r}")
+    t = _number("softplus", "threshold", threshold)
     x = _float_tensor("softplus", "input", input)
     if beta == 1:
-        return F.apply("softplus", x)
-    return F.apply("scale", F.apply("softplus", F.apply("scale", x, c=float(beta))),
-                   c=1.0 / float(beta))
+        smooth = F.apply("softplus", x)
+    else:
+        smooth = F.apply("scale", F.apply("softplus", F.apply("scale", x, c=float(beta))),
+                         c=1.0 / float(beta))
+    if t >= 20.0:
+        return smooth
+    values = _values("softplus", "input", x)
+    if values is None:
+        raise UnsupportedArgumentError(f"softplus: threshold={threshold!r} needs the input's "
+                                       "values, which a traced graph does not have (only the "
+                                       "default 20 is supported there)")
+    linear = np.asarray(values) * beta > t
+    if not linear.any():
+        return smooth
+    keep = _const(x, linear)
+    return F.apply("add", F.apply("mul", x, keep),
+                   F.apply("mul", smooth, _const(x, ~linear)))
 
 
 def _along(fn: str, prim: str, input: Any, dim: Any, dtype: Any) -> Any:
-    _require(fn, "dtype", dtype, None)
     x = _float_tensor(fn, "input", input)
+    if dtype is not None:  # torch casts the input first (to compute in a wider type)
+        if not isinstance(x, Tensor):
+            raise UnsupportedArgumentError(f"{fn}: dtype={dtype!r} needs a tensor input, found "
+                                           f"{type(x).__name__}")
+        x = x.to(dtype)
     shape = _shape(x)
     if not shape:
         raise ShapeError(f"{fn}: input must have at least one axis, found a scalar")
@@ -841,22 +1065,65 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Any:
     return F.apply("one_hot", x, num_classes=num_classes)
 
 
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_index(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """The source positions of a ``mode`` padding of an axis of ``n`` entries."""
+    i = np.arange(-before, n + after)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    if mode == "circular":
+        return i % n
+    i = np.abs(i)  # reflect: mirrored about the first and the last entry, not repeating them
+    return np.where(i > n - 1, 2 * (n - 1) - i, i)
+
+
 def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | None = None
         ) -> Any:
-    """Constant padding: ``pad = (left_last, right_last, left_2nd_last, right_2nd_last, ...)``
-    as torch; non-negative amounts only (no cropping). Built from ``pad_range0`` on each padded
-    axis moved to the front."""
+    """Padding as torch: ``pad = (left_last, right_last, left_2nd_last, right_2nd_last, ...)``.
+    ``mode='constant'`` fills with ``value`` (negative amounts crop), built from ``pad_range0``
+    on each padded axis moved to the front; ``'reflect'``, ``'replicate'`` and ``'circular'``
+    gather the source entries along each padded axis (so gradients sum back onto them)."""
     fn = "pad"
-    _require(fn, "mode", mode, "constant")
+    if mode not in _PAD_MODES:
+        raise UnsupportedArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, found "
+                                       f"{mode!r}")
     x = _float_tensor(fn, "input", input)
     xs = _shape(x)
     if not isinstance(pad, tuple | list) or len(pad) % 2 or len(pad) // 2 > len(xs) or any(
             isinstance(v, bool) or not isinstance(v, int | np.integer) for v in pad):
         raise TorchLeanError(f"{fn}: pad must be an even-length sequence of ints covering at "
                              f"most {len(xs)} axes, found {pad!r}")
-    if any(v < 0 for v in pad):
-        raise UnsupportedArgumentError(f"{fn}: negative padding (cropping) is not supported, "
-                                       f"found {tuple(pad)}")
+    if mode != "constant":
+        if value is not None and value != 0:
+            raise TorchLeanError(f"{fn}: padding mode {mode!r} doesn't take in value argument")
+        if any(v < 0 for v in pad):
+            raise UnsupportedArgumentError(f"{fn}: negative padding (cropping) is supported in "
+                                           f"mode 'constant' only, found {tuple(pad)}")
+        out = x
+        for k in range(len(pad) // 2):
+            before, after, axis = int(pad[2 * k]), int(pad[2 * k + 1]), len(xs) - 1 - k
+            n = xs[axis]
+            if before == after == 0:
+                continue
+            limit = n - 1 if mode == "reflect" else n
+            if max(before, after) > limit:
+                raise ShapeError(f"{fn}: {mode} padding ({before}, {after}) must be at most "
+                                 f"{limit} for dimension {axis} of size {n}")
+            out = out[(slice(None),) * axis + (_pad_index(n, before, after, mode),)]
+        return out
+    if any(v < 0 for v in pad):  # crop first, then pad what is positive
+        crop = [slice(None)] * len(xs)
+        for k in range(len(pad) // 2):
+            axis = len(xs) - 1 - k
+            before, after = int(pad[2 * k]), int(pad[2 * k + 1])
+            crop[axis] = slice(max(-before, 0), xs[axis] - max(-after, 0))
+        if any(sl.start is not None and sl.start >= sl.stop for sl in crop):
+            raise ShapeError(f"{fn}: padding {tuple(pad)} crops away all of input {xs}")
+        x = x[tuple(crop)]
+        xs = _shape(x)
+        pad = [max(int(v), 0) for v in pad]
     fill = 0.0 if value is None else value
     if not isinstance(fill, int | float) or isinstance(fill, bool):
         raise TorchLeanError(f"{fn}: value must be a number, found {value!r}")
@@ -930,8 +1197,10 @@ def _reduce(fn: str, per_item: Any, reduction: str, denominator: Any = None) -> 
     if reduction == "sum":
         return total
     count = int(np.prod(_shape(per_item), dtype=np.int64)) if denominator is None else denominator
-    # torch gives nan for the mean over no items; so does 0/0 here.
-    return F.apply("scale", total, c=float("nan") if count == 0 else 1.0 / float(count))
+    if count == 0:
+        # torch's mean over no items (or all ignored): the value nan, the gradient zero
+        return F.apply("add", F.apply("scale", total, c=0.0), _const(total, np.nan))
+    return F.apply("scale", total, c=1.0 / float(count))
 
 
 def _class_weights(fn: str, weight: Any, c: int) -> np.ndarray | None:
@@ -1151,22 +1420,36 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
     reduction = _legacy_reduction("smooth_l1_loss", size_average, reduce, reduction)
     reduction = _reduction("smooth_l1_loss", reduction)
     b = _number("smooth_l1_loss", "beta", beta)
-    if b <= 0:
-        raise UnsupportedArgumentError(f"smooth_l1_loss: beta must be positive here (beta = 0 "
-                                       f"is l1_loss), found {beta!r}")
+    if b < 0:
+        raise TorchLeanError(f"smooth_l1_loss: beta must be >= 0, found {beta!r}")
+    if b == 0:  # torch: beta = 0 is exactly l1_loss
+        x, t = _same_shape("smooth_l1_loss", input, target)
+        return _reduce("smooth_l1_loss", F.apply("abs", F.apply("sub", x, t)), reduction)
     return F.apply("scale", _huber("smooth_l1_loss", input, target, b, reduction), c=1.0 / b)
 
 
 def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None,
                                      size_average: Any = None, reduce: Any = None,
                                      reduction: str = "mean", pos_weight: Any = None) -> Any:
-    """``softplus(x) - target * x`` per entry (the stable form of BCE on sigmoid(x))."""
+    """``softplus(x) - target * x`` per entry (the stable form of BCE on sigmoid(x)); with
+    ``pos_weight`` (broadcast along the last axis, as torch), ``(1 - t) x + (1 + (pw - 1) t)
+    softplus(-x)``: the positive term ``-t log sigmoid(x)`` weighted by ``pw``."""
     fn = "binary_cross_entropy_with_logits"
     reduction = _legacy_reduction(fn, size_average, reduce, reduction)
-    _require(fn, "pos_weight", pos_weight, None)
     reduction = _reduction(fn, reduction)
     x, t = _same_shape(fn, input, target)
-    per_item = F.apply("sub", F.apply("softplus", x), F.apply("mul", t, x))
+    if pos_weight is None:
+        per_item = F.apply("sub", F.apply("softplus", x), F.apply("mul", t, x))
+    else:
+        pw = _float_tensor(fn, "pos_weight", pos_weight)
+        pw = pw if isinstance(pw, Ref) else _const(x, pw)
+        try:
+            np.broadcast_shapes(_shape(pw), _shape(x))
+        except ValueError:
+            raise ShapeError(f"{fn}: pos_weight of shape {_shape(pw)} does not broadcast to "
+                             f"the input's shape {_shape(x)}") from None
+        scale = t * (pw - 1.0) + 1.0
+        per_item = (1.0 - t) * x + scale * F.apply("softplus", F.apply("scale", x, c=-1.0))
     if weight is not None:
         w = _float_tensor(fn, "weight", weight)
         # a constant weight takes the input's dtype (plain float32 and float64 do not mix)
@@ -1342,15 +1625,18 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
                 align_corners: Any = None, recompute_scale_factor: Any = None,
                 antialias: bool = False) -> Any:
     """Resizing of ``(N, C, L)`` / ``(N, C, H, W)`` / ``(N, C, D, H, W)``: ``mode="nearest"``
-    (each output entry copies its source entry, so gradients sum back) or the linear modes
+    or ``"nearest-exact"`` (each output entry copies its source entry, so gradients sum back)
+    or the linear modes
     (``linear``, ``bilinear``, ``trilinear``: ``nn.sampling.linear_resize``, torch's
     coordinate rules with ``align_corners`` either way); other modes are refused."""
     fn = "interpolate"
     linear_modes = {"linear": 1, "bilinear": 2, "trilinear": 3}
-    if (mode != "nearest" and mode not in linear_modes) or antialias:
-        raise UnsupportedArgumentError(f"{fn}: mode must be 'nearest', 'linear', 'bilinear' or "
-                                       f"'trilinear' (without antialias), found mode={mode!r}")
-    if mode == "nearest" and align_corners is not None:
+    nearest = mode in ("nearest", "nearest-exact")
+    if (not nearest and mode not in linear_modes) or antialias:
+        raise UnsupportedArgumentError(f"{fn}: mode must be 'nearest', 'nearest-exact', "
+                                       f"'linear', 'bilinear' or 'trilinear' (without "
+                                       f"antialias), found mode={mode!r}")
+    if nearest and align_corners is not None:
         raise TorchLeanError(f"{fn}: align_corners option can only be set with the "
                              "interpolating modes: linear | bilinear | bicubic | trilinear")
     x = _float_tensor(fn, "input", input)
@@ -1375,7 +1661,7 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
     if len(target) != len(spatial):
         raise ShapeError(f"{fn}: size/scale_factor has {len(target)} entries for "
                          f"{len(spatial)} spatial dimensions")
-    if mode != "nearest":
+    if not nearest:
         if not isinstance(x, Tensor):
             raise TorchLeanError(f"{fn}: mode {mode!r} needs a tensor input, found "
                                  f"{type(x).__name__}")
@@ -1383,7 +1669,10 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
     out = x
     for axis, (n, m) in enumerate(zip(spatial, target, strict=True), start=2):
         scale = n / m if factors is None else 1.0 / factors[axis - 2]
-        index = np.minimum(np.floor(np.arange(m) * scale).astype(np.int64), n - 1)
+        # 'nearest' takes floor(i * scale) (torch's legacy rule), 'nearest-exact' the source
+        # entry whose centre is nearest: floor((i + 0.5) * scale)
+        offset = 0.5 if mode == "nearest-exact" else 0.0
+        index = np.minimum(np.floor((np.arange(m) + offset) * scale).astype(np.int64), n - 1)
         out = out[(slice(None),) * axis + (index,)]
     return out
 
@@ -1432,5 +1721,5 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
     return group_norm(input, shape[1], weight, bias, eps)
 
 
-__all__ += ["interpolate", "pixel_shuffle", "group_norm", "instance_norm", "affine_grid",
-            "grid_sample", "embedding_bag", "dropout1d", "dropout2d", "dropout3d"]
+__all__ += ["adaptive_max_pool2d", "interpolate", "pixel_shuffle", "group_norm", "instance_norm",
+            "affine_grid", "grid_sample", "embedding_bag", "dropout1d", "dropout2d", "dropout3d"]

@@ -105,21 +105,25 @@ class L1Loss(_Loss):
 
 
 class BCEWithLogitsLoss(_Loss):
-    """``F.binary_cross_entropy_with_logits`` as a module (``pos_weight`` is not supported)."""
+    """``F.binary_cross_entropy_with_logits`` as a module (``weight`` and ``pos_weight``)."""
 
     def __init__(self, weight: Any = None, size_average: Any = None, reduce: Any = None,
                  reduction: str = "mean", pos_weight: Any = None) -> None:
         super().__init__("BCEWithLogitsLoss", size_average, reduce, reduction)
-        TF._require("BCEWithLogitsLoss", "pos_weight", pos_weight, None)
-        if weight is None:
-            self.weight = None
-        else:  # a buffer, as in torch; broadcast against the input when used
-            self.register_buffer("weight", np.asarray(to_host(weight), np.float64))
+        # buffers, as in torch; broadcast against the input when used
+        for name, value in (("weight", weight), ("pos_weight", pos_weight)):
+            if value is None:
+                setattr(self, name, None)
+            else:
+                self.register_buffer(name, np.asarray(to_host(value), np.float64))
 
     def forward(self, input: Any, target: Any) -> Any:
-        weight = None if self.weight is None else self.weight.numpy()  # a constant
+        # constants (NumPy), taken in the input's dtype by the functional form
+        weight = None if self.weight is None else self.weight.numpy()
+        pos_weight = None if self.pos_weight is None else self.pos_weight.numpy()
         return TF.binary_cross_entropy_with_logits(input, target, weight=weight,
-                                                   reduction=self.reduction)
+                                                   reduction=self.reduction,
+                                                   pos_weight=pos_weight)
 
 
 class HuberLoss(_Loss):
