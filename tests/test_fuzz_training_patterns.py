@@ -217,18 +217,41 @@ def test_assigned_grad_is_accumulated_into() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: detach_() on a non-leaf cuts the history of "
-                   "results computed from it earlier (engine/tensor.py Tensor.detach_ clears "
-                   "the tensor's own node); torch keeps their graph")
 def test_detach_inplace_keeps_graph_of_earlier_results() -> None:
     def program(m: Any) -> Any:
         w = m.tensor(A0, requires_grad=True)
         y = w * 2
         z = y + 1  # does not save y
+        v = y[1:]  # a view made before: keeps its history too
         y.detach_()
-        z.sum().backward()
-        return [w.grad]
+        z.sum().backward(retain_graph=True)
+        first = w.grad.clone()
+        v.sum().backward()
+        y.requires_grad_()  # later uses see a leaf: the gradient stops at y
+        (y * 3).sum().backward()
+        return [first, w.grad, y.grad, y.is_leaf, z.grad_fn is not None, v.requires_grad]
     _agree(program)
+
+
+@pytest.mark.parametrize("case", ["view", "changed_after"])
+def test_detach_inplace_refusals_match_torch(case: str) -> None:
+    """Both refuse: detaching a view in place, and a backward through a value that was
+    changed in place after detach_ (the version counter is the storage's)."""
+    def program(m: Any) -> Any:
+        w = m.tensor(A0, requires_grad=True)
+        if case == "view":
+            (w * 2)[0].detach_()
+            return
+        y = w.exp()  # exp's backward reads its result
+        z = y + 1
+        y.detach_()
+        with m.no_grad():
+            y.mul_(2)
+        z.sum().backward()
+    with pytest.raises(RuntimeError):
+        program(torch)
+    with pytest.raises(TorchLeanError):
+        program(tl)
 
 
 # --- optimizers and schedulers -------------------------------------------------------------------
