@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -145,7 +147,7 @@ def test_state_dict_resume_is_bit_identical(case):
     opt = make(params)
     _train(opt, params, prob, 20)
     saved_values = [p.value.copy() for p in params]
-    saved_state = opt.state_dict()
+    saved_state = copy.deepcopy(opt.state_dict())  # (state_dict refers to the live state)
     _train(opt, params, prob, 10)  # uninterrupted run
 
     resumed = [Param(v, n, dtype="float64") for v, n in zip(saved_values, "wb", strict=True)]
@@ -158,7 +160,7 @@ def test_state_dict_resume_is_bit_identical(case):
         assert np.array_equal(value, opt2.state_dict()[key]), key
 
 
-def test_state_dict_layout_and_copies():
+def test_state_dict_layout_and_references():
     prob = LeastSquares()
     w, b = Param(prob.w0, "w", dtype="float64"), Param(prob.b0, "b", dtype="float64")
     opt = Adam([w, b], lr=0.01)
@@ -171,8 +173,11 @@ def test_state_dict_layout_and_copies():
     assert sd["step"].shape == () and sd["step"].dtype == np.int64
     assert sd["hyper.lr"].dtype == np.float64 and float(sd["hyper.lr"]) == 0.01
     assert sd["state.0.exp_avg"].shape == (3, 4)
-    sd["state.0.exp_avg"][...] = 5.0  # a copy: the optimiser's state is untouched
-    assert not opt.state[0]["exp_avg"].any()
+    sd["state.0.exp_avg"][...] = 5.0  # the live state, as torch's: the optimiser sees it
+    assert (opt.state[0]["exp_avg"] == 5.0).all()
+    snapshot = copy.deepcopy(sd)
+    snapshot["state.0.exp_avg"][...] = 6.0  # a deep copy is independent
+    assert (opt.state[0]["exp_avg"] == 5.0).all()
     sgd = SGD([w], lr=0.1, nesterov=True, momentum=0.5)
     assert sgd.state_dict()["hyper.nesterov"].dtype == np.bool_
     assert "state.0.momentum_buffer" in sgd.state_dict()

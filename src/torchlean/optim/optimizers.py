@@ -20,8 +20,11 @@ the tests' stand-in device) through the array namespace, with the same formula a
 float operations either way. Step counts and bias corrections stay on the host (plain numbers),
 so a step never reads device data back.
 
-``state_dict()`` is flat, ``dict[str, np.ndarray]`` (host copies: explicit downloads from a
-device), ready for ``torchlean.checkpoint.save``:
+``state_dict()`` is flat, ``dict[str, np.ndarray]``, ready for ``torchlean.checkpoint.save``.
+As torch's, it refers to the live state rather than copying it: a host parameter's state
+arrays are the optimiser's own buffers (later steps change them; changing them in place
+changes the optimiser), so a snapshot is ``copy.deepcopy(opt.state_dict())``, as in torch.
+State on a device comes back as host copies (explicit downloads). The keys:
 
 - ``"step"``: the number of ``step()`` calls (0-d int64);
 - ``"hyper.<name>"``: hyper-parameters (0-d float64, or 0-d bool for ``nesterov``);
@@ -29,7 +32,9 @@ device), ready for ``torchlean.checkpoint.save``:
   ``"state.3.step"``, the number of updates that parameter received, 0-d int64).
 
 ``load_state_dict`` restores all of these, hyper-parameters included (as torch does), so training
-resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate.
+resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate. As torch's, it
+takes a given host array of the right dtype as the state itself (no copy: the loaded state dict
+and the optimiser share it); read-only arrays (a file's) and device state are copied.
 
 Parameter groups as in torch: ``params`` may be a list of dicts (``{"params": [...], "lr": ...}``),
 each group's missing hyper-parameters taken from the constructor's (``defaults``);
@@ -51,7 +56,7 @@ from ..checkpoint import describe_mismatches
 from ..core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from ..core.errors import ShapeError, TorchLeanError
 from ..engine.params import Param
-from ..engine.tensor import Tensor, enable_grad
+from ..engine.tensor import Tensor, as_tensor, enable_grad
 from . import fast_update
 
 __all__ = [
@@ -172,23 +177,34 @@ class ParamGroup(dict):  # type: ignore[type-arg]
 class OptimizerState(dict):  # type: ignore[type-arg]
     """``Optimizer.state_dict()``: the flat arrays of the module doc, which also answer torch's
     two keys: ``["state"]`` (parameter index -> its state tensors, for parameters that took a
-    step) and ``["param_groups"]`` (each group's hyper-parameters and ``"params"``, the indices
-    of its parameters), so scripts that read those run. Saving and loading use the flat keys."""
+    step: tensors over the same arrays, so ``sd["state"][0]["momentum_buffer"].mul_(0)``
+    reaches the optimiser, as in torch) and ``["param_groups"]`` (each group's
+    hyper-parameters and ``"params"``, the indices of its parameters), so scripts that read
+    those run. Saving and loading use the flat keys."""
 
     def __init__(self, flat: dict[str, np.ndarray], groups: list[dict[str, Any]]) -> None:
         super().__init__(flat)
         self._groups = groups
+        self._state: dict[int, dict[str, Tensor]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # (a copy, ``copy.deepcopy`` or pickle, makes its own ``["state"]`` tensors over its
+        # own arrays, not copies of these)
+        return {"_groups": self._groups, "_state": None}
 
     def __missing__(self, key: Any) -> Any:
         if key == "param_groups":
             return [dict(g) for g in self._groups]
         if key == "state":
-            per: dict[int, dict[str, np.ndarray]] = {}
-            for name, value in self.items():
-                parts = name.split(".")
-                if parts[0] == "state" and len(parts) == 3:
-                    per.setdefault(int(parts[1]), {})[parts[2]] = value
-            return {i: st for i, st in per.items() if int(st.get("step", 1)) > 0}
+            if self._state is None:  # made once: the same tensors at every read, as torch's
+                per: dict[int, dict[str, Tensor]] = {}
+                for name, value in self.items():
+                    parts = name.split(".")
+                    if parts[0] == "state" and len(parts) == 3:
+                        per.setdefault(int(parts[1]), {})[parts[2]] = as_tensor(value)
+                self._state = {i: st for i, st in per.items()
+                               if "step" not in st or st["step"].item() > 0}
+            return self._state
         raise KeyError(key)
 
 
@@ -414,7 +430,8 @@ class Optimizer:
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> OptimizerState:
-        """A flat copy of the whole optimiser state (host NumPy arrays); see the module doc."""
+        """The whole optimiser state, flat (host NumPy arrays: the live state buffers of host
+        parameters, not copies, as torch's); see the module doc."""
         out: dict[str, np.ndarray] = {"step": np.asarray(self.step_count, dtype=np.int64)}
         for g, group in enumerate(self.param_groups):
             for key, value in group.hyper().items():
@@ -423,7 +440,8 @@ class Optimizer:
                                                                                    dtype=dtype)
         for i, state in enumerate(self.state):
             for key, value in state.items():
-                out[f"state.{i}.{key}"] = np.array(to_host(value), copy=True)
+                # (a reference, as torch's; ``to_host`` copies device state explicitly)
+                out[f"state.{i}.{key}"] = value if type(value) is np.ndarray else to_host(value)
         groups, k = [], 0
         for group in self.param_groups:
             n = len(group["params"])
@@ -462,7 +480,14 @@ class Optimizer:
             xp = namespace_of(p.array)
             for key, old in state.items():
                 arr = found[f"state.{i}.{key}"]
-                if key == "step":
+                if (key == "step" or xp is np) and type(arr) is np.ndarray and \
+                        arr.flags.writeable and arr.flags.c_contiguous:
+                    # The given array itself, as torch's (its ``.to`` of a tensor already of
+                    # the parameter's dtype and device is that tensor): the state dict and
+                    # this optimiser then share it; ``copy.deepcopy`` the state dict for a
+                    # copy. (A read-only or strided array is copied.)
+                    state[key] = arr
+                elif key == "step":
                     state[key] = np.array(arr, copy=True)
                 elif namespace_of(old) is xp:
                     old[...] = to_device(arr, xp)  # in place: the buffers stay the same
