@@ -435,8 +435,6 @@ def test_optimizer_step_between_forward_and_backward_is_refused() -> None:
         l2.backward()
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: Optimizer.state_dict() returns copies of "
-                   "the state; torch's holds references (updated by later steps)")
 def test_optimizer_state_dict_references_live_state() -> None:
     def program(m: Any) -> Any:
         lin = _init(m, m.nn.Linear(2, 2))
@@ -444,9 +442,20 @@ def test_optimizer_state_dict_references_live_state() -> None:
         lin(m.ones(1, 2)).sum().backward()
         opt.step()
         sd = opt.state_dict()
+        snapshot = copy.deepcopy(sd)  # the way to keep a copy, in both
         lin(m.ones(1, 2)).sum().backward()
         opt.step()
-        return [sd["state"][0]["momentum_buffer"]]
+        seen = [sd["state"][0]["momentum_buffer"], snapshot["state"][0]["momentum_buffer"]]
+        sd["state"][1]["momentum_buffer"].mul_(0)  # in place: reaches the optimizer
+        fresh = m.optim.SGD(_init(m, m.nn.Linear(2, 2)).parameters(), lr=0.1, momentum=0.9)
+        fresh.load_state_dict(sd)  # takes sd's tensors themselves (same dtype and device)
+        sd["state"][0]["momentum_buffer"].add_(1)  # reaches opt and fresh
+        for o in (opt, fresh):
+            o.zero_grad()
+            lin(m.ones(1, 2)).sum().backward()
+            o.step()
+        return [seen, list(lin.parameters()), opt.state_dict()["state"][1]["momentum_buffer"],
+                fresh.state_dict()["state"][0]["momentum_buffer"]]
     _agree(program)
 
 
@@ -582,17 +591,41 @@ def test_sequential_setattr_replaces_in_place() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: state_dict() of a module registered under two "
-                   "names lists it once; torch lists every name (a checkpoint's keys differ)")
 def test_state_dict_lists_a_shared_submodule_under_every_name() -> None:
     def program(m: Any) -> Any:
         class Net(m.nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.a = m.nn.Linear(2, 2)
+                self.a = m.nn.Sequential(m.nn.Linear(2, 2), m.nn.BatchNorm1d(2))
                 self.b = self.a
-        return list(Net().state_dict())
+                self.c = m.nn.Linear(2, 1)
+                self.c.weight = self.a[0].weight  # a tied parameter too
+        n = _init(m, Net())
+        other = _init(m, Net(), seed=4)
+        result = other.load_state_dict(n.state_dict())  # both names expected and accepted
+        return [list(n.state_dict()), [k for k, _ in n.named_parameters()],
+                [k for k, _ in n.named_parameters(remove_duplicate=False)],
+                [k for k, _ in n.named_buffers()],
+                [k for k, _ in n.named_buffers(remove_duplicate=False)],
+                [k for k, _ in n.named_modules()],
+                [k for k, _ in n.named_modules(remove_duplicate=False)],
+                [k for k, _ in n.named_parameters(prefix="net", recurse=False)],
+                len(list(n.parameters())), len(list(n.buffers())),
+                [list(result.missing_keys), list(result.unexpected_keys)],
+                list(other.parameters())]
     _agree(program)
+
+
+def test_state_dict_of_a_module_that_contains_itself_is_refused() -> None:
+    """torch recurses until RecursionError; torchlean names the cycle."""
+    def program(m: Any) -> Any:
+        a = m.nn.Sequential(m.nn.Linear(1, 1))
+        a.add_module("inner", a)
+        return [len(list(a.named_modules())), a.state_dict()]
+    with pytest.raises(RecursionError):
+        program(torch)
+    with pytest.raises(TorchLeanError, match="contains itself"):
+        program(tl)
 
 
 # --- BatchNorm, Dropout, grad modes --------------------------------------------------------------
@@ -890,12 +923,22 @@ def test_parameter_shares_the_tensor_storage() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: copy.copy(tensor) copies the data; torch's "
-                   "shallow copy shares storage")
 def test_shallow_copy_shares_storage() -> None:
     def program(m: Any) -> Any:
         t = m.tensor([1.0, 2.0])
         c = copy.copy(t)
         t.add_(1)
-        return [c]
+        d = copy.deepcopy(t)
+        t.add_(1)
+        w = m.tensor([1.0, 2.0], requires_grad=True)
+        w.grad = m.ones(2)
+        cw = copy.copy(w)
+        cy = copy.copy(w * 2)  # a tensor with a history: its copy is a leaf (as torch's)
+        p = m.nn.Parameter(m.ones(2))
+        cp = copy.copy(p)
+        with m.no_grad():
+            p.mul_(3)
+        return [c, d, [cw.requires_grad, cw.is_leaf, cw.grad],
+                [cy.requires_grad, cy.is_leaf, cy],
+                [isinstance(cp, m.nn.Parameter), cp, cp.requires_grad]]
     _agree(program)

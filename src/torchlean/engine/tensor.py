@@ -215,6 +215,7 @@ class Tensor(Ref):
     _vc: list[Any] | None
     _freed: bool
     _base: Tensor | None
+    _former: list[tuple[int, Tensor]]  # (unset until detach_: ``_keep_former_node``)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The reverse pass keys its graph by the tensors themselves (``_graph_of``), which is
@@ -1224,6 +1225,16 @@ class Tensor(Ref):
             return _leaf(out)
 
         return _inplace("scatter_", self, compute)
+
+    def __copy__(self) -> Tensor:
+        """``copy.copy``: torch's shallow copy, a new leaf over the same storage with the same
+        ``requires_grad``; no ``.grad`` and no history, even when this tensor has one (as
+        torch's). ``copy.deepcopy`` copies the data. Unlike torch's, the copy shares the
+        version counter too (torch's starts a counter of its own), so a write through it
+        still makes a backward that needs the old value refuse rather than go wrong."""
+        t = self.detach()
+        t.requires_grad = self.requires_grad
+        return t
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickling and ``copy.deepcopy`` keep the value and ``requires_grad`` (a copy is a
