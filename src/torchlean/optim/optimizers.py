@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import describe_mismatches
+from ..checkpoint import describe_mismatches, register_mapping_kind
 from ..core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
 from ..core.errors import ShapeError, TorchLeanError
 from ..engine.params import Param
@@ -192,6 +192,33 @@ class OptimizerState(dict):  # type: ignore[type-arg]
         # own arrays, not copies of these)
         return {"_groups": self._groups, "_state": None}
 
+    def checkpoint_extra(self) -> list[dict[str, Any]]:
+        """What a checkpoint keeps beside the arrays (``checkpoint.register_mapping_kind``):
+        the groups of ``["param_groups"]``."""
+        return self._groups
+
+    @classmethod
+    def from_checkpoint(cls, items: dict[Any, Any], extra: Any) -> OptimizerState:
+        """The state dict a checkpoint saved (untrusted: ``ValueError`` says what is wrong)."""
+        for key, value in items.items():
+            if not isinstance(key, str) or not isinstance(value, np.ndarray | np.generic) and \
+                    not hasattr(value, "__array_namespace__"):
+                raise ValueError(f"entry {key!r}: expected a name and an array, found "
+                                 f"{type(value).__name__}")
+        if not isinstance(extra, list) or not all(isinstance(g, dict) for g in extra):
+            raise ValueError("param_groups must be a list of dicts")
+        for g in extra:
+            params = g.get("params")
+            if not (isinstance(params, list) and all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in params)):
+                raise ValueError(f"a group's 'params' must be a list of indices, found "
+                                 f"{params!r:.60}")
+            for key, value in g.items():
+                if key != "params" and not _plain(value):
+                    raise ValueError(f"group entry {key!r}: expected a number, string, bool, "
+                                     f"None or a list of them, found {value!r:.60}")
+        return cls(items, extra)
+
     def __missing__(self, key: Any) -> Any:
         if key == "param_groups":
             return [dict(g) for g in self._groups]
@@ -206,6 +233,16 @@ class OptimizerState(dict):  # type: ignore[type-arg]
                                if "step" not in st or st["step"].item() > 0}
             return self._state
         raise KeyError(key)
+
+
+def _plain(value: Any) -> bool:
+    """A scalar, or a flat list of scalars (what a parameter group holds besides params)."""
+    if isinstance(value, list):
+        return all(_plain(v) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+register_mapping_kind("optimizer_state", OptimizerState)
 
 
 class Optimizer:
