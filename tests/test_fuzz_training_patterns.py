@@ -30,7 +30,11 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-from torchlean.core.errors import TorchLeanError
+from torchlean.core.errors import (
+    TorchLeanError,
+    UnsupportedArgumentError,
+    UnsupportedKeywordError,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -273,6 +277,15 @@ OPTIMIZERS: dict[str, Callable[[Any, Any], Any]] = {
     "adagrad": lambda m, p: m.optim.Adagrad(p, lr=0.1, lr_decay=0.1, weight_decay=0.1,
                                             initial_accumulator_value=0.5),
     "adadelta": lambda m, p: m.optim.Adadelta(p, lr=1.0, weight_decay=0.1),
+    "sgd_maximize": lambda m, p: m.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.1,
+                                             maximize=True),
+    "sgd_maximize_plain": lambda m, p: m.optim.SGD(p, lr=0.1, maximize=True, foreach=False),
+    "adam_amsgrad": lambda m, p: m.optim.Adam(p, lr=0.01, amsgrad=True, weight_decay=0.1),
+    "adam_maximize": lambda m, p: m.optim.Adam(p, lr=0.01, maximize=True),
+    "adamw_amsgrad_maximize": lambda m, p: m.optim.AdamW(p, lr=0.01, amsgrad=True,
+                                                         maximize=True),
+    "adam_decoupled": lambda m, p: m.optim.Adam(p, lr=0.01, weight_decay=0.5,
+                                                decoupled_weight_decay=True),
 }
 
 
@@ -456,6 +469,117 @@ def test_optimizer_state_dict_references_live_state() -> None:
             o.step()
         return [seen, list(lin.parameters()), opt.state_dict()["state"][1]["momentum_buffer"],
                 fresh.state_dict()["state"][0]["momentum_buffer"]]
+    _agree(program)
+
+
+@pytest.mark.parametrize("name", ["sgd_maximize", "adam_amsgrad", "adamw_amsgrad_maximize"])
+def test_new_optimizer_options_state_and_groups(name: str) -> None:
+    """The state each option keeps (amsgrad's running maximum) and the group settings, against
+    torch's, after steps and a change of the setting mid-training."""
+    def program(m: Any) -> Any:
+        net = _mlp(m)
+        opt = OPTIMIZERS[name](m, net.parameters())
+        for step in range(3):
+            opt.zero_grad()
+            ((net(m.tensor(X0)) - m.tensor(Y0)) ** 2).mean().backward()
+            opt.step()
+            if step == 1:
+                opt.param_groups[0]["maximize"] = False
+        state = opt.state_dict()["state"][0]
+        group = opt.param_groups[0]
+        return [sorted(k for k in state if k != "step"), [state[k] for k in sorted(state)
+                                                            if k != "step"],
+                [group[k] for k in ("maximize", "amsgrad") if k in group],
+                list(net.parameters())]
+    _agree(program, rtol=1e-4, atol=1e-5)
+
+
+def test_unknown_constructor_keywords_are_named_errors() -> None:
+    """A torch keyword a torchlean optimizer or layer does not take: a TorchLeanError (also a
+    TypeError) naming the class, the keyword and what it takes, raised before anything is
+    built (the parameter generator has not moved); a keyword torch lacks too is a TypeError in
+    both."""
+    params = [tl.nn.Parameter(tl.ones(2))]
+    for make, cls, key in ((lambda: tl.optim.RMSprop(params, maximize=True), "RMSprop",
+                            "maximize"),
+                           (lambda: tl.optim.SGD(params, lr=0.1, bogus=1), "SGD", "bogus"),
+                           (lambda: tl.nn.Linear(2, 2, device="cpu"), "Linear", "device"),
+                           (lambda: tl.nn.Embedding(3, 2, max_norm=1.0), "Embedding",
+                            "max_norm")):
+        tl.nn.manual_seed(0)
+        with pytest.raises(UnsupportedKeywordError) as info:
+            make()
+        assert isinstance(info.value, TypeError)
+        message = str(info.value)
+        assert f"{cls}: keyword argument {key!r} is not supported" in message
+        assert "it takes " in message
+        assert np.array_equal(tl.nn.Linear(2, 2).weight.detach().numpy(),
+                              _seeded_linear_weight())
+    with pytest.raises(TypeError):
+        torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, bogus=1)
+    for kwargs in ({"fused": True}, {"capturable": True}, {"differentiable": True}):
+        with pytest.raises(UnsupportedArgumentError, match=f"Adam: {next(iter(kwargs))}="):
+            tl.optim.Adam(params, **kwargs)
+
+
+def _seeded_linear_weight() -> np.ndarray:
+    tl.nn.manual_seed(0)
+    return np.array(tl.nn.Linear(2, 2).weight.detach().numpy(), copy=True)
+
+
+def test_register_parameter_and_add_module() -> None:
+    def program(m: Any) -> Any:
+        class Net(m.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.register_parameter("scale", m.nn.Parameter(m.ones(2)))
+                self.register_parameter("shift", None)
+                self.add_module("body", m.nn.Linear(2, 2))
+                self.add_module("skip", None)
+                self.register_buffer("count", m.zeros(1), persistent=False)
+                self.register_module("head", m.nn.Linear(2, 1))
+
+            def forward(self, x: Any) -> Any:
+                y = self.body(x) * self.scale
+                return self.head(y if self.shift is None else y + self.shift)
+
+        n = _init(m, Net())
+        n(m.tensor(_x((3, 2)))).sum().backward()
+        refused = []
+        for call in (lambda: n.register_parameter("bad.name", None),
+                     lambda: n.register_parameter("forward", None),
+                     lambda: n.add_module("scale", m.nn.Linear(1, 1)),
+                     lambda: n.register_parameter("x", m.ones(1))):
+            try:
+                call()
+                refused.append(False)
+            except (KeyError, TypeError, TorchLeanError):  # torch: KeyError / TypeError
+                refused.append(True)
+        n.register_parameter("shift", m.nn.Parameter(m.zeros(1)))
+        return [[k for k, _ in n.named_parameters()], list(n.state_dict()),
+                [k for k, _ in n.named_children()], n.shift, n.skip is None, refused,
+                n.scale.grad, [k for k, _ in n.named_buffers()]]
+    _agree(program)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_embedding_from_pretrained_and_padding_idx(freeze: bool) -> None:
+    def program(m: Any) -> Any:
+        weights = m.tensor(_x((5, 3)))
+        emb = m.nn.Embedding.from_pretrained(weights, freeze=freeze, padding_idx=1)
+        ids = m.tensor([[0, 1, 4], [1, 1, 2]])
+        out = emb(ids)
+        seen = [out, emb.weight.requires_grad, emb.padding_idx, emb.weight.shape]
+        if not freeze:
+            (out * m.tensor(_x((2, 3, 3), 3))).sum().backward()
+            seen.append(emb.weight.grad)
+        with m.no_grad():
+            weights.add_(1)  # the weight shares the given tensor's storage
+        fresh = m.nn.Embedding(4, 2, padding_idx=-1)
+        padded_row = fresh.weight[3].detach().clone()
+        _init(m, fresh)
+        fresh(m.tensor([3, 0, 3])).pow(2).sum().backward()
+        return seen + [emb.weight, padded_row, fresh.weight.grad, fresh.padding_idx]
     _agree(program)
 
 

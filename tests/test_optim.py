@@ -166,7 +166,8 @@ def test_state_dict_layout_and_references():
     opt = Adam([w, b], lr=0.01)
     sd = opt.state_dict()
     assert set(sd) == {"step", "hyper.lr", "hyper.beta1", "hyper.beta2", "hyper.eps",
-                       "hyper.weight_decay", "state.0.step", "state.0.exp_avg",
+                       "hyper.weight_decay", "hyper.amsgrad", "hyper.maximize",
+                       "state.0.step", "state.0.exp_avg",
                        "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg",
                        "state.1.exp_avg_sq"}
     assert all(isinstance(v, np.ndarray) for v in sd.values())
@@ -182,6 +183,17 @@ def test_state_dict_layout_and_references():
     assert sgd.state_dict()["hyper.nesterov"].dtype == np.bool_
     assert "state.0.momentum_buffer" in sgd.state_dict()
     assert "state.0.momentum_buffer" not in SGD([w], lr=0.1).state_dict()
+
+
+def test_state_dicts_without_the_later_flags_still_load():
+    """A state dict written before ``maximize``/``amsgrad`` existed loads with torch's
+    defaults for them."""
+    w = Param(np.ones(3), "w", dtype="float64")
+    opt = Adam([w], lr=0.5, maximize=True)
+    old = {k: v for k, v in opt.state_dict().items()
+           if k not in ("hyper.maximize", "hyper.amsgrad")}
+    opt.load_state_dict(old)
+    assert opt.param_groups[0]["maximize"] is False and opt.param_groups[0]["amsgrad"] is False
 
 
 def test_load_state_dict_restores_hyperparameters():

@@ -42,6 +42,7 @@ from ..core.errors import (
     ShapeError,
     TorchLeanError,
     TraceError,
+    checked_keywords,
 )
 from ..core.rng import Generator, check_generator, init_generator
 from ..engine import ops_interface as F
@@ -185,6 +186,13 @@ class Module:
 
     training: bool
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # torchlean's layers refuse a torch keyword they do not take by name (a user's own
+        # subclass keeps Python's TypeError for its own signature)
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("torchlean.") and "__init__" in cls.__dict__:
+            cls.__init__ = checked_keywords(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
@@ -278,7 +286,9 @@ class Module:
             raise TorchLeanError(f"{type(self).__name__}.{what}: the name must be a non-empty "
                                  f"string without '.', found {name!r}")
         others = [t for t in (self._parameters, self._buffers, self._modules) if t is not table]
-        if name in self.__dict__ or hasattr(type(self), name) or any(name in t for t in others):
+        # (a slot registered as None lives as a None attribute: it may be filled later)
+        taken = name in self.__dict__ and self.__dict__[name] is not None
+        if taken or hasattr(type(self), name) or any(name in t for t in others):
             raise TorchLeanError(f"{type(self).__name__}.{what}: attribute {name!r} already "
                                  "exists")
 
@@ -985,13 +995,45 @@ class Embedding(Module):
     way when the graph runs (see ``nn.functional.embedding``).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32",
-                 generator: Any = None) -> None:
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 dtype: Any = "float32", generator: Any = None) -> None:
         super().__init__()
         _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.weight = Param(normal_init((num_embeddings, embedding_dim), dtype, generator),
-                            "weight")
+        self.padding_idx = _padding_index(padding_idx, self.num_embeddings)
+        weight = normal_init((num_embeddings, embedding_dim), dtype, generator)
+        if self.padding_idx is not None:  # torch zeroes the padding row (it never learns)
+            weight[self.padding_idx] = 0
+        self.weight = Param(weight, "weight")
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True,
+                        padding_idx: int | None = None, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Embedding:
+        """An embedding whose weight is ``embeddings`` (2-D; a tensor's storage is shared, as
+        torch's ``Parameter`` of it), frozen unless ``freeze=False``; ``padding_idx``'s row
+        keeps its values and takes no gradient. Nothing is drawn from the generator."""
+        for key, value, default in (("max_norm", max_norm, None), ("norm_type", norm_type, 2.0),
+                                    ("scale_grad_by_freq", scale_grad_by_freq, False),
+                                    ("sparse", sparse, False)):
+            if value != default:
+                raise functional.UnsupportedArgumentError(
+                    f"Embedding.from_pretrained: {key}={value!r} is not supported (only "
+                    f"{default!r})")
+        source = embeddings if isinstance(embeddings, Tensor) else tensor(embeddings)
+        if source.ndim != 2:
+            raise ShapeError(f"Embedding.from_pretrained: embeddings must be 2-D, found shape "
+                             f"{tuple(source.shape)}")
+        if not isinstance(freeze, bool):
+            raise TorchLeanError(f"Embedding.from_pretrained: freeze must be a bool, found "
+                                 f"{freeze!r}")
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.num_embeddings, layer.embedding_dim = (int(n) for n in source.shape)
+        layer.padding_idx = _padding_index(padding_idx, layer.num_embeddings)
+        layer.weight = Param(source.detach(), "weight", requires_grad=not freeze)
+        return layer
 
     def forward(self, ids: Any) -> Any:
         if not isinstance(ids, Ref):
@@ -1000,10 +1042,22 @@ class Embedding(Module):
         elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
             # An integer index tensor (tl.Tensor int64): ids travel as integer-valued floats.
             ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
-        return functional.embedding(ids, _use(ids, self.weight))
+        return functional.embedding(ids, _use(ids, self.weight), self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+def _padding_index(padding_idx: Any, n: int) -> int | None:
+    """torch's ``padding_idx`` of an embedding of ``n`` rows, as a row in ``[0, n)``."""
+    if padding_idx is None:
+        return None
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, int | np.integer) or not (
+            -n <= padding_idx < n):
+        raise IndexRangeError(f"Embedding: padding_idx must be an int within num_embeddings "
+                              f"({n}), found {padding_idx!r}")
+    return int(padding_idx) % n
 
 
 # ---------------------------------------------------------------------------------------------
