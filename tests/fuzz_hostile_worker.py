@@ -244,8 +244,12 @@ def _tamper(data: bytes, rng: np.random.Generator) -> bytes:
         elif kind == 4:
             meta = header.setdefault("__metadata__", {})
             if isinstance(meta, dict):
-                meta[pick(rng, ["config", "format", "torchlean.groups", "class"])] = pick(
+                meta[pick(rng, ["config", "format", "torchlean.groups", "class",
+                                "torchlean.tree"])] = pick(
                     rng, ["[" * 3000, "{}", "1e999", '{"model": [1]}', "null", '["a", "a.b"]',
+                          '["dict", [[["str", "0.weight"], ["tensor", "2.bias"]]]]',
+                          '["kind", "optimizer_state", [], [{"params": [-1]}]]',
+                          '["list", [["int", "0.bias"]]]', '["tuple", 5]',
                           "torchlean.save/1", '{"model": "mlp", "hidden": 1e308}',
                           '{"model": "mlp", "hidden": -5}',
                           '{"model": "mlp", "hidden": 99999999999}'])

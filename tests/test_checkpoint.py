@@ -290,8 +290,12 @@ def test_bad_inputs_to_save(tmp_path):
     with pytest.raises(CheckpointError, match="has no name"):  # ... but no name to load into
         load(tmp_path / "bare.safetensors", Param(np.ones(2)))
     (tmp_path / "bare.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="cannot save or load a str"):
-        save(tmp_path / "x.safetensors", {"w": "text"})
+    with pytest.raises(CheckpointError, match="cannot save or load a set"):
+        save(tmp_path / "x.safetensors", {"w": {"text"}})
+    nested: list[object] = []
+    nested.append(nested)
+    with pytest.raises(CheckpointError, match="nested more than"):
+        save(tmp_path / "x.safetensors", {"w": nested})
     with pytest.raises(CheckpointError, match="cannot create a file"):
         save(tmp_path / "no_dir" / "x.safetensors", {"w": np.ones(1)})
     assert _only_file(tmp_path) == []

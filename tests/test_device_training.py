@@ -10,6 +10,7 @@ per step.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 from collections import Counter
@@ -112,7 +113,9 @@ def test_optimisers_on_the_device_match_the_cpu_in_place(kind: str) -> None:
         for p in fresh:
             p.on(xp)
         opt2 = OPTIMISERS[kind](fresh)
-        opt2.load_state_dict(cpu_sd)
+        # (a copy: as torch's, load_state_dict takes the given host arrays themselves, the
+        # step counters included, and cpu_sd refers to cpu_opt's live state)
+        opt2.load_state_dict(copy.deepcopy(cpu_sd))
         extra = [to_device(g, xp) for g in grads[0]]
         opt2.step(extra)
         cpu_opt.step(grads[0])

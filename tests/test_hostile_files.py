@@ -351,9 +351,8 @@ def _edit_header(path: Path, edit: object) -> None:
     header = json.loads(data[8:8 + n])
     edit(header)  # type: ignore[operator]
     text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (n - len(text))  # same length: the data section keeps its offset
-    assert len(text) == n
-    path.write_bytes(data[:8] + text + data[8 + n:])
+    text += b" " * (n - len(text))  # same length where it fits (the data offsets are relative)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
 
 
 def _swap_offsets(header: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -145,7 +147,7 @@ def test_state_dict_resume_is_bit_identical(case):
     opt = make(params)
     _train(opt, params, prob, 20)
     saved_values = [p.value.copy() for p in params]
-    saved_state = opt.state_dict()
+    saved_state = copy.deepcopy(opt.state_dict())  # (state_dict refers to the live state)
     _train(opt, params, prob, 10)  # uninterrupted run
 
     resumed = [Param(v, n, dtype="float64") for v, n in zip(saved_values, "wb", strict=True)]
@@ -158,25 +160,40 @@ def test_state_dict_resume_is_bit_identical(case):
         assert np.array_equal(value, opt2.state_dict()[key]), key
 
 
-def test_state_dict_layout_and_copies():
+def test_state_dict_layout_and_references():
     prob = LeastSquares()
     w, b = Param(prob.w0, "w", dtype="float64"), Param(prob.b0, "b", dtype="float64")
     opt = Adam([w, b], lr=0.01)
     sd = opt.state_dict()
     assert set(sd) == {"step", "hyper.lr", "hyper.beta1", "hyper.beta2", "hyper.eps",
-                       "hyper.weight_decay", "state.0.step", "state.0.exp_avg",
+                       "hyper.weight_decay", "hyper.amsgrad", "hyper.maximize",
+                       "state.0.step", "state.0.exp_avg",
                        "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg",
                        "state.1.exp_avg_sq"}
     assert all(isinstance(v, np.ndarray) for v in sd.values())
     assert sd["step"].shape == () and sd["step"].dtype == np.int64
     assert sd["hyper.lr"].dtype == np.float64 and float(sd["hyper.lr"]) == 0.01
     assert sd["state.0.exp_avg"].shape == (3, 4)
-    sd["state.0.exp_avg"][...] = 5.0  # a copy: the optimiser's state is untouched
-    assert not opt.state[0]["exp_avg"].any()
+    sd["state.0.exp_avg"][...] = 5.0  # the live state, as torch's: the optimiser sees it
+    assert (opt.state[0]["exp_avg"] == 5.0).all()
+    snapshot = copy.deepcopy(sd)
+    snapshot["state.0.exp_avg"][...] = 6.0  # a deep copy is independent
+    assert (opt.state[0]["exp_avg"] == 5.0).all()
     sgd = SGD([w], lr=0.1, nesterov=True, momentum=0.5)
     assert sgd.state_dict()["hyper.nesterov"].dtype == np.bool_
     assert "state.0.momentum_buffer" in sgd.state_dict()
     assert "state.0.momentum_buffer" not in SGD([w], lr=0.1).state_dict()
+
+
+def test_state_dicts_without_the_later_flags_still_load():
+    """A state dict written before ``maximize``/``amsgrad`` existed loads with torch's
+    defaults for them."""
+    w = Param(np.ones(3), "w", dtype="float64")
+    opt = Adam([w], lr=0.5, maximize=True)
+    old = {k: v for k, v in opt.state_dict().items()
+           if k not in ("hyper.maximize", "hyper.amsgrad")}
+    opt.load_state_dict(old)
+    assert opt.param_groups[0]["maximize"] is False and opt.param_groups[0]["amsgrad"] is False
 
 
 def test_load_state_dict_restores_hyperparameters():

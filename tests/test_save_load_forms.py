@@ -133,6 +133,62 @@ def test_bad_group_metadata_is_refused(tmp_path: Path) -> None:
         tl.load(path)
 
 
+def _tree(*pairs: tuple[str, list[object]]) -> str:
+    return json.dumps(["dict", [[["str", k], v] for k, v in pairs]])
+
+
+HOSTILE_TREES = [
+    ("{not json", "is not JSON"),
+    ("[" * 5000 + "]" * 5000, "nested too deeply|at most 64 levels"),
+    ('["list", [' * 80 + '["none"]' + "]]" * 80, "at most 64 levels of nesting"),
+    (json.dumps(["pickle", "os.system", "echo hi"]), "expected one of none, str, tensor"),
+    (json.dumps(["kind", "builtins.eval", [], None]), "expected one of none, str, tensor"),
+    (_tree(("w", ["tensor", "nope"])), "expected the key of an array in the file, found 'nope'"),
+    (_tree(("w", ["tensor", "w"]), ("v", ["tensor", "w"])), "named again"),
+    (json.dumps(["dict", []]), "names 0 of the file's 1 arrays; not named: 'w'"),
+    (_tree(("w", ["int", "w"])), "a 0-d array holding a Python int"),
+    (json.dumps(["dict", [[["str", "w"], ["tensor", "w"]], [["str", "w"], ["none"]]]]),
+     "each key once"),
+    (json.dumps(["dict", [[["set", "w"], ["tensor", "w"]]]]), "a dict key"),
+    (json.dumps(["dict", [[["float", "1" * 50], ["tensor", "w"]]]]), "a dict key"),
+    (json.dumps(["kind", "optimizer_state", [[["str", "w"], ["tensor", "w"]]], {"params": 1}]),
+     "param_groups must be a list of dicts"),
+    (json.dumps(["kind", "optimizer_state", [[["str", "w"], ["tensor", "w"]]],
+                 [{"params": [0], "lr": {"x": 1}}]]), "group entry 'lr'"),
+    (json.dumps(["str", "x", "y"]), "expected one of none"),
+    (json.dumps({"dict": []}), "expected a node \\[kind, ...\\]"),
+]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE_TREES)))
+def test_hostile_structure_metadata_is_refused(tmp_path: Path, index: int) -> None:
+    """The saved structure is data from the file: every malformed or hostile form is a
+    CheckpointError naming the file, the place and what was expected; nothing runs."""
+    tree, pattern = HOSTILE_TREES[index]
+    path = str(tmp_path / "x.safetensors")
+    tl.save({"w": np.ones(2)}, path, metadata={checkpoint.TREE_KEY: tree})  # (the caller's wins)
+    with pytest.raises(CheckpointError, match=pattern) as info:
+        tl.load(path)
+    assert path in str(info.value)
+    assert tl.read_metadata(path) == {}  # the structure is not the caller's metadata
+    target = {"w": np.zeros(2)}
+    tl.load(path, target)  # load(path, into) reads the arrays by key, not the structure
+    np.testing.assert_array_equal(target["w"], np.ones(2))
+
+
+def test_structure_size_is_capped_on_save_and_load(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "x.safetensors")
+    value = {"names": [f"entry {i}" for i in range(50)], "w": np.ones(2)}
+    tl.save(value, path)
+    monkeypatch.setattr(checkpoint, "MAX_TREE_CHARS", 100)
+    with pytest.raises(CheckpointError, match="more than the 100"):
+        tl.load(path)
+    with pytest.raises(CheckpointError, match="more than the 100 a load accepts"):
+        tl.save(value, str(tmp_path / "y.safetensors"))
+    assert not (tmp_path / "y.safetensors").exists()
+
+
 BAD_CALLS = [
     (lambda p: tl.save(p, p), "save: both arguments are paths"),
     (lambda p: tl.save(small_model(), io.StringIO()), "StringIO.*binary writing"),

@@ -6,14 +6,20 @@ an object of the same structure. The format holds raw arrays and a JSON header o
 never unpickles or executes anything.
 
 PyTorch's order works too: ``save(obj, path)`` (the call is told apart by which argument is the
-path: a ``str`` or ``os.PathLike``), and ``load(path)`` with no target returns the state dict
-``{name: array}`` (what ``model.load_state_dict`` takes); a saved dict of dicts or objects, such as
-``{"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3}``, comes back nested the
-same way (the prefixes where nested dicts began are kept in the metadata; lists come back as
-their flat ``"name.0"`` keys and numbers as 0-d arrays). Saving an ``nn.Module`` in either order
-records ``SAVE_FORMAT``, its class name and, when the module carries a ``model_config`` dict
-(``torchlean.models.build`` sets it), that config as JSON in the metadata, so ``torchlean eval
---checkpoint`` can rebuild a model saved with ``tl.save(model, path)``.
+path: a ``str`` or ``os.PathLike``), and ``load(path)`` with no target returns what was saved,
+as ``torch.load`` does: a state dict ``{name: array}`` (what ``model.load_state_dict`` takes) in
+its order, and a general checkpoint such as ``{"model": model.state_dict(), "optim":
+opt.state_dict(), "epoch": 3, "losses": [0.5, 0.25], "note": "run 1"}`` nested the same way,
+with its dicts in their order (int and other non-string keys kept), lists, tuples, Python
+numbers, strings and None as they were, and an optimiser's state dict as one again
+(``["state"]``, ``["param_groups"]``). The structure is JSON in the metadata (``TREE_KEY``;
+arrays are stored by their flat dotted key, ``"model.0.weight"``, as before), read as data
+only: its size and depth are capped and every node is checked (``_Tree``). Files written
+before it nest by their recorded group prefixes, with keys sorted. Saving an ``nn.Module`` in
+either order records ``SAVE_FORMAT``, its class name and, when the module carries a
+``model_config`` dict (``torchlean.models.build`` sets it), that config as JSON in the
+metadata, so ``torchlean eval --checkpoint`` can rebuild a model saved with
+``tl.save(model, path)``.
 
 What can be saved or loaded into (``into`` must have the structure that was saved):
 
@@ -54,6 +60,7 @@ import functools
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,12 +71,24 @@ from .core.backend import check_device, namespace_for, namespace_of, to_device, 
 from .core.errors import CheckpointError
 from .engine.tensor import Tensor, tensor
 
-__all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata", "save"]
+__all__ = ["SAVE_FORMAT", "describe_mismatches", "load", "read_arrays", "read_metadata",
+           "register_mapping_kind", "save"]
 
 SAVE_FORMAT = "torchlean.save/1"
 """``metadata["format"]`` of a module saved by ``save``: its state-dict keys, unprefixed."""
 GROUPS_KEY = "torchlean.groups"
-"""Metadata key: JSON list of the key prefixes where a nested dict or state dict began."""
+"""Metadata key of older files: JSON list of the key prefixes where a nested dict or state dict
+began (read, no longer written: ``TREE_KEY`` holds the whole structure)."""
+
+TREE_KEY = "torchlean.tree"
+"""Metadata key: the saved Python value as JSON (``_flatten``'s nodes; arrays by their key in
+the file), so ``load(path)`` gives back dicts in their order, lists, tuples, Python numbers,
+strings and None as they were saved. Read only as data: never code, never a class by name
+beyond those registered with ``register_mapping_kind``."""
+MAX_TREE_CHARS = 32 << 20
+"""Largest ``TREE_KEY`` text saved or loaded (32 MiB: a state dict of 100k tensors is ~10 MB)."""
+MAX_DEPTH = 64
+"""Deepest nesting of containers (dicts, lists, tuples) saved or loaded."""
 
 SINGLE_KEY = "torchlean.single"
 """Metadata key: the one array's key when a bare array or tensor was saved (``load`` returns
@@ -115,21 +134,75 @@ def _has_state(x: Any) -> bool:
 
 
 def _join(prefix: str, key: Any) -> str:
-    if not isinstance(key, str):
-        raise CheckpointError(f"checkpoint: keys must be strings, found {key!r}")
+    if not isinstance(key, _KEY_TYPES):
+        raise CheckpointError(f"checkpoint: keys must be strings (or numbers, bools, None), "
+                              f"found {key!r} (at {prefix or 'top level'})")
+    key = key if isinstance(key, str) else str(key)
     return f"{prefix}.{key}" if prefix else key
 
 
+_KEY_TYPES = (str, int, float, bool, type(None))
+
+# Mapping types (beyond dict and OrderedDict) that a load rebuilds, by the name saved for them:
+# name -> class with ``checkpoint_extra()`` (JSON data kept beside the items) and a classmethod
+# ``from_checkpoint(items, extra)`` (``ValueError`` for data it does not accept).
+_MAPPING_KINDS: dict[str, type] = {}
+
+
+def register_mapping_kind(name: str, cls: type) -> None:
+    """Save mappings of exactly type ``cls`` under ``name``, and rebuild them as ``cls`` on
+    load (the optimisers' state dicts register theirs)."""
+    _MAPPING_KINDS[name] = cls
+
+
+def _key_node(key: Any) -> list[Any]:
+    """A dict key as a tree node (inline: keys are never arrays)."""
+    if isinstance(key, str):
+        return ["str", key]
+    if isinstance(key, bool):
+        return ["bool", key]
+    if isinstance(key, int):
+        return ["int", key]
+    if isinstance(key, float):
+        return ["float", repr(key)]
+    return ["none"]
+
+
+def _leaf_node(value: Any, key: str) -> list[Any]:
+    """The tree node of a leaf stored as the array ``key``: a Python number keeps its type."""
+    for kind in (bool, int, float):  # (bool first: a bool is an int)
+        if isinstance(value, kind):
+            return [kind.__name__, key]
+    return ["tensor", key]
+
+
+def _mapping_node(obj: Mapping[Any, Any], items: list[Any]) -> list[Any]:
+    for name, cls in _MAPPING_KINDS.items():
+        if type(obj) is cls:
+            extra = obj.checkpoint_extra()  # type: ignore[attr-defined]
+            try:
+                json.dumps(extra)
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(f"checkpoint: a {cls.__name__} holds data that JSON "
+                                      f"cannot represent ({exc})") from None
+            return ["kind", name, items, extra]
+    return ["odict" if isinstance(obj, OrderedDict) else "dict", items]
+
+
 def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
-             loaders: list[tuple[str, Any, list[str]]] | None = None,
-             groups: list[str] | None = None) -> None:
-    """Add ``obj``'s arrays (host copies or views) to ``out`` under ``prefix``.
+             loaders: list[tuple[str, Any, list[str]]] | None = None, depth: int = 0
+             ) -> list[Any]:
+    """Add ``obj``'s arrays (host copies or views) to ``out`` under ``prefix``; returns
+    ``obj``'s node of the saved structure (``TREE_KEY``).
 
     ``loaders`` (when given) collects ``(key, target, keys)`` for every place a load writes to:
     an object with ``load_state_dict`` (``keys`` its flattened keys), a Param, a ``(container,
     slot)`` pair for an array held in a dict or list, or ``None`` where nothing can be written
-    (an array inside a tuple).
+    (an array inside a tuple). Strings and None hold no array: nothing is loaded into them.
     """
+    if depth > MAX_DEPTH:
+        raise CheckpointError(f"checkpoint: nested more than {MAX_DEPTH} levels deep (at "
+                              f"{prefix or 'top level'}; a container that holds itself?)")
 
     def add(key: str, value: Any) -> None:
         if not key:
@@ -139,44 +212,54 @@ def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray],
             raise CheckpointError(f"checkpoint: two entries flatten to the key {key!r}")
         out[key] = np.asarray(_host(value))
 
-    def leaf(key: str, value: Any, target: Any) -> None:
+    def leaf(key: str, value: Any, target: Any) -> list[Any]:
         add(key, value)
         if loaders is not None:
             loaders.append((key, target, [key]))
+        return _leaf_node(value, key)
 
-    if groups is not None and prefix and (_has_state(obj) or isinstance(obj, Mapping)):
-        groups.append(prefix)  # a nested dict (or state dict) starts here
     if _has_state(obj):
         state = obj.state_dict()
         if not isinstance(state, Mapping):
             raise CheckpointError(f"checkpoint: {type(obj).__name__}.state_dict() returned a "
                                   f"{type(state).__name__}, expected a dict of arrays")
         names = [_join(prefix, key) for key in state]
-        for name, value in zip(names, state.values(), strict=True):
+        items = []
+        for key, name, value in zip(state, names, state.values(), strict=True):
             add(name, value)
+            items.append([_key_node(key), _leaf_node(value, name)])
         if loaders is not None:
             loaders.append((prefix, obj, names))
-    elif _is_param(obj):
-        leaf(prefix, obj.value, obj)
-    elif _is_scalar_or_array(obj):
-        leaf(prefix, obj, None)
-    elif isinstance(obj, Mapping):
+        return _mapping_node(state, items)
+    if _is_param(obj):
+        return leaf(prefix, obj.value, obj)
+    if _is_scalar_or_array(obj):
+        return leaf(prefix, obj, None)
+    if isinstance(obj, str):
+        return ["str", obj]
+    if obj is None:
+        return ["none"]
+    if isinstance(obj, Mapping):
+        items = []
         for key, value in obj.items():
-            if _is_scalar_or_array(value):
-                leaf(_join(prefix, key), value, (obj, key))
-            else:
-                _flatten(value, _join(prefix, key), out, loaders, groups)
-    elif isinstance(obj, list | tuple):
+            name = _join(prefix, key)
+            node = (leaf(name, value, (obj, key)) if _is_scalar_or_array(value)
+                    else _flatten(value, name, out, loaders, depth + 1))
+            items.append([_key_node(key), node])
+        return _mapping_node(obj, items)
+    if isinstance(obj, list | tuple):
+        nodes = []
         for i, value in enumerate(obj):
-            if _is_scalar_or_array(value) and isinstance(obj, list):
-                leaf(_join(prefix, str(i)), value, (obj, i))
-            else:
-                _flatten(value, _join(prefix, str(i)), out, loaders, groups)
-    else:
-        raise CheckpointError(f"checkpoint: cannot save or load a {type(obj).__name__} "
-                              f"(at {prefix or 'top level'}): expected an object with "
-                              "state_dict()/load_state_dict(), a Param, a list of Params, "
-                              "or a dict of arrays or named objects")
+            name = _join(prefix, str(i))
+            nodes.append(leaf(name, value, (obj, i))
+                         if _is_scalar_or_array(value) and isinstance(obj, list)
+                         else _flatten(value, name, out, loaders, depth + 1))
+        return ["list" if isinstance(obj, list) else "tuple", nodes]
+    raise CheckpointError(f"checkpoint: cannot save or load a {type(obj).__name__} "
+                          f"(at {prefix or 'top level'}): expected an object with "
+                          "state_dict()/load_state_dict(), a Param, a list of Params, "
+                          "a dict of arrays or named objects, or Python numbers, strings "
+                          "and None inside them")
 
 
 def _is_scalar_or_array(x: Any) -> bool:
@@ -311,14 +394,16 @@ def save(obj_or_path: Any, path_or_obj: Any, metadata: Mapping[str, str] | None 
     # safetensors writes an array's buffer as if it were C-ordered: copy the others first.
     # (np.asarray(order="C"), not np.ascontiguousarray, which turns 0-d arrays into shape (1,).)
     flat: dict[str, np.ndarray] = {}
-    groups: list[str] = []
     if _is_array(obj) or _is_tensor(obj) or _is_param(obj):  # torch.save(tensor, f)
         flat["tensor"] = np.asarray(_host(obj.value if _is_param(obj) else obj))
         meta = {SINGLE_KEY: "tensor", **(meta or {})}
-    else:
-        _flatten(obj, "", flat, groups=groups)
-    if groups:  # so load(path) can give back {"model": {...}, "optim": {...}} as torch does
-        meta = {GROUPS_KEY: json.dumps(groups), **(meta or {})}
+    else:  # the structure, so that load(path) gives the value back as torch's does
+        tree = json.dumps(_flatten(obj, "", flat), separators=(",", ":"))
+        if len(tree) > MAX_TREE_CHARS:
+            raise CheckpointError(f"checkpoint {path}: the structure of the saved value takes "
+                                  f"{len(tree)} characters, more than the {MAX_TREE_CHARS} a "
+                                  "load accepts (save fewer, larger entries)")
+        meta = {TREE_KEY: tree, **(meta or {})}
     tensors = {key: np.asarray(value, order="C") for key, value in flat.items()}
     st_numpy = _safetensors()
     try:
@@ -382,7 +467,8 @@ def _read_file_object(f: Any, label: str) -> bytes:
 
 def _open(path: str, data: bytes | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The arrays and metadata of the checkpoint at ``path`` (or in ``data``, read from a file
-    object that ``path`` then only names)."""
+    object that ``path`` then only names). The metadata includes the saved structure
+    (``TREE_KEY``), which ``_public`` leaves out."""
     st_numpy = _safetensors()
     from_disk = data is None
     if data is None:
@@ -401,7 +487,8 @@ def _open(path: str, data: bytes | None = None) -> tuple[dict[str, np.ndarray], 
 
 def read_file(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every array and the text metadata of the checkpoint at ``path``, read and checked once."""
-    return _open(os.fspath(path))
+    arrays, metadata = _open(os.fspath(path))
+    return arrays, _public(metadata)
 
 
 def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -411,7 +498,12 @@ def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     """The text metadata stored with the checkpoint at ``path`` (``{}`` if none)."""
-    return _open(os.fspath(path))[1]
+    return _public(_open(os.fspath(path))[1])
+
+
+def _public(metadata: dict[str, str]) -> dict[str, str]:
+    """The metadata a caller gave (and a module's own), without the saved structure."""
+    return {k: v for k, v in metadata.items() if k != TREE_KEY}
 
 
 _NO_TARGET = object()
@@ -444,6 +536,125 @@ def _nest(path: str, arrays: dict[str, np.ndarray], groups_json: str | None) -> 
                                   "group of nested keys")
         node[leaf] = array
     return root
+
+
+class _Tree:
+    """``load(path)``'s reading of the saved structure (``TREE_KEY``, untrusted): every node
+    checked (its form, its depth, each array named exactly once and of the kind the node says),
+    every problem a ``CheckpointError`` naming the file, the place, what was expected and what
+    was found. Arrays come back as they are (uploaded to ``xp``'s device when not NumPy)."""
+
+    _SCALARS = {"int": "iu", "float": "f", "bool": "b"}
+
+    def __init__(self, path: str, arrays: dict[str, np.ndarray], xp: Any) -> None:
+        self.path, self.arrays, self.xp = path, arrays, xp
+        self.used: set[str] = set()
+
+    def fail(self, where: str, expected: str, found: Any) -> CheckpointError:
+        text = repr(found)
+        text = text if len(text) <= 80 else text[:77] + "..."
+        return CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} at {where}: "
+                               f"expected {expected}, found {text}")
+
+    def value(self, text: str) -> Any:
+        if len(text) > MAX_TREE_CHARS:
+            raise CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} takes "
+                                  f"{len(text)} characters, more than the {MAX_TREE_CHARS} "
+                                  "allowed")
+        try:
+            node = json.loads(text)
+        except RecursionError:
+            raise CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} is nested "
+                                  "too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} is not JSON "
+                                  f"({exc})") from None
+        out = self.node(node, "root", 0)
+        unnamed = sorted(set(self.arrays) - self.used)
+        if unnamed:
+            raise CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} names "
+                                  f"{len(self.used)} of the file's {len(self.arrays)} arrays; "
+                                  f"not named: {', '.join(map(repr, unnamed[:5]))}")
+        return out
+
+    def node(self, node: Any, where: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise self.fail(where, f"at most {MAX_DEPTH} levels of nesting", "deeper")
+        if not (isinstance(node, list) and node and isinstance(node[0], str)):
+            raise self.fail(where, "a node [kind, ...]", node)
+        kind, body = node[0], node[1:]
+        if kind == "none" and not body:
+            return None
+        if kind == "str" and len(body) == 1 and isinstance(body[0], str):
+            return body[0]
+        if kind in ("tensor", *self._SCALARS) and len(body) == 1:
+            return self.array(kind, body[0], where)
+        if kind in ("list", "tuple") and len(body) == 1 and isinstance(body[0], list):
+            values = [self.node(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(body[0])]
+            return values if kind == "list" else tuple(values)
+        if kind in ("dict", "odict") and len(body) == 1:
+            items = self.items(body[0], where, depth)
+            return items if kind == "dict" else OrderedDict(items)
+        if kind == "kind" and len(body) == 3 and body[0] in _MAPPING_KINDS:
+            cls = _MAPPING_KINDS[body[0]]
+            items = self.items(body[1], where, depth)
+            try:
+                return cls.from_checkpoint(items, body[2])  # type: ignore[attr-defined]
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {self.path}: metadata {TREE_KEY!r} at "
+                                      f"{where}: not a valid {cls.__name__}: {exc}") from None
+        expected = ("one of none, str, tensor, int, float, bool, list, tuple, dict, odict, "
+                    f"kind (with {', '.join(sorted(_MAPPING_KINDS)) or 'no'} kinds), each with "
+                    "its own fields")
+        raise self.fail(where, expected, node)
+
+    def array(self, kind: str, key: Any, where: str) -> Any:
+        if not isinstance(key, str) or key not in self.arrays:
+            raise self.fail(where, "the key of an array in the file", key)
+        if key in self.used:
+            raise self.fail(where, "an array named once", f"{key!r} named again")
+        self.used.add(key)
+        arr = self.arrays[key]
+        if kind == "tensor":
+            return arr if self.xp is np else to_device(arr, self.xp)
+        if arr.shape != () or arr.dtype.kind not in self._SCALARS[kind]:
+            raise self.fail(where, f"a 0-d array holding a Python {kind}",
+                            f"{key!r}: shape {arr.shape}, dtype {arr.dtype}")
+        return {"int": int, "float": float, "bool": bool}[kind](arr.item())
+
+    def items(self, pairs: Any, where: str, depth: int) -> dict[Any, Any]:
+        if not isinstance(pairs, list):
+            raise self.fail(where, "a list of [key, value] pairs", pairs)
+        out: dict[Any, Any] = {}
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise self.fail(where, "a [key, value] pair", pair)
+            key = self.key(pair[0], where)
+            if key in out:
+                raise self.fail(where, "each key once", f"{key!r} twice")
+            out[key] = self.node(pair[1], f"{where}[{key!r}]", depth + 1)
+        return out
+
+    def key(self, node: Any, where: str) -> Any:
+        if isinstance(node, list) and node:
+            kind, body = node[0], node[1:]
+            if kind == "none" and not body:
+                return None
+            if len(body) == 1:
+                v = body[0]
+                if kind == "str" and isinstance(v, str):
+                    return v
+                if kind == "bool" and isinstance(v, bool):
+                    return v
+                if kind == "int" and isinstance(v, int) and not isinstance(v, bool):
+                    return v
+                if kind == "float" and isinstance(v, str) and len(v) <= 40:
+                    try:
+                        return float(v)
+                    except ValueError:
+                        pass
+        raise self.fail(where, "a dict key: [\"str\", text], [\"int\", n], [\"float\", "
+                        "text], [\"bool\", b] or [\"none\"]", node)
 
 
 def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
@@ -481,14 +692,17 @@ def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
     if into is _NO_TARGET:
         xp = namespace_for(check_device(map_location or "cpu"))  # DeviceError: no CuPy/GPU
         arrays, metadata = _open(path, data)
-        if xp is not np:
-            arrays = {k: to_device(v, xp) for k, v in arrays.items()}  # explicit uploads
         single = metadata.get(SINGLE_KEY)
         if single is not None:  # a bare array was saved: it comes back alone
             if set(arrays) != {single}:
                 raise CheckpointError(f"checkpoint {path}: metadata {SINGLE_KEY!r} names "
                                       f"{single!r}, but the file holds {sorted(arrays)[:5]}")
-            return arrays[single]
+            return arrays[single] if xp is np else to_device(arrays[single], xp)
+        if TREE_KEY in metadata and GROUPS_KEY not in metadata:
+            return _Tree(path, arrays, xp).value(metadata[TREE_KEY])
+        # older files (nested by their group prefixes), other tools' files (flat, by key)
+        if xp is not np:
+            arrays = {k: to_device(v, xp) for k, v in arrays.items()}  # explicit uploads
         return _nest(path, arrays, metadata.get(GROUPS_KEY))
     if into is None or _is_path(into):
         raise CheckpointError(f"load: into must be the object to load into (a module, "
@@ -545,4 +759,4 @@ def load(path: Any, into: Any = _NO_TARGET, *, map_location: Any = None,
                 restore()
         raise CheckpointError(f"checkpoint {path}: loading into the target failed, target "
                               f"restored ({type(exc).__name__}: {exc})") from exc
-    return metadata
+    return _public(metadata)

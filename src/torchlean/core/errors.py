@@ -5,6 +5,12 @@ catch it). Messages name the op or file first, then what was expected and what w
 """
 
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
 class TorchLeanError(ValueError):
     """Base class of every error torchlean raises for bad input."""
 
@@ -50,6 +56,39 @@ class DomainError(TorchLeanError):
 
 class SignatureError(TorchLeanError, TypeError):
     """An op called with the wrong number or names of arguments (also a ``TypeError``)."""
+
+
+class UnsupportedArgumentError(TorchLeanError):
+    """A torch argument (a keyword, or one of its values) that torchlean does not implement."""
+
+
+class UnsupportedKeywordError(UnsupportedArgumentError, TypeError):
+    """A torch keyword a torchlean constructor does not take (also a ``TypeError``, what Python
+    raises for an unknown keyword)."""
+
+
+def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """A constructor that refuses a keyword it does not take with ``UnsupportedKeywordError``
+    naming the class, the keyword and the keywords it takes, before it runs (so nothing has
+    changed: no parameter drawn, no state made). Python would raise a bare ``TypeError``."""
+    params = list(inspect.signature(init).parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return init
+    named = [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                  inspect.Parameter.KEYWORD_ONLY)]
+    known = frozenset(named)
+
+    @functools.wraps(init)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in known:
+                owner = type(self).__name__
+                raise UnsupportedKeywordError(
+                    f"{owner}: keyword argument {key!r} is not supported by torchlean's "
+                    f"{owner} (it takes {', '.join(named) or 'no keywords'})")
+        init(self, *args, **kwargs)
+
+    return wrapped
 
 
 class UnknownOpError(TorchLeanError, KeyError):

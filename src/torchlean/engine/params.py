@@ -153,6 +153,11 @@ class Param(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
+    def __copy__(self) -> Param:
+        """``copy.copy``: a parameter over the same storage and version counter (torch's
+        shallow copy; ``copy.deepcopy`` copies the data)."""
+        return Param(self.detach(), self.name, self.requires_grad)
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (_rebuild, (to_host(self._value), self.name, self.requires_grad))
 

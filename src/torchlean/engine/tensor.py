@@ -198,10 +198,10 @@ class Tensor(Ref):
     float dtype; sizes give zeros, where torch leaves memory uninitialised)."""
 
     # ``_retains`` (set by ``retain_grad`` only, read with a default) is never initialised: the
-    # per-op constructor stays as short as it was. ``_base``: the tensor whose storage a view
-    # shares (torch's views), else None.
+    # per-op constructor stays as short as it was; nor is ``_former`` (set by ``detach_`` only).
+    # ``_base``: the tensor whose storage a view shares (torch's views), else None.
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
-                 "_freed", "_retains", "_base", "__weakref__")
+                 "_freed", "_retains", "_former", "_base", "__weakref__")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
     _value: Any
     _op: Primitive | None
@@ -215,6 +215,7 @@ class Tensor(Ref):
     _vc: list[Any] | None
     _freed: bool
     _base: Tensor | None
+    _former: list[tuple[int, Tensor]]  # (unset until detach_: ``_keep_former_node``)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The reverse pass keys its graph by the tensors themselves (``_graph_of``), which is
@@ -342,6 +343,14 @@ class Tensor(Ref):
         return t
 
     def detach_(self) -> Tensor:
+        """This tensor, made a leaf without history in place. As in torch, only later uses see
+        the leaf: results computed from it before keep their graph, through its former node
+        (``_keep_former_node``). A view is refused, as in torch."""
+        if self._base is not None:
+            raise TorchLeanError("detach_: can't detach views in-place; use detach() instead "
+                                 "(as in PyTorch)")
+        if self._op is not None:
+            _keep_former_node(self)
         self._op, self._parents, self._attrs = None, (), {}
         self.requires_grad = False
         return self
@@ -1260,6 +1269,16 @@ class Tensor(Ref):
 
         return _inplace("scatter_", self, compute)
 
+    def __copy__(self) -> Tensor:
+        """``copy.copy``: torch's shallow copy, a new leaf over the same storage with the same
+        ``requires_grad``; no ``.grad`` and no history, even when this tensor has one (as
+        torch's). ``copy.deepcopy`` copies the data. Unlike torch's, the copy shares the
+        version counter too (torch's starts a counter of its own), so a write through it
+        still makes a backward that needs the old value refuse rather than go wrong."""
+        t = self.detach()
+        t.requires_grad = self.requires_grad
+        return t
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickling and ``copy.deepcopy`` keep the value and ``requires_grad`` (a copy is a
         leaf, as torch's deepcopy of a leaf; a tensor with a history is refused, as in torch)."""
@@ -1731,6 +1750,49 @@ def _renode(t: Tensor, node: Tensor) -> None:
     t._id = next(_sequence)
 
 
+# Whether any tensor with a history was ever detached in place: until then the reverse pass
+# skips the per-node lookup of former nodes (``_inputs_as_made``).
+_ANY_DETACHED = False
+
+
+def _keep_former_node(t: Tensor) -> None:
+    """Before ``t.detach_()``: its node as it is now (the same value, storage and version
+    counter, history and creation number) kept in ``t._former`` with the creation number from
+    which ``t`` is a leaf, for the results already computed from it. A tensor is its own graph
+    node, so those results name ``t`` among their inputs; the reverse pass reads the former
+    node in its place (``_inputs_as_made``). torch refuses a backward that unpacks a saved
+    tensor detached in place; here its value is the one the op used (a later in-place change
+    is refused by the shared version counter), so the gradient is exact and is given."""
+    global _ANY_DETACHED
+    node = Tensor._result(t._value, t._op, t._parents, t._attrs, t.shape)
+    node._id = t._id
+    node._vc = _counter(t)
+    node._freed = t._freed
+    t._id = next(_sequence)
+    former = getattr(t, "_former", None)
+    if former is None:
+        former = t._former = []
+    former.append((t._id, node))
+    _ANY_DETACHED = True
+
+
+def _inputs_as_made(t: Tensor) -> tuple[Tensor, ...]:
+    """``t``'s inputs, each the node it was when ``t`` was made: an input detached in place
+    since (``detach_``) is replaced by its former node, once (``t._parents`` is rewritten)."""
+    parents = t._parents
+    if not any(getattr(p, "_former", None) for p in parents):
+        return parents
+    resolved = []
+    for p in parents:
+        for detached_at, node in getattr(p, "_former", None) or ():
+            if t._id < detached_at:  # (the first such: ``t`` used this node, or an older one
+                p = node             # that an in-place op replaced, which its checks refuse)
+                break
+        resolved.append(p)
+    t._parents = tuple(resolved)
+    return t._parents
+
+
 def _regenerate_views(base: Tensor, writer: Tensor) -> bool:
     """After a recorded write into ``base``'s storage: every other live view with a history
     becomes a gather of the base's current node (torch regenerates a view's history the same
@@ -2187,7 +2249,7 @@ class GradFn:
     @property
     def next_functions(self) -> tuple[tuple[Any, int], ...]:
         return tuple((GradFn(p) if p.requires_grad else None, 0)
-                     for p in self._tensor._parents)
+                     for p in _inputs_as_made(self._tensor))
 
     @property
     def variable(self) -> Tensor:
@@ -2220,6 +2282,7 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
     stack = [t for t in outputs if t.requires_grad]
     pop = stack.pop
     push = stack.append
+    detached = _ANY_DETACHED
     while stack:  # once per tensor of every backward
         t = pop()
         if t in seen:
@@ -2229,6 +2292,8 @@ def _graph_of(outputs: Sequence[Tensor]) -> tuple[list[Tensor], bool]:
                             "after its values were freed); pass retain_graph=True to the first "
                             "backward if you need to")
         seen[t] = None
+        if detached:
+            _inputs_as_made(t)
         vc = t._vc
         if vc is not None and vc[1] > t._id and t._op is not None:
             if t._op.name not in OUTPUT_FREE:

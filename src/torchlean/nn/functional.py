@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import namespace_of, on_host, to_device, to_host
-from ..core.errors import IndexRangeError, ShapeError, TorchLeanError, TraceError
+from ..core.errors import (
+    IndexRangeError,
+    ShapeError,
+    TorchLeanError,
+    TraceError,
+    UnsupportedArgumentError,
+)
 from ..core.registry import REGISTRY
 from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
@@ -56,10 +62,6 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
-
-
-class UnsupportedArgumentError(TorchLeanError):
-    """A ``torch.nn.functional`` argument value that torchlean does not implement."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from ..core.errors import (
     ShapeError,
     TorchLeanError,
     TraceError,
+    checked_keywords,
 )
 from ..core.rng import Generator, check_generator, init_generator
 from ..engine import ops_interface as F
@@ -185,6 +186,13 @@ class Module:
 
     training: bool
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # torchlean's layers refuse a torch keyword they do not take by name (a user's own
+        # subclass keeps Python's TypeError for its own signature)
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("torchlean.") and "__init__" in cls.__dict__:
+            cls.__init__ = checked_keywords(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
@@ -272,6 +280,47 @@ class Module:
         else:
             self._non_persistent.discard(name)
 
+    def _check_new_name(self, what: str, name: Any, table: dict[str, Any]) -> None:
+        """torch's checks of a name given to ``register_parameter`` / ``add_module``."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise TorchLeanError(f"{type(self).__name__}.{what}: the name must be a non-empty "
+                                 f"string without '.', found {name!r}")
+        others = [t for t in (self._parameters, self._buffers, self._modules) if t is not table]
+        # (a slot registered as None lives as a None attribute: it may be filled later)
+        taken = name in self.__dict__ and self.__dict__[name] is not None
+        if taken or hasattr(type(self), name) or any(name in t for t in others):
+            raise TorchLeanError(f"{type(self).__name__}.{what}: attribute {name!r} already "
+                                 "exists")
+
+    def register_parameter(self, name: str, param: Param | None) -> None:
+        """Add a parameter (``None``: a slot that reads as ``None`` and is left out of
+        ``parameters()`` and ``state_dict``, as torch's ``bias`` of a layer without one)."""
+        self._check_new_name("register_parameter", name, self._parameters)
+        if param is None:
+            self._parameters.pop(name, None)
+            object.__setattr__(self, name, None)
+            return
+        if not isinstance(param, Param):
+            raise TorchLeanError(f"{type(self).__name__}.register_parameter: cannot assign a "
+                                 f"{type(param).__name__} as parameter {name!r} (an "
+                                 "nn.Parameter or None expected)")
+        setattr(self, name, param)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Add a sub-module under ``name`` (``None``: a slot that reads as ``None``), as an
+        attribute assignment does."""
+        self._check_new_name("add_module", name, self._modules)
+        if module is None:
+            self._modules.pop(name, None)
+            object.__setattr__(self, name, None)
+            return
+        if not isinstance(module, Module):
+            raise TorchLeanError(f"{type(self).__name__}.add_module: {type(module).__name__} "
+                                 "is not a Module subclass")
+        setattr(self, name, module)
+
+    register_module = add_module
+
     # --- traversal ---------------------------------------------------------------------------
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
@@ -280,17 +329,29 @@ class Module:
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """This module and every descendant, depth first in registration order."""
-        stack: list[tuple[str, Module]] = [(prefix, self)]
-        seen: set[int] = set()
+    def named_modules(self, memo: set[Any] | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        """This module and every descendant, depth first in registration order. As torch's,
+        a module registered under several names appears once (``memo``: the modules already
+        given, by identity), or under every name with ``remove_duplicate=False`` (what
+        ``state_dict`` lists)."""
+        stack: list[tuple[str, Module, tuple[int, ...]]] = [(prefix, self, ())]
+        seen: set[int] = set() if memo is None else {id(m) for m in memo}
         while stack:
-            name, module = stack.pop()
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
+            name, module, path = stack.pop()
+            if remove_duplicate:
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+            elif id(module) in path:  # (torch recurses forever here)
+                raise TorchLeanError(f"{type(self).__name__}.named_modules: module {name!r} "
+                                     "contains itself (a cycle of sub-modules)")
+            if memo is not None:
+                memo.add(module)
             yield name, module
-            children = [(f"{name}.{k}" if name else k, m) for k, m in module._modules.items()]
+            inner = (*path, id(module))
+            children = [(f"{name}.{k}" if name else k, m, inner)
+                        for k, m in module._modules.items() if m is not None]
             stack.extend(reversed(children))
 
     def modules(self) -> Iterator[Module]:
@@ -308,28 +369,37 @@ class Module:
         fn(self)
         return self
 
-    def named_parameters(self) -> Iterator[tuple[str, Param]]:
-        """``(dotted name, Param)`` pairs as torch names them; a shared Param appears once."""
+    def _named_members(self, table: str, prefix: str, recurse: bool,
+                       remove_duplicate: bool) -> Iterator[tuple[str, Any]]:
+        """torch's ``_named_members``: each module's ``table`` entries under its dotted name;
+        with ``remove_duplicate`` a module or entry registered under several names once."""
         seen: set[int] = set()
-        for prefix, module in self.named_modules():
-            for name, p in module._parameters.items():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield (f"{prefix}.{name}" if prefix else name), p
+        modules = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+                   if recurse else iter([(prefix, self)]))
+        for path, module in modules:
+            for name, v in getattr(module, table).items():
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                seen.add(id(v))
+                yield (f"{path}.{name}" if path else name), v
 
-    def parameters(self) -> list[Param]:
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Param]]:
+        """``(dotted name, Param)`` pairs as torch names them; a shared Param appears once
+        (under every name with ``remove_duplicate=False``)."""
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> list[Param]:
         """The parameters, as a list that is also an iterator (``next(model.parameters())``
         works, as on torch's generator)."""
-        return _Parameters(p for _, p in self.named_parameters())
+        return _Parameters(p for _, p in self.named_parameters(recurse=recurse))
 
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        for prefix, module in self.named_modules():
-            for name, b in module._buffers.items():
-                if b is not None:
-                    yield (f"{prefix}.{name}" if prefix else name), b
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self) -> Iterator[Tensor]:
-        for _, b in self.named_buffers():
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
             yield b
 
     # --- state -------------------------------------------------------------------------------
@@ -338,9 +408,10 @@ class Module:
         """Every parameter and persistent buffer as a tensor without history sharing its
         storage (``detach()``, as torch's: an in-place change of an entry changes the module,
         and the entries follow later optimiser steps; copy them to keep a snapshot), keyed by
-        torch-style dotted names."""
+        torch-style dotted names. A module or parameter registered under several names is
+        listed under each, as in torch."""
         state: dict[str, Tensor] = {}
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules(remove_duplicate=False):
             for name, p in module._parameters.items():
                 state[f"{prefix}.{name}" if prefix else name] = p.detach()
             for name, b in module._buffers.items():
@@ -352,7 +423,7 @@ class Module:
     def _state_slots(self) -> dict[str, tuple[Module, str, bool]]:
         """Every state key -> (owning module, local name, is_param)."""
         slots: dict[str, tuple[Module, str, bool]] = {}
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules(remove_duplicate=False):
             for name in module._parameters:
                 slots[f"{prefix}.{name}" if prefix else name] = (module, name, True)
             for name, b in module._buffers.items():
@@ -924,13 +995,45 @@ class Embedding(Module):
     way when the graph runs (see ``nn.functional.embedding``).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = "float32",
-                 generator: Any = None) -> None:
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 dtype: Any = "float32", generator: Any = None) -> None:
         super().__init__()
         _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.weight = Param(normal_init((num_embeddings, embedding_dim), dtype, generator),
-                            "weight")
+        self.padding_idx = _padding_index(padding_idx, self.num_embeddings)
+        weight = normal_init((num_embeddings, embedding_dim), dtype, generator)
+        if self.padding_idx is not None:  # torch zeroes the padding row (it never learns)
+            weight[self.padding_idx] = 0
+        self.weight = Param(weight, "weight")
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True,
+                        padding_idx: int | None = None, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Embedding:
+        """An embedding whose weight is ``embeddings`` (2-D; a tensor's storage is shared, as
+        torch's ``Parameter`` of it), frozen unless ``freeze=False``; ``padding_idx``'s row
+        keeps its values and takes no gradient. Nothing is drawn from the generator."""
+        for key, value, default in (("max_norm", max_norm, None), ("norm_type", norm_type, 2.0),
+                                    ("scale_grad_by_freq", scale_grad_by_freq, False),
+                                    ("sparse", sparse, False)):
+            if value != default:
+                raise functional.UnsupportedArgumentError(
+                    f"Embedding.from_pretrained: {key}={value!r} is not supported (only "
+                    f"{default!r})")
+        source = embeddings if isinstance(embeddings, Tensor) else tensor(embeddings)
+        if source.ndim != 2:
+            raise ShapeError(f"Embedding.from_pretrained: embeddings must be 2-D, found shape "
+                             f"{tuple(source.shape)}")
+        if not isinstance(freeze, bool):
+            raise TorchLeanError(f"Embedding.from_pretrained: freeze must be a bool, found "
+                                 f"{freeze!r}")
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.num_embeddings, layer.embedding_dim = (int(n) for n in source.shape)
+        layer.padding_idx = _padding_index(padding_idx, layer.num_embeddings)
+        layer.weight = Param(source.detach(), "weight", requires_grad=not freeze)
+        return layer
 
     def forward(self, ids: Any) -> Any:
         if not isinstance(ids, Ref):
@@ -939,10 +1042,22 @@ class Embedding(Module):
         elif np.dtype(ids.dtype).kind != "f" and callable(getattr(ids, "to", None)):
             # An integer index tensor (tl.Tensor int64): ids travel as integer-valued floats.
             ids = getattr(ids, "to")(self.weight.dtype)  # noqa: B009  (Ref declares no .to)
-        return functional.embedding(ids, _use(ids, self.weight))
+        return functional.embedding(ids, _use(ids, self.weight), self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+def _padding_index(padding_idx: Any, n: int) -> int | None:
+    """torch's ``padding_idx`` of an embedding of ``n`` rows, as a row in ``[0, n)``."""
+    if padding_idx is None:
+        return None
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, int | np.integer) or not (
+            -n <= padding_idx < n):
+        raise IndexRangeError(f"Embedding: padding_idx must be an int within num_embeddings "
+                              f"({n}), found {padding_idx!r}")
+    return int(padding_idx) % n
 
 
 # ---------------------------------------------------------------------------------------------

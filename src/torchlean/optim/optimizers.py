@@ -20,8 +20,11 @@ the tests' stand-in device) through the array namespace, with the same formula a
 float operations either way. Step counts and bias corrections stay on the host (plain numbers),
 so a step never reads device data back.
 
-``state_dict()`` is flat, ``dict[str, np.ndarray]`` (host copies: explicit downloads from a
-device), ready for ``torchlean.checkpoint.save``:
+``state_dict()`` is flat, ``dict[str, np.ndarray]``, ready for ``torchlean.checkpoint.save``.
+As torch's, it refers to the live state rather than copying it: a host parameter's state
+arrays are the optimiser's own buffers (later steps change them; changing them in place
+changes the optimiser), so a snapshot is ``copy.deepcopy(opt.state_dict())``, as in torch.
+State on a device comes back as host copies (explicit downloads). The keys:
 
 - ``"step"``: the number of ``step()`` calls (0-d int64);
 - ``"hyper.<name>"``: hyper-parameters (0-d float64, or 0-d bool for ``nesterov``);
@@ -29,7 +32,9 @@ device), ready for ``torchlean.checkpoint.save``:
   ``"state.3.step"``, the number of updates that parameter received, 0-d int64).
 
 ``load_state_dict`` restores all of these, hyper-parameters included (as torch does), so training
-resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate.
+resumes bit-identically; set ``opt.lr`` afterwards to change the learning rate. As torch's, it
+takes a given host array of the right dtype as the state itself (no copy: the loaded state dict
+and the optimiser share it); read-only arrays (a file's) and device state are copied.
 
 Parameter groups as in torch: ``params`` may be a list of dicts (``{"params": [...], "lr": ...}``),
 each group's missing hyper-parameters taken from the constructor's (``defaults``);
@@ -47,11 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import describe_mismatches
+from ..checkpoint import describe_mismatches, register_mapping_kind
 from ..core.backend import is_cupy, namespace_of, numeric_array, to_device, to_host
-from ..core.errors import ShapeError, TorchLeanError
+from ..core.errors import (
+    ShapeError,
+    TorchLeanError,
+    UnsupportedArgumentError,
+    checked_keywords,
+)
 from ..engine.params import Param
-from ..engine.tensor import Tensor, enable_grad
+from ..engine.tensor import Tensor, as_tensor, enable_grad
 from . import fast_update
 
 __all__ = [
@@ -172,24 +182,72 @@ class ParamGroup(dict):  # type: ignore[type-arg]
 class OptimizerState(dict):  # type: ignore[type-arg]
     """``Optimizer.state_dict()``: the flat arrays of the module doc, which also answer torch's
     two keys: ``["state"]`` (parameter index -> its state tensors, for parameters that took a
-    step) and ``["param_groups"]`` (each group's hyper-parameters and ``"params"``, the indices
-    of its parameters), so scripts that read those run. Saving and loading use the flat keys."""
+    step: tensors over the same arrays, so ``sd["state"][0]["momentum_buffer"].mul_(0)``
+    reaches the optimiser, as in torch) and ``["param_groups"]`` (each group's
+    hyper-parameters and ``"params"``, the indices of its parameters), so scripts that read
+    those run. Saving and loading use the flat keys."""
 
     def __init__(self, flat: dict[str, np.ndarray], groups: list[dict[str, Any]]) -> None:
         super().__init__(flat)
         self._groups = groups
+        self._state: dict[int, dict[str, Tensor]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # (a copy, ``copy.deepcopy`` or pickle, makes its own ``["state"]`` tensors over its
+        # own arrays, not copies of these)
+        return {"_groups": self._groups, "_state": None}
+
+    def checkpoint_extra(self) -> list[dict[str, Any]]:
+        """What a checkpoint keeps beside the arrays (``checkpoint.register_mapping_kind``):
+        the groups of ``["param_groups"]``."""
+        return self._groups
+
+    @classmethod
+    def from_checkpoint(cls, items: dict[Any, Any], extra: Any) -> OptimizerState:
+        """The state dict a checkpoint saved (untrusted: ``ValueError`` says what is wrong)."""
+        for key, value in items.items():
+            if not isinstance(key, str) or not isinstance(value, np.ndarray | np.generic) and \
+                    not hasattr(value, "__array_namespace__"):
+                raise ValueError(f"entry {key!r}: expected a name and an array, found "
+                                 f"{type(value).__name__}")
+        if not isinstance(extra, list) or not all(isinstance(g, dict) for g in extra):
+            raise ValueError("param_groups must be a list of dicts")
+        for g in extra:
+            params = g.get("params")
+            if not (isinstance(params, list) and all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in params)):
+                raise ValueError(f"a group's 'params' must be a list of indices, found "
+                                 f"{params!r:.60}")
+            for key, value in g.items():
+                if key != "params" and not _plain(value):
+                    raise ValueError(f"group entry {key!r}: expected a number, string, bool, "
+                                     f"None or a list of them, found {value!r:.60}")
+        return cls(items, extra)
 
     def __missing__(self, key: Any) -> Any:
         if key == "param_groups":
             return [dict(g) for g in self._groups]
         if key == "state":
-            per: dict[int, dict[str, np.ndarray]] = {}
-            for name, value in self.items():
-                parts = name.split(".")
-                if parts[0] == "state" and len(parts) == 3:
-                    per.setdefault(int(parts[1]), {})[parts[2]] = value
-            return {i: st for i, st in per.items() if int(st.get("step", 1)) > 0}
+            if self._state is None:  # made once: the same tensors at every read, as torch's
+                per: dict[int, dict[str, Tensor]] = {}
+                for name, value in self.items():
+                    parts = name.split(".")
+                    if parts[0] == "state" and len(parts) == 3:
+                        per.setdefault(int(parts[1]), {})[parts[2]] = as_tensor(value)
+                self._state = {i: st for i, st in per.items()
+                               if "step" not in st or st["step"].item() > 0}
+            return self._state
         raise KeyError(key)
+
+
+def _plain(value: Any) -> bool:
+    """A scalar, or a flat list of scalars (what a parameter group holds besides params)."""
+    if isinstance(value, list):
+        return all(_plain(v) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+register_mapping_kind("optimizer_state", OptimizerState)
 
 
 class Optimizer:
@@ -199,6 +257,17 @@ class Optimizer:
     check them in ``check_hyper``, and implement ``init_single`` and ``apply_single``; while a
     parameter updates, ``self.hyper`` is its group's hyper-parameters.
     """
+
+    # Hyper-parameters added after checkpoints without them were written: a state dict that
+    # lacks one loads with this value (torch's default).
+    _LATER_HYPER = {"maximize": False, "amsgrad": False}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # torchlean's optimisers refuse a torch keyword they do not take by name, before
+        # anything is built (a user's own subclass keeps Python's TypeError)
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("torchlean.") and "__init__" in cls.__dict__:
+            cls.__init__ = checked_keywords(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
     def __init__(self, params: Any, hyper: dict[str, Any]) -> None:
         name = type(self).__name__
@@ -414,7 +483,8 @@ class Optimizer:
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> OptimizerState:
-        """A flat copy of the whole optimiser state (host NumPy arrays); see the module doc."""
+        """The whole optimiser state, flat (host NumPy arrays: the live state buffers of host
+        parameters, not copies, as torch's); see the module doc."""
         out: dict[str, np.ndarray] = {"step": np.asarray(self.step_count, dtype=np.int64)}
         for g, group in enumerate(self.param_groups):
             for key, value in group.hyper().items():
@@ -423,7 +493,8 @@ class Optimizer:
                                                                                    dtype=dtype)
         for i, state in enumerate(self.state):
             for key, value in state.items():
-                out[f"state.{i}.{key}"] = np.array(to_host(value), copy=True)
+                # (a reference, as torch's; ``to_host`` copies device state explicitly)
+                out[f"state.{i}.{key}"] = value if type(value) is np.ndarray else to_host(value)
         groups, k = [], 0
         for group in self.param_groups:
             n = len(group["params"])
@@ -441,6 +512,10 @@ class Optimizer:
         name = type(self).__name__
         expected = self.state_dict()
         found = {k: np.asarray(to_host(v)) for k, v in state_dict.items()}
+        for key in expected:
+            later = self._LATER_HYPER.get(key.rsplit(".", 1)[-1])
+            if later is not None and key not in found and key.startswith(("hyper.", "group.")):
+                found[key] = np.asarray(later)
         problems = describe_mismatches(expected, found)
         if problems:
             raise OptimizerError(f"{name}.load_state_dict: state does not fit this optimiser:\n  "
@@ -462,7 +537,14 @@ class Optimizer:
             xp = namespace_of(p.array)
             for key, old in state.items():
                 arr = found[f"state.{i}.{key}"]
-                if key == "step":
+                if (key == "step" or xp is np) and type(arr) is np.ndarray and \
+                        arr.flags.writeable and arr.flags.c_contiguous:
+                    # The given array itself, as torch's (its ``.to`` of a tensor already of
+                    # the parameter's dtype and device is that tensor): the state dict and
+                    # this optimiser then share it; ``copy.deepcopy`` the state dict for a
+                    # copy. (A read-only or strided array is copied.)
+                    state[key] = arr
+                elif key == "step":
                     state[key] = np.array(arr, copy=True)
                 elif namespace_of(old) is xp:
                     old[...] = to_device(arr, xp)  # in place: the buffers stay the same
@@ -477,6 +559,27 @@ class Optimizer:
         return f"{type(self).__name__}({len(self.params)} params, {groups})"
 
 
+def _torch_switches(owner: str, foreach: Any = None, fused: Any = None,
+                    capturable: bool = False, differentiable: bool = False) -> None:
+    """torch's implementation switches: ``foreach`` picks torch's kernels (any value: the
+    update is the same); ``fused``, ``capturable`` and ``differentiable`` only at their defaults
+    (checked before anything is built)."""
+    if foreach not in (None, True, False):
+        raise OptimizerError(f"{owner}: foreach must be None or a bool, found {foreach!r}")
+    for key, value, default in (("fused", fused, (None, False)),
+                                ("capturable", capturable, (False,)),
+                                ("differentiable", differentiable, (False,))):
+        if value not in default:
+            raise UnsupportedArgumentError(f"{owner}: {key}={value!r} is not supported (only "
+                                           f"{' or '.join(map(repr, default))})")
+
+
+def _flag(owner: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise OptimizerError(f"{owner}: {key} must be a bool, found {value!r}")
+    return bool(value)
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum, dampening, weight decay and Nesterov.
 
@@ -485,10 +588,14 @@ class SGD(Optimizer):
     the step is ``g + momentum * buf`` (Nesterov) or ``buf``; ``p -= lr * step``.
     """
 
-    def __init__(self, params: Any, lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
+    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, *,
+                 maximize: bool = False, foreach: bool | None = None,
+                 differentiable: bool = False, fused: bool | None = None) -> None:
+        _torch_switches("SGD", foreach=foreach, fused=fused, differentiable=differentiable)
         super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
-                                  "weight_decay": weight_decay, "nesterov": nesterov})
+                                  "weight_decay": weight_decay, "nesterov": nesterov,
+                                  "maximize": maximize})
 
     def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -501,6 +608,7 @@ class SGD(Optimizer):
         if not isinstance(nesterov, bool | np.bool_):
             raise OptimizerError(f"SGD: nesterov must be a bool, found {nesterov!r}")
         out["nesterov"] = bool(nesterov)
+        out["maximize"] = _flag("SGD", "maximize", hyper.get("maximize", False))
         if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
             raise OptimizerError("SGD: nesterov momentum requires momentum > 0 and dampening 0, "
                                  f"found momentum={out['momentum']}, "
@@ -523,7 +631,8 @@ class SGD(Optimizer):
                 group = grp
                 hyper = self._active_hyper = grp.hyper()
                 self._active = grp
-                plain = hyper["momentum"] == 0.0 and hyper["weight_decay"] == 0.0
+                plain = (hyper["momentum"] == 0.0 and hyper["weight_decay"] == 0.0
+                         and not hyper["maximize"])
                 lr = hyper["lr"]
             _count_step(state)
             data = p.array
@@ -541,7 +650,7 @@ class SGD(Optimizer):
         if len(self.param_groups) != 1:
             return False
         h = self.param_groups[0].hyper()
-        return h["momentum"] == 0.0 and h["weight_decay"] == 0.0
+        return h["momentum"] == 0.0 and h["weight_decay"] == 0.0 and not h["maximize"]
 
     def count_step(self, updated: Sequence[Any]) -> None:
         """The bookkeeping of a plain step whose updates ran elsewhere (a generated plan that
@@ -558,6 +667,8 @@ class SGD(Optimizer):
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
         p = param.array
+        if h["maximize"]:  # torch's first step: ascend
+            grad = -grad
         if type(p) is not np.ndarray and is_cupy(namespace_of(p)):
             _sgd_fused(p, grad, state, h)
             return
@@ -581,24 +692,34 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam with bias correction (torch.optim.Adam, ``amsgrad=False``).
+    """Adam with bias correction (torch.optim.Adam).
 
     ``weight_decay`` is L2 regularisation added to the gradient (``g = grad + wd * p``); for
-    decoupled decay use ``AdamW``.
+    decoupled decay use ``AdamW`` (or ``decoupled_weight_decay=True``). ``amsgrad`` divides by
+    the running maximum of the second moment (state ``max_exp_avg_sq``); ``maximize`` ascends
+    (the gradient negated first), as torch's.
     """
 
     decoupled = False
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None,
+                 decoupled_weight_decay: bool = False) -> None:
         name = type(self).__name__
+        _torch_switches(name, foreach=foreach, fused=fused, capturable=capturable,
+                        differentiable=differentiable)
+        if _flag(name, "decoupled_weight_decay", decoupled_weight_decay):
+            self.decoupled = True
         try:
             beta1, beta2 = betas
         except (TypeError, ValueError):
             raise OptimizerError(f"{name}: betas must be a pair of numbers, "
                                  f"found {betas!r}") from None
         super().__init__(params, {"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps,
-                                  "weight_decay": weight_decay})
+                                  "weight_decay": weight_decay, "amsgrad": amsgrad,
+                                  "maximize": maximize})
 
     @property
     def betas(self) -> tuple[float, float]:
@@ -616,18 +737,30 @@ class Adam(Optimizer):
                 raise OptimizerError(f"{name}: {key} must be in [0, 1), found {out[key]}")
         if not 0.0 < out["eps"] < float("inf"):
             raise OptimizerError(f"{name}: eps must be finite and > 0, found {out['eps']}")
+        for key in ("amsgrad", "maximize"):
+            out[key] = _flag(name, key, hyper.get(key, False))
         return out
 
     def init_single(self, param: Any) -> dict[str, Any]:
         xp = namespace_of(param.array)
-        return {"exp_avg": xp.zeros_like(param.array), "exp_avg_sq": xp.zeros_like(param.array)}
+        state = {"exp_avg": xp.zeros_like(param.array), "exp_avg_sq": xp.zeros_like(param.array)}
+        if self.hyper["amsgrad"]:
+            state["max_exp_avg_sq"] = xp.zeros_like(param.array)
+        return state
 
     def apply_single(self, param: Any, grad: Any, state: dict[str, Any]) -> None:
         h = self.hyper
         lr, beta1, beta2, eps, wd = h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]
         p = param.array
         xp = namespace_of(p)
-        if is_cupy(xp):
+        if h["maximize"]:  # torch's first step: ascend
+            grad = -grad
+        peak = None
+        if h["amsgrad"]:
+            peak = state.get("max_exp_avg_sq")
+            if peak is None:  # amsgrad switched on after the optimiser was built
+                peak = state["max_exp_avg_sq"] = xp.zeros_like(p)
+        elif is_cupy(xp):  # (the fused kernel has no running maximum)
             _adam_fused(p, grad, state, h, self.decoupled)
             return
         if wd != 0.0:
@@ -637,7 +770,8 @@ class Adam(Optimizer):
                 grad = grad + wd * p
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         if type(p) is np.ndarray and type(grad) is np.ndarray and type(exp_avg) is np.ndarray:
-            _adam_host(p, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, float(state["step"]))
+            _adam_host(p, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, float(state["step"]),
+                       peak)
             return
         # exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
         weight = 1.0 - beta1
@@ -651,13 +785,16 @@ class Adam(Optimizer):
         bias_correction1 = 1.0 - beta1 ** step
         bias_correction2 = 1.0 - beta2 ** step
         step_size = lr / bias_correction1
-        denom = xp.sqrt(exp_avg_sq) / bias_correction2 ** 0.5
+        if peak is not None:
+            xp.maximum(peak, exp_avg_sq, out=peak)
+        denom = xp.sqrt(exp_avg_sq if peak is None else peak) / bias_correction2 ** 0.5
         denom += eps
         p += (-step_size) * (exp_avg / denom)
 
 
 def _adam_host(p: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg_sq: np.ndarray,
-               lr: float, beta1: float, beta2: float, eps: float, step: float) -> None:
+               lr: float, beta1: float, beta2: float, eps: float, step: float,
+               peak: np.ndarray | None = None) -> None:
     """``Adam.apply_single`` on host arrays, in place: the same operations on the same operands
     in the same order (so the same bits), each written into one scratch array or the state
     (``out=``) instead of a fresh temporary (seven parameter-sized allocations per update)."""
@@ -676,7 +813,9 @@ def _adam_host(p: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg_sq:
     bias_correction1 = 1.0 - beta1 ** step
     bias_correction2 = 1.0 - beta2 ** step
     step_size = lr / bias_correction1
-    np.sqrt(exp_avg_sq, out=t)
+    if peak is not None:  # amsgrad: the running maximum of the second moment
+        np.maximum(peak, exp_avg_sq, out=peak)
+    np.sqrt(exp_avg_sq if peak is None else peak, out=t)
     t /= bias_correction2 ** 0.5
     t += eps
     np.divide(exp_avg, t, out=t)
@@ -690,8 +829,12 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+                 eps: float = 1e-8, weight_decay: float = 0.01, amsgrad: bool = False, *,
+                 maximize: bool = False, foreach: bool | None = None, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused)
 
 
 def _checked(name: str, hyper: dict[str, Any], nonneg: Sequence[str] = (),
