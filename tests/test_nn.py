@@ -142,7 +142,7 @@ LAYERS: dict[str, tuple[Callable[[], tuple[nn.Module, torch.nn.Module]], tuple[i
     "flatten": (lambda: (nn.Flatten(), torch.nn.Flatten()), (2, 3, 4)),
     "flatten-range": (lambda: (nn.Flatten(0, 1), torch.nn.Flatten(0, 1)), (2, 3, 4)),
     "relu": (lambda: (nn.ReLU(), torch.nn.ReLU()), (4, 5)),
-    "gelu": (lambda: (nn.GELU(), torch.nn.GELU(approximate="tanh")), (4, 5)),
+    "gelu": (lambda: (nn.GELU(), torch.nn.GELU()), (4, 5)),
     "silu": (lambda: (nn.SiLU(), torch.nn.SiLU()), (4, 5)),
     "tanh": (lambda: (nn.Tanh(), torch.nn.Tanh()), (4, 5)),
     "sigmoid": (lambda: (nn.Sigmoid(), torch.nn.Sigmoid()), (4, 5)),

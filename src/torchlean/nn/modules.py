@@ -18,8 +18,7 @@ and the order in which its layers are built. Draws are made in float64 and round
 layer's dtype. The default generator is per thread (models built in several threads at once get
 the serial weights); layers and init functions also take ``generator=tl.Generator(seed)``.
 
-Intended differences from torch.nn: ``GELU()`` defaults to the tanh approximation (torch's
-``approximate="tanh"``; ``approximate="none"`` gives torch's exact default); ``Embedding`` takes
+Intended differences from torch.nn: ``Embedding`` takes
 class indices as a float ref (what ``Session.input`` makes of an integer array);
 ``MultiheadAttention`` called ``attn(x, mask=...)`` (the verifiable bias-free self-attention
 form, ``causal=...``) takes ``(n, d)`` or batch-first ``(B, n, d)`` input, with boolean masks
@@ -614,11 +613,16 @@ class Sequential(Module):
     def __len__(self) -> int:
         return len(self._modules)
 
-    def __getitem__(self, i: int) -> Module:
+    def __getitem__(self, i: int | slice) -> Any:
         modules = list(self._modules.values())
         if isinstance(i, bool) or not isinstance(i, int | np.integer | slice):
             raise TorchLeanError(f"Sequential: index with an int, found {i!r}")
-        if not isinstance(i, slice) and not -len(modules) <= i < len(modules):
+        if isinstance(i, slice):  # a Sequential of the same modules under their names, as torch
+            part = Sequential()
+            for name, module in list(self._modules.items())[i]:
+                part.add_module(name, module)
+            return part
+        if not -len(modules) <= i < len(modules):
             raise IndexRangeError(f"Sequential: index {i} out of range for {len(modules)} "
                                   "modules")
         return modules[i]
@@ -689,22 +693,45 @@ class Conv2d(Module):
     """2-D convolution over ``(C, H, W)`` or ``(N, C, H, W)``; weight ``(out, in, kH, kW)``."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, bias: bool = True, dtype: Any = "float32",
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", dtype: Any = "float32",
                  generator: Any = None) -> None:
         super().__init__()
-        _positive("Conv2d", in_channels=in_channels, out_channels=out_channels)
+        _positive("Conv2d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise TorchLeanError(f"Conv2d: in_channels ({in_channels}) and out_channels "
+                                 f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise TorchLeanError(f"Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' "
+                                 f"or 'circular', found {padding_mode!r}")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair("Conv2d kernel_size", kernel_size, 1)
         self.stride = _pair("Conv2d stride", stride, 1)
-        self.padding = _pair("Conv2d padding", padding)
+        self.padding: Any = (padding if padding in ("same", "valid")
+                             else _pair("Conv2d padding", padding))
+        self.dilation = _pair("Conv2d dilation", dilation, 1)
+        self.groups, self.padding_mode = int(groups), padding_mode
         kh, kw = self.kernel_size
-        bound = kaiming_uniform_bound(in_channels * kh * kw)
-        self.weight = Param(
-            uniform_init((out_channels, in_channels, kh, kw), bound, dtype, generator), "weight")
+        bound = kaiming_uniform_bound(in_channels // groups * kh * kw)
+        self.weight = Param(uniform_init((out_channels, in_channels // groups, kh, kw), bound,
+                                         dtype, generator), "weight")
         self.bias = (Param(uniform_init((out_channels,), bound, dtype, generator), "bias")
                      if bias else None)
 
     def forward(self, x: Any) -> Any:
+        if (self.dilation != (1, 1) or self.groups != 1 or self.padding_mode != "zeros"
+                or isinstance(self.padding, str)):
+            # torch's other keywords: nn.functional's convolution (the primitive's form below
+            # is what the verifier and the ONNX exporter read)
+            weight = _use(x, self.weight)
+            bias = None if self.bias is None else _use(x, self.bias)
+            padding = self.padding
+            if self.padding_mode != "zeros" and not isinstance(padding, str):
+                ph, pw = padding
+                x = functional.pad(x, (pw, pw, ph, ph), mode=self.padding_mode)
+                padding = 0
+            return functional.conv2d(x, weight, bias, self.stride, padding, self.dilation,
+                                     self.groups)
         bias = (_use(x, self.bias) if self.bias is not None
                 else _const(x, np.zeros(self.out_channels)))
         return F.conv2d(_use(x, self.weight), bias, x, stride=self.stride, padding=self.padding)
@@ -1067,35 +1094,51 @@ def _padding_index(padding_idx: Any, n: int) -> int | None:
 class MaxPool2d(Module):
     """2-D max pooling; ``stride`` defaults to ``kernel_size``; padded cells never win."""
 
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 dilation: Any = 1, return_indices: bool = False,
+                 ceil_mode: bool = False) -> None:
         super().__init__()
         self.kernel_size = _pair("MaxPool2d kernel_size", kernel_size, 1)
         self.stride = self.kernel_size if stride is None else _pair("MaxPool2d stride", stride, 1)
         self.padding = _pair("MaxPool2d padding", padding)
-        self._given = (kernel_size, kernel_size if stride is None else stride, padding)
+        self.dilation = _pair("MaxPool2d dilation", dilation, 1)
+        self.return_indices, self.ceil_mode = bool(return_indices), bool(ceil_mode)
+        self._given = (kernel_size, kernel_size if stride is None else stride, padding, dilation)
 
     def forward(self, x: Any) -> Any:
+        if self.dilation != (1, 1) or self.return_indices or self.ceil_mode:
+            return functional.max_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                         self.dilation, self.ceil_mode, self.return_indices)
         if self.padding == (0, 0):
             return F.max_pool2d(x, kernel_size=self.kernel_size, stride=self.stride)
         return F.max_pool2d_pad(x, kernel_size=self.kernel_size, stride=self.stride,
                                 padding=self.padding)
 
     def extra_repr(self) -> str:
-        k, st, pad = self._given
-        return f"kernel_size={k}, stride={st}, padding={pad}, dilation=1, ceil_mode=False"
+        k, st, pad, dil = self._given
+        return (f"kernel_size={k}, stride={st}, padding={pad}, dilation={dil}, "
+                f"ceil_mode={self.ceil_mode}")
 
 
 class AvgPool2d(Module):
     """2-D average pooling; zero padding counts in the divisor (torch's default)."""
 
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: Any = None) -> None:
         super().__init__()
         self.kernel_size = _pair("AvgPool2d kernel_size", kernel_size, 1)
         self.stride = self.kernel_size if stride is None else _pair("AvgPool2d stride", stride, 1)
         self.padding = _pair("AvgPool2d padding", padding)
+        self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
+        self.divisor_override = divisor_override
         self._given = (kernel_size, kernel_size if stride is None else stride, padding)
 
     def forward(self, x: Any) -> Any:
+        if self.ceil_mode or not self.count_include_pad or self.divisor_override is not None:
+            return functional.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                         self.ceil_mode, self.count_include_pad,
+                                         self.divisor_override)
         if self.padding == (0, 0):
             return F.avg_pool2d(x, kernel_size=self.kernel_size, stride=self.stride)
         return F.avg_pool2d_pad(x, kernel_size=self.kernel_size, stride=self.stride,
@@ -1109,12 +1152,15 @@ class AvgPool2d(Module):
 class Dropout(Module):
     """Inverted dropout in training mode (the owner's seeded mask); identity in eval mode."""
 
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
         if isinstance(p, bool) or not isinstance(p, int | float | np.integer | np.floating) \
                 or not 0 <= p < 1:
             raise TorchLeanError(f"Dropout: p must be a number in [0, 1), found {p!r}")
         self.p = float(p)
+        # accepted for torch's programs: the result is the same values, returned as a new
+        # tensor (an in-place dropout only saves torch memory)
+        self.inplace = bool(inplace)
 
     def forward(self, x: Any) -> Any:
         if isinstance(x, Ref):
@@ -1125,7 +1171,7 @@ class Dropout(Module):
         return x
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, inplace=False"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Flatten(Module):
@@ -1168,10 +1214,10 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """GELU; ``approximate="tanh"`` (the default here, kept so trained models do not change) or
-    ``"none"`` (exact, through the ``erf`` primitive: torch's default)."""
+    """GELU: exact ``"none"`` (through the ``erf`` primitive; torch's default) or
+    ``approximate="tanh"``."""
 
-    def __init__(self, approximate: str = "tanh") -> None:
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("tanh", "none"):
             raise TorchLeanError(f"GELU: approximate must be 'tanh' or 'none', found "

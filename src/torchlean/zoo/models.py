@@ -70,7 +70,8 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = nn.MultiheadAttention(d_model, num_heads, causal=True)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(approximate="tanh"),
+                                 nn.Linear(d_ff, d_model))
 
     def forward(self, x: Any) -> Any:
         x = x + self.attn(self.ln1(x))
