@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from differential import agree, assert_same
 
 import torchlean as tl
 import torchlean.nn.functional as TLF
@@ -65,54 +66,13 @@ def _init(m: Any, module: Any, seed: int = 0) -> Any:
     return module
 
 
-def _norm(v: Any) -> Any:
-    """Tensors to NumPy copies, recursively (later in-place changes do not leak in)."""
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if hasattr(v, "detach") and hasattr(v, "numpy"):
-        return np.array(v.detach().numpy(), copy=True)
-    if isinstance(v, np.ndarray):
-        return v.copy()
-    if isinstance(v, list | tuple):
-        return [_norm(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _norm(x) for k, x in v.items()}
-    return v
-
-
-def _assert_same(a: Any, b: Any, path: str, rtol: float, atol: float) -> None:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), \
-            f"{path}: {type(a).__name__} (tl) vs {type(b).__name__} (torch)"
-        assert a.shape == b.shape, f"{path}: shape {a.shape} (tl) vs {b.shape} (torch)"
-        assert a.dtype == b.dtype, f"{path}: dtype {a.dtype} (tl) vs {b.dtype} (torch)"
-        if a.dtype.kind in "biu":
-            np.testing.assert_array_equal(a, b, err_msg=path)
-        else:
-            # atol relative to the array's scale: float32 sums of large terms round in the
-            # last bits, differently in each library
-            scale = max(1.0, float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0)))
-            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol,
-                                       atol=atol * scale, err_msg=path)
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), f"{path}: length {len(a)} (tl) vs {len(b)} (torch)"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{path}[{i}]", rtol, atol)
-    elif isinstance(a, dict) and isinstance(b, dict):
-        assert list(a) == list(b), f"{path}: keys {list(a)} (tl) vs {list(b)} (torch)"
-        for k in a:
-            _assert_same(a[k], b[k], f"{path}.{k}", rtol, atol)
-    elif isinstance(a, float) and isinstance(b, float):
-        assert np.isclose(a, b, rtol=rtol, atol=atol), f"{path}: {a} (tl) vs {b} (torch)"
-    else:
-        assert a == b, f"{path}: {a!r} (tl) vs {b!r} (torch)"
+def _assert_same(a: Any, b: Any, path: str = "", rtol: float = RTOL, atol: float = ATOL) -> None:
+    assert_same(a, b, path, rtol, atol, strict=True)
 
 
 def _agree(program: Callable[[Any], Any], rtol: float = RTOL, atol: float = ATOL) -> None:
     """Run ``program`` with torch and with torchlean; every returned observable agrees."""
-    expected = _norm(program(torch))
-    got = _norm(program(tl))
-    _assert_same(got, expected, "", rtol, atol)
+    agree(program, rtol, atol, strict=True)
 
 
 def _floats(v: Any) -> list[Any]:

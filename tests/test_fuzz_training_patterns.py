@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from differential import agree, assert_same, norm
 
 import torchlean as tl
 from torchlean.core.errors import (
@@ -57,46 +58,13 @@ def _init(m: Any, module: Any, seed: int = 0) -> Any:
     return module
 
 
-def _norm(v: Any) -> Any:
-    """Tensors to NumPy copies, recursively (so later in-place changes do not leak in)."""
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if hasattr(v, "detach") and hasattr(v, "numpy"):
-        return np.array(v.detach().numpy(), copy=True)
-    if isinstance(v, np.ndarray):
-        return v.copy()
-    if isinstance(v, list | tuple):
-        return [_norm(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _norm(x) for k, x in v.items()}
-    return v
-
-
 def _assert_same(a: Any, b: Any, path: str = "", rtol: float = RTOL, atol: float = ATOL) -> None:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.shape == b.shape, f"{path}: shape {a.shape} (tl) vs {b.shape} (torch)"
-        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol,
-                                   atol=atol, err_msg=path)
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), f"{path}: length {len(a)} (tl) vs {len(b)} (torch)"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{path}[{i}]", rtol, atol)
-    elif isinstance(a, dict) and isinstance(b, dict):
-        assert list(a) == list(b), f"{path}: keys {list(a)} (tl) vs {list(b)} (torch)"
-        for k in a:
-            _assert_same(a[k], b[k], f"{path}.{k}", rtol, atol)
-    elif isinstance(a, float) and isinstance(b, float):
-        assert np.isclose(a, b, rtol=rtol, atol=atol), f"{path}: {a} (tl) vs {b} (torch)"
-    else:
-        assert a == b, f"{path}: {a!r} (tl) vs {b!r} (torch)"
+    assert_same(a, b, path, rtol, atol)
 
 
 def _agree(program: Callable[[Any], Any], rtol: float = RTOL, atol: float = ATOL) -> None:
     """Run ``program`` with torch and with torchlean; every returned observable agrees."""
-    expected = _norm(program(torch))
-    got = _norm(program(tl))
-    _assert_same(got, expected, "", rtol, atol)
+    agree(program, rtol, atol)
 
 
 def _mlp(m: Any, seed: int = 0) -> Any:
@@ -1004,7 +972,7 @@ def _structure(v: Any) -> Any:
         return [type(v).__name__, [_structure(x) for x in v]]
     if v is None or isinstance(v, bool | int | float | str):
         return [type(v).__name__, v]
-    return ["array", _norm(v)]
+    return ["array", norm(v)]
 
 
 def test_save_load_keeps_key_order_and_python_numbers() -> None:
