@@ -88,10 +88,15 @@ __version__ = "0.1.0"
 # Imported when first named (tl.onnx.load, tl.bounds.compute_bounds, ...): they load optional
 # libraries (onnx, sympy, mpi4py) or much code that most programs never use.
 _LAZY = {"onnx": "onnx", "bounds": "bounds", "verify": "verify", "spec": "spec", "zoo": "zoo",
-         "attack": "attack", "distributed": "training.distributed"}
+         "attack": "attack", "distributed": "training.distributed", "func": "func"}
+# torch's top-level names for functions of those modules (``torch.vmap`` is ``torch.func.vmap``).
+_LAZY_NAMES = {"vmap": ("func", "vmap")}
 
 
 def __getattr__(name: str) -> _Any:
+    if name in _LAZY_NAMES:
+        home, attr = _LAZY_NAMES[name]
+        return getattr(_importlib.import_module(f"{__name__}.{home}"), attr)
     target = _LAZY.get(name)
     if target is None:
         return _missing_torch_name(name)  # a TorchLeanError that is also an AttributeError
@@ -101,4 +106,4 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, *_LAZY_NAMES])

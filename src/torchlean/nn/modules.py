@@ -41,6 +41,7 @@ from ..core.errors import (
     ShapeError,
     TorchLeanError,
     TraceError,
+    UnsupportedArgumentError,
     checked_keywords,
 )
 from ..core.rng import Generator, check_generator, init_generator
@@ -48,7 +49,7 @@ from ..engine import ops_interface as F
 from ..engine.ops_interface import Ref
 from ..engine.params import Param
 from ..engine.tensor import CompiledModule, Tensor, no_grad, tensor
-from . import functional
+from . import functional, hooks
 from .attention import attention_forward
 from .functional import gelu
 
@@ -504,6 +505,11 @@ class Module:
         if not isinstance(name, str):
             raise DeviceError(f"{type(self).__name__}.to: expected a device name ('cpu' or "
                               f"'cuda'), found {device!r}")
+        if name == "meta":
+            # torch's data-less device, used for a template module whose values functional_call
+            # replaces (model ensembling); torchlean has no data-less tensors, so the module
+            # keeps its values, which a template never reads
+            return self
         xp = namespace_for(check_device(name.split(":")[0]))
         for p in self.parameters():
             p.on(xp)
@@ -576,7 +582,49 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.__dict__.get("_hooked"):
+            if hooks.has_hooks(self):
+                return hooks.call_with_hooks(self, args, kwargs)
+            object.__setattr__(self, "_hooked", False)  # every hook was removed
         return self.forward(*args, **kwargs)
+
+    # --- hooks (nn/hooks.py) -------------------------------------------------------------------
+
+    def _hook(self, kind: str, hook: Any, prepend: bool, **flags: bool) -> hooks.RemovableHandle:
+        handle = hooks.add_hook(self, kind, hook, prepend, **flags)
+        object.__setattr__(self, "_hooked", True)
+        return handle
+
+    def register_forward_pre_hook(self, hook: Any, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> hooks.RemovableHandle:
+        """``hook(module, args)`` (``(module, args, kwargs)`` with ``with_kwargs``) before each
+        forward; a returned value replaces the arguments."""
+        return self._hook("_forward_pre_hooks", hook, prepend, with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook: Any, *, prepend: bool = False,
+                              with_kwargs: bool = False, always_call: bool = False
+                              ) -> hooks.RemovableHandle:
+        """``hook(module, args, output)`` (``(module, args, kwargs, output)`` with
+        ``with_kwargs``) after each forward; a returned value replaces the output."""
+        return self._hook("_forward_hooks", hook, prepend, with_kwargs=with_kwargs,
+                          always_call=always_call)
+
+    def register_full_backward_pre_hook(self, hook: Any, prepend: bool = False
+                                        ) -> hooks.RemovableHandle:
+        """``hook(module, grad_output)`` when the outputs' gradients are known; a returned
+        tuple replaces them."""
+        return self._hook("_backward_pre_hooks", hook, prepend)
+
+    def register_full_backward_hook(self, hook: Any, prepend: bool = False
+                                    ) -> hooks.RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` when the inputs' gradients are known; a
+        returned tuple replaces ``grad_input`` (see nn/hooks.py for the one limit)."""
+        return self._hook("_backward_hooks", hook, prepend)
+
+    def register_backward_hook(self, hook: Any) -> hooks.RemovableHandle:
+        raise UnsupportedArgumentError(
+            f"{type(self).__name__}.register_backward_hook: torch's deprecated form (gradients of "
+            "the module's last op only) is not supported; use register_full_backward_hook")
 
     def extra_repr(self) -> str:
         return ""
