@@ -150,10 +150,41 @@ def test_autograd_grad_allow_unused_and_higher_order() -> None:
     _agree(program)
 
 
-def test_tensor_hooks_are_refused() -> None:
+def test_tensor_hooks_observe_and_replace_gradients() -> None:
+    def program(m: Any) -> Any:
+        x = m.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        w = m.tensor([0.5, 0.25, -1.0], requires_grad=True)
+        seen: list[Any] = []
+        handle = x.register_hook(lambda g: seen.append(g.clone()))
+        y = x * w
+        y.register_hook(lambda g: g * 2)  # a non-leaf: what flows on is replaced
+        z = y.relu()
+        z.retain_grad()
+        z.register_hook(lambda g: seen.append(g.clone()))
+        ((z * m.tensor([1.0, 2.0, 3.0])).sum() + (y ** 2).sum()).backward()
+        first = [x.grad.clone(), w.grad.clone(), z.grad.clone()]
+        handle.remove()
+        x.grad = None
+        (x * 3).sum().backward()
+        a = m.tensor([2.0], requires_grad=True)
+        b = a ** 3
+        b.register_hook(lambda g: g * 10)
+        g1, = m.autograd.grad(b.sum(), a, create_graph=True)  # the hook is recorded too
+        g2, = m.autograd.grad(g1.sum(), a)
+        lin = _init(m, m.nn.Linear(3, 2))
+        lin.weight.register_hook(lambda g: g.clamp(-0.1, 0.1))  # a leaf: before .grad
+        lin(m.tensor(A0)).sum().backward()
+        return [first, seen, x.grad, g1, g2, lin.weight.grad]
+    _agree(program)
+
+
+def test_tensor_hook_refusals() -> None:
+    with pytest.raises(TorchLeanError, match="require"):
+        tl.tensor(A0).register_hook(lambda g: g)
     w = tl.tensor(A0, requires_grad=True)
-    with pytest.raises(TorchLeanError):
-        w.register_hook(lambda g: g * 2)
+    w.register_hook(lambda g: g.sum())
+    with pytest.raises(TorchLeanError, match="shaped as the gradient"):
+        (w * 2).sum().backward()
 
 
 def test_backward_accumulates_into_the_existing_grad_tensor() -> None:

@@ -198,15 +198,17 @@ class Tensor(Ref):
     float dtype; sizes give zeros, where torch leaves memory uninitialised)."""
 
     # ``_retains`` (set by ``retain_grad`` only, read with a default) is never initialised: the
-    # per-op constructor stays as short as it was; nor is ``_former`` (set by ``detach_`` only).
+    # per-op constructor stays as short as it was; nor is ``_former`` (set by ``detach_`` only),
+    # nor ``_hooks`` (``register_hook`` only: the gradient hooks, a dict id -> function).
     # ``_base``: the tensor whose storage a view shares (torch's views), else None.
     __slots__ = ("_value", "_op", "_parents", "_attrs", "requires_grad", "grad", "_vc",
-                 "_freed", "_retains", "_former", "_base", "__weakref__")
+                 "_freed", "_retains", "_former", "_base", "_hooks", "__weakref__")
     __hash__ = Ref.__hash__  # tensors are dict keys (as in torch); == is elementwise
     _value: Any
     _op: Primitive | None
     _parents: tuple[Tensor, ...]
     _attrs: dict[str, Any]
+    _hooks: dict[int, Any]
     requires_grad: bool
     grad: Tensor | None
     # [version, sequence number of the last change, of the last recorded change that left
@@ -1306,6 +1308,25 @@ class Tensor(Ref):
             # table kept every flagged tensor alive until a backward reached it).
             self._retains = True
             _ANY_RETAINED = True
+
+    def register_hook(self, hook: Callable[[Any], Any]) -> TensorHookHandle:
+        """Call ``hook(grad)`` each time this tensor's gradient is computed, before it flows on
+        (a non-leaf) or accumulates into ``.grad`` (a leaf); a returned tensor replaces it. As
+        torch's, including the handle's ``remove()``."""
+        global _ANY_HOOKS
+        if not callable(hook):
+            raise TorchLeanError(f"register_hook: expected a callable, found "
+                                 f"{type(hook).__name__}")
+        if not self.requires_grad:
+            raise TorchLeanError("register_hook: cannot register a hook on a tensor that doesn't "
+                                 "require gradient (as in torch)")
+        hooks: dict[int, Any] | None = getattr(self, "_hooks", None)
+        if hooks is None:
+            hooks = self._hooks = {}
+        handle = TensorHookHandle(hooks)
+        hooks[handle.id] = hook
+        _ANY_HOOKS = True
+        return handle
 
     @property
     def retains_grad(self) -> builtins.bool:
@@ -2444,6 +2465,62 @@ def _relu_pool_step(i: int, pool: Tensor, rule: Any, kwargs: Any, nodes: Sequenc
 # Whether any tensor was ever flagged by ``retain_grad``: until then ``backward()`` skips the
 # per-node flag lookup (the W1 hot path).
 _ANY_RETAINED = False
+_ANY_HOOKS = False  # set by the first register_hook: until then backward never looks for hooks
+_HOOK_IDS = itertools.count()
+
+
+class TensorHookHandle:
+    """What ``Tensor.register_hook`` returns: ``remove()`` unregisters the hook."""
+
+    def __init__(self, table: dict[int, Any]) -> None:
+        self.id = next(_HOOK_IDS)
+        self._table = table
+
+    def remove(self) -> None:
+        self._table.pop(self.id, None)
+
+    def __enter__(self) -> TensorHookHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def _run_hooks(t: Tensor, g: Any, create_graph: bool) -> Any:
+    """``g`` through ``t``'s gradient hooks, in registration order (arrays in, arrays out on a
+    first-order pass; tensors on a ``create_graph`` pass)."""
+    for hook in list(t._hooks.values()):
+        given = g if create_graph else _leaf(g)
+        new = hook(given)
+        if new is None:
+            continue
+        if not isinstance(new, Tensor) or tuple(new.shape) != tuple(t.shape):
+            found = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
+            raise ShapeError(f"register_hook: a hook must return None or a tensor shaped as the "
+                             f"gradient {tuple(t.shape)}, found {found}")
+        g = new if create_graph else new._value.astype(t.dtype, copy=False)
+    return g
+
+
+def _hooked_plan(plan: list[Step | None], nodes: Sequence[Tensor], create_graph: bool
+                 ) -> tuple[list[Step | None], dict[int, Any]]:
+    """``plan`` with each hooked non-leaf's step running its hooks on the cotangent first; the
+    hooked cotangents are recorded in the returned dict (by node), which the caller reports
+    in place of the raw ones."""
+    seen: dict[int, Any] = {}
+    plan = list(plan)
+    for i, t in enumerate(nodes):
+        if not getattr(t, "_hooks", None) or plan[i] is None:
+            continue
+        j, rule, kwargs, parents, targets = plan[i]  # type: ignore[misc]
+
+        def hooked(ops: Any, g: Any, ins: Any, out: Any, *, _t: Tensor = t, _i: int = i,
+                   _rule: Any = rule, **kw: Any) -> Any:
+            g = seen[_i] = _run_hooks(_t, g, create_graph)
+            return _rule(ops, g, ins, out, **kw)
+
+        plan[i] = (j, hooked, kwargs, parents, targets)
+    return plan, seen
 
 
 def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool,
@@ -2462,7 +2539,12 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     values: list[Any] = nodes if create_graph else [t._value for t in nodes]
     # The fast VJPs run on arrays only (``create_graph`` records the reference rules).
     fast = clean and not create_graph and KERNELS.tensors and not KERNELS.fast
-    plan = _plan_of(nodes, position, fast and accumulate)
+    hooked = _ANY_HOOKS and any(getattr(t, "_hooks", None) for t in nodes)
+    # (the relu-pool fusion skips the relu's own step: not where that step has hooks)
+    plan = _plan_of(nodes, position, fast and accumulate and not hooked)
+    seen: dict[int, Any] = {}
+    if hooked:
+        plan, seen = _hooked_plan(plan, nodes, create_graph)
     live = sorted([(position[out], seed) for out, seed in zip(outputs, seeds, strict=True)
                    if out.requires_grad], key=_FIRST)
     k, seed = live[-1]
@@ -2474,6 +2556,8 @@ def _reverse(outputs: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool
     for i in range(len(nodes)):  # one pass: free the graph, hand out gradients
         t = nodes[i]
         g = total[i]  # (by index, not zip: see ``_sole_owner``)
+        if hooked and g is not None and getattr(t, "_hooks", None):
+            g = seen[i] if i in seen else _run_hooks(t, g, create_graph)  # (a leaf: here)
         if t._op is not None:
             if not retain_graph:
                 t._freed = True

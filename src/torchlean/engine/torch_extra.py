@@ -44,7 +44,6 @@ def _install_methods() -> None:
         "short": lambda self: self.to(np.int16), "char": lambda self: self.to(np.int8),
         "byte": lambda self: self.to(np.uint8),
         "get_device": lambda self: -1 if self.device == "cpu" else 0,
-        "register_hook": _register_hook,
         "data_ptr": lambda self: builtins.int(self.numpy().__array_interface__["data"][0])
         if self.device == "cpu" else 0,
         "element_size": lambda self: self.dtype.itemsize,
@@ -66,11 +65,6 @@ def _inplace_method(key: str) -> Callable[..., Any]:
 
     method.__name__ = f"{key}_"
     return method
-
-
-def _register_hook(self: Any, hook: Callable[[Any], Any]) -> Any:
-    raise TorchLeanError("register_hook: tensor hooks are not supported by torchlean; read the "
-                         "gradient after backward() (call .retain_grad() on a non-leaf tensor)")
 
 
 _install_methods()
