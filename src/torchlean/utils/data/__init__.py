@@ -1,4 +1,4 @@
-"""``torchlean.utils.data``: torch.utils.data's map-style datasets and ``DataLoader``.
+"""``torchlean.utils.data``: torch.utils.data's datasets, samplers and ``DataLoader``.
 
 A map-style dataset is anything with ``__len__`` and ``__getitem__(i)``; ``Dataset`` is the base
 class user datasets derive from (as in torch), ``TensorDataset`` pairs tensors along their first
@@ -12,8 +12,14 @@ epoch's order from ``generator`` (a ``tl.Generator``), or from the default gener
 ``tl.manual_seed`` seeds. The order is the ranks of one uniform draw per example, so a seed gives
 the same order on every machine (not torch's order: the two frameworks' random streams differ).
 
+An ``IterableDataset`` (a stream: ``__iter__`` only) is batched as it is read, in its own order
+(``shuffle`` and samplers are refused, as torch refuses them); ``ChainDataset`` concatenates
+streams, ``StackDataset`` zips datasets per index, ``DistributedSampler`` gives each of
+``num_replicas`` ranks its share of the (optionally shuffled, per ``set_epoch``) indices.
+
 Batches are produced in this process: ``num_workers`` is accepted for source compatibility and
-only checked (torch's worker processes change speed, not results, for map-style datasets).
+only checked (torch's worker processes change speed, not results, for map-style datasets;
+``get_worker_info()`` is None, as in torch's main process).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from ...engine.tensor import Tensor, stack, tensor
 __all__ = [
     "DataLoader", "Dataset", "Subset", "TensorDataset", "default_collate", "random_split",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
-    "WeightedRandomSampler", "BatchSampler", "ConcatDataset",
+    "WeightedRandomSampler", "BatchSampler", "ConcatDataset", "IterableDataset", "ChainDataset",
+    "StackDataset", "DistributedSampler", "get_worker_info", "default_convert",
 ]
 
 
@@ -44,6 +51,86 @@ class Dataset:
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__}.__len__ is not implemented")
+
+
+class IterableDataset(Dataset):
+    """Base class of stream datasets: subclasses define ``__iter__`` (``__len__`` optional);
+    ``a + b`` chains two streams."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"{type(self).__name__}.__iter__ is not implemented")
+
+    def __add__(self, other: Any) -> ChainDataset:
+        return ChainDataset([self, other])
+
+
+class ChainDataset(IterableDataset):
+    """Several iterable datasets read one after the other."""
+
+    def __init__(self, datasets: Sequence[Any]) -> None:
+        self.datasets = list(datasets)
+        for d in self.datasets:
+            if not hasattr(d, "__iter__"):
+                raise TorchLeanError(f"ChainDataset: expected iterable datasets, found "
+                                     f"{type(d).__name__}")
+
+    def __iter__(self) -> Iterator[Any]:
+        for d in self.datasets:
+            yield from d
+
+    def __len__(self) -> int:
+        total = 0
+        for d in self.datasets:
+            try:
+                total += len(d)
+            except (TypeError, NotImplementedError):
+                raise TypeError(f"ChainDataset: {type(d).__name__} has no __len__") from None
+        return total
+
+
+class StackDataset(Dataset):
+    """Datasets of one length zipped per index: a tuple (positional) or a dict (keywords)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args and kwargs:
+            raise TorchLeanError("StackDataset: give datasets positionally or by keyword, not "
+                                 "both")
+        if not args and not kwargs:
+            raise TorchLeanError("StackDataset: at least one dataset is required")
+        self.datasets: Any = args if args else kwargs
+        sizes = {_length("StackDataset", d, "each dataset")
+                 for d in (args if args else kwargs.values())}
+        if len(sizes) != 1:
+            raise ShapeError(f"StackDataset: the datasets have different lengths "
+                             f"{sorted(sizes)}")
+        self._size = sizes.pop()
+
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self) -> int:
+        return self._size
+
+
+def get_worker_info() -> None:
+    """None: batches are made in the calling process (torch's answer there too)."""
+    return None
+
+
+def default_convert(data: Any) -> Any:
+    """NumPy arrays (and numbers inside containers) to tensors, without batching: what torch's
+    loader applies when ``batch_size=None``."""
+    if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
+        return tensor(data)
+    if isinstance(data, Mapping):
+        return {k: default_convert(v) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(v) for v in data))
+    if isinstance(data, list | tuple):
+        return type(data)(default_convert(v) for v in data)
+    return data
 
 
 def _length(op: str, obj: Any, name: str) -> int:
@@ -345,6 +432,55 @@ class BatchSampler(Sampler):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
+class DistributedSampler(Sampler):
+    """Rank ``rank``'s share of the indices among ``num_replicas`` (torchlean.distributed's
+    rank and size when not given): the (optionally shuffled, seeded by ``seed + epoch``) order
+    padded by wrapping (or cut, ``drop_last``) to a multiple of ``num_replicas``, then every
+    ``num_replicas``-th index from ``rank``, as torch's."""
+
+    def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+        op = "DistributedSampler"
+        if num_replicas is None or rank is None:
+            raise TorchLeanError(f"{op}: give num_replicas and rank (torchlean's MPI ranks: "
+                                 "torchlean.distributed)")
+        self.num_replicas = _positive_int(op, "num_replicas", num_replicas, 1)
+        self.rank = _positive_int(op, "rank", rank, 0)
+        if self.rank >= self.num_replicas:
+            raise TorchLeanError(f"{op}: rank must be in [0, {self.num_replicas - 1}], found "
+                                 f"{rank}")
+        self.dataset, self.shuffle, self.seed = dataset, bool(shuffle), int(seed)
+        self.drop_last, self.epoch = bool(drop_last), 0
+        n = _length(op, dataset, "dataset")
+        if self.drop_last and n % self.num_replicas:
+            self.num_samples = math.ceil((n - self.num_replicas) / self.num_replicas)
+        else:
+            self.num_samples = math.ceil(n / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """A new shuffle order for each epoch (the same on every rank)."""
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        n = _length("DistributedSampler", self.dataset, "dataset")
+        if self.shuffle:
+            indices = _permutation(n, Generator(self.seed + self.epoch))
+        else:
+            indices = list(range(n))
+        if not self.drop_last:
+            pad = self.total_size - len(indices)
+            while pad > 0:
+                indices += indices[:pad]
+                pad = self.total_size - len(indices)
+        else:
+            indices = indices[:self.total_size]
+        return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
 def _positive_int(op: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise TorchLeanError(f"{op}: {name} must be an int >= {minimum}, found {value!r}")
@@ -372,9 +508,16 @@ class DataLoader:
                 raise TorchLeanError(f"{op}: batch_sampler option is mutually exclusive with "
                                      "batch_size, shuffle, sampler, and drop_last")
             batch_size = None
-        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        self._stream = isinstance(dataset, IterableDataset)  # (torch decides by class too)
+        if self._stream:
+            if shuffle or sampler is not None or batch_sampler is not None:
+                raise TorchLeanError(f"{op}: an IterableDataset is read in its own order; "
+                                     "shuffle, sampler and batch_sampler must be unset (as in "
+                                     "torch)")
+        elif not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise TorchLeanError(f"{op}: dataset must be map-style (define __len__ and "
-                                 f"__getitem__), found {type(dataset).__name__}")
+                                 f"__getitem__) or an IterableDataset, found "
+                                 f"{type(dataset).__name__}")
         allowed = {"timeout", "worker_init_fn", "prefetch_factor", "persistent_workers",
                    "multiprocessing_context", "pin_memory_device"}
         unknown = sorted(set(unused) - allowed)
@@ -398,7 +541,8 @@ class DataLoader:
         self.pin_memory = bool(pin_memory)
         self.drop_last = bool(drop_last)
         self.generator = check_generator(op, generator) if generator is not None else None
-        _length(op, dataset, "dataset")
+        if not self._stream:
+            _length(op, dataset, "dataset")
 
     def _indices(self) -> list[int]:
         n = _length("DataLoader", self.dataset, "dataset")
@@ -408,7 +552,24 @@ class DataLoader:
             return _permutation(n, check_generator("DataLoader", self.generator))
         return list(range(n))
 
+    def _read_stream(self) -> Iterator[Any]:
+        if self.batch_size is None:
+            for item in self.dataset:
+                yield default_convert(item)
+            return
+        chunk: list[Any] = []
+        for item in self.dataset:
+            chunk.append(item)
+            if len(chunk) == self.batch_size:
+                yield self.collate_fn(chunk)
+                chunk = []
+        if chunk and not self.drop_last:
+            yield self.collate_fn(chunk)
+
     def __iter__(self) -> Iterator[Any]:
+        if self._stream:
+            yield from self._read_stream()
+            return
         if self.batch_sampler is not None:
             for chunk in self.batch_sampler:
                 yield self.collate_fn([self.dataset[_index("DataLoader batch_sampler", i)]
@@ -429,8 +590,18 @@ class DataLoader:
     def __len__(self) -> int:
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        n = (len(self.sampler) if self.sampler is not None and hasattr(self.sampler, "__len__")
-             else _length("DataLoader", self.dataset, "dataset"))
+        if self._stream:
+            # a TypeError, as torch's: list(loader) asks for a length hint and takes a
+            # TypeError as "unknown"
+            try:
+                n = len(self.dataset)
+            except (TypeError, NotImplementedError):
+                raise TypeError(f"DataLoader: the IterableDataset "
+                                f"{type(self.dataset).__name__} has no __len__") from None
+        else:
+            n = (len(self.sampler) if self.sampler is not None
+                 and hasattr(self.sampler, "__len__")
+                 else _length("DataLoader", self.dataset, "dataset"))
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

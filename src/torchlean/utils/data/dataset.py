@@ -1,6 +1,15 @@
-"""``torch.utils.data.dataset``'s names (``from torch.utils.data.dataset import random_split``),
-re-exported from ``torchlean.utils.data``."""
+"""``torch.utils.data.dataset``'s names, re-exported from ``torchlean.utils.data``."""
 
-from . import ConcatDataset, Dataset, Subset, TensorDataset, random_split
+from . import (
+    ChainDataset,
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    StackDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
 
-__all__ = ["ConcatDataset", "Dataset", "Subset", "TensorDataset", "random_split"]
+__all__ = ["ChainDataset", "ConcatDataset", "Dataset", "IterableDataset", "StackDataset", "Subset",
+           "TensorDataset", "random_split"]

@@ -2,6 +2,7 @@
 
 from . import (
     BatchSampler,
+    DistributedSampler,
     RandomSampler,
     Sampler,
     SequentialSampler,
@@ -9,5 +10,5 @@ from . import (
     WeightedRandomSampler,
 )
 
-__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
+__all__ = ["BatchSampler", "DistributedSampler", "RandomSampler", "Sampler", "SequentialSampler",
            "SubsetRandomSampler", "WeightedRandomSampler"]
