@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from differential import agree
 
 import torchlean as tl
-from differential import agree
 
 torch = pytest.importorskip("torch")
 
