@@ -15,7 +15,7 @@ checks it): ``core`` < ``ops`` < ``engine`` < ``nn``, ``optim``, ``checkpoint``,
 import importlib as _importlib
 from typing import Any as _Any
 
-from . import accelerator, autograd, cuda, distributions, nn, optim, train, utils
+from . import accelerator, amp, autograd, cuda, distributions, nn, optim, train, utils
 from .checkpoint import load, read_metadata, save
 from .core.errors import (
     CheckpointError,
@@ -74,7 +74,7 @@ __all__ = [
     "SignatureError", "TapeError", "TorchLeanError", "TraceError", "UnknownOpError",
     "UnsupportedJvpError", "Node", "Tape", "Graph", "GraphError",
     "Param", "Options", "Session", "TensorRef", "NatRef", "ParamList", "ScalarTrainer", "Dataset",
-    "optim", "train", "nn", "accelerator", "cuda", "utils", "distributions", "manual_seed",
+    "optim", "train", "nn", "accelerator", "amp", "cuda", "utils", "distributions", "manual_seed",
     "save", "load", "read_metadata",
     "OptimizerError",
     "Compiled", "compile", "grad", "hessian", "hvp", "jvp", "value_and_grad", "vjp",
@@ -88,9 +88,9 @@ __version__ = "0.1.0"
 # Imported when first named (tl.onnx.load, tl.bounds.compute_bounds, ...): they load optional
 # libraries (onnx, sympy, mpi4py) or much code that most programs never use.
 _LAZY = {"onnx": "onnx", "bounds": "bounds", "verify": "verify", "spec": "spec", "zoo": "zoo",
-         "attack": "attack", "distributed": "training.distributed", "func": "func"}
+         "attack": "attack", "distributed": "training.distributed", "func": "func", "jit": "jit"}
 # torch's top-level names for functions of those modules (``torch.vmap`` is ``torch.func.vmap``).
-_LAZY_NAMES = {"vmap": ("func", "vmap")}
+_LAZY_NAMES = {"vmap": ("func", "vmap"), "autocast": ("amp", "autocast")}
 
 
 def __getattr__(name: str) -> _Any:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.errors import ShapeError, TorchLeanError
 from ..core.rng import Generator, check_generator, default_generator
-from . import torch_extra, torch_methods, torch_more  # noqa: F401  (attach the composite Tensor methods)
+from . import torch_extra, torch_methods, torch_more, torch_runtime  # noqa: F401  (attach the composite Tensor methods)
 from .dtypes import (
     as_dtype,
     bfloat16,
@@ -802,9 +802,10 @@ def _check_signatures() -> None:
 for _name in torch_extra.__all__:
     if _name not in globals():
         globals()[_name] = getattr(torch_extra, _name)
-for _name in torch_more.__all__:  # order statistics, scatter/index forms, small math names
-    if _name not in globals():
-        globals()[_name] = getattr(torch_more, _name)
+for _module in (torch_more, torch_runtime):  # order statistics, ...; runtime switches
+    for _name in _module.__all__:
+        if _name not in globals():
+            globals()[_name] = getattr(_module, _name)
 range = torch_extra.torch_range  # noqa: A001
 
 
@@ -837,6 +838,6 @@ __all__ = [
     "seed", "initial_seed", "randint_like", "range",
 ] + list(dict.fromkeys(_FUNCTION_METHODS + tuple(n for n in torch_extra.__all__
                                                   if n not in _FUNCTION_METHODS)
-                      + tuple(torch_more.__all__)))
+                      + tuple(torch_more.__all__) + tuple(torch_runtime.__all__)))
 
 _check_signatures()
