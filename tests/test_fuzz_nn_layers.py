@@ -196,14 +196,15 @@ CONV2D_GAPS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
     "conv2d_groups": (lambda m: m.nn.Conv2d(4, 4, 3, groups=4, padding=1), X2B),
     "conv2d_reflect": (lambda m: m.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), X2),
     "convT2d_groups": (lambda m: m.nn.ConvTranspose2d(4, 2, 3, groups=2), X2B),
+    "convT2d_dilation": (lambda m: m.nn.ConvTranspose2d(3, 4, 3, stride=2, dilation=2,
+                                                        padding=1), X2),
+    "convT2d_groups_dilation_no_bias": (lambda m: m.nn.ConvTranspose2d(
+        4, 6, (3, 2), stride=(1, 2), groups=2, dilation=(1, 2), output_padding=(0, 1),
+        bias=False), X2B),
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="divergence: "
-                                            "nn.ConvTranspose2d (nn/modules.py) takes no groups "
-                                            "or dilation keyword (F.conv_transpose2d does)"))
-    if n.startswith("convT") else n for n in sorted(CONV2D_GAPS)])
+@pytest.mark.parametrize("name", sorted(CONV2D_GAPS))
 def test_conv2d_keywords_match_torch(name: str) -> None:
     make, x = CONV2D_GAPS[name]
     _check_layer(make, [x])
@@ -398,15 +399,30 @@ def test_batchnorm_running_stats_over_steps_then_eval() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: nn.BatchNorm1d/2d(momentum=None) (the "
-                   "cumulative moving average) fails with a bare TypeError in "
-                   "nn/modules.py BatchNorm2d.__init__ (float(None))")
 def test_batchnorm_cumulative_average_momentum_none() -> None:
     def program(m: Any) -> Any:
         bn = m.nn.BatchNorm1d(3, momentum=None)
         for k in range(3):
             bn(m.tensor(_x((5, 3), seed=k) + k))
         return bn.state_dict()
+    _agree(program)
+
+
+def test_batchnorm2d_momentum_none_trains_then_evaluates() -> None:
+    """The cumulative average after a state-dict round trip (``num_batches_tracked`` carries
+    the count on), then eval mode with its statistics; the repr names momentum=None."""
+    def program(m: Any) -> Any:
+        bn = _init(m, m.nn.BatchNorm2d(3, momentum=None))
+        for k in range(2):
+            bn(m.tensor(_x((4, 3, 2, 2), seed=k) * (k + 1)))
+        other = m.nn.BatchNorm2d(3, momentum=None)
+        other.load_state_dict(bn.state_dict())
+        other(m.tensor(_x((4, 3, 2, 2), seed=5) - 2))
+        other.eval()
+        x = m.tensor(BN_X2, requires_grad=True)
+        out = other(x)
+        _loss(m, out).backward()
+        return [other.state_dict(), out, x.grad, repr(bn)]
     _agree(program)
 
 
@@ -422,11 +438,29 @@ def test_functional_batch_norm_updates_running_stats() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: nn.LayerNorm (nn/modules.py) refuses a "
-                   "multi-axis normalized_shape (LayerNorm([C, H, W]), common in CNNs); "
-                   "F.layer_norm supports it")
 def test_layernorm_multi_axis_normalized_shape() -> None:
     _check_layer(lambda m: m.nn.LayerNorm([3, 7, 6]), [X2])
+
+
+LAYERNORMS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
+    "two_axes_no_bias": (lambda m: m.nn.LayerNorm((7, 6), eps=1e-3, bias=False), X2),
+    "two_axes_no_affine": (lambda m: m.nn.LayerNorm([7, 6], elementwise_affine=False), X2),
+    "one_axis_list_no_bias": (lambda m: m.nn.LayerNorm([6], bias=False), X2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERNORMS))
+def test_layernorm_keywords_match_torch(name: str) -> None:
+    make, x = LAYERNORMS[name]
+    _check_layer(make, [x])
+
+
+def test_layernorm_and_batchnorm_reprs_match_torch() -> None:
+    def program(m: Any) -> Any:
+        return [repr(m.nn.LayerNorm([3, 4], bias=False)), repr(m.nn.LayerNorm(5)),
+                repr(m.nn.BatchNorm1d(3, affine=False, track_running_stats=False)),
+                repr(m.nn.ConvTranspose2d(4, 2, 3, groups=2, dilation=2))]
+    _agree(program)
 
 
 def test_functional_layer_norm_multi_axis_matches_torch() -> None:
@@ -709,10 +743,7 @@ MODULE_GAPS: dict[str, tuple[Callable[[Any], Any], np.ndarray, str]] = {
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="divergence: "
-                                            + MODULE_GAPS[n][2]))
-    if n == "layernorm_no_bias" else n for n in sorted(MODULE_GAPS)])
+@pytest.mark.parametrize("name", sorted(MODULE_GAPS))
 def test_module_keywords_match_torch(name: str) -> None:
     make, x, _ = MODULE_GAPS[name]
     _check_layer(make, [x])
