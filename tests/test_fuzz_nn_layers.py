@@ -286,14 +286,14 @@ POOL2D_KEYWORDS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
     "avgpool2d_exclude_pad": (lambda m: m.nn.AvgPool2d(3, stride=2, padding=1,
                                                        count_include_pad=False), X2),
     "maxpool2d_dilation": (lambda m: m.nn.MaxPool2d(2, dilation=2), X2),
+    "maxpool2d_dilation_stride_pad_indices": (lambda m: m.nn.MaxPool2d(
+        3, stride=(2, 1), padding=(1, 1), dilation=(2, 2), return_indices=True), X2),
+    "maxpool2d_dilation_ceil": (lambda m: m.nn.MaxPool2d(2, stride=2, dilation=2,
+                                                         ceil_mode=True), X2),
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=tl.TorchLeanError,
-                                            reason="refused: max pooling with dilation "
-                                            "(UnsupportedArgumentError, named)"))
-    if n == "maxpool2d_dilation" else n for n in sorted(POOL2D_KEYWORDS)])
+@pytest.mark.parametrize("name", sorted(POOL2D_KEYWORDS))
 def test_pool2d_keywords_match_torch(name: str) -> None:
     make, x = POOL2D_KEYWORDS[name]
     _check_layer(make, [x])
@@ -304,6 +304,10 @@ FPOOLS: dict[str, Callable[[Any, Any], Any]] = {
     "max2d_ceil_pad": lambda f, x: f.max_pool2d(x, 3, 2, 1, ceil_mode=True),
     "max1d_ceil": lambda f, x: f.max_pool1d(x[:, :, 0], 2, ceil_mode=True),
     "avg2d_exclude_pad": lambda f, x: f.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "max2d_dilation_overlap": lambda f, x: f.max_pool2d(x.round(), 2, 1, dilation=2),
+    "max2d_dilation_indices": lambda f, x: list(f.max_pool2d(
+        x, (2, 3), 2, (1, 1), (3, 1), ceil_mode=True, return_indices=True)),
+    "max1d_dilation": lambda f, x: f.max_pool1d(x[:, :, 0], 3, 1, 1, dilation=2),
     "avg2d_ceil": lambda f, x: f.avg_pool2d(x, 2, ceil_mode=True),
     "avg2d_ceil_pad": lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
     "avg2d_ceil_exclude": lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
@@ -500,8 +504,8 @@ def test_functional_embedding_padding_idx() -> None:
 REFUSALS: dict[str, tuple[Callable[[], Any], str]] = {
     "embedding_max_norm": (lambda: TLF.embedding(tl.tensor(IDS), tl.tensor(_x((7, 4))),
                                                  max_norm=1.0), "embedding: max_norm"),
-    "max_pool_dilation": (lambda: TLF.max_pool2d(tl.tensor(X2), 2, dilation=2),
-                          "max_pool2d: dilation"),
+    "max_pool_dilation_padding": (lambda: TLF.max_pool2d(tl.tensor(X2), 2, padding=2,
+                                                         dilation=2), "max_pool2d: padding"),
     "interpolate_bicubic": (lambda: TLF.interpolate(tl.tensor(X2), scale_factor=2,
                                                     mode="bicubic"), "interpolate: mode"),
     "mha_kdim": (lambda: tl.nn.MultiheadAttention(8, 2, kdim=4), "MultiheadAttention: "),
@@ -955,6 +959,16 @@ FUNCS: dict[str, Callable[[Any, Any], Any]] = {
     "topk_smallest": lambda m, x: list(x.topk(3, largest=False)),
     "sort": lambda m, x: list(m.sort(x, dim=0, descending=True)),
     "sort_stable": lambda m, x: list(m.sort(x.round(), dim=-1, stable=True)),
+    "sort_stable_descending_method": lambda m, x: list(x.round().sort(
+        dim=1, descending=True, stable=True)),
+    "argsort_stable": lambda m, x: [m.argsort(x.round(), stable=True, dim=0),
+                                    x.round().argsort(dim=-1, descending=True, stable=True)],
+    "scatter_self_grad_duplicates": lambda m, x: (x * 2).scatter(
+        1, m.tensor(_ids((3, 2, 5), 4, seed=4)), x[:, 1:3].exp()),
+    "scatter_inplace_nonleaf": lambda m, x: (x + 1).scatter_(
+        -1, m.tensor(_perm_ids()[..., :3] % 5), x[..., 2:] * 3),
+    "scatter_add_self_grad": lambda m, x: m.cat([x * x, x[..., :1]], dim=2).scatter_add(
+        2, m.tensor(_ids((3, 4, 5), 6, seed=6)), x.sin()),
     "argsort": lambda m, x: m.argsort(x, dim=1),
     "max_dim": lambda m, x: list(x.max(dim=1)),
     "min_dim_keepdim": lambda m, x: list(x.min(dim=-1, keepdim=True)),
@@ -986,21 +1000,7 @@ def _perm_ids() -> np.ndarray:
     return np.stack([rng.permutation(6)[:5] for _ in range(12)]).reshape(3, 4, 5)
 
 
-# engine/torch_methods.py and engine/tensor.py, which this hunt does not own
-FUNC_GAPS = {
-    "scatter": "divergence: Tensor.scatter(dim, index, src) records no gradient for src "
-               "(the result does not require grad); torch differentiates through src",
-    "scatter_add": "divergence: Tensor.scatter_add with a src that requires grad fails in "
-                   "src.numpy() ('call .detach().numpy()'), before its own refusal; torch "
-                   "differentiates through src",
-    "sort_stable": "divergence: sort(..., stable=True) is refused (SignatureError: unexpected "
-                   "keyword 'stable'); torch's sort takes it",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FUNC_GAPS[n]))
-    if n in FUNC_GAPS else n for n in sorted(FUNCS)])
+@pytest.mark.parametrize("name", sorted(FUNCS))
 def test_functional_ops_match_torch(name: str) -> None:
     def program(m: Any) -> Any:
         x = m.tensor(A, requires_grad=True)
