@@ -395,3 +395,61 @@ def test_lean_writes_keep_the_general_refusals_and_recordings():
     ((ref * ref).sum() + (tacc * tacc).sum()).backward()
     np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy())
     assert out.grad_fn is not None and acc.grad_fn is not None
+
+
+@pytest.mark.parametrize("dim,keepdim,unbiased", [(None, False, True), (None, True, False),
+                                                   (0, False, True), (-1, True, True),
+                                                   (1, False, False)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_var_and_std_without_history_equal_the_recorded_path(dim, keepdim, unbiased, dtype):
+    """Without a history, var/std run the recorded path's forwards on the arrays: bitwise its
+    values (the same tensor with a history takes the general path), and torch's."""
+    a = np.random.default_rng(3).standard_normal((4, 5, 3)).astype(dtype) * 3 + 1
+    plain = tl.tensor(a)
+    general = tl.tensor(a, requires_grad=True)
+    for op in ("var", "std"):
+        got = getattr(plain, op)(dim, unbiased, keepdim)
+        want = getattr(general, op)(dim, unbiased, keepdim)
+        assert not got.requires_grad and want.grad_fn is not None
+        assert got.shape == want.shape and got.dtype == want.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+        ref = getattr(torch.tensor(a), op)(dim, unbiased=unbiased, keepdim=keepdim)
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5)
+    with tl.no_grad():
+        np.testing.assert_array_equal(general.std(dim, unbiased, keepdim).numpy(),
+                                      plain.std(dim, unbiased, keepdim).numpy())
+    one = tl.tensor(a[:1, :1, :1])
+    assert np.isnan(one.var().item())  # n - ddof = 0: the general path's nan
+    with pytest.raises(tl.TorchLeanError):
+        plain.var(3)
+
+
+def _graph(t, leaf):
+    """Every record from ``t`` back to ``leaf``: (primitive, attributes, parents' records)."""
+    if t is leaf or t._op is None:
+        return "leaf" if t is leaf else "constant"
+    return (t._op.name, dict(t._attrs), tuple(_graph(p, leaf) for p in t._parents))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_int_powers_record_what_the_general_path_records(n, dtype):
+    """``x ** n`` (Python int n > 1): the general path's square-and-multiply records (reached
+    here with a NumPy integer exponent), its values bitwise, torch's values and gradients."""
+    a = np.random.default_rng(4).standard_normal((3, 4)).astype(dtype)
+    leaf = tl.tensor(a, requires_grad=True)
+    x = leaf * 1.0
+    lean, general = x ** n, x ** np.int64(n)
+    assert _graph(lean, x) == _graph(general, x)
+    assert lean.dtype == general.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(lean.detach().numpy(), general.detach().numpy())
+    tx = torch.tensor(a, requires_grad=True)
+    ref = (tx * 1.0) ** n
+    np.testing.assert_allclose(lean.detach().numpy(), ref.detach().numpy(), rtol=1e-6)
+    (lean * lean).sum().backward()
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+    with tl.no_grad():
+        assert not (x ** n).requires_grad
+    assert (tl.tensor([2, 3]) ** 2).dtype == np.int64  # integer tensors: the general path
+    assert (x ** 0).detach().numpy().tolist() == np.ones((3, 4)).tolist()

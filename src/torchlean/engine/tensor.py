@@ -648,6 +648,9 @@ class Tensor(Ref):
         return _promoted("mod", other, self)
 
     def __pow__(self, exponent: Any) -> Tensor:  # type: ignore[override]
+        if type(exponent) is int and exponent > 1 and self.dtype.kind == "f" \
+                and type(self._value) is np.ndarray:
+            return _lean_power(self, exponent)
         return _promoted("pow", self, exponent)
 
     def __rpow__(self, base: Any) -> Tensor:
@@ -960,6 +963,10 @@ class Tensor(Ref):
         ddof = (1 if unbiased else 0) if correction is None else int(correction)
         if not x.ndim:
             dim = None
+        if not (x.requires_grad and _state.grad_enabled):
+            plain = _plain_var(x, dim, keepdim, n - ddof)
+            if plain is not None:
+                return plain
         centred = x - x.mean(dim, keepdim=True)
         squares = (centred * centred).sum(dim, keepdim)
         if n - ddof > 0:  # the registry's scale (the lean scalar path; the same product)
@@ -1547,6 +1554,24 @@ def _power(x: Any, y: Any, dt: np.dtype) -> Tensor:
     elif not isinstance(x, Tensor):
         x = _leaf(np.asarray(x, dtype=dt))
     return RECORDER.record(TP.POW, (x, y), {})
+
+
+def _lean_power(x: Tensor, n: int) -> Tensor:
+    """``x ** n`` for a float host tensor and a Python int ``n > 1`` (``x ** 2``, ``x ** 3`` in
+    polynomial fits): the square-and-multiply records of ``ops_interface.power`` (what the
+    general path reaches through ``_promoted``, whose checks a float tensor and an int pass:
+    the dtype stays x's), recorded directly."""
+    result: Tensor | None = None
+    square = x
+    k = n
+    while k:
+        if k & 1:
+            result = square if result is None else _record2(_MUL, result, square)
+        k >>= 1
+        if k:
+            square = _record1(_SQUARE, square)
+    assert result is not None
+    return result
 
 
 def _check_broadcast(op: str, a: Any, b: Any) -> None:
@@ -2995,6 +3020,41 @@ def _lean_reduce(prim: Primitive, x: Tensor, dim: int | None, keepdim: Any) -> T
     return _record_shaped(_RESHAPE, out, {"shape": kept}, kept)
 
 
+def _plain_var(x: Tensor, dim: Any, keepdim: Any, denominator: int) -> Tensor | None:
+    """``x.var(dim)`` of a float host tensor without a history, over one int axis or all of
+    them: the forwards of the primitives the general path records (the keep-dims mean, axis by
+    axis from the highest, the centred squares, their sum, the scale), run on the arrays with
+    nothing recorded; ``None`` for the general path (which checks and raises). Statistics in
+    loops (``(lr * p.grad).std()`` per parameter per step) pay no per-op wrappers."""
+    v = x._value
+    shape = x.shape
+    n = len(shape)
+    if (type(v) is not np.ndarray or not n or type(keepdim) is not bool or denominator <= 0
+            or not v.size):
+        return None
+    if dim is None:
+        axes: Sequence[int] = range(n - 1, -1, -1)
+    elif type(dim) is int and -n <= dim < n:
+        axes = (dim + n if dim < 0 else dim,)
+    else:
+        return None
+    kept = tuple(1 if k in axes else d for k, d in enumerate(shape))
+    mean = v
+    for axis in axes:
+        mean = _REDUCE_MEAN.forward(mean, axis=axis)
+    centred = _SUB.forward(v, mean.reshape(kept))
+    squares = _MUL.forward(centred, centred)
+    if dim is None and not keepdim:
+        total = _SUM.forward(squares)
+    else:
+        total = squares
+        for axis in axes:
+            total = _REDUCE_SUM.forward(total, axis=axis)
+        if keepdim:
+            total = total.reshape(kept)
+    return _leaf(np.asarray(_SCALE.forward(total, c=1.0 / denominator)))
+
+
 def _lean_row(x: Tensor, i: int) -> Tensor:
     """``x[i]`` (``0 <= i < len(x)``, checked) for a float host tensor with a history: the
     primitives ``Ref.__getitem__`` records, with the same attributes, without its generic
@@ -3071,6 +3131,7 @@ _EXP = REGISTRY["exp"]
 _ADD = REGISTRY["add"]
 _SUB = REGISTRY["sub"]
 _MUL = REGISTRY["mul"]
+_SQUARE = REGISTRY["square"]
 _SCALE = REGISTRY["scale"]
 _ADD_SCALAR = REGISTRY["add_scalar"]
 _TANH = REGISTRY["tanh"]
