@@ -196,14 +196,15 @@ CONV2D_GAPS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
     "conv2d_groups": (lambda m: m.nn.Conv2d(4, 4, 3, groups=4, padding=1), X2B),
     "conv2d_reflect": (lambda m: m.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), X2),
     "convT2d_groups": (lambda m: m.nn.ConvTranspose2d(4, 2, 3, groups=2), X2B),
+    "convT2d_dilation": (lambda m: m.nn.ConvTranspose2d(3, 4, 3, stride=2, dilation=2,
+                                                        padding=1), X2),
+    "convT2d_groups_dilation_no_bias": (lambda m: m.nn.ConvTranspose2d(
+        4, 6, (3, 2), stride=(1, 2), groups=2, dilation=(1, 2), output_padding=(0, 1),
+        bias=False), X2B),
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="divergence: "
-                                            "nn.ConvTranspose2d (nn/modules.py) takes no groups "
-                                            "or dilation keyword (F.conv_transpose2d does)"))
-    if n.startswith("convT") else n for n in sorted(CONV2D_GAPS)])
+@pytest.mark.parametrize("name", sorted(CONV2D_GAPS))
 def test_conv2d_keywords_match_torch(name: str) -> None:
     make, x = CONV2D_GAPS[name]
     _check_layer(make, [x])
@@ -285,14 +286,14 @@ POOL2D_KEYWORDS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
     "avgpool2d_exclude_pad": (lambda m: m.nn.AvgPool2d(3, stride=2, padding=1,
                                                        count_include_pad=False), X2),
     "maxpool2d_dilation": (lambda m: m.nn.MaxPool2d(2, dilation=2), X2),
+    "maxpool2d_dilation_stride_pad_indices": (lambda m: m.nn.MaxPool2d(
+        3, stride=(2, 1), padding=(1, 1), dilation=(2, 2), return_indices=True), X2),
+    "maxpool2d_dilation_ceil": (lambda m: m.nn.MaxPool2d(2, stride=2, dilation=2,
+                                                         ceil_mode=True), X2),
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=tl.TorchLeanError,
-                                            reason="refused: max pooling with dilation "
-                                            "(UnsupportedArgumentError, named)"))
-    if n == "maxpool2d_dilation" else n for n in sorted(POOL2D_KEYWORDS)])
+@pytest.mark.parametrize("name", sorted(POOL2D_KEYWORDS))
 def test_pool2d_keywords_match_torch(name: str) -> None:
     make, x = POOL2D_KEYWORDS[name]
     _check_layer(make, [x])
@@ -303,6 +304,10 @@ FPOOLS: dict[str, Callable[[Any, Any], Any]] = {
     "max2d_ceil_pad": lambda f, x: f.max_pool2d(x, 3, 2, 1, ceil_mode=True),
     "max1d_ceil": lambda f, x: f.max_pool1d(x[:, :, 0], 2, ceil_mode=True),
     "avg2d_exclude_pad": lambda f, x: f.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "max2d_dilation_overlap": lambda f, x: f.max_pool2d(x.round(), 2, 1, dilation=2),
+    "max2d_dilation_indices": lambda f, x: list(f.max_pool2d(
+        x, (2, 3), 2, (1, 1), (3, 1), ceil_mode=True, return_indices=True)),
+    "max1d_dilation": lambda f, x: f.max_pool1d(x[:, :, 0], 3, 1, 1, dilation=2),
     "avg2d_ceil": lambda f, x: f.avg_pool2d(x, 2, ceil_mode=True),
     "avg2d_ceil_pad": lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
     "avg2d_ceil_exclude": lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
@@ -398,15 +403,30 @@ def test_batchnorm_running_stats_over_steps_then_eval() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: nn.BatchNorm1d/2d(momentum=None) (the "
-                   "cumulative moving average) fails with a bare TypeError in "
-                   "nn/modules.py BatchNorm2d.__init__ (float(None))")
 def test_batchnorm_cumulative_average_momentum_none() -> None:
     def program(m: Any) -> Any:
         bn = m.nn.BatchNorm1d(3, momentum=None)
         for k in range(3):
             bn(m.tensor(_x((5, 3), seed=k) + k))
         return bn.state_dict()
+    _agree(program)
+
+
+def test_batchnorm2d_momentum_none_trains_then_evaluates() -> None:
+    """The cumulative average after a state-dict round trip (``num_batches_tracked`` carries
+    the count on), then eval mode with its statistics; the repr names momentum=None."""
+    def program(m: Any) -> Any:
+        bn = _init(m, m.nn.BatchNorm2d(3, momentum=None))
+        for k in range(2):
+            bn(m.tensor(_x((4, 3, 2, 2), seed=k) * (k + 1)))
+        other = m.nn.BatchNorm2d(3, momentum=None)
+        other.load_state_dict(bn.state_dict())
+        other(m.tensor(_x((4, 3, 2, 2), seed=5) - 2))
+        other.eval()
+        x = m.tensor(BN_X2, requires_grad=True)
+        out = other(x)
+        _loss(m, out).backward()
+        return [other.state_dict(), out, x.grad, repr(bn)]
     _agree(program)
 
 
@@ -422,11 +442,29 @@ def test_functional_batch_norm_updates_running_stats() -> None:
     _agree(program)
 
 
-@pytest.mark.xfail(strict=True, reason="divergence: nn.LayerNorm (nn/modules.py) refuses a "
-                   "multi-axis normalized_shape (LayerNorm([C, H, W]), common in CNNs); "
-                   "F.layer_norm supports it")
 def test_layernorm_multi_axis_normalized_shape() -> None:
     _check_layer(lambda m: m.nn.LayerNorm([3, 7, 6]), [X2])
+
+
+LAYERNORMS: dict[str, tuple[Callable[[Any], Any], np.ndarray]] = {
+    "two_axes_no_bias": (lambda m: m.nn.LayerNorm((7, 6), eps=1e-3, bias=False), X2),
+    "two_axes_no_affine": (lambda m: m.nn.LayerNorm([7, 6], elementwise_affine=False), X2),
+    "one_axis_list_no_bias": (lambda m: m.nn.LayerNorm([6], bias=False), X2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERNORMS))
+def test_layernorm_keywords_match_torch(name: str) -> None:
+    make, x = LAYERNORMS[name]
+    _check_layer(make, [x])
+
+
+def test_layernorm_and_batchnorm_reprs_match_torch() -> None:
+    def program(m: Any) -> Any:
+        return [repr(m.nn.LayerNorm([3, 4], bias=False)), repr(m.nn.LayerNorm(5)),
+                repr(m.nn.BatchNorm1d(3, affine=False, track_running_stats=False)),
+                repr(m.nn.ConvTranspose2d(4, 2, 3, groups=2, dilation=2))]
+    _agree(program)
 
 
 def test_functional_layer_norm_multi_axis_matches_torch() -> None:
@@ -466,8 +504,8 @@ def test_functional_embedding_padding_idx() -> None:
 REFUSALS: dict[str, tuple[Callable[[], Any], str]] = {
     "embedding_max_norm": (lambda: TLF.embedding(tl.tensor(IDS), tl.tensor(_x((7, 4))),
                                                  max_norm=1.0), "embedding: max_norm"),
-    "max_pool_dilation": (lambda: TLF.max_pool2d(tl.tensor(X2), 2, dilation=2),
-                          "max_pool2d: dilation"),
+    "max_pool_dilation_padding": (lambda: TLF.max_pool2d(tl.tensor(X2), 2, padding=2,
+                                                         dilation=2), "max_pool2d: padding"),
     "interpolate_bicubic": (lambda: TLF.interpolate(tl.tensor(X2), scale_factor=2,
                                                     mode="bicubic"), "interpolate: mode"),
     "mha_kdim": (lambda: tl.nn.MultiheadAttention(8, 2, kdim=4), "MultiheadAttention: "),
@@ -709,10 +747,7 @@ MODULE_GAPS: dict[str, tuple[Callable[[Any], Any], np.ndarray, str]] = {
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="divergence: "
-                                            + MODULE_GAPS[n][2]))
-    if n == "layernorm_no_bias" else n for n in sorted(MODULE_GAPS)])
+@pytest.mark.parametrize("name", sorted(MODULE_GAPS))
 def test_module_keywords_match_torch(name: str) -> None:
     make, x, _ = MODULE_GAPS[name]
     _check_layer(make, [x])
@@ -924,6 +959,16 @@ FUNCS: dict[str, Callable[[Any, Any], Any]] = {
     "topk_smallest": lambda m, x: list(x.topk(3, largest=False)),
     "sort": lambda m, x: list(m.sort(x, dim=0, descending=True)),
     "sort_stable": lambda m, x: list(m.sort(x.round(), dim=-1, stable=True)),
+    "sort_stable_descending_method": lambda m, x: list(x.round().sort(
+        dim=1, descending=True, stable=True)),
+    "argsort_stable": lambda m, x: [m.argsort(x.round(), stable=True, dim=0),
+                                    x.round().argsort(dim=-1, descending=True, stable=True)],
+    "scatter_self_grad_duplicates": lambda m, x: (x * 2).scatter(
+        1, m.tensor(_ids((3, 2, 5), 4, seed=4)), x[:, 1:3].exp()),
+    "scatter_inplace_nonleaf": lambda m, x: (x + 1).scatter_(
+        -1, m.tensor(_perm_ids()[..., :3] % 5), x[..., 2:] * 3),
+    "scatter_add_self_grad": lambda m, x: m.cat([x * x, x[..., :1]], dim=2).scatter_add(
+        2, m.tensor(_ids((3, 4, 5), 6, seed=6)), x.sin()),
     "argsort": lambda m, x: m.argsort(x, dim=1),
     "max_dim": lambda m, x: list(x.max(dim=1)),
     "min_dim_keepdim": lambda m, x: list(x.min(dim=-1, keepdim=True)),
@@ -955,21 +1000,7 @@ def _perm_ids() -> np.ndarray:
     return np.stack([rng.permutation(6)[:5] for _ in range(12)]).reshape(3, 4, 5)
 
 
-# engine/torch_methods.py and engine/tensor.py, which this hunt does not own
-FUNC_GAPS = {
-    "scatter": "divergence: Tensor.scatter(dim, index, src) records no gradient for src "
-               "(the result does not require grad); torch differentiates through src",
-    "scatter_add": "divergence: Tensor.scatter_add with a src that requires grad fails in "
-                   "src.numpy() ('call .detach().numpy()'), before its own refusal; torch "
-                   "differentiates through src",
-    "sort_stable": "divergence: sort(..., stable=True) is refused (SignatureError: unexpected "
-                   "keyword 'stable'); torch's sort takes it",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FUNC_GAPS[n]))
-    if n in FUNC_GAPS else n for n in sorted(FUNCS)])
+@pytest.mark.parametrize("name", sorted(FUNCS))
 def test_functional_ops_match_torch(name: str) -> None:
     def program(m: Any) -> Any:
         x = m.tensor(A, requires_grad=True)

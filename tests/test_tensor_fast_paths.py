@@ -312,3 +312,144 @@ def test_extrema_keep_the_general_checks():
     with pytest.raises(tl.TorchLeanError):
         tl.tensor(a).max(2)
     assert tl.tensor(np.arange(6).reshape(2, 3)).max().item() == 5  # integers: general path
+
+
+# --- integer indexing, indexed writes and in-place updates that record nothing ---------------
+
+
+def test_integer_indexing_without_history_is_the_general_paths_view_or_copy():
+    """``x[k, j]`` / ``x[ix]`` (Python ints, 0-d index tensors) on a tensor without a history:
+    the same value, dtype, view-or-copy and storage link as the general path (reached here
+    through NumPy integers, which the lean path leaves to it)."""
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for index in [(1,), (1, 2), (-1, 0, 3), (0, -2)]:
+        lean_t, general_t = tl.tensor(base.copy()), tl.tensor(base.copy())
+        lean = lean_t[tuple(tl.tensor(i) if k == 0 else i for k, i in enumerate(index))]
+        general = general_t[tuple(np.int64(i) for i in index)]
+        assert lean.shape == general.shape and lean.dtype == general.dtype
+        np.testing.assert_array_equal(lean.numpy(), general.numpy())
+        np.testing.assert_array_equal(lean.numpy(), torch.tensor(base)[index].numpy())
+        assert (lean._base is lean_t) == (general._base is general_t)
+        assert (np.shares_memory(lean.numpy(), lean_t.numpy())
+                == np.shares_memory(general.numpy(), general_t.numpy()))
+    with pytest.raises(tl.TorchLeanError, match="out of bounds"):
+        tl.tensor(base)[2]
+    with pytest.raises(tl.TorchLeanError, match="too many indices"):
+        tl.tensor(base)[0, 0, 0, 0]
+    ints = tl.tensor(np.arange(6).reshape(2, 3))
+    assert ints[1, 2].item() == 5 and ints[1, 2].dtype == np.int64
+
+
+def test_indexed_writes_and_updates_without_history_match_torch_and_bump_versions():
+    """The embedding-gradient loop of Karpathy's backprop lecture (``dC[ix] += demb[k, j]``)
+    gives torch's values; each lean write bumps the version once, as the general one."""
+    rng = np.random.default_rng(0)
+    demb_a, ids = rng.standard_normal((5, 3, 4)).astype(np.float32), rng.integers(0, 6, (5, 3))
+
+    def loop(m):
+        dc, demb, xb = m.zeros(6, 4), m.tensor(demb_a), m.tensor(ids)
+        for k in range(5):
+            for j in range(3):
+                ix = xb[k, j]
+                dc[ix] += demb[k, j]
+        dc[0] = 0.5
+        dc[1, 2] = demb[0, 0, 1]
+        return dc
+
+    with tl.no_grad():
+        np.testing.assert_allclose(loop(tl).numpy(), loop(torch).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(loop(tl).numpy(), loop(torch).numpy(), rtol=1e-6)
+    lean, general = tl.zeros(3, 2), tl.zeros(3, 2)
+    lean[1] = tl.ones(2)
+    general[np.int64(1)] = tl.ones(2)
+    lean.add_(tl.ones(2))
+    general.add_(tl.full((2,), 0.5), alpha=2)  # (alpha != 1: the general path)
+    assert lean._version == general._version == 2
+    np.testing.assert_allclose(lean.numpy(), general.numpy())
+
+
+def test_lean_writes_keep_the_general_refusals_and_recordings():
+    leaf = tl.ones(3, requires_grad=True)
+    with pytest.raises(tl.TorchLeanError, match="leaf Variable"):
+        leaf[0] = 2.0
+    with pytest.raises(tl.TorchLeanError, match="leaf Variable"):
+        leaf.add_(tl.ones(3))
+    with tl.no_grad():
+        leaf[0] = 2.0  # torch allows both under no_grad
+        leaf.mul_(tl.full((3,), 3.0))
+    np.testing.assert_array_equal(leaf.detach().numpy(), [6.0, 3.0, 3.0])
+    with pytest.raises(tl.TorchLeanError, match="shape mismatch"):
+        tl.zeros(2, 3)[0] = tl.ones(2)
+    with pytest.raises(tl.TorchLeanError):
+        tl.zeros(2, 3).add_(tl.ones(2, 3, 1))  # the result would not keep self's shape
+    # a value with a history makes the write a recorded one: its gradient reaches the value
+    v = tl.tensor([1.0, 2.0], requires_grad=True)
+    tv = torch.tensor([1.0, 2.0], requires_grad=True)
+    out, ref = tl.zeros(3, 2), torch.zeros(3, 2)
+    out[1] = v * 3
+    ref[1] = tv * 3
+    acc, tacc = tl.zeros(2), torch.zeros(2)
+    acc += v
+    tacc += tv
+    ((out * out).sum() + (acc * acc).sum()).backward()
+    ((ref * ref).sum() + (tacc * tacc).sum()).backward()
+    np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy())
+    assert out.grad_fn is not None and acc.grad_fn is not None
+
+
+@pytest.mark.parametrize("dim,keepdim,unbiased", [(None, False, True), (None, True, False),
+                                                   (0, False, True), (-1, True, True),
+                                                   (1, False, False)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_var_and_std_without_history_equal_the_recorded_path(dim, keepdim, unbiased, dtype):
+    """Without a history, var/std run the recorded path's forwards on the arrays: bitwise its
+    values (the same tensor with a history takes the general path), and torch's."""
+    a = np.random.default_rng(3).standard_normal((4, 5, 3)).astype(dtype) * 3 + 1
+    plain = tl.tensor(a)
+    general = tl.tensor(a, requires_grad=True)
+    for op in ("var", "std"):
+        got = getattr(plain, op)(dim, unbiased, keepdim)
+        want = getattr(general, op)(dim, unbiased, keepdim)
+        assert not got.requires_grad and want.grad_fn is not None
+        assert got.shape == want.shape and got.dtype == want.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+        ref = getattr(torch.tensor(a), op)(dim, unbiased=unbiased, keepdim=keepdim)
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5)
+    with tl.no_grad():
+        np.testing.assert_array_equal(general.std(dim, unbiased, keepdim).numpy(),
+                                      plain.std(dim, unbiased, keepdim).numpy())
+    one = tl.tensor(a[:1, :1, :1])
+    assert np.isnan(one.var().item())  # n - ddof = 0: the general path's nan
+    with pytest.raises(tl.TorchLeanError):
+        plain.var(3)
+
+
+def _graph(t, leaf):
+    """Every record from ``t`` back to ``leaf``: (primitive, attributes, parents' records)."""
+    if t is leaf or t._op is None:
+        return "leaf" if t is leaf else "constant"
+    return (t._op.name, dict(t._attrs), tuple(_graph(p, leaf) for p in t._parents))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_int_powers_record_what_the_general_path_records(n, dtype):
+    """``x ** n`` (Python int n > 1): the general path's square-and-multiply records (reached
+    here with a NumPy integer exponent), its values bitwise, torch's values and gradients."""
+    a = np.random.default_rng(4).standard_normal((3, 4)).astype(dtype)
+    leaf = tl.tensor(a, requires_grad=True)
+    x = leaf * 1.0
+    lean, general = x ** n, x ** np.int64(n)
+    assert _graph(lean, x) == _graph(general, x)
+    assert lean.dtype == general.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(lean.detach().numpy(), general.detach().numpy())
+    tx = torch.tensor(a, requires_grad=True)
+    ref = (tx * 1.0) ** n
+    np.testing.assert_allclose(lean.detach().numpy(), ref.detach().numpy(), rtol=1e-6)
+    (lean * lean).sum().backward()
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+    with tl.no_grad():
+        assert not (x ** n).requires_grad
+    assert (tl.tensor([2, 3]) ** 2).dtype == np.int64  # integer tensors: the general path
+    assert (x ** 0).detach().numpy().tolist() == np.ones((3, 4)).tolist()

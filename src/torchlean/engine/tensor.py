@@ -650,6 +650,9 @@ class Tensor(Ref):
         return _promoted("mod", other, self)
 
     def __pow__(self, exponent: Any) -> Tensor:  # type: ignore[override]
+        if type(exponent) is int and exponent > 1 and self.dtype.kind == "f" \
+                and type(self._value) is np.ndarray:
+            return _lean_power(self, exponent)
         return _promoted("pow", self, exponent)
 
     def __rpow__(self, base: Any) -> Tensor:
@@ -868,14 +871,17 @@ class Tensor(Ref):
             return self.abs().sum(dim, keepdim)
         raise TorchLeanError(f"norm: p must be 1, 2 or 'fro', found {p!r}")
 
-    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Any:
+    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False, *,
+             stable: builtins.bool = False) -> Any:
+        # always stable (NumPy's stable argsort), which torch's stable=False allows
         return _sort(self, dim, descending, None)
 
     def topk(self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True,
              sorted: builtins.bool = True) -> Any:  # noqa: A002
         return _sort(self, dim, largest, k)
 
-    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
+    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, *,
+                stable: builtins.bool = False) -> Tensor:
         return _sort(self, dim, descending, None).indices  # type: ignore[no-any-return]
 
     def relu(self, *args: Any, **kwargs: Any) -> Tensor:  # type: ignore[override]
@@ -959,6 +965,10 @@ class Tensor(Ref):
         ddof = (1 if unbiased else 0) if correction is None else int(correction)
         if not x.ndim:
             dim = None
+        if not (x.requires_grad and _state.grad_enabled):
+            plain = _plain_var(x, dim, keepdim, n - ddof)
+            if plain is not None:
+                return plain
         centred = x - x.mean(dim, keepdim=True)
         squares = (centred * centred).sum(dim, keepdim)
         if n - ddof > 0:  # the registry's scale (the lean scalar path; the same product)
@@ -1146,12 +1156,18 @@ class Tensor(Ref):
         return self._value
 
     def add_(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        if alpha == 1 and _lean_update(self, other, _ADD):
+            return self
         return _inplace("add_", self, lambda a, b: a + (b if alpha == 1 else b * alpha), other)
 
     def sub_(self, other: Any, alpha: builtins.float = 1) -> Tensor:
+        if alpha == 1 and _lean_update(self, other, _SUB):
+            return self
         return _inplace("sub_", self, lambda a, b: a - (b if alpha == 1 else b * alpha), other)
 
     def mul_(self, other: Any) -> Tensor:
+        if _lean_update(self, other, _MUL):
+            return self
         return _inplace("mul_", self, lambda a, b: a * b, other)
 
     def div_(self, other: Any) -> Tensor:
@@ -1248,8 +1264,8 @@ class Tensor(Ref):
 
     def scatter_(self, dim: builtins.int, index: Any, src: Any = None, value: Any = None,
                  ) -> Tensor:
-        """Write ``src`` (or the number ``value``) at ``index`` along ``dim`` in place (no
-        gradient: torch's one_hot-style use on data)."""
+        """Write ``src`` (or the number ``value``) at ``index`` along ``dim`` in place; a float
+        ``src`` or ``self`` with a history is differentiated through, as torch's."""
         if not isinstance(index, Tensor) or index.dtype.kind not in "iu":
             raise TorchLeanError("scatter_: index must be an integer tensor")
         if (src is None) == (value is None):
@@ -1261,6 +1277,18 @@ class Tensor(Ref):
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.shape[axis]):
             raise IndexRangeError(f"scatter_: index out of range for dimension {axis} of size "
                                   f"{self.shape[axis]}")
+        if (isinstance(src, Tensor) and src.ndim == idx.ndim == self.ndim
+                and builtins.all(a >= b for a, b in zip(src.shape, idx.shape, strict=True))
+                and self.dtype.kind == "f" and (src.requires_grad or self.requires_grad)
+                and is_grad_enabled()):
+            # Differentiable: an indexed assignment of src's leading block at the scattered
+            # positions. Its VJP is torch's scatter backward: g with the written entries zeroed
+            # for self, g gathered at index for src (a duplicate that lost the write included).
+            grids: list[Any] = list(np.indices(idx.shape, sparse=True))
+            grids[axis] = idx
+            where = tuple(_leaf(np.broadcast_to(g, idx.shape).astype(np.int64)) for g in grids)
+            _setitem(self, where, src[tuple(slice(0, n) for n in idx.shape)])
+            return self
         fill = src._host() if isinstance(src, Tensor) else np.full(idx.shape, value)
 
         def compute(t: Tensor) -> Tensor:
@@ -1549,6 +1577,24 @@ def _power(x: Any, y: Any, dt: np.dtype) -> Tensor:
     return RECORDER.record(TP.POW, (x, y), {})
 
 
+def _lean_power(x: Tensor, n: int) -> Tensor:
+    """``x ** n`` for a float host tensor and a Python int ``n > 1`` (``x ** 2``, ``x ** 3`` in
+    polynomial fits): the square-and-multiply records of ``ops_interface.power`` (what the
+    general path reaches through ``_promoted``, whose checks a float tensor and an int pass:
+    the dtype stays x's), recorded directly."""
+    result: Tensor | None = None
+    square = x
+    k = n
+    while k:
+        if k & 1:
+            result = square if result is None else _record2(_MUL, result, square)
+        k >>= 1
+        if k:
+            square = _record1(_SQUARE, square)
+    assert result is not None
+    return result
+
+
 def _check_broadcast(op: str, a: Any, b: Any) -> None:
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         try:
@@ -1762,6 +1808,37 @@ def _inplace(op: str, self: Tensor, compute: Callable[..., Tensor], *others: Any
             vc = self._vc
             vc[2] = vc[1]  # type: ignore[index]
     return self
+
+
+def _lean_update(t: Tensor, other: Any, prim: Primitive) -> bool:
+    """``t op= other`` for two float host tensors of one dtype when nothing is recorded or
+    refused (no grad mode, or no operand needing a gradient and no base that does): the
+    primitive's forward, written into the storage with one version bump, as ``_inplace``
+    does for it; False (nothing done) for anything else, a shape the result cannot keep
+    included."""
+    if type(other) is not Tensor or other.dtype is not t.dtype or t.dtype.kind != "f":
+        return False
+    va, vb = t._value, other._value
+    if type(va) is not np.ndarray or type(vb) is not np.ndarray:
+        return False
+    if _state.grad_enabled:
+        base = t._base
+        if t.requires_grad or other.requires_grad or (base is not None and base.requires_grad):
+            return False
+    if vb.shape != va.shape:
+        try:
+            if np.broadcast_shapes(va.shape, vb.shape) != va.shape:
+                return False
+        except ValueError:
+            return False
+    out = (prim.forward(va, vb) if prim.fast_forward is None
+           else _fast_forward(False, prim.forward, va, vb))
+    try:
+        va[...] = out
+    except ValueError:  # read-only storage: the general path raises its error
+        return False
+    t._bump()
+    return True
 
 
 def _renode(t: Tensor, node: Tensor) -> None:
@@ -1988,7 +2065,41 @@ def _index_entries(index: Any) -> Any:
     return tuple(out)
 
 
+def _int_entries(index: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """An index of integers only (Python ints, 0-d integer host tensors), at most one per axis
+    and each in range, as non-negative ints; None for any other index (the general path
+    checks it and raises torch's errors)."""
+    entries = index if type(index) is tuple else (index,)
+    if len(entries) > len(shape):
+        return None
+    out = []
+    for n, e in zip(shape, entries, strict=False):
+        kind = type(e)
+        if kind is int:
+            i = e
+        elif (kind is Tensor and e.dtype.kind in "iu" and type(e._value) is np.ndarray
+              and e._value.ndim == 0):
+            i = int(e._value)
+        else:
+            return None
+        if not -n <= i < n:
+            return None
+        out.append(i + n if i < 0 else i)
+    return tuple(out)
+
+
 def _getitem(t: Tensor, index: Any) -> Tensor:
+    value = t._value
+    if type(value) is np.ndarray and (t.dtype.kind != "f"
+                                      or not (t.requires_grad and is_grad_enabled())):
+        # Integers only (``x[k, j]``, ``x[ix]`` with a 0-d index tensor, in loops): the step
+        # the general path builds is this tuple itself; the same view or 0-d copy below.
+        ints = _int_entries(index, t.shape)
+        if ints is not None:
+            picked = value[ints]
+            if type(picked) is not np.ndarray:
+                return _leaf(np.asarray(picked))  # every axis indexed: a 0-d copy
+            return _link_view(_leaf(picked), (t,))
     if not t.shape and index is not None and index is not Ellipsis and not (
             isinstance(index, tuple) and all(e is None or e is Ellipsis for e in index)):
         raise IndexRangeError(f"indexing: a 0-d tensor has no dimension to index, found index "
@@ -2031,7 +2142,46 @@ def adopt_view(out: Tensor, t: Tensor, view: Any) -> Tensor:
     return out
 
 
+def _lean_setitem(t: Tensor, index: Any, value: Any) -> bool:
+    """``t[ints] = value`` written straight into the storage (what ``_inplace`` does when it
+    records nothing: the same NumPy assignment, one version bump) for an all-integer index on
+    a host tensor, a float tensor or a host tensor value that broadcasts, and nothing to
+    record or refuse; False (nothing done) for anything else."""
+    target = t._value
+    if type(target) is not np.ndarray:
+        return False
+    if type(value) is Tensor:
+        src = value._value
+        if type(src) is not np.ndarray or (value.requires_grad and is_grad_enabled()):
+            return False
+    elif type(value) is float and t.dtype.kind == "f":
+        src = value
+    else:
+        return False
+    if is_grad_enabled():
+        base = t._base
+        if t.requires_grad or (base is not None and base.requires_grad):
+            return False
+    ints = _int_entries(index, t.shape)
+    if ints is None:
+        return False
+    if type(src) is np.ndarray:
+        rest = t.shape[len(ints):]
+        vs = src.shape
+        if len(vs) > len(rest) or any(a != 1 and a != b for a, b in
+                                      zip(reversed(vs), reversed(rest), strict=False)):
+            return False  # the general path names the mismatch
+    try:
+        target[ints] = src
+    except ValueError:  # read-only storage: the general path raises its error
+        return False
+    t._bump()
+    return True
+
+
 def _setitem(t: Tensor, index: Any, value: Any) -> None:
+    if _lean_setitem(t, index, value):
+        return
     steps = torch_steps(_index_entries(index), t.shape)
     # One NumPy index for the whole assignment: the first step's view, then the second's
     # entries, is the same as indexing a view; a two-step index is applied through it.
@@ -2954,6 +3104,41 @@ def _lean_reduce(prim: Primitive, x: Tensor, dim: int | None, keepdim: Any) -> T
     return _record_shaped(_RESHAPE, out, {"shape": kept}, kept)
 
 
+def _plain_var(x: Tensor, dim: Any, keepdim: Any, denominator: int) -> Tensor | None:
+    """``x.var(dim)`` of a float host tensor without a history, over one int axis or all of
+    them: the forwards of the primitives the general path records (the keep-dims mean, axis by
+    axis from the highest, the centred squares, their sum, the scale), run on the arrays with
+    nothing recorded; ``None`` for the general path (which checks and raises). Statistics in
+    loops (``(lr * p.grad).std()`` per parameter per step) pay no per-op wrappers."""
+    v = x._value
+    shape = x.shape
+    n = len(shape)
+    if (type(v) is not np.ndarray or not n or type(keepdim) is not bool or denominator <= 0
+            or not v.size):
+        return None
+    if dim is None:
+        axes: Sequence[int] = range(n - 1, -1, -1)
+    elif type(dim) is int and -n <= dim < n:
+        axes = (dim + n if dim < 0 else dim,)
+    else:
+        return None
+    kept = tuple(1 if k in axes else d for k, d in enumerate(shape))
+    mean = v
+    for axis in axes:
+        mean = _REDUCE_MEAN.forward(mean, axis=axis)
+    centred = _SUB.forward(v, mean.reshape(kept))
+    squares = _MUL.forward(centred, centred)
+    if dim is None and not keepdim:
+        total = _SUM.forward(squares)
+    else:
+        total = squares
+        for axis in axes:
+            total = _REDUCE_SUM.forward(total, axis=axis)
+        if keepdim:
+            total = total.reshape(kept)
+    return _leaf(np.asarray(_SCALE.forward(total, c=1.0 / denominator)))
+
+
 def _lean_row(x: Tensor, i: int) -> Tensor:
     """``x[i]`` (``0 <= i < len(x)``, checked) for a float host tensor with a history: the
     primitives ``Ref.__getitem__`` records, with the same attributes, without its generic
@@ -3030,6 +3215,7 @@ _EXP = REGISTRY["exp"]
 _ADD = REGISTRY["add"]
 _SUB = REGISTRY["sub"]
 _MUL = REGISTRY["mul"]
+_SQUARE = REGISTRY["square"]
 _SCALE = REGISTRY["scale"]
 _ADD_SCALAR = REGISTRY["add_scalar"]
 _TANH = REGISTRY["tanh"]

@@ -282,15 +282,17 @@ def log_softmax(x: Any, dim: builtins.int) -> Tensor:
     return _t("log_softmax", x).log_softmax(dim)  # type: ignore[return-value]
 
 
-def sort(x: Any, dim: builtins.int = -1, descending: builtins.bool = False) -> Any:
+def sort(x: Any, dim: builtins.int = -1, descending: builtins.bool = False, *,
+         stable: builtins.bool = False) -> Any:
     """``(values, indices)`` sorted along ``dim`` (values by gathering, so they keep the
-    gradient)."""
+    gradient). Always stable (equal entries keep their order), which ``stable=False`` allows."""
     t = _t("sort", x)
     idx = argsort(t, dim, descending)
     return _sorted(t, idx, dim)
 
 
-def argsort(x: Any, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
+def argsort(x: Any, dim: builtins.int = -1, descending: builtins.bool = False, *,
+            stable: builtins.bool = False) -> Tensor:
     t = _t("argsort", x)
     value = t._host()
     order = np.argsort(-value if descending else value, axis=dim, kind="stable")

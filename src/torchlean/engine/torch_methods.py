@@ -19,8 +19,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..core.errors import IndexRangeError, ShapeError, TorchLeanError
+from ..core.registry import REGISTRY
 from ..core.rng import Generator, check_generator, default_generator
 from .tensor import (
+    RECORDER,
     Tensor,
     _draw,
     _inplace,
@@ -34,6 +36,8 @@ from .tensor import (
     stack,
     tensor,
 )
+
+_TAKE_ADJOINT = REGISTRY["take_adjoint"]
 
 
 def _dim(op: str, t: Tensor, dim: Any) -> builtins.int:
@@ -781,16 +785,32 @@ def scatter(self: Any, dim: builtins.int, index: Any, src: Any = None, value: An
 
 
 def scatter_add_(self: Any, dim: builtins.int, index: Any, src: Any) -> Any:
+    """``self[..., index[i], ...] += src[i]`` along ``dim`` (repeated indices add up); a float
+    ``src`` goes through ``take_adjoint`` (scatter-add, VJP: gather), so it gets gradients."""
     axis = _dim("scatter_add_", self, dim)
     idx = _index_tensor("scatter_add_", index).numpy()
-    add = np.zeros(self.shape, self.dtype)
+    source = src if isinstance(src, Tensor) else tensor(np.asarray(src))
+    if source.ndim != idx.ndim or builtins.any(
+            a < b for a, b in zip(source.shape, idx.shape, strict=True)):
+        raise ShapeError(f"scatter_add_: src {tuple(source.shape)} must have the index's "
+                         f"number of dimensions and be at least as large, found index "
+                         f"{idx.shape}")
+    if idx.ndim != self.ndim or builtins.any(
+            idx.shape[d] > self.shape[d] for d in range(idx.ndim) if d != axis):
+        raise ShapeError(f"scatter_add_: index {idx.shape} must have self's number of "
+                         f"dimensions and fit self {tuple(self.shape)} off dimension {axis}")
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.shape[axis]):
+        raise IndexRangeError(f"scatter_add_: index out of range for dimension {axis} of size "
+                              f"{self.shape[axis]}")
     grids: list[Any] = list(np.indices(idx.shape, sparse=True))
     grids[axis] = idx
-    source = src.numpy() if isinstance(src, Tensor) else np.asarray(src)
-    np.add.at(add, tuple(grids), source[tuple(slice(0, s) for s in idx.shape)])
-    if isinstance(src, Tensor) and src.requires_grad and is_grad_enabled():
-        raise TorchLeanError("scatter_add_: the gradient with respect to src is not supported; "
-                             "use index_add_ or a one-hot matmul")
+    part = source[tuple(slice(0, n) for n in idx.shape)]
+    if self.dtype.kind == "f" and part.dtype.kind == "f":
+        added = RECORDER.record(_TAKE_ADJOINT, (part.to(self.dtype),),
+                                {"index": tuple(grids), "shape": tuple(self.shape)})
+        return self.add_(added)
+    add = np.zeros(self.shape, self.dtype)
+    np.add.at(add, tuple(grids), part.numpy())
     return self.add_(_leaf(add))
 
 

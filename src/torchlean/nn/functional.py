@@ -418,9 +418,32 @@ def _pool_args(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, paddi
     s = k if stride is None or (isinstance(stride, tuple | list) and not stride) else _ntuple(
         fn, "stride", stride, d, 1)
     p = _ntuple(fn, "padding", padding, d, 0)
+    # (torch compares with the kernel size itself, dilated or not)
     if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):
         raise ShapeError(f"{fn}: padding {p} must be at most half the kernel size {k} (as torch)")
     return x, k, s, p
+
+
+def _spans(k: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, ...]:
+    """The extent of each dilated kernel axis, ``dilation * (k - 1) + 1`` (torch's effective
+    kernel size)."""
+    return tuple(di * (ki - 1) + 1 for ki, di in zip(k, dilation, strict=True))
+
+
+def _dilated_windows(x: Any, k: tuple[int, ...], s: tuple[int, ...], dilation: tuple[int, ...],
+                     sizes: tuple[int, ...]) -> Any:
+    """The dilated windows of the (padded) ``x`` laid side by side: along each spatial axis,
+    output ``o``'s ``k`` taps ``o * s + j * dilation`` become the entries ``o * k + j``. One
+    ``take`` (VJP: scatter-add back, so overlapping windows add up), after which a plain
+    pool with kernel = stride = ``k`` reads exactly the dilated windows."""
+    d = len(k)
+    index: list[Any] = [Ellipsis]
+    for axis, (o, ki, si, di) in enumerate(zip(sizes, k, s, dilation, strict=True)):
+        taps = (np.arange(o)[:, None] * si + np.arange(ki)[None, :] * di).reshape(-1)
+        shape = [1] * d
+        shape[axis] = -1
+        index.append(taps.reshape(shape))
+    return F.apply("take", x, index=tuple(index))
 
 
 def _pool_sizes(fn: str, spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int, ...],
@@ -450,9 +473,10 @@ def _padded(x: Any, p: tuple[int, ...], extra: tuple[int, ...], fill: float) -> 
 
 
 def _max_indices(fn: str, x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tuple[int, ...],
-                 extra: tuple[int, ...]) -> Any:
+                 extra: tuple[int, ...], dilation: tuple[int, ...] | None = None) -> Any:
     """torch's ``return_indices``: per output, the flat spatial index (into the unpadded
     input) of its window's first maximum, from the input's values."""
+    dil = (1,) * len(k) if dilation is None else dilation
     values = _values(fn, "input", x)
     if values is None:
         raise UnsupportedArgumentError(f"{fn}: return_indices=True needs the input's values, "
@@ -462,9 +486,10 @@ def _max_indices(fn: str, x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tup
     widths = [(0, 0)] * (values.ndim - d) + [(pi, pi + e) for pi, e in zip(p, extra,
                                                                               strict=True)]
     full = np.pad(values.astype(np.float64), widths, constant_values=-np.inf)
-    windows = np.lib.stride_tricks.sliding_window_view(full, k, axis=tuple(range(-d, 0)))
+    windows = np.lib.stride_tricks.sliding_window_view(full, _spans(k, dil),
+                                                      axis=tuple(range(-d, 0)))
     windows = windows[(Ellipsis,) + tuple(slice(None, None, si) for si in s)
-                      + (slice(None),) * d]
+                      + tuple(slice(None, None, di) for di in dil)]
     lead = windows.shape[:values.ndim]
     local = np.argmax(windows.reshape(lead + (-1,)), axis=-1)  # the first maximum (NaN wins)
     offsets = np.unravel_index(local, k)
@@ -473,16 +498,24 @@ def _max_indices(fn: str, x: Any, k: tuple[int, ...], s: tuple[int, ...], p: tup
         starts = np.arange(lead[values.ndim - d + axis]) * s[axis] - p[axis]
         shape = [1] * len(lead)
         shape[values.ndim - d + axis] = -1
-        flat = flat * spatial[axis] + starts.reshape(shape) + offsets[axis]
+        flat = flat * spatial[axis] + starts.reshape(shape) + offsets[axis] * dil[axis]
     return tensor(flat) if isinstance(x, Tensor) else flat
 
 
 def _max_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, padding: Any,
               dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
-    _require(fn, "dilation", dilation, 1)
+    dil = _ntuple(fn, "dilation", dilation, d, 1)
     x, k, s, p = _pool_args(fn, d, input, kernel_size, stride, padding)
-    _, extra = _pool_sizes(fn, _shape(x)[-d:], k, s, p, ceil_mode)
-    if any(extra):
+    sizes, extra = _pool_sizes(fn, _shape(x)[-d:], _spans(k, dil), s, p, ceil_mode)
+    if dil != (1,) * d:
+        # The dilated windows side by side (one take), then a pool whose windows do not
+        # overlap: its VJP sends each window's gradient to the first maximum in torch's scan
+        # order, and the take's adds them back where windows overlap. Padding as ceil_mode's.
+        padded = _padded(x, p, extra, float(np.finfo(_dtype(x)).min))
+        windows = _dilated_windows(padded, k, s, dil, sizes)
+        out = F.apply("max_pool2d" if d == 2 else "max_pool", windows, kernel_size=k,
+                      stride=k, **({} if d == 2 else {"padding": (0,) * d}))
+    elif any(extra):
         # the partial windows of ceil_mode: pad with the lowest finite value, which never wins
         # a window (each holds an input entry); NaN-free, unlike -inf * 0 in a padded sum
         out = F.apply("max_pool2d" if d == 2 else "max_pool",
@@ -495,7 +528,7 @@ def _max_pool(fn: str, d: int, input: Any, kernel_size: Any, stride: Any, paddin
     else:
         out = F.apply("max_pool2d_pad", x, kernel_size=k, stride=s, padding=p)
     if return_indices:
-        return out, _max_indices(fn, x, k, s, p, extra)
+        return out, _max_indices(fn, x, k, s, p, extra, dil)
     return out
 
 

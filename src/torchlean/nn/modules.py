@@ -732,6 +732,10 @@ def _conv_repr(m: Any) -> str:
         text += f", padding={m.padding}"
     if getattr(m, "output_padding", (0, 0)) != (0, 0):
         text += f", output_padding={m.output_padding}"
+    if getattr(m, "dilation", (1, 1)) != (1, 1):
+        text += f", dilation={m.dilation}"
+    if getattr(m, "groups", 1) != 1:
+        text += f", groups={m.groups}"
     if m.bias is None:
         text += ", bias=False"
     return text
@@ -796,23 +800,41 @@ class ConvTranspose2d(Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, output_padding: Any = 0, bias: bool = True,
-                 dtype: Any = "float32", generator: Any = None) -> None:
+                 padding: Any = 0, output_padding: Any = 0, groups: int = 1, bias: bool = True,
+                 dilation: Any = 1, padding_mode: str = "zeros", dtype: Any = "float32",
+                 generator: Any = None) -> None:
         super().__init__()
-        _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels)
+        _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels,
+                  groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise TorchLeanError(f"ConvTranspose2d: in_channels ({in_channels}) and out_channels "
+                                 f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode != "zeros":
+            # torch refuses the other modes for transposed convolutions as well
+            raise TorchLeanError(f"ConvTranspose2d: only padding_mode='zeros' is supported, "
+                                 f"found {padding_mode!r}")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair("ConvTranspose2d kernel_size", kernel_size, 1)
         self.stride = _pair("ConvTranspose2d stride", stride, 1)
         self.padding = _pair("ConvTranspose2d padding", padding)
         self.output_padding = _pair("ConvTranspose2d output_padding", output_padding)
+        self.dilation = _pair("ConvTranspose2d dilation", dilation, 1)
+        self.groups, self.padding_mode = int(groups), padding_mode
         kh, kw = self.kernel_size
-        bound = kaiming_uniform_bound(out_channels * kh * kw)
+        per_group = out_channels // groups
+        bound = kaiming_uniform_bound(per_group * kh * kw)
         self.weight = Param(
-            uniform_init((in_channels, out_channels, kh, kw), bound, dtype, generator), "weight")
+            uniform_init((in_channels, per_group, kh, kw), bound, dtype, generator), "weight")
         self.bias = (Param(uniform_init((out_channels,), bound, dtype, generator), "bias")
                      if bias else None)
 
     def forward(self, x: Any) -> Any:
+        if self.dilation != (1, 1) or self.groups != 1:
+            # nn.functional's form: the dilated kernel, one primitive per group
+            bias = None if self.bias is None else _use(x, self.bias)
+            return functional.conv_transpose2d(x, _use(x, self.weight), bias, self.stride,
+                                               self.padding, self.output_padding, self.groups,
+                                               self.dilation)
         bias = (_use(x, self.bias) if self.bias is not None
                 else _const(x, np.zeros(self.out_channels)))
         return F.conv_transpose2d(_use(x, self.weight), bias, x, stride=self.stride,
@@ -823,42 +845,51 @@ class ConvTranspose2d(Module):
 
 
 class LayerNorm(Module):
-    """Normalise over the last axis (size ``normalized_shape``), then ``* weight + bias``."""
+    """Normalise over the trailing ``normalized_shape`` axes, then ``* weight + bias``.
+
+    One axis is the ``layer_norm`` primitive itself; several (``LayerNorm([C, H, W])``) go
+    through ``nn.functional.layer_norm``, which flattens them into one for the primitive.
+    ``bias=False`` keeps the scale only (torch >= 2.1), as does torch: ``bias`` is then None.
+    """
 
     weight: Param | None
     bias: Param | None
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5,
-                 elementwise_affine: bool = True, dtype: Any = "float32") -> None:
+                 elementwise_affine: bool = True, bias: bool = True,
+                 dtype: Any = "float32") -> None:
         super().__init__()
         shape = ((normalized_shape,) if isinstance(normalized_shape, int | np.integer)
-                 else tuple(normalized_shape))
-        if len(shape) != 1:
-            raise TorchLeanError(f"LayerNorm: only the last axis can be normalised; "
-                                 f"normalized_shape must be an int, found {normalized_shape!r}")
-        _positive("LayerNorm", normalized_shape=shape[0])
-        self.normalized_shape = (int(shape[0]),)
+                 else tuple(normalized_shape) if isinstance(normalized_shape, tuple | list)
+                 else None)
+        if not shape or any(isinstance(d, bool) or not isinstance(d, int | np.integer)
+                            for d in shape):
+            raise TorchLeanError(f"LayerNorm: normalized_shape must be an int or a non-empty "
+                                 f"sequence of ints, found {normalized_shape!r}")
+        for d in shape:
+            _positive("LayerNorm", normalized_shape=d)
+        self.normalized_shape = tuple(int(d) for d in shape)
         self.eps = float(eps)
+        self.elementwise_affine, self._bias_given = bool(elementwise_affine), bool(bias)
         dt = as_dtype(dtype)
-        weight, bias = np.ones(shape, dt), np.zeros(shape, dt)
-        if elementwise_affine:
-            self.weight = Param(weight, "weight")
-            self.bias = Param(bias, "bias")
-        else:
-            self.weight, self.bias = None, None
-            self._fixed = (weight, bias)
+        weight, zero = np.ones(self.normalized_shape, dt), np.zeros(self.normalized_shape, dt)
+        self.weight = Param(weight, "weight") if elementwise_affine else None
+        self.bias = Param(zero, "bias") if elementwise_affine and bias else None
+        self._fixed = (weight, zero)
 
     def forward(self, x: Any) -> Any:
-        if self.weight is None:
-            gamma, beta = (_const(x, a) for a in self._fixed)
-        else:
-            assert self.bias is not None
-            gamma, beta = _use(x, self.weight), _use(x, self.bias)
+        weight, bias = self.weight, self.bias  # (each a ``Module.__getattr__`` call: once)
+        if len(self.normalized_shape) > 1:
+            return functional.layer_norm(
+                x, self.normalized_shape, None if weight is None else _use(x, weight),
+                None if bias is None else _use(x, bias), self.eps)
+        gamma = _const(x, self._fixed[0]) if weight is None else _use(x, weight)
+        beta = _const(x, self._fixed[1]) if bias is None else _use(x, bias)
         return F.layer_norm(x, gamma, beta, eps=self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine="
-                f"{self.weight is not None}, bias={self.bias is not None}")
+                f"{self.elementwise_affine}, bias={self._bias_given}")
 
 
 class BatchNorm2d(Module):
@@ -876,13 +907,18 @@ class BatchNorm2d(Module):
     running_var: Tensor
     num_batches_tracked: Tensor
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True,
                  dtype: Any = "float32") -> None:
         super().__init__()
         _positive("BatchNorm2d", num_features=num_features)
+        if momentum is not None and (isinstance(momentum, bool)
+                                     or not isinstance(momentum, int | float)):
+            raise TorchLeanError(f"BatchNorm2d: momentum must be a number or None (the "
+                                 f"cumulative moving average), found {momentum!r}")
         self.num_features = int(num_features)
-        self.eps, self.momentum = float(eps), float(momentum)
+        self.eps = float(eps)
+        self.momentum = None if momentum is None else float(momentum)
         self.track_running_stats = bool(track_running_stats)
         dt = as_dtype(dtype)
         c = self.num_features
@@ -942,8 +978,11 @@ class BatchNorm2d(Module):
         return value.mean(axis=axes), value.var(axis=axes, ddof=1)
 
     def _update_running(self, mean: np.ndarray, var: np.ndarray) -> None:
-        m = self.momentum
         dt = self.running_mean.dtype
+        # momentum=None: torch's cumulative moving average, weight 1 / (batches seen, this one
+        # included), so the running statistics are the plain mean of every batch's statistics
+        m = (self.momentum if self.momentum is not None
+             else 1.0 / (int(self.num_batches_tracked.numpy()) + 1))
         with no_grad():  # in place, as torch's: a caller holding the buffers sees the update
             self.running_mean.copy_(tensor(((1 - m) * self.running_mean.numpy() + m * mean)
                                            .astype(dt)))
@@ -952,8 +991,10 @@ class BatchNorm2d(Module):
             self.num_batches_tracked.add_(1)
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine=True, "
-                f"bias=True, track_running_stats=True")
+        affine = self.weight is not None
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={affine}, bias={affine}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class NonDynamicallyQuantizableLinear(Linear):
