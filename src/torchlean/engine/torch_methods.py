@@ -765,9 +765,10 @@ def index_add_(self: Any, dim: builtins.int, index: Any, source: Any,
     axis = _dim("index_add_", self, dim)
     idx = _index_tensor("index_add_", index).numpy()
     n = self.shape[axis]
-    onehot = np.zeros((n, len(idx)), self.dtype if self.dtype.kind == "f" else np.float64)
-    onehot[idx, np.arange(len(idx))] = 1
-    src = source.movedim(axis, -1) if isinstance(source, Tensor) else tensor(source)
+    # (k, n): row i puts source slice i at position idx[i]
+    onehot = np.zeros((len(idx), n), self.dtype if self.dtype.kind == "f" else np.float64)
+    onehot[np.arange(len(idx)), idx] = 1
+    src = (source if isinstance(source, Tensor) else tensor(source)).movedim(axis, -1)
     added = src.matmul(_leaf(onehot.astype(src.dtype))).movedim(-1, axis) * alpha
     return self.add_(added)
 
