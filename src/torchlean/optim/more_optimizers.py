@@ -50,15 +50,15 @@ def _betas(name: str, betas: Any) -> tuple[Any, Any]:
 def _check_adam_like(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
     """torch's checks for the Adam family: lr, eps and weight_decay finite and >= 0, each beta
     in [0, 1); other numbers finite and >= 0; flags bools."""
-    out = _checked(name, hyper, nonneg=[k for k in hyper if k not in ("beta1", "beta2")])
+    flags: dict[str, Any] = {key: _flag(name, key, hyper[key])
+             for key in ("maximize", "decoupled_weight_decay") if key in hyper}
+    numbers = {k: v for k, v in hyper.items() if k not in flags}
+    out = _checked(name, numbers, nonneg=[k for k in numbers if k not in ("beta1", "beta2")])
     for key in ("beta1", "beta2"):
         if not 0.0 <= out[key] < 1.0:
             raise OptimizerError(f"{name}: {key} (betas[{key[-1] == '2':d}]) must be in [0, 1), "
                                  f"found {out[key]}")
-    for key in ("maximize", "decoupled_weight_decay"):
-        if key in hyper:
-            out[key] = _flag(name, key, hyper[key])
-    return out
+    return {**out, **flags}
 
 
 def _scalar_state(value: float) -> np.ndarray:
