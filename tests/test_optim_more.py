@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from strict_device import StrictArray, strict_cuda
 
 import torchlean as tl
+from torchlean.core.backend import to_device
 from torchlean.core.errors import UnsupportedArgumentError, UnsupportedKeywordError
 from torchlean.engine.params import Param
 from torchlean.optim import (
@@ -261,6 +263,43 @@ def test_state_dict_resume_is_bit_identical(case: str, tmp_path: Path) -> None:
             assert np.array_equal(a.value, b.value), (case, source)
         for key, value in opt.state_dict().items():
             assert np.array_equal(value, opt2.state_dict()[key], equal_nan=True), (key, source)
+
+
+@pytest.mark.parametrize("case", ["adamax_options", "nadamw_maximize", "radam_options",
+                                  "rprop_options", "asgd_averaging", "adafactor_options"])
+def test_updates_on_the_device_equal_the_host_and_stay_there(case: str) -> None:
+    """On the strict stand-in device (NumPy underneath, refusing implicit transfers) each
+    update runs through the array namespace, in place, with the state on the device (its
+    scalars on the host) and no upload per step: the values equal the host run's exactly.
+    Adafactor reads each parameter's and update's norm back (torch's ``.item()``), explicitly."""
+    make, _, kwargs, second = CASES[case]
+    rng = np.random.default_rng(3)
+    values = [rng.normal(size=s).astype(np.float32) for s in SHAPES]
+    grads = [[rng.normal(size=s).astype(np.float32) for s in SHAPES] for _ in range(5)]
+    host = [Param(v, f"p{i}") for i, v in enumerate(values)]
+    host_opt = make(_groups(host, second), **kwargs)
+    for g in grads:
+        host_opt.step(g)
+    with strict_cuda() as xp:
+        dev = [Param(v, f"p{i}") for i, v in enumerate(values)]
+        opt = make(_groups(dev, second), **kwargs)
+        for p in dev:
+            p.on(xp)
+        device_grads = [[to_device(g, xp) for g in step] for step in grads]
+        buffers = [p.array for p in dev]
+        uploads = xp.transfers.uploads
+        for g in device_grads:
+            opt.step(g)
+        assert xp.transfers.uploads == uploads, "no upload during the steps"
+        assert all(p.array is b for p, b in zip(dev, buffers, strict=True))
+        for state in opt.state:
+            for key, value in state.items():
+                on_host = key in type(opt).HOST_STATE
+                assert (type(value) is np.ndarray) if on_host else (type(value) is StrictArray)
+        for p, q in zip(dev, host, strict=True):
+            assert np.array_equal(p.value, q.value), case
+        sd, host_sd = opt.state_dict(), host_opt.state_dict()
+        assert all(np.array_equal(v, host_sd[k], equal_nan=True) for k, v in sd.items())
 
 
 # -- schedulers -----------------------------------------------------------------------------------

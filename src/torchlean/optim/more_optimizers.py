@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import namespace_of
+from ..core.backend import namespace_of, to_host
 from ..core.errors import UnsupportedArgumentError
 from ..engine.dtypes import get_default_dtype
 from .optimizers import Optimizer, OptimizerError, _checked, _flag, _torch_switches
@@ -59,6 +59,11 @@ def _check_adam_like(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
             raise OptimizerError(f"{name}: {key} (betas[{key[-1] == '2':d}]) must be in [0, 1), "
                                  f"found {out[key]}")
     return {**out, **flags}
+
+
+def _norm(xp: Any, a: Any) -> float:
+    """The 2-norm of all of ``a`` as a host number (explicitly downloaded from a device)."""
+    return float(to_host(xp.linalg.norm(a.reshape(-1))))
 
 
 def _scalar_state(value: float) -> np.ndarray:
@@ -401,7 +406,8 @@ class Adafactor(Optimizer):
         step = float(state["step"])
         one_minus_beta2_t = step ** h["beta2_decay"]
         rho_t = min(lr, 1 / (step ** 0.5))
-        alpha = max(h["eps2"], float(xp.linalg.norm(p.reshape(-1))) / (p.size ** 0.5)) * rho_t
+        # (torch reads both norms back with ``.item()``: on a device, one explicit download each)
+        alpha = max(h["eps2"], _norm(xp, p) / (p.size ** 0.5)) * rho_t
         if h["weight_decay"] != 0.0:
             p *= 1.0 - lr * h["weight_decay"]
         if grad.ndim > 1:
@@ -421,8 +427,7 @@ class Adafactor(Optimizer):
             var_estimate = variance.copy()
         update = 1 / xp.sqrt(xp.maximum(var_estimate, eps1 * eps1))
         update *= grad
-        denom = max(1.0, float(xp.linalg.norm(update.reshape(-1)))
-                    / ((update.size ** 0.5) * h["d"]))
+        denom = max(1.0, _norm(xp, update) / ((update.size ** 0.5) * h["d"]))
         p += (-alpha / denom) * update
 
 
