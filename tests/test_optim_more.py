@@ -201,6 +201,8 @@ def test_keywords_and_bad_arguments_are_refused_by_name() -> None:
             cls(params, **kwargs)
     with pytest.raises(UnsupportedArgumentError, match="SparseAdam: torchlean has no sparse"):
         SparseAdam(params)
+    with pytest.raises(UnsupportedArgumentError, match="Muon: .*bfloat16"):
+        tl.optim.Muon(params)
     opt = Rprop(params)
     with pytest.raises(OptimizerError, match="etas"):
         opt.param_groups[0]["etas"] = (0.5, 0.9)
@@ -499,7 +501,7 @@ def test_scheduler_arguments_are_checked() -> None:
 
 
 def test_namespace_has_torchs_optimisers_and_schedulers() -> None:
-    missing = {"Muon", "swap_in_optimizer_params_and_state", "swa_utils"}  # (not ported)
+    missing = {"swap_in_optimizer_params_and_state", "swa_utils"}  # (not ported)
     for name in set(torch.optim.__all__) - missing:
         assert hasattr(tl.optim, name), name
         assert name in tl.optim.__all__, name

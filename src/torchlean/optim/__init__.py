@@ -3,7 +3,7 @@
 ``torchlean.optim.lr_scheduler`` as in torch). This file only re-exports."""
 
 from . import lr_scheduler
-from .more_optimizers import ASGD, Adafactor, Adamax, NAdam, RAdam, Rprop, SparseAdam
+from .more_optimizers import ASGD, Adafactor, Adamax, Muon, NAdam, RAdam, Rprop, SparseAdam
 from .optimizers import (
     LBFGS,
     SGD,
@@ -18,7 +18,7 @@ from .optimizers import (
 )
 
 __all__ = [
-    "ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax",
+    "ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Muon",
     "NAdam", "Optimizer", "OptimizerError", "ParamGroup", "RAdam", "RMSprop", "Rprop",
     "SparseAdam", "lr_scheduler",
 ]

@@ -1,5 +1,6 @@
 """torch.optim's less common optimisers on ``optimizers.Optimizer``: Adamax, NAdam, RAdam, Rprop,
-ASGD and Adafactor (and ``SparseAdam``, which refuses: torchlean has no sparse gradients).
+ASGD and Adafactor (and ``SparseAdam`` and ``Muon``, which refuse by name: torchlean has no sparse
+gradients and no bfloat16, which Muon's orthogonalisation computes in).
 
 Each follows its torch module's single-tensor path (``torch/optim/adamax.py``, ``nadam.py``,
 ``radam.py``, ``rprop.py``, ``asgd.py``, ``_adafactor.py``): the same formulas with the same
@@ -27,7 +28,7 @@ from ..core.errors import UnsupportedArgumentError
 from ..engine.dtypes import get_default_dtype
 from .optimizers import Optimizer, OptimizerError, _checked, _flag, _torch_switches
 
-__all__ = ["ASGD", "NAdam", "RAdam", "Adafactor", "Adamax", "Rprop", "SparseAdam"]
+__all__ = ["ASGD", "Adafactor", "Adamax", "Muon", "NAdam", "RAdam", "Rprop", "SparseAdam"]
 
 
 def _lerp(state: Any, end: Any, weight: float) -> None:
@@ -440,3 +441,18 @@ class SparseAdam(Optimizer):
         raise UnsupportedArgumentError(
             "SparseAdam: torchlean has no sparse gradients (nn.Embedding(sparse=True) is not "
             "supported), so SparseAdam cannot run; use Adam, which takes dense gradients")
+
+
+class Muon(Optimizer):
+    """torch.optim.Muon orthogonalises each matrix update by Newton-Schulz iterations computed
+    in bfloat16; torchlean has no bfloat16, and in another dtype the updates would differ from
+    torch's, so building one refuses."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95, nesterov: bool = True,
+                 ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+                 eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None) -> None:
+        raise UnsupportedArgumentError(
+            "Muon: torch computes its Newton-Schulz orthogonalisation in bfloat16, which "
+            "torchlean does not have (float32 and float64 only), so Muon cannot match it; use "
+            "AdamW or SGD")
