@@ -1,18 +1,24 @@
 """``optim.lr_scheduler``: torch's learning-rate schedules over an optimiser's ``param_groups``.
 
 Each scheduler writes ``group["lr"]`` of every group once per ``step()`` with torch's formulas,
-in torch's recursive ("chainable") form where torch uses it, so the sequence of rates equals
-torch's to rounding: ``StepLR``, ``MultiStepLR``, ``ExponentialLR``, ``CosineAnnealingLR``,
-``LambdaLR``, ``OneCycleLR`` (which also cycles SGD's ``momentum`` or Adam's ``beta1``) and
-``ReduceLROnPlateau`` (stepped with the metric). Building a scheduler records each group's
-``initial_lr`` and applies the schedule's first rate, as torch does; ``get_last_lr()`` is the
-list of rates the last step set; ``state_dict()`` is every attribute but the optimiser (with
-``LambdaLR``'s functions left out, as torch leaves them).
+in torch's recursive ("chainable") form where torch uses it (and its closed form for
+``step(epoch)``), so the sequence of rates equals torch's to rounding: ``StepLR``,
+``MultiStepLR``, ``ExponentialLR``, ``CosineAnnealingLR``, ``CosineAnnealingWarmRestarts``,
+``LambdaLR``, ``MultiplicativeLR``, ``LinearLR``, ``ConstantLR``, ``PolynomialLR``,
+``OneCycleLR`` and ``CyclicLR`` (both also cycle SGD's ``momentum`` or Adam's ``beta1``),
+``ReduceLROnPlateau`` (stepped with the metric), and the combinations ``SequentialLR`` (one
+scheduler after another at milestones) and ``ChainedScheduler`` (all at every step). Building a
+scheduler records each group's ``initial_lr`` and applies the schedule's first rate, as torch
+does; ``get_last_lr()`` is the list of rates the last step set; ``state_dict()`` is every
+attribute but the optimiser (with ``LambdaLR``'s and ``MultiplicativeLR``'s functions and
+``CyclicLR``'s ``scale_fn`` left out, as torch leaves functions out; a combination holds its
+schedulers' state dicts).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,8 +28,10 @@ import numpy as np
 from .optimizers import Optimizer, OptimizerError
 
 __all__ = [
-    "CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "MultiStepLR",
-    "OneCycleLR", "ReduceLROnPlateau", "StepLR",
+    "ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+    "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
+    "MultiplicativeLR", "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SequentialLR",
+    "StepLR",
 ]
 
 
@@ -47,6 +55,15 @@ def _int(owner: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise OptimizerError(f"{owner}: {name} must be an int >= {minimum}, found {value!r}")
     return int(value)
+
+
+def _per_group(owner: str, name: str, value: Any, n: int) -> list[float]:
+    """One number >= 0 per parameter group: ``value`` itself, or a list of ``n``."""
+    values = list(value) if isinstance(value, list | tuple) else [value] * n
+    if len(values) != n:
+        raise OptimizerError(f"{owner}: expected {n} values for {name} (one per parameter "
+                             f"group), found {len(values)}")
+    return [_number(owner, name, v, 0.0) for v in values]
 
 
 def _optimizer(owner: str, optimizer: Any) -> Optimizer:
@@ -76,8 +93,19 @@ class LRScheduler:
                                          f"param_groups[{i}] when resuming an optimizer")
         self.base_lrs: list[float] = [g["initial_lr"] for g in self.optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._is_initial = False
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The step a scheduler takes when built (``SequentialLR`` also calls it when a
+        scheduler's turn comes); ``_is_initial`` is True meanwhile (a resumed ``LinearLR`` or
+        ``PolynomialLR`` then keeps the rate it finds, as torch's)."""
         self._step_count = 0
-        self.step()
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def get_lr(self) -> list[float]:
         raise NotImplementedError
@@ -89,6 +117,11 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> None:
         """Advance one epoch (or jump to ``epoch``, torch's deprecated form) and set the rates."""
         self._step_count += 1
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
+        """Set the rates of the next epoch (recursive form), or of ``epoch`` (closed form);
+        torch's ``_update_lr``, which ``SequentialLR`` calls with 0 at a milestone."""
         if epoch is None:
             self.last_epoch += 1
         else:
@@ -269,7 +302,7 @@ class OneCycleLR(LRScheduler):
                  "base_momentum"),
                 (total - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
             ]
-        max_lrs = self._per_group(name, "max_lr", max_lr, len(groups))
+        max_lrs = _per_group(name, "max_lr", max_lr, len(groups))
         div = _number(name, "div_factor", div_factor, 0.0, above=True)
         final_div = _number(name, "final_div_factor", final_div_factor, 0.0, above=True)
         if last_epoch == -1:
@@ -283,8 +316,8 @@ class OneCycleLR(LRScheduler):
             if not self.use_beta1 and "momentum" not in opt.defaults:
                 raise OptimizerError(f"{name}: optimizer must support momentum or beta1 with "
                                      "`cycle_momentum` option enabled")
-            lows = self._per_group(name, "base_momentum", base_momentum, len(groups))
-            highs = self._per_group(name, "max_momentum", max_momentum, len(groups))
+            lows = _per_group(name, "base_momentum", base_momentum, len(groups))
+            highs = _per_group(name, "max_momentum", max_momentum, len(groups))
             if last_epoch == -1:
                 for group, low, high in zip(groups, lows, highs, strict=True):
                     if self.use_beta1:
@@ -294,13 +327,6 @@ class OneCycleLR(LRScheduler):
                     group["max_momentum"] = high
                     group["base_momentum"] = low
         super().__init__(opt, last_epoch)
-
-    @staticmethod
-    def _per_group(owner: str, name: str, value: Any, n: int) -> list[float]:
-        values = list(value) if isinstance(value, list | tuple) else [value] * n
-        if len(values) != n:
-            raise OptimizerError(f"{owner}: expected {n} values for {name}, found {len(values)}")
-        return [_number(owner, name, v, 0.0) for v in values]
 
     def _anneal(self, start: float, end: float, pct: float) -> float:
         if self.anneal_strategy == "cos":
@@ -401,3 +427,395 @@ class ReduceLROnPlateau(LRScheduler):
             self.cooldown_counter = self.cooldown
             self.num_bad_epochs = 0
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+
+class MultiplicativeLR(LRScheduler):
+    """Multiply the rate by ``lr_lambda(epoch)`` every epoch (one function, or one per group)."""
+
+    def __init__(self, optimizer: Any, lr_lambda: Any, last_epoch: int = -1) -> None:
+        opt = _optimizer("MultiplicativeLR", optimizer)
+        n = len(opt.param_groups)
+        lambdas = list(lr_lambda) if isinstance(lr_lambda, list | tuple) else [lr_lambda] * n
+        if len(lambdas) != n or not all(callable(f) for f in lambdas):
+            raise OptimizerError(f"MultiplicativeLR: expected one function or {n} functions "
+                                 f"(one per parameter group), found {lr_lambda!r}")
+        self.lr_lambdas: list[Callable[[int], float]] = lambdas
+        super().__init__(opt, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self._is_initial:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * f(self.last_epoch)
+                for f, g in zip(self.lr_lambdas, groups, strict=True)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().state_dict().items() if k != "lr_lambdas"}
+
+
+class ConstantLR(LRScheduler):
+    """Multiply the rate by ``factor`` until epoch ``total_iters``, then restore it."""
+
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1) -> None:
+        self.factor = _number("ConstantLR", "factor", factor, 0.0, above=True)
+        if self.factor > 1.0:
+            raise OptimizerError(f"ConstantLR: factor must be in (0, 1] (the rate is divided by "
+                                 f"it at total_iters), found {self.factor}")
+        self.total_iters = _int("ConstantLR", "total_iters", total_iters, 1)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0:
+            return [g["lr"] * self.factor for g in groups]
+        if self.last_epoch != self.total_iters:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * (1.0 / self.factor) for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
+                for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """Scale the rate by a factor moving linearly from ``start_factor`` to ``end_factor`` over
+    ``total_iters`` epochs (then constant)."""
+
+    def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5, last_epoch: int = -1) -> None:
+        name = "LinearLR"
+        self.start_factor = _number(name, "start_factor", start_factor, 0.0, above=True)
+        if self.start_factor > 1.0:
+            raise OptimizerError(f"{name}: start_factor must be in (0, 1], found "
+                                 f"{self.start_factor}")
+        self.end_factor = _number(name, "end_factor", end_factor, 0.0)
+        if self.end_factor > 1.0:
+            raise OptimizerError(f"{name}: end_factor must be in [0, 1], found {self.end_factor}")
+        self.total_iters = _int(name, "total_iters", total_iters, 1)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0:
+            return [g["lr"] * self.start_factor for g in groups]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return [g["lr"] for g in groups]
+        start, end = self.start_factor, self.end_factor
+        ratio = 1.0 + (end - start) / (self.total_iters * start
+                                       + (self.last_epoch - 1) * (end - start))
+        return [g["lr"] * ratio for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [base * (self.start_factor + (self.end_factor - self.start_factor)
+                        * min(self.total_iters, self.last_epoch) / self.total_iters)
+                for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """Decay the rate as ``initial_lr * (1 - epoch / total_iters) ** power`` until
+    ``total_iters`` (then constant)."""
+
+    def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1) -> None:
+        self.total_iters = _int("PolynomialLR", "total_iters", total_iters, 1)
+        self.power = _number("PolynomialLR", "power", power)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return [g["lr"] for g in groups]
+        decay = ((1.0 - self.last_epoch / self.total_iters)
+                 / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [g["lr"] * decay for g in groups]
+
+    def _closed_form(self) -> list[float]:
+        return [base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters)
+                ** self.power for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine from ``initial_lr`` down to ``eta_min`` over ``T_i`` epochs, then a restart;
+    ``T_i`` starts at ``T_0`` and is multiplied by ``T_mult`` at each restart. ``step(epoch)``
+    takes a fractional epoch (``epoch + i / iters`` per batch) and finds the cycle it lies in."""
+
+    def __init__(self, optimizer: Any, T_0: int, T_mult: int = 1,  # noqa: N803
+                 eta_min: float = 0.0, last_epoch: int = -1) -> None:
+        name = "CosineAnnealingWarmRestarts"
+        self.T_0 = _int(name, "T_0", T_0, 1)
+        self.T_i = self.T_0
+        self.T_mult = _int(name, "T_mult", T_mult, 1)
+        self.eta_min = _number(name, "eta_min", eta_min)
+        self.T_cur: float = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch: float | None = None) -> None:  # type: ignore[override]
+        """Advance one epoch, or go to ``epoch`` (a number >= 0, fractional allowed)."""
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur = self.T_cur % self.T_i
+                self.T_i = self.T_i * self.T_mult
+        else:
+            epoch = _number(type(self).__name__, "epoch", epoch, 0.0)
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log((epoch / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            group["lr"] = lr
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+
+class CyclicLR(LRScheduler):
+    """The cyclical learning rate policy: the rate goes from ``base_lr`` up to ``max_lr`` over
+    ``step_size_up`` steps and back over ``step_size_down`` (default the same), the cycle's
+    height scaled by ``mode`` (``"triangular"``: constant, ``"triangular2"``: halved every
+    cycle, ``"exp_range"``: ``gamma ** iteration``) or by ``scale_fn`` (of the cycle or of the
+    iteration, ``scale_mode``). With ``cycle_momentum``, momentum (SGD, RMSprop) or ``beta1``
+    (the Adam family) moves the opposite way between ``max_momentum`` and ``base_momentum``.
+    Step once per batch."""
+
+    def __init__(self, optimizer: Any, base_lr: Any, max_lr: Any, step_size_up: int = 2000,
+                 step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn: Callable[[float], float] | None = None,
+                 scale_mode: str = "cycle", cycle_momentum: bool = True,
+                 base_momentum: Any = 0.8, max_momentum: Any = 0.9,
+                 last_epoch: int = -1) -> None:
+        name = "CyclicLR"
+        opt = _optimizer(name, optimizer)
+        groups = opt.param_groups
+        base_lrs = _per_group(name, "base_lr", base_lr, len(groups))
+        self.max_lrs = _per_group(name, "max_lr", max_lr, len(groups))
+        up = _number(name, "step_size_up", step_size_up, 0.0, above=True)
+        down = up if step_size_down is None else _number(name, "step_size_down",
+                                                         step_size_down, 0.0)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise OptimizerError(f"{name}: mode must be 'triangular', 'triangular2' or "
+                                 f"'exp_range' (or give scale_fn), found {mode!r}")
+        if scale_fn is not None and not callable(scale_fn):
+            raise OptimizerError(f"{name}: scale_fn must be a function, found {scale_fn!r}")
+        if scale_mode not in ("cycle", "iterations"):
+            raise OptimizerError(f"{name}: scale_mode must be 'cycle' or 'iterations', found "
+                                 f"{scale_mode!r}")
+        self.gamma = _number(name, "gamma", gamma, 0.0)
+        cycle_momentum = bool(cycle_momentum)
+        if cycle_momentum and "beta1" not in opt.defaults and "momentum" not in opt.defaults:
+            raise OptimizerError(f"{name}: optimizer must support momentum or beta1 with "
+                                 f"`cycle_momentum` option enabled ({type(opt).__name__} has "
+                                 "neither)")
+        if cycle_momentum:
+            lows = _per_group(name, "base_momentum", base_momentum, len(groups))
+            highs = _per_group(name, "max_momentum", max_momentum, len(groups))
+        # Checked: now change the optimiser, as torch's constructor does.
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, groups, strict=True):
+                group["lr"] = lr
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        self.mode = mode
+        self._scale_fn_custom = scale_fn
+        # the built-in modes fix what the scale applies to, as torch's ``_init_scale_fn``
+        self.scale_mode = scale_mode if scale_fn is not None else (
+            "iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self.use_beta1 = "beta1" in opt.defaults
+            self.base_momentums, self.max_momentums = lows, highs
+            if last_epoch == -1:
+                for high, low, group in zip(highs, lows, groups, strict=True):
+                    _set_momentum(group, self.use_beta1, high)
+                    group["max_momentum"] = high
+                    group["base_momentum"] = low
+        super().__init__(opt, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x: float) -> float:
+        """The height scale at cycle (or iteration) ``x``."""
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self) -> list[float]:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * scale_factor * scale
+               for base, top in zip(self.base_lrs, self.max_lrs, strict=True)]
+        if self.cycle_momentum:
+            momenta = [top - (top - low) * scale_factor * scale
+                       for low, top in zip(self.base_momentums, self.max_momentums,
+                                           strict=True)]
+            for group, momentum in zip(self.optimizer.param_groups, momenta, strict=True):
+                _set_momentum(group, self.use_beta1, momentum)
+        return lrs
+
+    def state_dict(self) -> dict[str, Any]:
+        # a custom scale function is code, not state: left out as torch leaves a function out
+        return {**super().state_dict(), "_scale_fn_custom": None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        custom = self._scale_fn_custom
+        super().load_state_dict(state_dict)
+        self._scale_fn_custom = custom
+
+
+def _set_momentum(group: Any, use_beta1: bool, value: float) -> None:
+    """Set a group's momentum: ``beta1`` of the Adam family, else ``momentum``."""
+    if use_beta1:
+        group["betas"] = (value, group["betas"][1])
+    else:
+        group["momentum"] = value
+
+
+def _schedulers(owner: str, schedulers: Any, optimizer: Any) -> list[LRScheduler]:
+    """``schedulers`` checked: a non-empty list of schedulers of ``optimizer``, none of them
+    ``ReduceLROnPlateau`` (its step needs the metric)."""
+    if isinstance(schedulers, LRScheduler) or not isinstance(schedulers, list | tuple):
+        raise OptimizerError(f"{owner}: schedulers must be a list of schedulers, found "
+                             f"{type(schedulers).__name__}")
+    if not schedulers:
+        raise OptimizerError(f"{owner} expects at least one scheduler, found none")
+    for i, s in enumerate(schedulers):
+        if not isinstance(s, LRScheduler):
+            raise OptimizerError(f"{owner}: scheduler {i} is a {type(s).__name__}, expected "
+                                 "an lr scheduler")
+        if isinstance(s, ReduceLROnPlateau):
+            raise OptimizerError(f"{owner} does not support ReduceLROnPlateau (scheduler {i}): "
+                                 "its step needs the metric")
+        if s.optimizer is not optimizer:
+            raise OptimizerError(f"{owner} expects all schedulers to belong to the same "
+                                 f"optimizer, but scheduler {i} ({type(s).__name__}) has "
+                                 "another")
+    return list(schedulers)
+
+
+def _nested_state(scheduler: Any) -> dict[str, Any]:
+    state = {k: v for k, v in scheduler.__dict__.items()
+             if k not in ("optimizer", "_schedulers")}
+    state["_schedulers"] = [s.state_dict() for s in scheduler._schedulers]
+    return state
+
+
+def _load_nested(scheduler: Any, state_dict: dict[str, Any]) -> None:
+    name = type(scheduler).__name__
+    inner = state_dict.get("_schedulers")
+    if not isinstance(inner, list) or len(inner) != len(scheduler._schedulers):
+        raise OptimizerError(f"{name}.load_state_dict: expected '_schedulers' with "
+                             f"{len(scheduler._schedulers)} states, found {inner!r:.80}")
+    unknown = sorted(set(state_dict) - set(scheduler.__dict__))
+    if unknown:
+        raise OptimizerError(f"{name}.load_state_dict: unexpected keys {unknown}")
+    for s, state in zip(scheduler._schedulers, inner, strict=True):
+        s.load_state_dict(state)
+    scheduler.__dict__.update({k: v for k, v in state_dict.items() if k != "_schedulers"})
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers`` one after another: scheduler ``i`` takes over at ``milestones[i-1]``
+    (starting from its own epoch 0, its closed form there)."""
+
+    def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler],
+                 milestones: Sequence[int], last_epoch: int = -1) -> None:
+        name = "SequentialLR"
+        opt = _optimizer(name, optimizer)
+        scheds = _schedulers(name, schedulers, opt)
+        if isinstance(milestones, int) or not isinstance(milestones, list | tuple):
+            raise OptimizerError(f"{name}: milestones must be a list of ints, found "
+                                 f"{milestones!r}")
+        marks = [_int(name, "milestone", m, 0) for m in milestones]
+        if len(marks) != len(scheds) - 1:
+            raise OptimizerError(f"{name}: expected {len(scheds) - 1} milestones (one fewer than "
+                                 f"the {len(scheds)} schedulers), found {len(marks)}")
+        if isinstance(last_epoch, bool) or not isinstance(last_epoch, int) or last_epoch < -1:
+            raise OptimizerError(f"{name}: last_epoch must be an int >= -1, found "
+                                 f"{last_epoch!r}")
+        self._schedulers = scheds
+        self._milestones = marks
+        self.last_epoch = last_epoch + 1
+        self.optimizer = opt
+        # Undo the schedulers' own first steps, then start the one whose turn it is.
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"]
+        self._undo(self)
+        scheds[bisect_right(marks, 0)]._initial_step()
+        self._last_lr = scheds[bisect_right(marks, 0)].get_last_lr()
+
+    @staticmethod
+    def _undo(scheduler: Any) -> None:
+        """Take back the initial step of every scheduler inside (nested ones included)."""
+        if hasattr(scheduler, "_schedulers"):
+            for s in scheduler._schedulers:
+                SequentialLR._undo(s)
+        elif hasattr(scheduler, "last_epoch"):
+            scheduler.last_epoch -= 1
+
+    def step(self) -> None:  # type: ignore[override]
+        """Advance one epoch: the current scheduler steps (or, at a milestone, the next one
+        starts at its epoch 0)."""
+        self.last_epoch += 1
+        idx = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every attribute but the optimiser, with each scheduler's own state dict."""
+        return _nested_state(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _load_nested(self, state_dict)
+
+
+class ChainedScheduler(LRScheduler):
+    """Step every scheduler of ``schedulers`` at each ``step()`` (their multiplicative effects
+    compound on the rates)."""
+
+    def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Any = None) -> None:
+        name = "ChainedScheduler"
+        if isinstance(schedulers, list | tuple) and schedulers and optimizer is None:
+            optimizer = getattr(schedulers[0], "optimizer", None)
+        opt = _optimizer(name, optimizer)
+        self._schedulers = _schedulers(name, schedulers, opt)
+        self.optimizer = opt
+        self._last_lr = [g["lr"] for g in opt.param_groups]
+
+    def step(self) -> None:  # type: ignore[override]
+        """Step each scheduler in order."""
+        for scheduler in self._schedulers:
+            scheduler.step()
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every attribute but the optimiser, with each scheduler's own state dict."""
+        return _nested_state(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _load_nested(self, state_dict)

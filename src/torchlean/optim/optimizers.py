@@ -130,8 +130,9 @@ class ParamGroup(dict):  # type: ignore[type-arg]
     """One entry of ``optimizer.param_groups``: ``"params"`` and the group's hyper-parameters.
 
     Setting a hyper-parameter goes through the optimiser's checks (a bad value raises
-    ``OptimizerError`` and changes nothing); ``"betas"`` reads and writes Adam's ``beta1`` and
-    ``beta2`` as torch's pair. Any other key is stored as given (schedulers keep theirs here).
+    ``OptimizerError`` and changes nothing); a torch pair (``"betas"``, Rprop's ``"etas"``, ...:
+    ``Optimizer.PAIRS``) reads and writes its two flat hyper-parameters (Adam's ``beta1`` and
+    ``beta2``) as torch's tuple. Any other key is stored as given (schedulers keep theirs here).
     """
 
     def __init__(self, owner: Optimizer, params: list[Any], hyper: dict[str, Any]) -> None:
@@ -144,20 +145,19 @@ class ParamGroup(dict):  # type: ignore[type-arg]
         return {k: dict.__getitem__(self, k) for k in self._owner.defaults}
 
     def __getitem__(self, key: Any) -> Any:
-        if key == "betas" and "beta1" in self._owner.defaults:
-            return (dict.__getitem__(self, "beta1"), dict.__getitem__(self, "beta2"))
+        pair = self._owner.pair_keys(key)
+        if pair is not None:
+            return self._owner.pair_value(key, (dict.__getitem__(self, pair[0]),
+                                                dict.__getitem__(self, pair[1])))
         return dict.__getitem__(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         defaults = self._owner.defaults
-        if key == "betas" and "beta1" in defaults:
-            try:
-                beta1, beta2 = value
-            except (TypeError, ValueError):
-                raise OptimizerError(f"{type(self._owner).__name__}: betas must be a pair of "
-                                     f"numbers, found {value!r}") from None
-            dict.update(self, self._owner.check_hyper({**self.hyper(), "beta1": beta1,
-                                                       "beta2": beta2}))
+        pair = self._owner.pair_keys(key)
+        if pair is not None:
+            first, second = self._owner.split_pair(key, value)
+            dict.update(self, self._owner.check_hyper({**self.hyper(), pair[0]: first,
+                                                       pair[1]: second}))
         elif key in defaults:
             dict.update(self, self._owner.check_hyper({**self.hyper(), key: value}))
         elif key == "params":
@@ -167,8 +167,7 @@ class ParamGroup(dict):  # type: ignore[type-arg]
             dict.__setitem__(self, key, value)
 
     def __contains__(self, key: object) -> bool:
-        return (key == "betas" and "beta1" in self._owner.defaults) or dict.__contains__(self,
-                                                                                         key)
+        return self._owner.pair_keys(key) is not None or dict.__contains__(self, key)
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self[key] if key in self else default
@@ -261,6 +260,14 @@ class Optimizer:
     # Hyper-parameters added after checkpoints without them were written: a state dict that
     # lacks one loads with this value (torch's default).
     _LATER_HYPER = {"maximize": False, "amsgrad": False}
+    # torch's tuple-valued hyper-parameters, each kept as two flat ones (``state_dict`` holds
+    # floats): the pair's name -> its two hyper-parameters. A pair applies to an optimiser
+    # whose ``defaults`` have its first member.
+    PAIRS: dict[str, tuple[str, str]] = {"betas": ("beta1", "beta2")}
+    # State that stays a host array when the parameter moves to a device: the step counter, and
+    # the scalars an update reads as plain numbers (NAdam's ``mu_product``, ASGD's ``eta``), so
+    # that a step never reads device data back.
+    HOST_STATE: frozenset[str] = frozenset({"step"})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # torchlean's optimisers refuse a torch keyword they do not take by name, before
@@ -298,18 +305,15 @@ class Optimizer:
             raise OptimizerError(f"{name}: a parameter group must be a dict with a 'params' key, "
                                  f"found {type(group).__name__}")
         params = _collect_params(group["params"], name)
-        known = set(self.defaults) | ({"betas"} if "beta1" in self.defaults else set())
+        known = set(self.defaults)
         hyper = dict(self.defaults)
         extra: dict[str, Any] = {}
         for key, value in group.items():
             if key == "params":
                 continue
-            if key == "betas" and "beta1" in self.defaults:
-                try:
-                    hyper["beta1"], hyper["beta2"] = value
-                except (TypeError, ValueError):
-                    raise OptimizerError(f"{name}: betas must be a pair of numbers, found "
-                                         f"{value!r}") from None
+            pair = self.pair_keys(key)
+            if pair is not None:
+                hyper[pair[0]], hyper[pair[1]] = self.split_pair(key, value)
             elif key in known:
                 hyper[key] = value
             else:
@@ -345,6 +349,24 @@ class Optimizer:
         raise NotImplementedError
 
     # -- hyper-parameters -----------------------------------------------------------------------
+    def pair_keys(self, key: Any) -> tuple[str, str] | None:
+        """The two flat hyper-parameters behind torch's pair ``key`` (``"betas"``), or None."""
+        pair = self.PAIRS.get(key) if isinstance(key, str) else None
+        return pair if pair is not None and pair[0] in self.defaults else None
+
+    def split_pair(self, key: str, value: Any) -> tuple[Any, Any]:
+        """torch's pair ``value`` for ``key`` as its two members (checked by ``check_hyper``)."""
+        try:
+            first, second = value
+        except (TypeError, ValueError):
+            raise OptimizerError(f"{type(self).__name__}: {key} must be a pair of numbers, "
+                                 f"found {value!r}") from None
+        return first, second
+
+    def pair_value(self, key: str, values: tuple[Any, Any]) -> tuple[Any, Any]:
+        """The pair ``key`` as torch shows it, from its two stored members."""
+        return values
+
     def check_hyper(self, hyper: dict[str, Any]) -> dict[str, Any]:
         """Validated, normalised hyper-parameters; raises ``OptimizerError``."""
         return dict(hyper)
@@ -463,7 +485,7 @@ class Optimizer:
             if self._fresh[i]:  # still the initial state: made afresh there, no upload
                 state.update(self.init_single(self.params[i]))
             for key, value in state.items():
-                if key != "step" and namespace_of(value) is not xp:
+                if key not in self.HOST_STATE and namespace_of(value) is not xp:
                     state[key] = to_device(value, xp)
             self._state_xp[i] = xp
         self._fresh[i] = False
@@ -537,14 +559,15 @@ class Optimizer:
             xp = namespace_of(p.array)
             for key, old in state.items():
                 arr = found[f"state.{i}.{key}"]
-                if (key == "step" or xp is np) and type(arr) is np.ndarray and \
+                host = key in self.HOST_STATE
+                if (host or xp is np) and type(arr) is np.ndarray and \
                         arr.flags.writeable and arr.flags.c_contiguous:
                     # The given array itself, as torch's (its ``.to`` of a tensor already of
                     # the parameter's dtype and device is that tensor): the state dict and
                     # this optimiser then share it; ``copy.deepcopy`` the state dict for a
                     # copy. (A read-only or strided array is copied.)
                     state[key] = arr
-                elif key == "step":
+                elif host:
                     state[key] = np.array(arr, copy=True)
                 elif namespace_of(old) is xp:
                     old[...] = to_device(arr, xp)  # in place: the buffers stay the same
