@@ -117,3 +117,26 @@ def test_runtime_switches() -> None:
         tl.set_num_threads(0)
     with pytest.raises(tl.TorchLeanError, match="'highest'"):
         tl.set_float32_matmul_precision("low")
+
+
+def test_torch_compile_forms_return_the_model() -> None:
+    lin = _model(tl)
+    assert tl.compile(lin) is lin
+    assert tl.compile(lin, mode="max-autotune", fullgraph=False) is lin
+
+    @tl.compile
+    def f(a: Any) -> Any:
+        return a * 2
+
+    @tl.compile(dynamic=True)
+    def g(a: Any) -> Any:
+        return a + 1
+
+    assert f(3) == 6 and g(3) == 4
+    traced = tl.compile(lambda x: lin(x), (3, 4))  # torchlean's traced form is unchanged
+    np.testing.assert_allclose(np.asarray(traced(X)), lin(tl.tensor(X)).detach().numpy(),
+                               rtol=1e-6)
+    with pytest.raises(tl.SignatureError, match="unexpected keyword"):
+        tl.compile(lin, turbo=True)
+    with pytest.raises(tl.SignatureError, match="shapeless form"):
+        tl.compile(lambda x: x, (3,), mode="default")

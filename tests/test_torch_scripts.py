@@ -144,7 +144,17 @@ HELD_OUT_2: dict[str, tuple[tuple, dict[str, tuple]]] = {
                             "attn_concat": ("close", 1e-4, 1e-5), "first_loss": near(0.2),
                             "last_loss": near(0.45)}),
 }
+# A third round (session 21): torch.func, hooks, a nanoGPT-style loop and a training recipe,
+# written from the public tutorials after a hunt found each API missing.
+HELD_OUT_3: dict[str, tuple[tuple, dict[str, tuple]]] = {
+    "func_transforms": (CLOSE, {}),
+    "hooks_tutorial": (EXACT, {}),
+    # booleans: the loss falls from chance (2.4) below 1.0, sampling continues the sequence
+    "nanogpt_train": (EXACT, {}),
+    "training_recipe": (EXACT, {}),
+}
 HELD_OUT.update(HELD_OUT_2)
+HELD_OUT.update(HELD_OUT_3)
 SCRIPTS.update(HELD_OUT)
 
 # What stops each script on torchlean today (the first error it meets). strict: a script that

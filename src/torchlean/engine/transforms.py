@@ -21,7 +21,7 @@ import numpy as np
 from ..core import alloc
 from ..core.attr_kinds import max_elements
 from ..core.backend import device_of, namespace_for, namespace_of, numeric_array
-from ..core.errors import ShapeError, TraceError, device_mismatch
+from ..core.errors import ShapeError, SignatureError, TraceError, device_mismatch
 from ..core.kernels import array_on
 from ..core.registry import KERNELS
 from ..core.shape import as_shape
@@ -356,15 +356,38 @@ _UNSEEN = object()
 _SEEN_ONCE = object()  # a key run once, interpreted: the next call emits its plan
 
 
+_TORCH_COMPILE_KEYWORDS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")
+
+
 def compile(  # noqa: A001  (the public name, as torch.compile)
-    fn: Callable[..., Any], *leaf_shapes: Sequence[int], dtype: Any = "float32",
-    wrt: Sequence[int] | None = None,
-) -> Compiled:
+    fn: Callable[..., Any] | None = None, *leaf_shapes: Sequence[int], dtype: Any = "float32",
+    wrt: Sequence[int] | None = None, **torch_options: Any,
+) -> Any:
     """Trace ``fn`` once over leaves of ``leaf_shapes``; see ``Compiled``.
 
     ``wrt`` names the differentiable leaves (default: all). The others are data: no rule
     computes their cotangents, and ``vjp``/``backward`` report zeros for them.
+
+    torch's form, without shapes (``torch.compile(model, mode=...)``, or as a decorator with or
+    without options), returns the model or function itself: torch's compiled module computes
+    what the eager one does, and so does this one (``model.compile()`` / ``tl.compile(fn,
+    *shapes)`` give torchlean's traced graphs).
     """
+    unknown = sorted(set(torch_options) - set(_TORCH_COMPILE_KEYWORDS))
+    if unknown:
+        raise SignatureError(f"compile: unexpected keyword argument(s) {unknown} (torch's are "
+                             f"{', '.join(_TORCH_COMPILE_KEYWORDS)})")
+    if not leaf_shapes:
+        if fn is None:  # @torch.compile(mode=...)
+            return lambda f: f
+        if not callable(fn):
+            raise SignatureError(f"compile: expected a function or a module, found "
+                                 f"{type(fn).__name__}")
+        return fn
+    if fn is None or torch_options:
+        raise SignatureError("compile: traced compilation takes a function and leaf shapes "
+                             f"(torch's options {sorted(torch_options)} apply to the shapeless "
+                             "form only)")
     return Compiled(fn, leaf_shapes, dtype, wrt)
 
 
