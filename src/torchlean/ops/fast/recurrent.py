@@ -5,7 +5,8 @@ differentiate again) and cost about 15 kernel calls per time step. Here the gate
 every step are recomputed from the saved states at once (one GEMM over all ``L * B`` rows and
 whole-sequence elementwise passes), and the loop over time keeps only what the recurrence needs:
 per step a few elementwise products into one preallocated ``(L, B, G*H)`` cotangent buffer and
-one GEMM against ``W_hh`` to carry the cotangent to the previous state. The weight cotangents
+one GEMM against ``W_hh`` to carry the cotangent to the previous state. The LSTM's fast forward
+also keeps its gate activations (``residuals``), so its VJP skips even that recomputation. The weight cotangents
 are one GEMM over the whole buffer. Same formulas as the reference rule, summed in another
 order (within ``registry.FAST_RTOL``).
 """
@@ -19,6 +20,53 @@ import numpy as np
 from ...core.registry import attach_fast
 from ..elementwise import _sigmoid
 from ..recurrent import GATES  # noqa: F401  (registers the scans before they are made fast)
+from . import residuals
+
+_GATES_SAVED = "lstm_scan.gates"
+
+
+def _sigmoid_in_place(x: Any) -> Any:
+    """``sigmoid(x) = (1 + tanh(x / 2)) / 2`` in place: one transcendental per entry, no
+    branch (the reference's overflow-free form takes an exp, a where and two divisions)."""
+    x *= 0.5
+    np.tanh(x, out=x)
+    x *= 0.5
+    x += 0.5
+    return x
+
+
+def lstm_forward(xw: Any, h0: Any, c0: Any, w: Any, b: Any, reverse: bool = False) -> Any:
+    """Fast ``lstm_scan`` forward: per step one GEMM into a gate buffer, the activations in
+    place, and the gates ``(L, B, 4H)`` (g as tanh, the others as sigmoids) kept for the VJP."""
+    steps, batch, width = xw.shape
+    hidden = width // 4
+    out = np.empty((2, steps, batch, hidden), dtype=xw.dtype)
+    gates = np.empty_like(xw)
+    wt = w.T
+    h, c = h0, c0
+    for t in _forward_order(steps, reverse):
+        pre = gates[t]
+        np.matmul(h, wt, out=pre)
+        pre += xw[t]
+        pre += b
+        g = pre[:, 2 * hidden:3 * hidden]
+        tg = np.tanh(g)
+        _sigmoid_in_place(pre)
+        g[...] = tg
+        i, f, o = pre[:, :hidden], pre[:, hidden:2 * hidden], pre[:, 3 * hidden:]
+        c_new = out[1, t]
+        np.multiply(f, c, out=c_new)
+        c_new += i * g
+        h_new = out[0, t]
+        np.tanh(c_new, out=h_new)
+        h_new *= o
+        h, c = h_new, c_new
+    residuals.save(out, _GATES_SAVED, (xw.shape, reverse), gates)
+    return out
+
+
+def _forward_order(steps: int, reverse: bool) -> range:
+    return range(steps - 1, -1, -1) if reverse else range(steps)
 
 
 def _previous(seq: Any, first: Any, reverse: bool) -> Any:
@@ -50,19 +98,22 @@ def lstm_vjp(ops: Any, g: Any, xs: Any, out: Any, reverse: bool = False) -> tupl
     _, steps, batch, hidden = out.shape
     hs, cs = out[0], out[1]
     hprev, cprev = _previous(hs, h0, reverse), _previous(cs, c0, reverse)
-    pre = (hprev.reshape(-1, hidden) @ w.T).reshape(xw.shape)
-    pre += xw
-    pre += b
-    i = _sigmoid(pre[..., :hidden])
-    f = _sigmoid(pre[..., hidden:2 * hidden])
-    gg = np.tanh(pre[..., 2 * hidden:3 * hidden])
-    o = _sigmoid(pre[..., 3 * hidden:])
+    gates = residuals.load(out, _GATES_SAVED, (xw.shape, reverse))
+    if gates is None:  # recomputed from the states: one GEMM over every step
+        gates = (hprev.reshape(-1, hidden) @ w.T).reshape(xw.shape)
+        gates += xw
+        gates += b
+        gates[..., :2 * hidden] = _sigmoid(gates[..., :2 * hidden])
+        gates[..., 2 * hidden:3 * hidden] = np.tanh(gates[..., 2 * hidden:3 * hidden])
+        gates[..., 3 * hidden:] = _sigmoid(gates[..., 3 * hidden:])
+    i, f = gates[..., :hidden], gates[..., hidden:2 * hidden]
+    gg, o = gates[..., 2 * hidden:3 * hidden], gates[..., 3 * hidden:]
     tc = np.tanh(cs)
     # step-independent factors: dc -> (di, df, dg), dh -> do, and dh -> dc through tanh(c)
     fi, ff, fg = gg * i * (1 - i), cprev * f * (1 - f), i * (1 - gg * gg)
     fo = tc * o * (1 - o)
     a = o * (1 - tc * tc)
-    dpre = np.empty_like(pre)
+    dpre = np.empty_like(gates)
     gh, gc = g[0], g[1]
     carry_h = carry_c = None
     for t in _order(steps, reverse):
@@ -128,5 +179,5 @@ def rnn_vjp(ops: Any, g: Any, xs: Any, out: Any, mode: str = "tanh",
     return dxw, carry, gw, gb
 
 
-attach_fast("lstm_scan", vjp=lstm_vjp)
+attach_fast("lstm_scan", forward=lstm_forward, vjp=lstm_vjp)
 attach_fast("rnn_scan", vjp=rnn_vjp)
