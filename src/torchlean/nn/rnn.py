@@ -1,11 +1,14 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their single-step cells, as ``torch.nn``.
 
-Every step is written with the primitive ops (``linear`` per gate on first-axis slices of the
-stacked weights, ``sigmoid``, ``tanh``, products and sums, ``stack``), so a recurrent model runs
-on tensors, in a session, and traced by ``tl.compile`` (a graph the verifier and the ONNX
-exporter read like any other), and its gradient comes from the same rules as every other
-layer's. The loop over time is unrolled when the model runs, so a compiled graph is specific to
-the sequence length (as any traced graph is).
+Each direction of each layer is one fused scan primitive (``lstm_scan``, or ``rnn_scan`` with
+mode tanh / relu / gru: see ``ops.recurrent``) over every step's input projection (one
+``linear``), so a layer records a handful of ops, not about 20 per time step, and still runs on
+tensors, in a session, and traced by ``tl.compile`` (the ONNX exporter writes the scan unrolled).
+A packed batch (per-step masks hold each sequence's state past its end) and LSTM's projection
+(``proj_size``, which feeds the projected ``h`` back) keep the step written with primitives
+(``linear`` per gate on first-axis slices of the stacked weights, ``sigmoid``, ``tanh``,
+products and sums, ``stack``). A compiled graph is specific to the sequence length (as any
+traced graph is).
 
 Parameter names, shapes, gate order and initialisation follow torch: ``weight_ih_l{k}``
 ``(G * hidden, in)``, ``weight_hh_l{k}`` ``(G * hidden, hidden)``, ``bias_ih_l{k}``,

@@ -5,10 +5,10 @@ differentiate again) and cost about 15 kernel calls per time step. Here the gate
 every step are recomputed from the saved states at once (one GEMM over all ``L * B`` rows and
 whole-sequence elementwise passes), and the loop over time keeps only what the recurrence needs:
 per step a few elementwise products into one preallocated ``(L, B, G*H)`` cotangent buffer and
-one GEMM against ``W_hh`` to carry the cotangent to the previous state. The LSTM's fast forward
-also keeps its gate activations (``residuals``), so its VJP skips even that recomputation. The weight cotangents
-are one GEMM over the whole buffer. Same formulas as the reference rule, summed in another
-order (within ``registry.FAST_RTOL``).
+one GEMM against ``W_hh`` to carry the cotangent to the previous state. The weight cotangents
+are one GEMM over the whole buffer. The LSTM's fast forward also keeps its gate activations
+(``residuals``), so its VJP skips even the recomputation. Same formulas as the reference rule,
+rounded differently (within ``registry.FAST_RTOL``).
 """
 
 from __future__ import annotations
