@@ -93,15 +93,15 @@ def _lstm_forward(xw: Any, h0: Any, c0: Any, w: Any, b: Any, reverse: bool = Fal
     wt = w.T
     h, c = h0, c0
     for t in _order(xw.shape[0], reverse):
-        pre = xw[t] + (h @ wt + b)
+        pre = xw[t, ...] + (h @ wt + b)
         i = _sigmoid(pre[:, :hidden])
         f = _sigmoid(pre[:, hidden:2 * hidden])
         g = xp.tanh(pre[:, 2 * hidden:3 * hidden])
         o = _sigmoid(pre[:, 3 * hidden:])
         c = f * c + i * g
         h = o * xp.tanh(c)
-        out[0, t] = h
-        out[1, t] = c
+        out[0, t, ...] = h
+        out[1, t, ...] = c
     return out
 
 
@@ -114,7 +114,7 @@ def _rnn_forward(xw: Any, h0: Any, w: Any, b: Any, mode: str = "tanh",
     h = h0
     for t in _order(xw.shape[0], reverse):
         hw = h @ wt + b
-        x = xw[t]
+        x = xw[t, ...]
         if mode == "gru":
             r = _sigmoid(x[:, :hidden] + hw[:, :hidden])
             z = _sigmoid(x[:, hidden:2 * hidden] + hw[:, hidden:2 * hidden])
@@ -124,7 +124,7 @@ def _rnn_forward(xw: Any, h0: Any, w: Any, b: Any, mode: str = "tanh",
             h = xp.maximum(x + hw, 0)
         else:
             h = xp.tanh(x + hw)
-        out[t] = h
+        out[t, ...] = h
     return out
 
 
