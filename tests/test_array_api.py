@@ -71,6 +71,8 @@ COVERED: tuple[str, ...] = (
     "broadcast_to", "sum_to", "permute",
     # linear algebra and attention
     "linear", "matmul", "bmm", "matmul_nd", "multi_head_attention",
+    # recurrent scans
+    "lstm_scan", "rnn_scan",
     # indexing along axis 0 with static ints, concatenation, slicing
     "gather_scalar", "gather_row", "scatter_add_vec", "scatter_add_row", "gather_scalar_nat",
     "concat_vectors", "concat_dim0", "slice_range0", "pad_range0",

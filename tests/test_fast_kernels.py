@@ -71,8 +71,8 @@ def _agree(name: str, inputs: list[np.ndarray], attrs: dict[str, Any], seed: int
 def test_the_fast_set_is_the_expected_one() -> None:
     # What ops.fast attaches (a kernel removed or added must be a decision, seen here).
     assert FAST == ["conv", "conv2d", "conv_core", "conv_transpose_core", "conv_weight_grad",
-                    "gelu", "layer_norm", "linear", "max_pool", "max_pool2d", "max_pool2d_pad",
-                    "multi_head_attention", "softmax"]
+                    "gelu", "layer_norm", "linear", "lstm_scan", "max_pool", "max_pool2d",
+                    "max_pool2d_pad", "multi_head_attention", "rnn_scan", "softmax"]
     for name in FAST:
         prim = REGISTRY[name]
         assert prim.forward is not prim.reference_forward or prim.fast_forward is None

@@ -1,11 +1,14 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their single-step cells, as ``torch.nn``.
 
-Every step is written with the primitive ops (``linear`` per gate on first-axis slices of the
-stacked weights, ``sigmoid``, ``tanh``, products and sums, ``stack``), so a recurrent model runs
-on tensors, in a session, and traced by ``tl.compile`` (a graph the verifier and the ONNX
-exporter read like any other), and its gradient comes from the same rules as every other
-layer's. The loop over time is unrolled when the model runs, so a compiled graph is specific to
-the sequence length (as any traced graph is).
+Each direction of each layer is one fused scan primitive (``lstm_scan``, or ``rnn_scan`` with
+mode tanh / relu / gru: see ``ops.recurrent``) over every step's input projection (one
+``linear``), so a layer records a handful of ops, not about 20 per time step, and still runs on
+tensors, in a session, and traced by ``tl.compile`` (the ONNX exporter writes the scan unrolled).
+A packed batch (per-step masks hold each sequence's state past its end) and LSTM's projection
+(``proj_size``, which feeds the projected ``h`` back) keep the step written with primitives
+(``linear`` per gate on first-axis slices of the stacked weights, ``sigmoid``, ``tanh``,
+products and sums, ``stack``). A compiled graph is specific to the sequence length (as any
+traced graph is).
 
 Parameter names, shapes, gate order and initialisation follow torch: ``weight_ih_l{k}``
 ``(G * hidden, in)``, ``weight_hh_l{k}`` ``(G * hidden, hidden)``, ``bias_ih_l{k}``,
@@ -33,6 +36,7 @@ from .utils.rnn import PackedSequence
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+_SCAN_MODE = {"RNN_TANH": "tanh", "RNN_RELU": "relu", "GRU": "gru"}
 
 
 def _gate_rows(w: Any, gates: int) -> list[Any]:
@@ -73,6 +77,30 @@ def _weights(owner: Module, x: Any, kind: str, suffix: str) -> tuple[list[Any], 
     b = (_use(x, getattr(owner, f"bias_{kind}{suffix}")) if owner.bias
          else _const(x, np.zeros(gates * owner.hidden_size)))
     return _gate_rows(w, gates), _gate_rows(b, gates)
+
+
+def _stacked(owner: Module, x: Any, kind: str, suffix: str) -> tuple[Any, Any]:
+    """``weight_<kind><suffix>`` and its bias (zeros without bias) whole, as refs where ``x``
+    lives."""
+    w = _use(x, getattr(owner, f"weight_{kind}{suffix}"))
+    b = (_use(x, getattr(owner, f"bias_{kind}{suffix}")) if owner.bias
+         else _const(x, np.zeros(_shape(w)[0])))
+    return w, b
+
+
+def _scan(mode: str, xw: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool
+          ) -> tuple[Any, Any, Any]:
+    """The fused recurrence over input projections ``xw`` ``(L, B, G*H)``: the state sequence
+    ``(L, B, H)`` and the final ``h`` and ``c`` (``c`` is None except for LSTM; the final
+    state is the last processed step's, the first one when ``reverse``)."""
+    steps = _shape(xw)[0]
+    last = 0 if reverse else steps - 1
+    if mode == "LSTM":
+        out = F.lstm_scan(xw, h0, c0, w_hh, b_hh, reverse=reverse)
+        hs, cs = out[0], out[1]
+        return hs, hs[last], cs[last]
+    hs = F.rnn_scan(xw, h0, w_hh, b_hh, mode=_SCAN_MODE[mode], reverse=reverse)
+    return hs, hs[last], None
 
 
 def _check_float_input(layer: str, x: Any, ndims: tuple[int, ...], size: int) -> tuple[int, ...]:
@@ -189,6 +217,14 @@ class _RNNBase(Module):
             outputs[t] = h_new * m
         return outputs, h, c
 
+    def _scan(self, x: Any, h0: Any, c0: Any, suffix: str, reverse: bool
+              ) -> tuple[Any, Any, Any]:
+        """One direction of one layer as one fused scan (``lstm_scan`` / ``rnn_scan``) over
+        every step's input projection (one ``linear``): the output sequence and final states."""
+        xw = F.linear(*_stacked(self, x, "ih", suffix), x)
+        w_hh, b_hh = _stacked(self, x, "hh", suffix)
+        return _scan(self.mode, xw, h0, c0, w_hh, b_hh, reverse)
+
     def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002  (torch's name)
         if isinstance(input, PackedSequence):
             return self._packed(input, hx)
@@ -235,6 +271,13 @@ class _RNNBase(Module):
             per_direction = []
             for d in range(directions):
                 suffix = f"_l{k}" + ("_reverse" if d else "")
+                if masks is None and not self.proj_size:
+                    out, h, c = self._scan(x, h0[k * directions + d], c0[k * directions + d],
+                                           suffix, bool(d))
+                    per_direction.append(out)
+                    h_n.append(h)
+                    c_n.append(c)
+                    continue
                 w_ih, b_ih = _weights(self, x, "ih", suffix)
                 # every step's input projection at once, per gate
                 projected = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
@@ -342,10 +385,11 @@ class _CellBase(Module):
                                  f"{type(hx).__name__}")
         h = self._state(x, hx[0] if lstm and hx is not None else hx, "hx", batched)
         c = self._state(x, hx[1] if hx is not None else None, "cx", batched) if lstm else None
-        w_ih, b_ih = _weights(self, x, "ih", "")
-        w_hh, b_hh = _weights(self, x, "hh", "")
-        xw = [F.linear(w, b, x) for w, b in zip(w_ih, b_ih, strict=True)]
-        h, c = _step(self.mode, xw, h, c, w_hh, b_hh)
+        # one step of the fused scan: fewer recorded ops than the step written out gate by gate
+        xw = F.linear(*_stacked(self, x, "ih", ""), x)
+        xw = F.reshape(xw, (1,) + _shape(xw))
+        w_hh, b_hh = _stacked(self, x, "hh", "")
+        _, h, c = _scan(self.mode, xw, h, c, w_hh, b_hh, False)
         return h, c, batched
 
     def extra_repr(self) -> str:

@@ -351,6 +351,61 @@ def _gelu(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
     return e.node("Mul", [e.node("Mul", [x, factor]), e.const(0.5)])
 
 
+def _scan(lstm: bool) -> Emitter:
+    """``lstm_scan`` / ``rnn_scan`` unrolled over the (static) sequence length: per step a
+    Gather of its input projection, one MatMul against ``W_hh^T``, gate Slices on the last axis
+    and the gate formulas; the states stacked with Unsqueeze and Concat. (ONNX's LSTM / GRU /
+    RNN operators take the input weights and another gate order; a body of plain operators is
+    the scan's own definition.)"""
+
+    def emit(e: _Emit, ins: list[str], shapes: list[Shape], out: Shape,
+             attrs: dict[str, Any]) -> str:
+        xw, h = ins[0], ins[1]
+        c = ins[2] if lstm else None
+        w, b = ins[-2], ins[-1]
+        steps, hidden = shapes[0][0], shapes[1][1]
+        mode = "lstm" if lstm else str(attrs.get("mode", "tanh"))
+        wt = e.node("Transpose", [w], perm=[1, 0])
+
+        def gate(x: str, k: int) -> str:
+            return e.node("Slice", [x, e.ints([k * hidden]), e.ints([(k + 1) * hidden]),
+                                    e.ints([1])])
+
+        def one_minus(x: str) -> str:
+            return e.node("Sub", [e.const(1.0), x])
+
+        hs: list[str] = [""] * steps
+        cs: list[str] = [""] * steps
+        order = range(steps - 1, -1, -1) if attrs.get("reverse") else range(steps)
+        for t in order:
+            x = e.node("Gather", [xw, e.const(np.int64(t), np.int64)], axis=0)
+            hw = e.node("Add", [e.node("MatMul", [h, wt]), b])
+            if mode == "lstm":
+                pre = e.node("Add", [x, hw])
+                i, f = e.node("Sigmoid", [gate(pre, 0)]), e.node("Sigmoid", [gate(pre, 1)])
+                g, o = e.node("Tanh", [gate(pre, 2)]), e.node("Sigmoid", [gate(pre, 3)])
+                assert c is not None
+                c = e.node("Add", [e.node("Mul", [f, c]), e.node("Mul", [i, g])])
+                h = e.node("Mul", [o, e.node("Tanh", [c])])
+                cs[t] = e.node("Unsqueeze", [c, e.ints([0])])
+            elif mode == "gru":
+                r = e.node("Sigmoid", [e.node("Add", [gate(x, 0), gate(hw, 0)])])
+                z = e.node("Sigmoid", [e.node("Add", [gate(x, 1), gate(hw, 1)])])
+                n = e.node("Tanh", [e.node("Add", [gate(x, 2), e.node("Mul", [r, gate(hw, 2)])])])
+                h = e.node("Add", [e.node("Mul", [one_minus(z), n]), e.node("Mul", [z, h])])
+            else:
+                h = e.node("Tanh" if mode == "tanh" else "Relu", [e.node("Add", [x, hw])])
+            hs[t] = e.node("Unsqueeze", [h, e.ints([0])])
+        seq = hs[0] if steps == 1 else e.node("Concat", hs, axis=0)
+        if not lstm:
+            return seq
+        cseq = cs[0] if steps == 1 else e.node("Concat", cs, axis=0)
+        return e.node("Concat", [e.node("Unsqueeze", [seq, e.ints([0])]),
+                                 e.node("Unsqueeze", [cseq, e.ints([0])])], axis=0)
+
+    return emit
+
+
 class _Inexpressible(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -423,6 +478,8 @@ COMPOSED: dict[str, Emitter] = {
     "gather_scalar_nat": _gather("scalar"),
     "embedding": _embedding,
     "gelu": _gelu,
+    "lstm_scan": _scan(True),
+    "rnn_scan": _scan(False),
 }
 
 EXPORTED_PRIMITIVES: tuple[str, ...] = tuple(sorted(set(DIRECT) | set(COMPOSED)))

@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     norm,
     pool,
     random,
+    recurrent,
     reductions,
     take,
 )

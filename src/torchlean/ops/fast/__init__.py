@@ -21,6 +21,10 @@ and in ``tl.Tensor`` code (on by default: ``registry.set_tensor_kernels``).
   instead of recomputing the row statistics twice;
 - ``attention``: the forward keeps q, k, v and the softmax probabilities, and the VJP is one
   fused NumPy pass over them instead of recomputing the forward through primitives;
+- ``recurrent``: the LSTM / RNN / GRU scans' backpropagation through time in NumPy: the gates
+  of all steps recomputed at once from the saved states, then per step a few products into one
+  cotangent buffer and one GEMM against ``W_hh`` (the reference rule, written with primitives,
+  records about 15 kernel calls per step);
 - ``softmax``: rows of at most 64 entries take their maxima over the columns of a transposed
   copy and their sums as one matrix-vector product (NumPy reduces a short contiguous axis row
   by row);
@@ -38,4 +42,13 @@ Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one 
 described in each module, with the variants that lost.
 """
 
-from . import attention, conv, elementwise, linalg, norm, pool, softmax  # noqa: F401  (attach them)
+from . import (  # noqa: F401  (attach them)
+    attention,
+    conv,
+    elementwise,
+    linalg,
+    norm,
+    pool,
+    recurrent,
+    softmax,
+)
