@@ -1725,3 +1725,62 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
 
 __all__ += ["adaptive_max_pool2d", "interpolate", "pixel_shuffle", "group_norm", "instance_norm",
             "affine_grid", "grid_sample", "embedding_bag", "dropout1d", "dropout2d", "dropout3d"]
+
+# torch's other functional names, written in their own modules over the ones above (imported
+# last: those modules use this one)
+from .functional_more import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_max_pool1d,
+    adaptive_max_pool1d_with_indices,
+    adaptive_max_pool2d_with_indices,
+    alpha_dropout,
+    bilinear,
+    channel_shuffle,
+    conv_transpose1d,
+    feature_alpha_dropout,
+    fold,
+    gumbel_softmax,
+    hardshrink,
+    local_response_norm,
+    lp_pool1d,
+    lp_pool2d,
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_unpool1d,
+    max_unpool2d,
+    pdist,
+    pixel_unshuffle,
+    rms_norm,
+    rrelu,
+    softshrink,
+    unfold,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
+from .losses_more import (  # noqa: E402
+    cosine_embedding_loss,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    poisson_nll_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
+    triplet_margin_with_distance_loss,
+)
+
+__all__ += [
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "alpha_dropout", "bilinear", "channel_shuffle",
+    "conv_transpose1d", "feature_alpha_dropout", "fold", "gumbel_softmax", "hardshrink",
+    "local_response_norm", "lp_pool1d", "lp_pool2d", "max_pool1d_with_indices",
+    "max_pool2d_with_indices", "max_unpool1d", "max_unpool2d", "pdist", "pixel_unshuffle",
+    "rms_norm", "rrelu", "softshrink", "unfold", "upsample", "upsample_bilinear",
+    "upsample_nearest", "cosine_embedding_loss", "gaussian_nll_loss", "hinge_embedding_loss",
+    "margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss",
+    "multilabel_soft_margin_loss", "poisson_nll_loss", "soft_margin_loss", "triplet_margin_loss",
+    "triplet_margin_with_distance_loss",
+]
