@@ -331,28 +331,42 @@ def _max_unpool(fn: str, d: int, input: Any, indices: Any, kernel_size: Any, str
     p = TF._ntuple(fn, "padding", padding, d, 0)
     spatial = tuple(x.shape[x.ndim - d:])
     if output_size is None:
-        out = tuple((n - 1) * si - 2 * pi + ki for n, si, pi, ki in zip(spatial, s, p, k,
+        out_size = tuple((n - 1) * si - 2 * pi + ki for n, si, pi, ki in zip(spatial, s, p, k,
                                                                         strict=True))
     else:
-        out = tuple(int(v) for v in tuple(output_size)[-d:])
+        out_size = tuple(int(v) for v in tuple(output_size)[-d:])
     idx = indices.numpy() if isinstance(indices, Tensor) else np.asarray(indices)
     if tuple(idx.shape) != tuple(x.shape) or idx.dtype.kind not in "iu":
         raise ShapeError(f"{fn}: indices must be an integer tensor shaped as the input "
                          f"{tuple(x.shape)}, found {idx.dtype} {tuple(idx.shape)}")
-    total = int(np.prod(out))
+    total = int(np.prod(out_size))
     lead = tuple(x.shape[:x.ndim - d])
     flat_idx = idx.reshape(-1, int(np.prod(spatial))).astype(np.int64)
     if flat_idx.size and (flat_idx.min() < 0 or flat_idx.max() >= total):
-        raise ShapeError(f"{fn}: indices must lie in [0, {total}) for output size {out}, "
+        raise ShapeError(f"{fn}: indices must lie in [0, {total}) for output size {out_size}, "
                          f"found range [{flat_idx.min()}, {flat_idx.max()}]")
-    # the inverse map: which input entry (if any) lands on each output entry
-    source = np.full((flat_idx.shape[0], total), -1, np.int64)
-    rows = np.repeat(np.arange(flat_idx.shape[0]), flat_idx.shape[1])
-    source[rows, flat_idx.reshape(-1)] = np.tile(np.arange(flat_idx.shape[1]),
-                                                 flat_idx.shape[0])
-    values = x.reshape(flat_idx.shape[0], -1).gather(1, tensor(np.maximum(source, 0)))
-    mask = tensor((source >= 0).astype(np.dtype(x.dtype)))
-    return (values * mask).reshape(*lead, *out)
+    # the inverse map: which input entries land on each output entry (overlapping pools can
+    # send one maximum to the same index twice)
+    n_rows, n_in = flat_idx.shape
+    hits = np.zeros((n_rows, total), np.int64)
+    np.add.at(hits, (np.repeat(np.arange(n_rows), n_in), flat_idx.reshape(-1)), 1)
+    depth = max(1, int(hits.max(initial=0)))
+    source = np.full((n_rows, total, depth), -1, np.int64)
+    filled = np.zeros((n_rows, total), np.int64)
+    for r in range(n_rows):
+        for i, j in enumerate(flat_idx[r]):
+            source[r, j, filled[r, j]] = i
+            filled[r, j] += 1
+    dt = np.dtype(x.dtype)
+    gathered = x.reshape(n_rows, n_in).gather(
+        1, tensor(np.maximum(source, 0).reshape(n_rows, -1))).reshape(n_rows, total, depth)
+    summed = (gathered * tensor((source >= 0).astype(dt))).sum(-1)
+    # the value: the mean of the entries sent there (torch keeps one of them; they are equal
+    # when they come from one max pool); the gradient: each entry gets its index's (torch's
+    # backward gathers)
+    inverse = 1.0 / np.maximum(hits, 1).astype(dt)
+    out = summed * tensor(inverse) + (summed - summed.detach()) * tensor(1.0 - inverse)
+    return out.reshape(*lead, *out_size)
 
 
 def max_unpool1d(input: Any, indices: Any, kernel_size: Any, stride: Any = None,

@@ -177,9 +177,9 @@ class LazyLinear(Module):
         training, bias, dtype = self.training, self._bias, self._dtype
         for name in ("_bias", "_dtype"):
             object.__delattr__(self, name)
+        self.__class__ = Linear  # type: ignore[assignment]
         Linear.__init__(self, int(x.shape[-1]), self.out_features, bias,  # type: ignore
                         _dtype(dtype))
-        self.__class__ = Linear  # type: ignore[assignment]
         self.train(training)
         return self(x)
 
@@ -205,9 +205,10 @@ class LazyConv1d(Module):
             raise ShapeError(f"{type(self).__name__}: expected a {self._spatial + 1}-D or "
                              f"{self._spatial + 2}-D input, found {shape}")
         training, args, target = self.training, self._args, self._becomes
+        in_channels = shape[-self._spatial - 1]
         object.__delattr__(self, "_args")
-        target.__init__(self, shape[-self._spatial - 1], *args)  # type: ignore
         self.__class__ = target
+        target.__init__(self, in_channels, *args)  # type: ignore
         self.train(training)
         return self(x)
 

@@ -21,6 +21,7 @@ from ..engine.tensor import Tensor, tensor
 from ..engine.torch_api import where
 from . import functional as TF
 from .functional_more import _t
+from .extras import PairwiseDistance
 from .loss import _Loss
 
 __all__ = [
@@ -339,7 +340,9 @@ class TripletMarginWithDistanceLoss(_Loss):
         if self.margin <= 0:
             raise TorchLeanError(f"TripletMarginWithDistanceLoss: margin must be greater than "
                                  f"0, found {margin}")
-        self.distance_function = distance_function
+        # torch's default is a PairwiseDistance child module (it shows in the repr)
+        self.distance_function = (distance_function if distance_function is not None
+                                  else PairwiseDistance())
         self.swap = bool(swap)
 
     def forward(self, anchor: Any, positive: Any, negative: Any) -> Any:
