@@ -10,7 +10,7 @@ working.
 """
 
 from ..engine.params import Parameter
-from . import functional, init, utils
+from . import functional, functional_more, init, losses_more, utils
 from .containers import ModuleDict, ModuleList
 from .extras import (
     CELU,
@@ -183,3 +183,13 @@ __all__ += [  # layers_more, losses_more
     "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss",
     "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
 ]
+
+# torch's other functional names live in functional_more / losses_more (which build on
+# functional, so functional cannot import them back): they join torchlean.nn.functional here,
+# where the package is assembled
+for _mod in (functional_more, losses_more):
+    for _name in _mod.__all__:
+        if _name[0].islower():
+            setattr(functional, _name, getattr(_mod, _name))
+            functional.__all__.append(_name)
+del _mod, _name

@@ -207,7 +207,7 @@ class LazyConv1d(Module):
         training, args, target = self.training, self._args, self._becomes
         in_channels = shape[-self._spatial - 1]
         object.__delattr__(self, "_args")
-        self.__class__ = target
+        self.__class__ = target  # type: ignore[assignment]
         target.__init__(self, in_channels, *args)  # type: ignore
         self.train(training)
         return self(x)
@@ -216,7 +216,7 @@ class LazyConv1d(Module):
 class LazyConv2d(LazyConv1d):
     """``Conv2d`` whose ``in_channels`` is read from its first input (then a ``Conv2d``)."""
 
-    _becomes = Conv2d
+    _becomes: type[Module] = Conv2d
     _spatial = 2
 
 

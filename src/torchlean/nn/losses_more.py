@@ -20,8 +20,8 @@ from ..core.errors import ShapeError, TorchLeanError
 from ..engine.tensor import Tensor, tensor
 from ..engine.torch_api import where
 from . import functional as TF
-from .functional_more import _t
 from .extras import PairwiseDistance
+from .functional_more import _t
 from .loss import _Loss
 
 __all__ = [

@@ -19,7 +19,7 @@ __all__ = ["clip_grads_with_norm_", "fuse_conv_bn_eval", "fuse_conv_bn_weights",
            "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm", "skip_init"]
 
 
-def _values(x: Any) -> Tensor:
+def _values(x: Any) -> Any:
     return x.detach() if isinstance(x, Tensor) else tensor(x)
 
 
@@ -121,4 +121,5 @@ def clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any,
     coef = min(float(max_norm) / (float(total_norm) + 1e-6), 1.0)
     with no_grad():
         for p in params:
-            p.grad.mul_(coef)
+            grad: Any = p.grad  # (only parameters with a gradient are in params)
+            grad.mul_(coef)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.errors import TorchLeanError
-from ...engine.tensor import Tensor, no_grad
+from ...engine.tensor import Tensor, no_grad, tensor
 from .. import functional as TF
 from ..modules import Module, normal_init
 from . import parametrize
@@ -73,8 +73,8 @@ class _SpectralNorm(Module):
             h, w = mat.shape
             u = normal_init((h,), weight.dtype)
             v = normal_init((w,), weight.dtype)
-            self.register_buffer("_u", TF.normalize(Tensor(u), dim=0, eps=self.eps))
-            self.register_buffer("_v", TF.normalize(Tensor(v), dim=0, eps=self.eps))
+            self.register_buffer("_u", TF.normalize(tensor(u), dim=0, eps=self.eps))
+            self.register_buffer("_v", TF.normalize(tensor(v), dim=0, eps=self.eps))
             self._power_method(mat, 15)
 
     def _matrix(self, weight: Any) -> Any:

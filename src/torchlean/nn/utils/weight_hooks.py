@@ -14,7 +14,7 @@ from typing import Any
 
 from ...core.errors import TorchLeanError
 from ...engine.params import Param
-from ...engine.tensor import Tensor, no_grad
+from ...engine.tensor import no_grad, tensor
 from .. import functional as TF
 from ..modules import Module, normal_init
 from .parametrizations import norm_except_dim, weight_from_norm
@@ -36,21 +36,22 @@ class WeightNorm:
         setattr(module, self.name, self.compute_weight(module))
 
 
-def _hook_of(module: Module, kind: type, name: str) -> Any:
-    for hook in getattr(module, "_torchlean_weight_hooks", []):
+def _hook_of(module: Module, kind: Any, name: str) -> Any:
+    hooks: list[Any] = module.__dict__.get("_torchlean_weight_hooks", [])
+    for hook in hooks:
         if isinstance(hook, kind) and hook.name == name:
             return hook
     return None
 
 
 def _param(module: Module, name: str, op: str) -> Param:
-    weight = module._parameters.get(name)
-    if not isinstance(weight, Param):
-        raise TorchLeanError(f"{op}: {type(module).__name__} has no parameter {name!r}")
     for kind in (WeightNorm, SpectralNorm):
         if _hook_of(module, kind, name) is not None:
             raise TorchLeanError(f"{op}: cannot register two {kind.__name__} hooks on the same "
                                  f"parameter {name}")
+    weight = module._parameters.get(name)
+    if not isinstance(weight, Param):
+        raise TorchLeanError(f"{op}: {type(module).__name__} has no parameter {name!r}")
     return weight
 
 
@@ -88,7 +89,7 @@ def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     with no_grad():
         weight = fn.compute_weight(module)
     _detach_hook(module, fn)
-    delattr(module, name)
+    module.__dict__.pop(name, None)  # the computed tensor (a plain attribute)
     del module._parameters[name + "_g"], module._parameters[name + "_v"]
     setattr(module, name, Param(weight.detach(), name))
     return module
@@ -135,8 +136,8 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
     fn = SpectralNorm(name, n_power_iterations, dim, eps)
     mat = fn.matrix(weight.detach())
     h, w = mat.shape
-    u = TF.normalize(Tensor(normal_init((h,), weight.dtype)), dim=0, eps=eps)
-    v = TF.normalize(Tensor(normal_init((w,), weight.dtype)), dim=0, eps=eps)
+    u = TF.normalize(tensor(normal_init((h,), weight.dtype)), dim=0, eps=eps)
+    v = TF.normalize(tensor(normal_init((w,), weight.dtype)), dim=0, eps=eps)
     del module._parameters[name]
     setattr(module, name + "_orig", weight)
     setattr(module, name, weight.detach())
@@ -154,7 +155,7 @@ def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     with no_grad():
         weight = fn.compute_weight(module, do_power_iteration=False)
     _detach_hook(module, fn)
-    delattr(module, name)
+    module.__dict__.pop(name, None)  # the computed tensor (a plain attribute)
     del module._parameters[name + "_orig"]
     del module._buffers[name + "_u"], module._buffers[name + "_v"]
     setattr(module, name, Param(weight.detach(), name))
