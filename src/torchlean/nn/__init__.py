@@ -10,7 +10,7 @@ working.
 """
 
 from ..engine.params import Parameter
-from . import functional, init, utils
+from . import functional, functional_more, init, losses_more, utils
 from .containers import ModuleDict, ModuleList
 from .extras import (
     CELU,
@@ -42,6 +42,48 @@ from .extras import (
     Upsample,
     ZeroPad2d,
 )
+from .layers_more import (
+    AdaptiveAvgPool1d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AlphaDropout,
+    Bilinear,
+    ChannelShuffle,
+    CircularPad1d,
+    CircularPad2d,
+    CircularPad3d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ConstantPad3d,
+    ConvTranspose1d,
+    FeatureAlphaDropout,
+    Fold,
+    Hardshrink,
+    LazyConv1d,
+    LazyConv2d,
+    LazyLinear,
+    LocalResponseNorm,
+    LPPool1d,
+    LPPool2d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    PixelUnshuffle,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    RMSNorm,
+    RReLU,
+    Softmax2d,
+    Softshrink,
+    Unfold,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+    ZeroPad1d,
+    ZeroPad3d,
+)
 from .loss import (
     ELU,
     AdaptiveAvgPool2d,
@@ -60,6 +102,19 @@ from .loss import (
     SmoothL1Loss,
     Softmax,
     Softplus,
+)
+from .losses_more import (
+    CosineEmbeddingLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    PoissonNLLLoss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+    TripletMarginWithDistanceLoss,
 )
 from .modules import (
     GELU,
@@ -115,3 +170,26 @@ __all__ = [
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Dropout1d",
     "Dropout2d", "Dropout3d", "EmbeddingBag",
 ]
+__all__ += [  # layers_more, losses_more
+    "AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AlphaDropout", "Bilinear",
+    "ChannelShuffle", "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d",
+    "ConstantPad2d", "ConstantPad3d", "ConvTranspose1d", "FeatureAlphaDropout", "Fold",
+    "Hardshrink", "LPPool1d", "LPPool2d", "LazyConv1d", "LazyConv2d", "LazyLinear",
+    "LocalResponseNorm", "MaxUnpool1d", "MaxUnpool2d", "PixelUnshuffle", "RMSNorm", "RReLU",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
+    "ReplicationPad2d", "ReplicationPad3d", "Softmax2d", "Softshrink", "Unfold",
+    "UpsamplingBilinear2d", "UpsamplingNearest2d", "ZeroPad1d", "ZeroPad3d",
+    "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+    "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss",
+    "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
+]
+
+# torch's other functional names live in functional_more / losses_more (which build on
+# functional, so functional cannot import them back): they join torchlean.nn.functional here,
+# where the package is assembled
+for _mod in (functional_more, losses_more):
+    for _name in _mod.__all__:
+        if _name[0].islower():
+            setattr(functional, _name, getattr(_mod, _name))
+            functional.__all__.append(_name)
+del _mod, _name

@@ -11,6 +11,8 @@ the numbers torch's generator would draw.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -227,3 +229,50 @@ def dirac_(tensor: Any, groups: int = 1) -> Any:
 
 
 __all__ += ["trunc_normal_", "orthogonal_", "dirac_"]
+
+
+def sparse_(tensor: Any, sparsity: float, std: float = 0.01, generator: Any = None) -> Any:
+    """A 2-D tensor drawn from N(0, std^2) with ``ceil(sparsity * rows)`` entries of each
+    column set to zero (rows chosen at random, as torch's ``randperm`` per column)."""
+    shape = _shape("sparse_", tensor)
+    if len(shape) != 2:
+        raise ShapeError(f"nn.init.sparse_: only 2-D tensors are supported, found {shape}")
+    frac, s = _number("sparse_", "sparsity", sparsity), _number("sparse_", "std", std)
+    if not 0.0 <= frac <= 1.0:
+        raise TorchLeanError(f"nn.init.sparse_: sparsity must be in [0, 1], found {frac}")
+    rows, cols = shape
+    values = s * normal_init(shape, np.float64, generator)
+    # a random permutation of the rows per column: the order of uniform draws
+    order = np.argsort(uniform_init(shape, 1.0, np.float64, generator), axis=0, kind="stable")
+    zeros = order[:int(math.ceil(frac * rows))]
+    values[zeros, np.arange(cols)[None, :]] = 0.0
+    return _write("sparse_", tensor, values.astype(_dtype(tensor)))
+
+
+def _deprecated(new: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's old name without the trailing underscore: warns, then calls the new one."""
+    old = new.__name__[:-1]
+
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"`nn.init.{old}` is now deprecated in favor of `nn.init.{new.__name__}`.",
+                      FutureWarning, stacklevel=2)
+        return new(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = old
+    alias.__doc__ = f"Deprecated alias of ``{new.__name__}``."
+    return alias
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+orthogonal = _deprecated(orthogonal_)
+sparse = _deprecated(sparse_)
+dirac = _deprecated(dirac_)
+
+__all__ += ["sparse_", "uniform", "normal", "constant", "xavier_uniform", "xavier_normal",
+            "kaiming_uniform", "kaiming_normal", "orthogonal", "sparse", "dirac"]

@@ -17,10 +17,23 @@ import numpy as np
 from ...core.backend import namespace_of, to_host
 from ...core.errors import TorchLeanError
 from ...engine.tensor import Tensor, cat, no_grad, tensor
-from . import rnn
+from . import parametrizations, parametrize, rnn
+from .module_tools import (
+    clip_grads_with_norm_,
+    fuse_conv_bn_eval,
+    fuse_conv_bn_weights,
+    fuse_linear_bn_eval,
+    fuse_linear_bn_weights,
+    get_total_norm,
+    skip_init,
+)
+from .weight_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "rnn",
-           "vector_to_parameters"]
+           "vector_to_parameters", "parametrizations", "parametrize", "clip_grads_with_norm_",
+           "fuse_conv_bn_eval", "fuse_conv_bn_weights", "fuse_linear_bn_eval",
+           "fuse_linear_bn_weights", "get_total_norm", "skip_init", "remove_spectral_norm",
+           "remove_weight_norm", "spectral_norm", "weight_norm"]
 
 
 def _params(op: str, parameters: Any) -> list[Any]:
