@@ -96,7 +96,8 @@ def logits_to_probs(logits: Tensor, is_binary: bool = False) -> Tensor:
 
 
 def softplus(x: Tensor) -> Tensor:
-    return x.clamp(min=0) + (-x.abs()).exp().log1p()  # type: ignore[no-any-return]
+    # relu written as (x + |x|) / 2 so the gradient at 0 is sigmoid(0) = 1/2, as torch's
+    return 0.5 * (x + x.abs()) + (-x.abs()).exp().log1p()  # type: ignore[no-any-return]
 
 
 def digamma(x: Tensor) -> Tensor:
@@ -138,6 +139,7 @@ def cholesky(a: Tensor) -> Tensor:
     ops (the door's ``cholesky`` has no backward), which torch differentiates exactly too."""
     if not a.requires_grad:
         return tensor(torch_math.cholesky(a).numpy().astype(a.dtype))
+    a = (a + a.mT) / 2  # torch's backward is symmetric: both triangles share the gradient
     n = a.shape[-1]
     rows = tensor(np.arange(n))
     cols: list[Tensor] = []
@@ -156,6 +158,12 @@ def solve(a: Tensor, b: Tensor) -> Tensor:
     n = a.shape[-1]
     x = torch_math.solve(a.expand(*batch, n, n), b.expand(*batch, n).unsqueeze(-1))
     return x.squeeze(-1)  # type: ignore[no-any-return]
+
+
+def solve_tril(low: Tensor, b: Tensor) -> Tensor:
+    """``L^-1 b`` reading only the lower triangle of ``low`` (torch's ``solve_triangular``:
+    the upper triangle gets no gradient)."""
+    return solve(low.tril(), b)
 
 
 class Distribution:

@@ -423,8 +423,15 @@ class Beta(Distribution):
 
     @property
     def mode(self) -> Tensor:
+        # torch's: the Dirichlet mode of (alpha, beta), first coordinate
         a, b = self.concentration1, self.concentration0
-        return (a - 1) / (a + b - 2)  # type: ignore[no-any-return]
+        am1, bm1 = (a - 1).clamp(min=0.0), (b - 1).clamp(min=0.0)
+        mode = am1 / (am1 + bm1)
+        both_small = ((a < 1) & (b < 1)).detach().numpy()
+        if not both_small.any():
+            return mode  # type: ignore[no-any-return]
+        return mode.where(tensor(~both_small), tensor(np.ones(  # type: ignore[no-any-return]
+            both_small.shape, self._dtype)))
 
     @property
     def variance(self) -> Tensor:

@@ -15,6 +15,7 @@ from ..engine.tensor import Tensor
 from . import constraints
 from .base import (
     Distribution,
+    DistributionValueError,
     broadcast_all,
     clamp_probs,
     logits_to_probs,
@@ -208,8 +209,9 @@ class _ProbsLogits(Distribution):
 
     def _set(self, name: str, temperature: Any, probs: Any, logits: Any, binary: bool) -> None:
         if (probs is None) == (logits is None):
-            raise ValueError(f"{name}: either `probs` or `logits` must be specified, but not "
-                             "both")
+            raise DistributionValueError(
+                f"{name}: either `probs` or `logits` must be specified, but not "
+                "both")
         given = probs if probs is not None else logits
         self.temperature, p = broadcast_all(temperature, given)
         if probs is not None:

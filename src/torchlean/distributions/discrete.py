@@ -18,6 +18,7 @@ from ..engine.tensor import Tensor, arange, no_grad, tensor
 from . import constraints
 from .base import (
     Distribution,
+    DistributionValueError,
     broadcast_all,
     logits_to_probs,
     masked_fill,
@@ -39,8 +40,9 @@ class _ProbsOrLogits(Distribution):
 
     def _given(self, name: str, probs: Any, logits: Any, *others: Any) -> tuple[Tensor, ...]:
         if (probs is None) == (logits is None):
-            raise ValueError(f"{name}: either `probs` or `logits` must be specified, but not "
-                             "both")
+            raise DistributionValueError(
+                f"{name}: either `probs` or `logits` must be specified, but not "
+                "both")
         ts = broadcast_all(*others, probs if probs is not None else logits)
         p = ts[-1]
         if probs is not None:
@@ -384,7 +386,7 @@ class Multinomial(Distribution):
     def log_prob(self, value: Any) -> Tensor:
         v = self._value(value)
         logits = self.logits
-        logits = masked_fill(logits, (v == 0) & logits.isneginf(), 0.0)
+        logits = masked_fill(logits, (v == 0) & logits.detach().isneginf(), 0.0)
         return ((v.sum(-1) + 1).lgamma() - (v + 1).lgamma().sum(-1)  # type: ignore[no-any-return]
                 + (logits * v).sum(-1))
 
@@ -392,7 +394,7 @@ class Multinomial(Distribution):
         n = self.total_count
         p = self.probs
         binom = Binomial(n, probs=p, validate_args=False)
-        support: Tensor = binom.enumerate_support(expand=False).unsqueeze(-1)  # (n+1, 1.., 1)
+        support: Tensor = binom.enumerate_support(expand=False)  # (n + 1, 1, ..)
         weights = (binom.log_prob_unchecked(support).exp() * (support + 1).lgamma()).sum(0)
         logits = self.logits.clamp(min=float(np.finfo(self._dtype).min))
         return (-float(np.log(np.arange(1, n + 1)).sum()) - n * (p * logits).sum(-1)  # type: ignore[no-any-return]

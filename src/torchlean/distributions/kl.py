@@ -8,7 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine.tensor import Tensor
-from .base import Distribution, digamma, masked_fill, softplus, solve, sum_rightmost
+from .base import (
+    Distribution,
+    DistributionValueError,
+    digamma,
+    masked_fill,
+    softplus,
+    solve_tril,
+    sum_rightmost,
+)
 from .continuous import Beta, Exponential, Gamma, Laplace, Normal, Uniform
 from .discrete import Bernoulli, Categorical, Geometric, OneHotCategorical, Poisson
 from .multivariate import Dirichlet, Independent, MultivariateNormal
@@ -85,17 +93,18 @@ def _kl_bernoulli_bernoulli(p: Bernoulli, q: Bernoulli) -> Tensor:
 @register_kl(MultivariateNormal, MultivariateNormal)
 def _kl_mvn_mvn(p: MultivariateNormal, q: MultivariateNormal) -> Tensor:
     if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different event "
-                         "shapes cannot be computed")
+        raise DistributionValueError(
+            "KL-divergence between two Multivariate Normals with different event "
+            "shapes cannot be computed")
     n = p.event_shape[0]
     lp, lq = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
     half_term1 = (lq.diagonal(dim1=-2, dim2=-1).log().sum(-1)
                   - lp.diagonal(dim1=-2, dim2=-1).log().sum(-1))
     # trace((Lq^-1 Lp)(Lq^-1 Lp)^T): each column of Lp solved against Lq as a batch of vectors;
     # row i of the result is Lq^-1 (column i of Lp)
-    cols = solve(lq.unsqueeze(-3), lp.mT)  # type: ignore[arg-type]
+    cols = solve_tril(lq.unsqueeze(-3), lp.mT)  # type: ignore[arg-type]
     term2 = (cols ** 2).sum((-2, -1))
-    term3 = (solve(lq, q.loc - p.loc) ** 2).sum(-1)
+    term3 = (solve_tril(lq, q.loc - p.loc) ** 2).sum(-1)
     return half_term1 + 0.5 * (term2 + term3 - n)  # type: ignore[no-any-return]
 
 

@@ -19,11 +19,12 @@ from ..engine.tensor import Tensor, no_grad, tensor
 from . import constraints
 from .base import (
     Distribution,
+    DistributionValueError,
     as_param,
     cholesky,
     digamma,
     normal,
-    solve,
+    solve_tril,
     standard_gamma,
     sum_rightmost,
     xlogy,
@@ -54,14 +55,15 @@ class MultivariateNormal(Distribution):
                  scale_tril: Any = None, validate_args: Any = None) -> None:
         loc = as_param(loc)
         if loc.ndim < 1:
-            raise ValueError("MultivariateNormal: loc must be at least one-dimensional.")
+            raise DistributionValueError(
+                "MultivariateNormal: loc must be at least one-dimensional.")
         given = [m for m in (covariance_matrix, precision_matrix, scale_tril) if m is not None]
         if len(given) != 1:
-            raise ValueError("MultivariateNormal: exactly one of covariance_matrix or "
+            raise DistributionValueError("MultivariateNormal: exactly one of covariance_matrix or "
                              "precision_matrix or scale_tril may be specified.")
         m = as_param(given[0], loc.dtype)
         if m.ndim < 2:
-            raise ValueError("MultivariateNormal: the matrix argument must be at least "
+            raise DistributionValueError("MultivariateNormal: the matrix argument must be at least "
                              "two-dimensional, with optional leading batch dimensions")
         n = loc.shape[-1]
         if tuple(m.shape[-2:]) != (n, n):
@@ -131,7 +133,7 @@ class MultivariateNormal(Distribution):
     def log_prob(self, value: Any) -> Tensor:
         v = self._value(value)
         diff = v - self.loc
-        m = (solve(self._unbroadcasted_scale_tril, diff) ** 2).sum(-1)
+        m = (solve_tril(self._unbroadcasted_scale_tril, diff) ** 2).sum(-1)
         n = self._event_shape[0]
         return -0.5 * (n * math.log(2 * math.pi) + m) - self._half_log_det()  # type: ignore[no-any-return]
 
@@ -155,8 +157,9 @@ class LowRankMultivariateNormal(MultivariateNormal):
         loc, w = as_param(loc), as_param(cov_factor)
         d = as_param(cov_diag, loc.dtype)
         if loc.ndim < 1 or w.ndim < 2 or d.ndim < 1:
-            raise ValueError("LowRankMultivariateNormal: loc, cov_diag must be at least "
-                             "one-dimensional and cov_factor two-dimensional")
+            raise DistributionValueError(
+                "LowRankMultivariateNormal: loc, cov_diag must be at least "
+                "one-dimensional and cov_factor two-dimensional")
         n = loc.shape[-1]
         if w.shape[-2] != n or d.shape[-1] != n:
             raise ShapeError(f"LowRankMultivariateNormal: cov_factor {tuple(w.shape)} and "
@@ -190,6 +193,18 @@ class LowRankMultivariateNormal(MultivariateNormal):
                 + self.cov_diag.sqrt() * eps_d)
 
 
+def dirichlet_mode(c: Tensor) -> Tensor:
+    """torch's Dirichlet mode: normalised (c - 1)+, one-hot at the argmax where every c < 1."""
+    cm1 = (c - 1).clamp(min=0.0)
+    mode = cm1 / cm1.sum(-1, keepdim=True)
+    small = (c.detach().numpy() < 1).all(-1, keepdims=True)
+    if not small.any():
+        return mode  # type: ignore[no-any-return]
+    m = np.nan_to_num(mode.detach().numpy(), nan=np.inf)
+    onehot = (np.arange(c.shape[-1]) == m.argmax(-1)[..., None]).astype(c.dtype)
+    return mode.where(tensor(~small), tensor(onehot))  # type: ignore[no-any-return]
+
+
 class Dirichlet(Distribution):
     """Dirichlet on the simplex with ``concentration`` (..., K); ``rsample`` normalises Gamma
     draws, which carry the implicit gradient to ``concentration``."""
@@ -201,7 +216,7 @@ class Dirichlet(Distribution):
     def __init__(self, concentration: Any, validate_args: Any = None) -> None:
         c = as_param(concentration)
         if c.ndim < 1:
-            raise ValueError("Dirichlet: `concentration` parameter must be at least "
+            raise DistributionValueError("Dirichlet: `concentration` parameter must be at least "
                              "one-dimensional.")
         self.concentration = c
         self._dtype = c.dtype
@@ -213,8 +228,7 @@ class Dirichlet(Distribution):
 
     @property
     def mode(self) -> Tensor:
-        cm1 = (self.concentration - 1).clamp(min=0.0)
-        return cm1 / cm1.sum(-1, keepdim=True)  # type: ignore[no-any-return]
+        return dirichlet_mode(self.concentration)
 
     @property
     def variance(self) -> Tensor:
@@ -254,7 +268,7 @@ class Independent(Distribution):
         shape = tuple(base_distribution.batch_shape) + tuple(base_distribution.event_shape)
         event_dim = n + len(base_distribution.event_shape)
         if n > len(base_distribution.batch_shape):
-            raise ValueError(f"Independent: expected reinterpreted_batch_ndims <= "
+            raise DistributionValueError(f"Independent: expected reinterpreted_batch_ndims <= "
                              f"len(base_distribution.batch_shape), actual {n} vs "
                              f"{len(base_distribution.batch_shape)}")
         self.base_dist = base_distribution
@@ -324,22 +338,26 @@ class MixtureSameFamily(Distribution):
     def __init__(self, mixture_distribution: Categorical, component_distribution: Distribution,
                  validate_args: Any = None) -> None:
         if not isinstance(mixture_distribution, Categorical):
-            raise ValueError("MixtureSameFamily: the mixture distribution needs to be an "
-                             "instance of torch.distributions.Categorical")
+            raise DistributionValueError(
+                "MixtureSameFamily: the mixture distribution needs to be an "
+                "instance of torch.distributions.Categorical")
         if not isinstance(component_distribution, Distribution):
-            raise ValueError("MixtureSameFamily: the component distribution needs to be an "
-                             "instance of torch.distributions.Distribution")
+            raise DistributionValueError(
+                "MixtureSameFamily: the component distribution needs to be an "
+                "instance of torch.distributions.Distribution")
         cb = tuple(component_distribution.batch_shape)
         mb = tuple(mixture_distribution.batch_shape)
         k = mixture_distribution._num_events
         if not cb or cb[-1] != k:
-            raise ValueError(f"MixtureSameFamily: the mixture's number of components ({k}) "
-                             f"does not equal the component batch shape's last dim {cb}")
+            raise DistributionValueError(
+                f"MixtureSameFamily: the mixture's number of components ({k}) "
+                f"does not equal the component batch shape's last dim {cb}")
         try:
             batch = _batch(mb, cb[:-1])
         except ValueError as exc:
-            raise ValueError(f"MixtureSameFamily: batch shapes {mb} and {cb[:-1]} do not "
-                             "broadcast") from exc
+            raise DistributionValueError(
+                f"MixtureSameFamily: batch shapes {mb} and {cb[:-1]} do not "
+                "broadcast") from exc
         self._mixture_distribution = mixture_distribution
         self._component_distribution = component_distribution
         self._num_component = k
