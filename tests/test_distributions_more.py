@@ -393,3 +393,161 @@ def test_kl_without_a_rule_raises_and_register_kl_dispatches_to_the_closest_pair
     assert float(D.kl_divergence(D.Normal(0.0, 1.0), MyNormal(0.0, 1.0))) == 0.0
     with pytest.raises(TypeError):
         D.register_kl(int, D.Normal)
+
+
+@pytest.mark.parametrize("make, arg", [
+    (lambda: D.Normal(0.0, -1.0), "scale"),
+    (lambda: D.Bernoulli(probs=1.5), "probs"),
+    (lambda: D.Gamma(tl.tensor([1.0, -2.0]), 1.0), "concentration"),
+    (lambda: D.Beta(0.0, 1.0), "concentration1"),
+    (lambda: D.Dirichlet(tl.tensor([1.0, 0.0])), "concentration"),
+    (lambda: D.Categorical(probs=tl.tensor([0.5, -0.1])), "probs"),
+    (lambda: D.MultivariateNormal(tl.zeros(2), tl.tensor([[1.0, 2.0], [2.0, 1.0]])),
+     "covariance_matrix"),
+    (lambda: D.MultivariateNormal(tl.zeros(2), scale_tril=tl.tensor([[1.0, 1.0], [0.0, 1.0]])),
+     "scale_tril"),
+    (lambda: D.Uniform(1.0, 0.0), "low"),
+    (lambda: D.Poisson(-1.0), "rate"),
+])
+def test_invalid_arguments_raise_naming_the_distribution_and_argument(make, arg):
+    with pytest.raises(D.DistributionValueError, match=arg) as info:
+        make()
+    assert isinstance(info.value, tl.TorchLeanError) and isinstance(info.value, ValueError)
+    name = str(info.value).split(":")[0]
+    assert name in {"Normal", "Bernoulli", "Gamma", "Beta", "Dirichlet", "Categorical",
+                    "MultivariateNormal", "Uniform", "Poisson"}
+
+
+def test_values_outside_the_support_raise_unless_validation_is_off():
+    with pytest.raises(D.DistributionValueError, match="support"):
+        D.Exponential(1.0).log_prob(tl.tensor(-1.0))
+    with pytest.raises(D.DistributionValueError, match="support"):
+        D.Beta(2.0, 2.0).log_prob(tl.tensor(1.5))
+    with pytest.raises(D.DistributionValueError, match="support"):
+        D.Poisson(2.0).log_prob(tl.tensor(1.5))
+    with pytest.raises(D.DistributionValueError, match="support"):
+        D.Categorical(probs=tl.tensor([0.5, 0.5])).log_prob(tl.tensor(2))
+    with pytest.raises(D.DistributionValueError, match="shape"):
+        D.Dirichlet(tl.ones(3)).log_prob(tl.tensor([0.5, 0.5]))
+    out = D.Uniform(0.0, 1.0, validate_args=False).log_prob(tl.tensor(2.0))
+    assert float(out) == float("-inf")
+    D.Normal(0.0, -1.0, validate_args=False)  # no check when switched off
+    try:
+        D.Distribution.set_default_validate_args(False)
+        D.Normal(0.0, -1.0)
+    finally:
+        D.Distribution.set_default_validate_args(True)
+    with pytest.raises(D.DistributionValueError):
+        D.Normal(0.0, -1.0)
+    with pytest.raises(D.DistributionValueError, match="probs"):
+        D.Bernoulli(probs=0.3, logits=0.1)
+
+
+def test_batch_event_and_sample_shapes_and_expand():
+    loc = tl.zeros(4, 3)
+    mvn = D.MultivariateNormal(loc, tl.eye(3))
+    assert mvn.batch_shape == (4,) and mvn.event_shape == (3,)
+    assert tuple(mvn.rsample((2, 5)).shape) == (2, 5, 4, 3)
+    ind = D.Independent(D.Normal(loc, 1.0), 1)
+    assert ind.batch_shape == (4,) and ind.event_shape == (3,)
+    assert tuple(ind.log_prob(tl.zeros(7, 4, 3)).shape) == (7, 4)
+    for d, ref in [(D.Normal(0.0, 1.0), TD.Normal(0.0, 1.0)),
+                   (D.Gamma(tl.ones(3), 2.0), TD.Gamma(torch.ones(3), 2.0)),
+                   (D.Categorical(logits=tl.zeros(3, 5)), TD.Categorical(logits=torch.zeros(3, 5))),
+                   (D.MultivariateNormal(tl.zeros(3), tl.eye(3)),
+                    TD.MultivariateNormal(torch.zeros(3), torch.eye(3))),
+                   (D.Independent(D.Normal(tl.zeros(3), 1.0), 1),
+                    TD.Independent(TD.Normal(torch.zeros(3), 1.0), 1)),
+                   (D.LogNormal(tl.zeros(3), 1.0), TD.LogNormal(torch.zeros(3), 1.0))]:
+        shape = (2,) + tuple(ref.batch_shape) if ref.batch_shape else (4,)
+        if ref.batch_shape == (3,) and isinstance(ref, TD.Categorical):
+            shape = (2, 3)
+        e, er = d.expand(shape), ref.expand(shape)
+        assert e.batch_shape == er.batch_shape and e.event_shape == er.event_shape
+        assert tuple(e.sample((6,)).shape) == tuple(er.sample((6,)).shape)
+        value = er.sample()
+        np.testing.assert_allclose(e.log_prob(tl.tensor(value.numpy())).numpy(),
+                                   er.log_prob(value).numpy(), rtol=1e-5)
+
+
+def test_categorical_frequencies_and_enumerate_support():
+    probs = np.array([[0.1, 0.6, 0.3], [0.5, 0.25, 0.25]])
+    d = D.Categorical(probs=tl.tensor(probs))
+    tl.manual_seed(4)
+    n = 20000
+    x = d.sample((n,)).numpy()
+    assert x.dtype == np.int64
+    freq = np.stack([(x == k).mean(0) for k in range(3)], -1)
+    assert np.all(np.abs(freq - probs) <= 5 * np.sqrt(probs * (1 - probs) / n))
+    assert d.enumerate_support().tolist() == [[0, 0], [1, 1], [2, 2]]
+    b = D.Bernoulli(probs=tl.tensor([0.2, 0.9]))
+    np.testing.assert_array_equal(b.enumerate_support().numpy(),
+                                  TD.Bernoulli(torch.tensor([0.2, 0.9])).enumerate_support())
+
+
+def test_straight_through_and_relaxed_rsample_carry_gradients():
+    logits = tl.tensor([0.2, -0.5, 1.0], requires_grad=True)
+    st = D.OneHotCategoricalStraightThrough(logits=logits)
+    tl.manual_seed(0)
+    y = st.rsample()
+    assert sorted(y.detach().numpy().tolist()) == [0.0, 0.0, 1.0]
+    (y * tl.tensor([1.0, 2.0, 3.0])).sum().backward()
+    ref_logits = torch.tensor([0.2, -0.5, 1.0], requires_grad=True)
+    p = torch.softmax(ref_logits, -1)
+    (p * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    np.testing.assert_allclose(logits.grad.numpy(), ref_logits.grad.numpy(), rtol=1e-6)
+    temp = tl.tensor(0.5, requires_grad=True)
+    r = D.RelaxedOneHotCategorical(temp, logits=tl.tensor([0.2, -0.5, 1.0]))
+    s = r.rsample((4,))
+    np.testing.assert_allclose(s.detach().numpy().sum(-1), 1.0, rtol=1e-6)
+    (s[:, 0]).sum().backward()
+    assert temp.grad is not None and float(temp.grad) != 0.0
+
+
+def test_transforms_match_torch():
+    x = np.linspace(-2.0, 2.0, 7)
+    pairs = [
+        (D.transforms.ExpTransform(), TD.transforms.ExpTransform()),
+        (D.transforms.AffineTransform(1.5, -2.0), TD.transforms.AffineTransform(1.5, -2.0)),
+        (D.transforms.SigmoidTransform(), TD.transforms.SigmoidTransform()),
+        (D.transforms.TanhTransform(), TD.transforms.TanhTransform()),
+        (D.transforms.ComposeTransform([D.transforms.TanhTransform(),
+                                        D.transforms.AffineTransform(0.5, 3.0)]),
+         TD.transforms.ComposeTransform([TD.transforms.TanhTransform(),
+                                         TD.transforms.AffineTransform(0.5, 3.0)])),
+    ]
+    for ours, theirs in pairs:
+        y = ours(tl.tensor(x))
+        ry = theirs(torch.tensor(x))
+        np.testing.assert_allclose(y.numpy(), ry.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(ours.inv(y).numpy(), x, rtol=1e-7, atol=1e-7)
+        np.testing.assert_allclose(ours.log_abs_det_jacobian(tl.tensor(x), y).numpy(),
+                                   theirs.log_abs_det_jacobian(torch.tensor(x), ry).numpy(),
+                                   rtol=1e-9)
+    pos = np.array([0.5, 1.0, 2.5])
+    power = D.transforms.PowerTransform(tl.tensor(2.0))
+    ref = TD.transforms.PowerTransform(torch.tensor(2.0))
+    np.testing.assert_allclose(power.log_abs_det_jacobian(tl.tensor(pos), power(tl.tensor(pos)))
+                               .numpy(), ref.log_abs_det_jacobian(
+                                   torch.tensor(pos), ref(torch.tensor(pos))).numpy())
+    soft = D.transforms.SoftmaxTransform()(tl.tensor([[1.0, 2.0, 0.5]]))
+    np.testing.assert_allclose(soft.numpy(), torch.softmax(torch.tensor([[1.0, 2.0, 0.5]]), -1),
+                               rtol=1e-6)
+    assert D.transforms.AbsTransform()(tl.tensor([-1.5])).tolist() == [1.5]
+
+
+def test_squashed_gaussian_policy_as_sac_writes_it():
+    """SAC's tanh-squashed Normal: log_prob of rsample, gradients to the mean and log-std."""
+    mu = np.array([[0.1, -0.4], [1.2, 0.3]])
+    log_std = np.array([[-0.5, 0.2], [0.0, -1.0]])
+    outs = []
+    for lib, M in ((tl, D), (torch, TD)):
+        m = lib.tensor(mu, requires_grad=True)
+        s = lib.tensor(log_std, requires_grad=True)
+        dist = M.TransformedDistribution(M.Normal(m, s.exp()), [M.transforms.TanhTransform()])
+        a = lib.tensor(np.tanh(np.array([[0.3, -0.2], [0.9, 0.1]])))
+        lp = M.Independent(dist, 1).log_prob(a)
+        lp.sum().backward()
+        outs.append((lp.detach().numpy(), m.grad.numpy(), s.grad.numpy()))
+    for o, t in zip(*outs, strict=True):
+        np.testing.assert_allclose(o, t, rtol=1e-9)
