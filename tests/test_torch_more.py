@@ -137,3 +137,16 @@ def test_refusals() -> None:
         x.index_add(1, tl.tensor([9]), tl.ones(3, 1))
     with pytest.raises(tl.TorchLeanError, match="integer tensors"):
         tl.gcd(x, x)
+
+
+def test_broadcasting_masked_fill_xlogy_and_predicates_on_tensors_with_history() -> None:
+    def program(m: Any) -> Any:
+        a = m.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        mask = m.tensor([[True, False, False], [False, True, False]])
+        filled = a.masked_fill(mask, 2.0)  # the result takes the broadcast shape
+        y = m.xlogy(m.tensor([[1.0, 2.0], [0.0, 3.0]]), m.tensor([2.0, 0.5]))
+        _weighted(m, filled).backward()
+        inf = m.tensor([1.0, -float("inf"), float("inf")], requires_grad=True)
+        return [filled, a.grad, y, m.isneginf(inf), m.isposinf(inf), m.isinf(inf),
+                m.isclose(inf, inf), m.signbit(inf), (inf > 0), m.count_nonzero(inf)]
+    agree(program, 1e-6, 1e-6)

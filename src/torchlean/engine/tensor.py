@@ -1115,7 +1115,16 @@ class Tensor(Ref):
         return self.dtype.kind == "f"
 
     def masked_fill(self, mask: Any, value: Any) -> Tensor:
-        """``value`` where ``mask`` (a bool tensor broadcasting to this one) is True."""
+        """``value`` where ``mask`` (a bool tensor) is True; the result has the two shapes'
+        broadcast shape, as torch's out-of-place form (``masked_fill_`` keeps this one's)."""
+        mask_shape = tuple(getattr(mask, "shape", ()))
+        if mask_shape != self.shape and len(mask_shape) >= len(self.shape):
+            try:
+                shape = np.broadcast_shapes(self.shape, mask_shape)
+            except ValueError:
+                shape = self.shape  # _masked_fill names the mismatch
+            if shape != self.shape:
+                return _masked_fill(self.expand(*shape), mask, value)
         return _masked_fill(self, mask, value)
 
     def new_zeros(self, *size: Any, dtype: Any = None) -> Tensor:

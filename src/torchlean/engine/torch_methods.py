@@ -550,27 +550,27 @@ def frac(self: Any) -> Any:
 
 
 def isinf(self: Any) -> Any:
-    return _leaf(np.isinf(self.numpy()))
+    return _leaf(np.isinf(self.detach().numpy()))
 
 
 def isposinf(self: Any) -> Any:
-    return _leaf(np.isposinf(self.numpy()))
+    return _leaf(np.isposinf(self.detach().numpy()))
 
 
 def isneginf(self: Any) -> Any:
-    return _leaf(np.isneginf(self.numpy()))
+    return _leaf(np.isneginf(self.detach().numpy()))
 
 
 def isclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
             equal_nan: builtins.bool = False) -> Any:
-    b = other.numpy() if isinstance(other, Tensor) else other
-    return _leaf(np.isclose(self.numpy(), b, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    b = other.detach().numpy() if isinstance(other, Tensor) else other
+    return _leaf(np.isclose(self.detach().numpy(), b, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def _bool_op(name: str, fn: Callable[..., Any]) -> Callable[..., Tensor]:
     def op(self: Any, other: Any) -> Any:
-        b = other.numpy() if isinstance(other, Tensor) else other
-        return _leaf(np.asarray(fn(self.numpy(), b)))
+        b = other.detach().numpy() if isinstance(other, Tensor) else other
+        return _leaf(np.asarray(fn(self.detach().numpy(), b)))
 
     op.__name__ = name
     return op
@@ -587,15 +587,15 @@ less_equal = _bool_op("less_equal", np.less_equal)
 
 
 def signbit(self: Any) -> Any:
-    return _leaf(np.signbit(self.numpy()))
+    return _leaf(np.signbit(self.detach().numpy()))
 
 
 def count_nonzero(self: Any, dim: Any = None) -> Any:
-    return _leaf(np.asarray(np.count_nonzero(self.numpy(), axis=dim), np.int64))
+    return _leaf(np.asarray(np.count_nonzero(self.detach().numpy(), axis=dim), np.int64))
 
 
 def nonzero(self: Any, as_tuple: builtins.bool = False) -> Any:
-    found = np.nonzero(self.numpy().reshape(self.shape or (1,)))
+    found = np.nonzero(self.detach().numpy().reshape(self.shape or (1,)))
     if as_tuple:
         return tuple(_leaf(a.astype(np.int64)) for a in found)
     return _leaf(np.stack(found, axis=1).astype(np.int64))
@@ -607,7 +607,7 @@ def argwhere(self: Any) -> Any:
 
 def unique(self: Any, sorted: builtins.bool = True, return_inverse: builtins.bool = False,  # noqa: A002
            return_counts: builtins.bool = False, dim: Any = None) -> Any:
-    values = self.numpy()
+    values = self.detach().numpy()
     found = np.unique(values, return_inverse=True, return_counts=True, axis=dim)
     out: list[Tensor] = [_leaf(found[0])]
     if return_inverse:
@@ -621,7 +621,7 @@ def bincount(self: Any, weights: Any = None, minlength: builtins.int = 0) -> Any
     if self.ndim != 1 or self.dtype.kind not in "iu":
         raise ShapeError("bincount: expects a 1-D tensor of non-negative integers")
     w = weights.numpy() if isinstance(weights, Tensor) else weights
-    return _leaf(np.bincount(self.numpy(), weights=w, minlength=minlength))
+    return _leaf(np.bincount(self.detach().numpy(), weights=w, minlength=minlength))
 
 
 def median(self: Any, dim: Any = None, keepdim: builtins.bool = False) -> Any:
@@ -705,7 +705,7 @@ def _generator(op: str, generator: Any) -> Generator:
 def bernoulli(self: Any, p: Any = None, generator: Any = None) -> Any:
     """0/1 draws with probability ``self`` (or ``p``), in self's dtype; no gradient."""
     gen = _generator("bernoulli", generator)
-    probs = self.numpy() if p is None else np.broadcast_to(
+    probs = self.detach().numpy() if p is None else np.broadcast_to(
         p.numpy() if isinstance(p, Tensor) else p, self.shape)
     draw = np.asarray(_draw(gen, "uniform", self.shape, np.float64, np))
     return _leaf((draw < probs).astype(self.dtype))
