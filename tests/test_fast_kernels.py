@@ -72,7 +72,7 @@ def test_the_fast_set_is_the_expected_one() -> None:
     # What ops.fast attaches (a kernel removed or added must be a decision, seen here).
     assert FAST == ["conv", "conv2d", "conv_core", "conv_transpose_core", "conv_weight_grad",
                     "gelu", "layer_norm", "linear", "lstm_scan", "max_pool", "max_pool2d",
-                    "max_pool2d_pad", "multi_head_attention", "rnn_scan", "softmax"]
+                    "max_pool2d_pad", "multi_head_attention", "relu", "rnn_scan", "softmax"]
     for name in FAST:
         prim = REGISTRY[name]
         assert prim.forward is not prim.reference_forward or prim.fast_forward is None
@@ -331,7 +331,7 @@ def test_dispatch_is_reference_by_default_and_restored() -> None:
 def test_attach_twice_is_refused() -> None:
     with pytest.raises(TypeError, match="already attached"):
         attach_fast("conv2d", forward=lambda *a, **k: None)
-    assert REGISTRY["relu"].fast_forward is None
+    assert REGISTRY["tanh"].fast_forward is None
 
 
 def test_residual_miss_gives_the_same_bits_and_entries_go_with_arrays() -> None:
@@ -402,7 +402,7 @@ def test_verify_fast_column_passes_with_the_link_bitwise(name: str) -> None:
 
 
 def test_verify_fast_column_is_na_without_a_fast_kernel() -> None:
-    result = column_fast(REGISTRY["relu"], [Sample((np.ones(3),))],
+    result = column_fast(REGISTRY["tanh"], [Sample((np.ones(3),))],
                          VerifySettings.make(quick=True))
     assert result.status == "n/a"
 

@@ -132,15 +132,19 @@ def _fresh(code: str, **env: str) -> str:
 
 
 def test_numba_is_loaded_only_where_it_pays() -> None:
-    """``import torchlean``, a small pooling's forward and VJP, and a large pooling's forward
-    (inference) leave numba unloaded; a large pooling's VJP (training) loads it, and the next
-    forward then runs the loops; ``TORCHLEAN_NUMBA=0`` keeps the NumPy kernels throughout."""
+    """``import torchlean``, a large relu, a small pooling's forward and VJP, and a large
+    pooling's forward (inference) leave numba unloaded; a large pooling's VJP (training) loads
+    it, and the next forward then runs the loops; ``TORCHLEAN_NUMBA=0`` keeps the NumPy kernels
+    throughout."""
     code = (
         "import sys, numpy as np, torchlean\n"
         "from torchlean.core.registry import ARRAY_OPS, REGISTRY, fast_kernels\n"
         "from torchlean.ops.fast import pool_jit\n"
         "prim = REGISTRY['max_pool2d']\n"
         "seen = ['numba' in sys.modules]\n"
+        "with fast_kernels(True):\n"
+        "    REGISTRY['relu'].forward(np.ones((64, 16, 28, 28), np.float32))\n"
+        "seen.append('numba' in sys.modules)\n"
         "for n in (2, 64):\n"
         "    x = np.ones((n, 28, 28, 16), np.float32).transpose(0, 3, 1, 2)\n"
         "    with fast_kernels(True):\n"
@@ -150,8 +154,9 @@ def test_numba_is_loaded_only_where_it_pays() -> None:
         "        seen.append('numba' in sys.modules)\n"
         "seen.append(pool_jit.forward(x, (2, 2), (2, 2), (0, 0)) is not None)\n"
         "print(seen)\n")
-    assert _fresh(code) == "[False, False, False, False, True, True]"
-    assert _fresh(code, TORCHLEAN_NUMBA="0") == "[False, False, False, False, False, False]"
+    assert _fresh(code) == "[False, False, False, False, False, True, True]"
+    assert _fresh(code, TORCHLEAN_NUMBA="0") == (
+        "[False, False, False, False, False, False, False]")
 
 
 def test_verify_fast_column_runs_the_loops_and_catches_a_wrong_one(
@@ -314,3 +319,55 @@ def test_describe_says_whether_the_loops_run(monkeypatch: pytest.MonkeyPatch) ->
     assert "switched off" in pool_jit.describe()
     monkeypatch.setenv("TORCHLEAN_NUMBA", "0")
     assert pool_jit.describe().startswith("off")
+
+
+def _special_dense(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Normal entries with NaNs of both signs, infinities, signed zeros and subnormals planted."""
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    tiny = np.finfo(dtype).smallest_subnormal
+    for k, v in enumerate((-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, tiny, -tiny)):
+        flat[k::53] = v
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["channels_last", "c_order", "flat"])
+def test_relu_loop_gives_numpys_maximum_bits(dtype: str, layout: str) -> None:
+    """``pool_jit.relu`` and relu's fast forward: NumPy's ``maximum(x, 0)`` bit for bit (NaNs
+    of either sign keep their bits, -0.0 and negatives give +0.0), in the input's layout."""
+    rng = np.random.default_rng(11)
+    assert pool_jit.kernels() is not None
+    if layout == "channels_last":
+        x = _special_dense(rng, (32, 28, 28, 16), dtype).transpose(0, 3, 1, 2)
+    elif layout == "c_order":
+        x = _special_dense(rng, (32, 16, 14, 14), dtype)
+    else:
+        x = _special_dense(rng, (100_000,), dtype)
+    assert x.size >= pool_jit.MIN_SIZE
+    want = np.maximum(x, np.zeros((), dtype))
+    got = pool_jit.relu(x)
+    assert got is not None
+    with fast_kernels(True):
+        through = REGISTRY["relu"].forward(x)
+    for y in (got, through):
+        assert y.dtype == want.dtype and y.strides == want.strides
+        assert y.tobytes(order="A") == want.tobytes(order="A")
+        assert np.ascontiguousarray(y).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_relu_loop_declines_what_it_does_not_cover(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strided, integer and small arrays, and a process whose loops are not loaded, take
+    NumPy's maximum (the reference), which the fast forward then returns."""
+    rng = np.random.default_rng(12)
+    assert pool_jit.kernels() is not None
+    x = rng.standard_normal((32, 16, 28, 28)).astype(np.float32)
+    assert pool_jit.relu(x[:, ::2]) is None
+    assert pool_jit.relu(x.astype(np.int32)) is None
+    assert pool_jit.relu(x[:1, :1]) is None
+    assert pool_jit.relu(x.transpose(3, 1, 2, 0)) is None  # dense, in another order
+    with fast_kernels(True):
+        y = REGISTRY["relu"].forward(x[:, ::2])
+    assert np.array_equal(y, np.maximum(x[:, ::2], 0))
+    monkeypatch.setattr(pool_jit, "_kernels", None)
+    assert pool_jit.relu(x) is None

@@ -37,6 +37,8 @@ and in ``tl.Tensor`` code (on by default: ``registry.set_tensor_kernels``).
   (they change no rounding, so they need no block and leave compiled graphs' generated code as
   it was); and a fast ``gelu``: the tanh form as ``x sigmoid(2z)`` (one exp instead of
   NumPy's dearer float32 tanh), keeping the sigmoid for a VJP done in place on two buffers.
+  And relu's forward as one compiled pass (``pool_jit.relu``, the same bits as NumPy's
+  ``maximum(x, 0)``, about 3x cheaper on W3's activations) once numba is loaded.
 
 Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one process) and
 described in each module, with the variants that lost.

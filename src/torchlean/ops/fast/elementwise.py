@@ -1,5 +1,6 @@
 """Exact array VJPs of the hot elementwise primitives (NumPy only; see ``core.autodiff``),
-and the fast GELU kernel (at the end: a fast kernel proper, other rounding).
+the fast GELU kernel (a fast kernel proper, other rounding), and relu's forward as a compiled
+loop where numba is loaded (the same bits; at the end).
 
 The reference VJPs are written against the Ops interpreter so that they can be recorded and
 differentiated again: tanh's is ``g * (1 + (-1 * y^2))``, four kernel calls behind six Python
@@ -31,7 +32,7 @@ import numpy as np
 from ...core.autodiff import register_array_rule
 from ...core.registry import REGISTRY, Rule, attach_fast
 from ..elementwise import GELU_C, GELU_K, INV_SQRT2, INV_SQRT_2PI
-from . import residuals
+from . import pool_jit, residuals
 
 _ND = np.ndarray
 _F32 = np.dtype(np.float32)
@@ -226,4 +227,18 @@ def _gelu_forward_rule(x: Any, approximate: str = "tanh") -> Any:
 
 
 attach_fast("gelu", forward=_gelu_forward_rule, vjp=_gelu_vjp_rule)
+
+
+# ---------------------------------------------------------------------------------------------
+# relu's forward as one compiled pass (``pool_jit.relu``: NumPy's ``maximum(x, 0)`` bit for
+# bit, where numba is already loaded and the array is large; the reference elsewhere). Exact,
+# like the rules above, but a fast kernel in form, because it runs only where numba is loaded.
+
+
+def _relu_forward_rule(x: Any) -> Any:
+    out = pool_jit.relu(x)
+    return out if out is not None else REGISTRY["relu"].reference_forward(x)
+
+
+attach_fast("relu", forward=_relu_forward_rule)
 residuals.explicit("gelu", gelu_forward_saving, gelu_vjp_from)

@@ -57,7 +57,9 @@ def vjp_from(ops: Any, g: Any, xs: Any, out: Any, saved: Any, eps: float = 1e-6,
     g2 = g.reshape(-1, d)
     xh2 = xhat.reshape(-1, d)
     ggamma = np.einsum("ij,ij->j", g2, xh2)
-    gbeta = g2.sum(axis=0)
+    # A GEMV, not NumPy's axis-0 sum (2.0-2.5 against 7.1-7.8 us on W5's 256 rows of 64, one
+    # thread, CPU time): another summation order, within the fast kernels' tolerance.
+    gbeta = np.ones(g2.shape[0], dtype=g2.dtype) @ g2
     if not needed[0]:
         return None, ggamma, gbeta
     gxhat = g2 * gamma
