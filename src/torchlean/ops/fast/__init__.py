@@ -42,6 +42,20 @@ and in ``tl.Tensor`` code (on by default: ``registry.set_tensor_kernels``).
 
 Measured on the W3/W5 steps (CPU time per step, interleaved with PyTorch in one process) and
 described in each module, with the variants that lost.
+
+Measured and not taken (issue 26, two threads; 2-core AMD EPYC Zen 4 VM shared with other
+jobs): splitting the non-BLAS kernels along the batch axis over the BLAS thread count, in a
+persistent Python worker (NumPy releases the GIL inside ufuncs and copies). A hand-off to the
+worker and back cost 24-30 us, and the split kernels ran slower than serial: relu of W3's first
+activation (32 x 16 x 28 x 28 float32) 182-196 -> 206-424 us, of its second 80-102 -> 106-162
+us, the convolution input gradient's shifted adds 330-363 -> 399-550 us (wall, best of seven).
+Without any hand-off (threads started once, 200 repeats each) ``add`` / ``maximum`` /
+``multiply`` on 401,408 float32 took 9.6 / 8.6 / 9.3 ms on one thread and 11.3 / 10.6 / 10.8
+ms on two: these passes are memory-bound and a second core adds nothing here (``exp`` on 4M
+entries, compute-bound, gained 1.4-1.9x). Also not taken: the 2-D im2col as a numba loop
+(padding in the loop: 560-570 against 215-245 us on W3's second layer), the stride-1 input
+gradient's accumulation as a numba loop over image rows (1,120-1,160 against 1,230-1,440 us
+for the whole input gradient: within the noise).
 """
 
 from . import (  # noqa: F401  (attach them)
