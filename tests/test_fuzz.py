@@ -55,6 +55,8 @@ BAD: dict[Any, list[Any]] = {
     K.FLOAT_DTYPE: ["int32", "complex64", "nope", 3],
     K.INDEX_TUPLE: [0, [0], None, "a"],
     K.GELU_APPROXIMATE: ["erf", "Tanh", None, True, 1, ("tanh",), b"tanh"],
+    K.RNN_MODE: ["lstm", "Tanh", None, True, 1, ("gru",), b"gru"],
+    K.BOOL: [1, 0, "True", None, (True,), 1.0],
 }
 
 # Limit results to a million entries while fuzzing, so an oversized request is refused cheaply.

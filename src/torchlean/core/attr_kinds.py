@@ -205,6 +205,7 @@ def choice_kind(choices: tuple[str, ...]) -> Kind:
 
 
 GELU_APPROXIMATE = choice_kind(("tanh", "none"))  # torch's and ONNX Gelu's names
+RNN_MODE = choice_kind(("tanh", "relu", "gru"))  # rnn_scan's recurrences
 
 
 def _nat_indices(op: str, name: str, value: Any) -> Any:

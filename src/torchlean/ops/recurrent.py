@@ -37,7 +37,7 @@ from .elementwise import _sigmoid
 from .samples import normal
 
 GATES = {"tanh": 1, "relu": 1, "gru": 3, "lstm": 4}
-RNN_MODES = ("tanh", "relu", "gru")
+RNN_MODES = ("tanh", "relu", "gru")  # (K.RNN_MODE checks them)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def _lstm_infer(xw: Shape, h0: Shape, c0: Shape, w: Shape, b: Shape,
 
 def _rnn_infer(xw: Shape, h0: Shape, w: Shape, b: Shape, mode: str = "tanh",
                reverse: bool = False) -> Shape:
-    K.choice_kind(RNN_MODES)("rnn_scan", "mode", mode)
+    K.RNN_MODE("rnn_scan", "mode", mode)
     return _check("rnn_scan", GATES[mode], xw, h0, w, b)
 
 
@@ -482,7 +482,7 @@ register(Primitive(
 register(Primitive(
     "rnn_scan", ("xw", "h0", "w_hh", "b_hh"), _rnn_infer, _rnn_forward,
     attrs={"mode": "tanh", "reverse": False},
-    attr_kinds={"mode": K.choice_kind(RNN_MODES), "reverse": K.BOOL},
+    attr_kinds={"mode": K.RNN_MODE, "reverse": K.BOOL},
     vjp=_rnn_vjp, jvp=_rnn_jvp,
     semantics="One direction of an Elman RNN (mode 'tanh' / 'relu': h = act(xw[t] + h W_hh^T "
               "+ b_hh)) or GRU layer (mode 'gru': [r, z, n] gates, r = sigmoid(x_r + W_hr h + "
