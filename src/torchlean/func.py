@@ -380,13 +380,10 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
                                        "per entry, each with its own draws")
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if isinstance(in_dims, tuple):
-            if len(in_dims) != len(args):
-                raise TorchLeanError(f"func.vmap: in_dims has {len(in_dims)} entries for "
-                                     f"{len(args)} positional arguments")
-            dims = _dims_tree("vmap", in_dims, args)
-        else:
-            dims = _dims_tree("vmap", in_dims, args)
+        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+            raise TorchLeanError(f"func.vmap: in_dims has {len(in_dims)} entries for "
+                                 f"{len(args)} positional arguments")
+        dims = _dims_tree("vmap", in_dims, args)
         leaves, rebuild = _flatten(args)
         sizes = set()
         for leaf, d in zip(leaves, dims, strict=True):
@@ -417,7 +414,7 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
 
 def _stack_results(results: list[Any], out_dims: Any) -> Any:
     flats = [_flatten(r) for r in results]
-    first, rebuild = flats[0]
+    rebuild = flats[0][1]
     dims = _dims_tree("vmap", out_dims, results[0])
     stacked = []
     for k, d in enumerate(dims):

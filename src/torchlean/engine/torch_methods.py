@@ -759,20 +759,6 @@ def index_fill_(self: Any, dim: builtins.int, index: Any, value: Any) -> Any:
     return self.masked_fill_(_leaf(mask), value)
 
 
-def index_add_(self: Any, dim: builtins.int, index: Any, source: Any,
-               *, alpha: Any = 1) -> Any:
-    """``self[index[i]] += alpha * source[i]`` along ``dim`` (repeated indices add up)."""
-    axis = _dim("index_add_", self, dim)
-    idx = _index_tensor("index_add_", index).numpy()
-    n = self.shape[axis]
-    # (k, n): row i puts source slice i at position idx[i]
-    onehot = np.zeros((len(idx), n), self.dtype if self.dtype.kind == "f" else np.float64)
-    onehot[np.arange(len(idx)), idx] = 1
-    src = (source if isinstance(source, Tensor) else tensor(source)).movedim(axis, -1)
-    added = src.matmul(_leaf(onehot.astype(src.dtype))).movedim(-1, axis) * alpha
-    return self.add_(added)
-
-
 def index_copy_(self: Any, dim: builtins.int, index: Any, source: Any) -> Any:
     axis = _dim("index_copy_", self, dim)
     idx = _index_tensor("index_copy_", index)
@@ -855,7 +841,7 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "median": median, "kthvalue": kthvalue, "cumprod": cumprod, "diff": diff, "dist": dist,
     "sum_to_size": sum_to_size, "bernoulli": bernoulli, "bernoulli_": bernoulli_,
     "exponential_": exponential_, "random_": random_, "index_fill_": index_fill_,
-    "index_add_": index_add_, "index_copy_": index_copy_, "scatter": scatter,
+    "index_copy_": index_copy_, "scatter": scatter,
     "scatter_add_": scatter_add_, "scatter_add": scatter_add, "apply_": apply_, "map_": map_,
 }
 

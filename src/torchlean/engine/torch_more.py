@@ -318,7 +318,8 @@ def _index_spread(op: str, x: Tensor, dim: int, index: Any, source: Tensor) -> T
 
 def index_add(input: Any, dim: int, index: Any, source: Any, *,  # noqa: A002
               alpha: Any = 1) -> Tensor:
-    """``input`` with ``alpha * source``'s slices added at ``index`` along ``dim``."""
+    """``input`` with ``alpha * source``'s slices added at ``index`` along ``dim`` (also
+    ``index_add_``'s definition, installed below)."""
     x, s = _t("index_add", input), _t("index_add", source)
     d = _dim("index_add", x, dim)
     spread = _index_spread("index_add", x, d, index, s)
@@ -334,17 +335,10 @@ def index_copy(input: Any, dim: int, index: Any, source: Any) -> Tensor:  # noqa
 
 
 def index_fill(input: Any, dim: int, index: Any, value: Any) -> Tensor:  # noqa: A002
-    """``input`` with the slices at ``index`` along ``dim`` set to ``value``."""
-    x = _t("index_fill", input)
-    d = _dim("index_fill", x, dim)
-    ia = _t("index_fill", index).numpy().reshape(-1)
-    mask = np.zeros(x.shape, dtype=bool)
-    sel: list[Any] = [slice(None)] * x.dim()
-    sel[d] = ia % x.shape[d]
-    mask[tuple(sel)] = True
-    if isinstance(value, Tensor):
-        value = value.item()
-    return x.masked_fill(tensor(mask), value)
+    """``input`` with the slices at ``index`` along ``dim`` set to ``value`` (the in-place
+    form on a copy)."""
+    out = _t("index_fill", input).clone()
+    return out.index_fill_(dim, index, value)  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------------------------
