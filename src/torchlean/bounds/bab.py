@@ -90,8 +90,8 @@ from .forward import Chain, chain_of, forward_bounds
 
 Array = Any
 
-__all__ = ["BabError", "BabResult", "Models", "Resume", "Spec", "search", "spec_of_region",
-           "verify_network", "verify_property"]
+__all__ = ["BabError", "BabResult", "Models", "Resume", "Spec", "search", "shift_progress",
+           "spec_of_region", "verify_network", "verify_property"]
 
 STATUSES = ("unsat", "sat", "unknown", "timeout")
 # input to split: largest |coefficient of the input in the deciding row's bound| x width,
@@ -193,12 +193,14 @@ class BabResult:
     and output that ``confirm`` accepted), ``unknown`` (``reason`` says why: the domain cap, a
     domain too small to split) or ``timeout``. ``domains``: boxes bounded; ``passes``: batched
     bound passes; ``max_queue``: the most open domains held at once; ``stages``: seconds per part.
+    ``proved``: bounded domains whose every unsafe conjunction was refuted (dropped, not split).
     """
 
     status: str
     reason: str = ""
     counterexample: tuple[Array, Array] | None = None
     domains: int = 0
+    proved: int = 0
     passes: int = 0
     max_queue: int = 0
     reused: int = 0
@@ -217,7 +219,7 @@ class BabResult:
             cex = {"x": [float(v) for v in self.counterexample[0]],
                    "y": [float(v) for v in self.counterexample[1]]}
         return {"status": self.status, "reason": self.reason, "domains": self.domains,
-                "passes": self.passes, "max_queue": self.max_queue,
+                "proved": self.proved, "passes": self.passes, "max_queue": self.max_queue,
                 "seconds": round(self.seconds, 6),
                 "stages": {k: round(v, 6) for k, v in self.stages.items()},
                 "counterexample": cex}
@@ -903,7 +905,8 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     the open domains to resume from), once this many domains have been bounded (a budget in
     work, the same on every machine); ``clock``: what ``timeout`` is measured by (wall
     time; ``time.process_time`` measures this process's CPU time, for benchmarks on a busy
-    machine); ``progress``: called after every round with the counts so far; ``resume``: the
+    machine); ``progress``: called after every round with the counts so far (``domains``,
+    ``proved``, ``open``, ``seconds``); ``resume``: the
     open domains of an earlier search of the same ``spec`` that timed out (its
     ``BabResult.queue``): the search goes on from them (no first attack, no root pass), as if
     it had never stopped. They are a cover of what that search had not proved, so the verdict
@@ -1025,6 +1028,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
         still, margin = _margins(spec, lower, all_open)
         timer.stage("bounds")
         if not still.any():
+            result.proved = 1
             return finish("unsat", "proved by one bound pass")
         per_domain = (16 * n + j + 8 * kept.shape[1] + 8 * len(spec.b) * (coef.shape[2] + 2)
                       + 16)
@@ -1129,6 +1133,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                           or result.alpha_proved >= ALPHA_MIN_RATE * result.alpha)
             timer.stage("alpha")
         keep = still.any(axis=1)
+        result.proved += int(keep.size - np.count_nonzero(keep))
         timer.stage("bounds")
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], open=still[keep], margin=c_margin[keep],
                           inh=kept[keep], age=c_age[keep],
@@ -1145,9 +1150,22 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
             if cex is not None:
                 return finish("sat", "counterexample from an attack on the worst domains", cex)
         if progress is not None:
-            progress({"domains": result.domains, "open": queue.size,
+            progress({"domains": result.domains, "proved": result.proved, "open": queue.size,
                       "seconds": timer.now() - timer.start})
     return finish("unsat", f"all {result.domains} domains proved")
+
+
+def shift_progress(progress: Callable[[dict[str, Any]], None], before: BabResult
+                   ) -> Callable[[dict[str, Any]], None]:
+    """``progress`` for a search that follows ``before`` in one verification (a later region,
+    phase or run): its reported ``domains`` and ``proved`` count ``before``'s too, so a display
+    shows one running total. ``before``'s counts are read now, not when a report comes."""
+    domains, proved = before.domains, before.proved
+
+    def report(counts: dict[str, Any]) -> None:
+        progress({**counts, "domains": counts["domains"] + domains,
+                  "proved": counts.get("proved", 0) + proved})
+    return report
 
 
 def spec_of_region(region: Any, n_outputs: int, dtype: Any) -> Spec:
@@ -1187,6 +1205,7 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
     """
     clock = options.get("clock", time.monotonic)
     search_fn = options.pop("search_fn", search)  # bounds.relu_bab passes its own
+    progress = options.pop("progress", None)
     start = clock()
 
     def confirm(x: Array) -> tuple[Array, Array] | None:
@@ -1217,8 +1236,11 @@ def verify_property(models: Models, prop: Any, run: Callable[[Array], Array], *,
         spec = spec_of_region(region, prop.n_outputs, models.dtype)
         extra = ({"resume": resume.queue} if resume is not None and index == resume.region
                  else {})
+        if progress is not None:  # (counts since this call began, not since this region's)
+            extra["progress"] = shift_progress(progress, total)
         found = search_fn(models, spec, confirm, timeout=left, **options, **extra)
         total.domains += found.domains
+        total.proved += found.proved
         total.passes += found.passes
         total.reused += found.reused
         total.alpha += found.alpha
@@ -1284,11 +1306,13 @@ def verify_network(net: Any, prop: Any, *, timeout: float | None = None,
     left = timeout
     if timeout is not None and found is not None:
         left = max(timeout - found.seconds, 1e-3)
+    if found is not None and options.get("progress") is not None:
+        options["progress"] = shift_progress(options["progress"], found)
     rest = verify_property(models, prop, net.run, timeout=left, lookahead="off",
                            resume=resume, **options)
     rest.looked_ahead = found is not None or resume is not None
     if found is not None:
-        for name in ("domains", "passes", "reused", "alpha", "alpha_proved"):
+        for name in ("domains", "proved", "passes", "reused", "alpha", "alpha_proved"):
             setattr(rest, name, getattr(rest, name) + getattr(found, name))
         rest.max_queue = max(rest.max_queue, found.max_queue)
         rest.seconds += found.seconds

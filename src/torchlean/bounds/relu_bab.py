@@ -545,12 +545,13 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
                        "program's bound is within round-off of the threshold")
                 return finish("unknown", f"a domain with every neuron fixed stays open ({why})")
             keep[fixed] = False
+        result.proved += int(keep.size - np.count_nonzero(keep))
         if not queue.push(lo=c_lo[keep], hi=c_hi[keep], sign=c_sign[keep], open=still[keep],
                           margin=c_margin[keep], **kept(found, keep)):
             return finish("unknown", f"domain cap: more than {cap} open domains")
         result.max_queue = max(result.max_queue, queue.size)
         if progress is not None:
-            progress({"domains": result.domains, "open": queue.size,
+            progress({"domains": result.domains, "proved": result.proved, "open": queue.size,
                       "seconds": timer.now() - timer.start,
                       "margin": float(queue.fields["margin"][:queue.size].min())
                       if queue.size else float("inf")})

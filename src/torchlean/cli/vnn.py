@@ -15,11 +15,15 @@ import io
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ..vnn import benchmark
 from ..vnn.instance import CLAIMS, LOW_DIMENSION, ROUNDINGS, VNN_METHODS, Result, verify_instance
 from . import common
+
+REDRAW_S = 0.5  # the progress line's least interval between redraws
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -74,11 +78,37 @@ def _describe(result: Result) -> list[str]:
     return lines
 
 
+def status_line(show: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
+    """A ``verify_instance`` progress callback passing branch and bound's running counts to
+    ``show`` as one line, at most every ``REDRAW_S`` seconds (a round can take a millisecond,
+    and a terminal redraw costs more)."""
+    last = [-REDRAW_S]
+
+    def report(counts: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= REDRAW_S:
+            last[0] = now
+            show(f"{counts['domains']:,} domains, {counts.get('proved', 0):,} proved, "
+                 f"{counts['open']:,} open")
+    return report
+
+
 def _run_one(args: argparse.Namespace) -> int:
     common.check_outputs([(args.model, "<MODEL"), (args.property, "<PROP"),
                           (args.out, "--out"), (args.json, "--json")])
-    result = verify_instance(args.model, args.property, args.timeout, args.method,
-                             rounding=args.rounding, seed=args.seed, effort=args.effort)
+    bar = progress = None
+    if common.progress_bars():
+        from tqdm import tqdm
+
+        bar = tqdm(file=sys.stderr, bar_format="branch and bound: {postfix} [{elapsed}]")
+        progress = status_line(bar.set_postfix_str)
+    try:
+        result = verify_instance(args.model, args.property, args.timeout, args.method,
+                                 rounding=args.rounding, seed=args.seed, effort=args.effort,
+                                 progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     print("\n".join(_describe(result)), flush=True)
     if args.out:
         common.write_text(args.out, result.competition_text())
@@ -89,10 +119,11 @@ def _run_one(args: argparse.Namespace) -> int:
 
 def _table(summary: dict[str, Any], label: str, method: str) -> str:
     head = ("benchmark", "method", "instances", "verified", "falsified", "unknown", "timeout",
-            "error", "total s", "median s")
+            "error", "total s", "median s", "domains", "domains/s")
     row = (label, method, summary["instances"], summary["verified"], summary["falsified"],
            summary["unknown"], summary["timeout"], summary["error"],
-           f"{summary['seconds_total']:.1f}", f"{summary['seconds_median']:.3f}")
+           f"{summary['seconds_total']:.1f}", f"{summary['seconds_median']:.3f}",
+           summary["domains"], f"{summary['domains_per_second']:.0f}")
     out = io.StringIO()
     out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     out.write("| " + " | ".join(str(c) for c in row) + " |\n")
@@ -114,6 +145,16 @@ def _run_benchmark(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=len(instances), unit="instance", file=sys.stderr)
 
+    on_progress = None
+    if bar is not None:
+        shown = bar  # (a name mypy knows is not None inside the closures)
+        running = [""]  # the instance being run
+        report = status_line(lambda text: shown.set_postfix_str(f"{running[0]}: {text}"))
+
+        def on_progress(inst: benchmark.Instance, counts: dict[str, Any]) -> None:
+            running[0] = inst.vnnlib
+            report(counts)
+
     def on_row(row: benchmark.Row) -> None:
         if bar is not None:
             bar.update(1)
@@ -125,7 +166,8 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     try:
         rows = list(benchmark.run(instances, folder, method=args.method,
                                   rounding=args.rounding, timeout=args.timeout, seed=args.seed,
-                                  effort=args.effort, on_row=on_row))
+                                  effort=args.effort, on_row=on_row,
+                                  on_progress=on_progress))
     finally:
         if bar is not None:
             bar.close()

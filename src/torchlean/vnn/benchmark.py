@@ -6,7 +6,8 @@ each property parsed, once per run and reused by every row naming the same file 
 keyed by path, size and modification time; ACAS Xu names each property for 45 networks); the
 time to load what a row needed first is counted in its seconds (stage ``load``).
 ``write_csv`` writes the rows; ``summary`` counts verified (``unsat``), falsified (``sat``),
-unknown, timeout and error, with total and median seconds and per-stage medians.
+unknown, timeout and error, with total and median seconds, per-stage medians, and the domains
+branch and bound bounded with their rate (domains per second of the ``bab`` stage).
 A file that cannot be read, or a network and property that do not fit, gives status ``error``
 with the message (a benchmark goes on); other exceptions propagate.
 """
@@ -14,6 +15,7 @@ with the message (a benchmark goes on); other exceptions propagate.
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import statistics
 import time
@@ -30,7 +32,7 @@ __all__ = ["Instance", "Row", "read_instances", "run", "summary", "write_csv"]
 
 MAX_ROWS = 1_000_000
 COLUMNS = ("onnx", "vnnlib", "timeout", "status", "seconds", "method", "rounding", "refuted",
-           "conjunctions", "fallback", "message")
+           "conjunctions", "fallback", "message", "domains")
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Row:
                "timeout": self.instance.timeout, "status": r.status,
                "seconds": round(r.seconds, 4), "method": r.method, "rounding": r.rounding,
                "refuted": r.refuted, "conjunctions": r.conjunctions,
-               "fallback": " ".join(r.fallback), "message": r.message}
+               "fallback": " ".join(r.fallback), "message": r.message, "domains": r.domains}
         if stages:
             row["stages"] = dict(r.stages)
         return row
@@ -124,8 +126,12 @@ MAX_CACHED_PROPERTY_BYTES = 256 * 2**20
 
 def run(instances: list[Instance], directory: Any, *, method: str = "crown",
         rounding: str = "float32", timeout: float | None = None, seed: int = 0,
-        effort: int = 4, on_row: Callable[[Row], None] | None = None) -> Iterator[Row]:
-    """Each instance's ``Row``, in order; ``timeout`` overrides the rows' own limits."""
+        effort: int = 4, on_row: Callable[[Row], None] | None = None,
+        on_progress: Callable[[Instance, dict[str, Any]], None] | None = None
+        ) -> Iterator[Row]:
+    """Each instance's ``Row``, in order; ``timeout`` overrides the rows' own limits.
+    ``on_progress(instance, counts)``: branch and bound's running counts on the instance being
+    run (``verify_instance``'s ``progress``)."""
     folder = os.fspath(directory)
     networks = _Cache(Network, MAX_CACHED_NETWORKS, MAX_CACHED_NETWORK_BYTES)
     props = _Cache(vnnlib.read, MAX_CACHED_PROPERTIES, MAX_CACHED_PROPERTY_BYTES)
@@ -137,8 +143,10 @@ def run(instances: list[Instance], directory: Any, *, method: str = "crown",
             prop = props.get(os.path.join(folder, inst.vnnlib))
             loading = time.monotonic() - start
             left = max(limit - loading, 1e-3)
+            progress = (None if on_progress is None
+                        else functools.partial(on_progress, inst))
             result = verify_instance(net, prop, left, method, rounding=rounding, seed=seed,
-                                     effort=effort)
+                                     effort=effort, progress=progress)
             result.seconds += loading
             result.stages["load"] = round(result.stages.get("load", 0.0) + loading, 6)
         except TorchLeanError as exc:
@@ -159,7 +167,9 @@ def write_csv(rows: list[Row], path: Any) -> None:
 
 
 def summary(rows: list[Row]) -> dict[str, Any]:
-    """Counts per outcome and seconds (total, median, per outcome)."""
+    """Counts per outcome, seconds (total, median, per-stage medians) and branch and bound's
+    work: ``domains`` bounded in all, and ``domains_per_second`` over the seconds spent in
+    the ``bab`` stage (0 where no branch and bound ran)."""
     names = {"unsat": "verified", "sat": "falsified", "unknown": "unknown",
              "timeout": "timeout", "error": "error"}
     counts = {name: 0 for name in names.values()}
@@ -170,8 +180,11 @@ def summary(rows: list[Row]) -> dict[str, Any]:
     for row in rows:
         for name, value in row.result.stages.items():
             stages.setdefault(name, []).append(value)
+    domains = sum(row.result.domains for row in rows)
+    bab = sum(stages.get("bab", []))
     return {"instances": len(rows), **counts,
             "seconds_total": round(sum(seconds), 3),
             "seconds_median": round(statistics.median(seconds), 4) if seconds else 0.0,
             "stage_medians": {name: round(statistics.median(v), 4)
-                              for name, v in stages.items()}}
+                              for name, v in stages.items()},
+            "domains": domains, "domains_per_second": round(domains / bab, 1) if bab > 0 else 0.0}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ class Result:
     fallback: list[str] = field(default_factory=list)
     stages: dict[str, float] = field(default_factory=dict)
     message: str = ""
+    domains: int = 0  # domains bounded by branch and bound (0 where none ran)
 
     def as_dict(self) -> dict[str, Any]:
         cex = None
@@ -128,7 +130,7 @@ class Result:
                 "rounding": self.rounding, "claim": self.claim, "regions": self.regions,
                 "conjunctions": self.conjunctions, "refuted": self.refuted,
                 "fallback": self.fallback, "stages": self.stages, "message": self.message,
-                "counterexample": cex}
+                "domains": self.domains, "counterexample": cex}
 
     def competition_text(self) -> str:
         """The result file of the VNN competition: the status line, and for ``sat`` the
@@ -536,7 +538,8 @@ def _attack_regions(net: Network, prop: Property, regions: list[properties.Regio
 
 def verify_instance(model: Any, prop: Any, timeout: float | None = None, method: str = "bab",
                     *, rounding: str = "float32", seed: int = 0, effort: int = 4,
-                    alpha_steps: int = ALPHA_STEPS) -> Result:
+                    alpha_steps: int = ALPHA_STEPS,
+                    progress: Callable[[dict[str, Any]], None] | None = None) -> Result:
     """Decide whether ``model`` (a path to ``.onnx``/``.onnx.gz`` or a ``Network``) violates
     ``prop`` (a path to ``.vnnlib``/``.vnnlib.gz`` or a ``Property``) within ``timeout`` seconds.
 
@@ -545,7 +548,9 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
     (``ibp``, ``crown``, ``alpha-crown``); ``rounding``:
     ``float32`` (bounds enclose the float32 network) or ``real``; ``effort``: attack attempts per
     region after the first, each with more samples (networks of at most ``LOW_DIMENSION``
-    inputs; larger ones get one attempt). Bad files raise their named errors
+    inputs; larger ones get one attempt); ``progress``: called during branch and bound with the
+    running counts (``domains`` bounded, ``proved``, ``open``; ``bounds.bab.search``). Bad
+    files raise their named errors
     (``VnnlibError``, ``OnnxError``); a network and property that do not fit raise ``VnnError``.
     """
     if method not in VNN_METHODS:
@@ -602,9 +607,10 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
             return finish("timeout", None, "the time limit ran out before branch and bound")
         left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
         first = None if left is None else min(left, max(BAB_FIRST_SECONDS, BAB_FIRST_SHARE * left))
-        found = bab.verify_network(net, prop, timeout=first, kernel=kernel, seed=seed)
+        found = bab.verify_network(net, prop, timeout=first, kernel=kernel, seed=seed,
+                                   progress=progress)
         clock.stage("bab")
-        domains = found.domains
+        domains = result.domains = found.domains
         # the attack's first attempt between the runs (the later, bigger ones cost 4x more: on
         # ACAS Xu 1.6 s against 8.4 s for all five; every counterexample found between the
         # runs came from the first), the rest after the second run if it leaves time
@@ -624,10 +630,13 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                 again: dict[str, Any] = {"resume": found.queue}
                 if not isinstance(found.queue, bab.Resume):
                     again = {"lookahead": "off"} if found.looked_ahead else {}
+                if progress is not None:  # (one running count over both runs)
+                    again["progress"] = bab.shift_progress(progress, found)
                 found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed,
                                            **again)
                 clock.stage("bab")
                 domains += found.domains
+                result.domains = domains
         if (later is not None and effort >= later and found.status in ("timeout", "unknown")
                 and not clock.over()):
             cex, how = _attack_regions(net, prop, live, clock, seed, effort, first=later)
@@ -674,8 +683,10 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
         return finish("timeout", message="time ran out during the attack")
     if relu_split:
         left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
-        found = relu_bab.verify_network(net, prop, timeout=left, kernel=kernel)
+        found = relu_bab.verify_network(net, prop, timeout=left, kernel=kernel,
+                                        progress=progress)
         clock.stage("bab")
+        result.domains = found.domains
         if found.status == "unsat":
             result.refuted = result.conjunctions
         return finish(found.status, found.counterexample,
