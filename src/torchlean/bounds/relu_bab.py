@@ -414,6 +414,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     still, _ = _margins(spec, np.asarray(root.spec[0]).reshape(1, k), all_open)
     timer.stage("bounds")
     if not still.any():
+        result.proved = 1
         return finish("unsat", "proved by alpha-CROWN")
     lo = np.concatenate([np.asarray(root.nodes[p][0], np.float64).reshape(1, -1)
                          for p in chain.pre], axis=1)
@@ -454,6 +455,7 @@ def search(models: Models, spec: Spec, confirm: Callable[[Array], tuple[Array, A
     still, margin = _margins(spec, found.lower, open_)
     keep = still.any(axis=1)
     if not keep.any():
+        result.proved = 1
         return finish("unsat", "proved by beta-CROWN on the whole box")
     if np.any(keep & (found.branch < 0)):
         return finish("unknown", "no unstable neuron left to split")
