@@ -610,7 +610,7 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
         found = bab.verify_network(net, prop, timeout=first, kernel=kernel, seed=seed,
                                    progress=progress)
         clock.stage("bab")
-        domains = result.domains = found.domains
+        result.domains = found.domains
         # the attack's first attempt between the runs (the later, bigger ones cost 4x more: on
         # ACAS Xu 1.6 s against 8.4 s for all five; every counterexample found between the
         # runs came from the first), the rest after the second run if it leaves time
@@ -620,7 +620,7 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                                        0 if later is not None else effort)
             clock.stage("attack")
             if cex is not None:
-                return finish("sat", cex, f"counterexample from {how} (after {domains} "
+                return finish("sat", cex, f"counterexample from {how} (after {result.domains} "
                               "domains of branch and bound)")
             if found.status == "timeout" and not clock.over():  # "unknown": the domain cap
                 left = None if timeout is None else max(timeout - clock.elapsed(), 1e-3)
@@ -635,18 +635,17 @@ def verify_instance(model: Any, prop: Any, timeout: float | None = None, method:
                 found = bab.verify_network(net, prop, timeout=left, kernel=kernel, seed=seed,
                                            **again)
                 clock.stage("bab")
-                domains += found.domains
-                result.domains = domains
+                result.domains += found.domains
         if (later is not None and effort >= later and found.status in ("timeout", "unknown")
                 and not clock.over()):
             cex, how = _attack_regions(net, prop, live, clock, seed, effort, first=later)
             clock.stage("attack")
             if cex is not None:
-                return finish("sat", cex, f"counterexample from {how} (after {domains} "
+                return finish("sat", cex, f"counterexample from {how} (after {result.domains} "
                               "domains of branch and bound)")
         result.refuted = result.conjunctions if found.status == "unsat" else 0
         return finish(found.status, found.counterexample,
-                      f"branch and bound: {domains} domains; {found.reason}")
+                      f"branch and bound: {result.domains} domains; {found.reason}")
     open_sets: list[tuple[properties.Region, list[int]]] = []
     for region in live:
         if clock.over():
